@@ -1,0 +1,136 @@
+"""Request and latency metrics, defined as `vllm bench serve` and Sarathi-Serve define them.
+
+TTFT = first token − arrival. TPOT = (last − first) / (n − 1) over the n tokens actually produced,
+undefined (NaN) for n <= 1. TBT = the gap between consecutive emissions after the first token, one
+sample per emitting step (a speculative emission of k tokens is one sample). ITL per token = each
+gap divided by the k tokens it delivered, repeated k times (its mean equals TPOT). E2E =
+completion − arrival. Scheduling delay = first scheduled − arrival. (DESIGN.md, "Metrics";
+REFERENCE.md §1.6, §2.5.) Every percentile of an empty sample is NaN, never missing.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import numpy as np
+import pandas as pd
+
+from simulator.scheduler import COMPLETED, FINISH_REASONS, FinishedRequest
+
+PERCENTILES = (50, 90, 95, 99, 99.9)
+LATENCY_METRICS = ("ttft_s", "tbt_s", "itl_s", "tpot_s", "e2e_s", "scheduling_delay_s")
+
+
+def emissions(token_times_s) -> tuple[np.ndarray, np.ndarray]:
+    """Split per-token times into emissions.
+
+    Args:
+        token_times_s: one time per produced token, non-decreasing; an emission of k tokens
+            repeats its time k times.
+
+    Returns:
+        (emission_times_s, tokens_per_emission), both shape (num_emissions,).
+    """
+    times = np.asarray(token_times_s, dtype=float)
+    if times.size == 0:
+        return times, np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, np.diff(times) != 0])
+    counts = np.diff(np.r_[starts, times.size])
+    return times[starts], counts
+
+
+def tbt_samples_s(token_times_s) -> np.ndarray:
+    """Gaps between consecutive emissions after the first token (seconds)."""
+    times, _ = emissions(token_times_s)
+    return np.diff(times)
+
+
+def itl_samples_s(token_times_s) -> np.ndarray:
+    """Per-token inter-token latency: each emission gap / its k tokens, repeated k times."""
+    times, counts = emissions(token_times_s)
+    gaps = np.diff(times)
+    return np.repeat(gaps / counts[1:], counts[1:])
+
+
+def tpot_s(token_times_s) -> float:
+    """(last − first) / (n − 1) over the n tokens produced; NaN when n <= 1."""
+    n = len(token_times_s)
+    if n <= 1:
+        return float("nan")
+    return (token_times_s[-1] - token_times_s[0]) / (n - 1)
+
+
+def requests_frame(finished: list[FinishedRequest]) -> pd.DataFrame:
+    """One row per request (DESIGN.md "Records") plus derived ttft_s, tpot_s, e2e_s, scheduling_delay_s.
+
+    Sorted by request_id. `token_times_s` stays a list column (Parquet stores it as a list).
+    """
+    columns = list(FinishedRequest.__dataclass_fields__)
+    frame = pd.DataFrame([asdict(f) for f in finished], columns=columns)
+    frame = frame.sort_values("request_id", kind="stable").reset_index(drop=True)
+    frame["ttft_s"] = frame["first_token_s"] - frame["arrival_s"]
+    frame["e2e_s"] = frame["completion_s"] - frame["arrival_s"]
+    frame["scheduling_delay_s"] = frame["first_scheduled_s"] - frame["arrival_s"]
+    frame["tpot_s"] = [tpot_s(t) for t in frame["token_times_s"]]
+    return frame
+
+
+def percentile_stats(name: str, values: np.ndarray) -> dict[str, float]:
+    """{name}_mean and {name}_p50 … _p99.9; NaN for an empty sample."""
+    values = np.asarray(values, dtype=float)
+    values = values[~np.isnan(values)]
+    out = {f"{name}_mean": float(values.mean()) if values.size else float("nan")}
+    for p in PERCENTILES:
+        out[f"{name}_p{p:g}"] = float(np.percentile(values, p)) if values.size else float("nan")
+    return out
+
+
+def summarize(requests: pd.DataFrame, steps: pd.DataFrame, num_gpu_blocks: int) -> dict[str, float]:
+    """Summary of a run: counts by finish reason, throughput, latency percentiles, KV usage.
+
+    Throughput is over the makespan (first arrival to last completion) and counts tokens actually
+    produced. Latencies use completed requests only (rejected ones have no times).
+
+    Returns:
+        A flat dict of floats/ints; every key is always present (NaN where undefined).
+    """
+    done = requests[requests["finish_reason"] == COMPLETED]
+    out: dict[str, float] = {"num_requests": len(requests), "completed": len(done)}
+    for reason in FINISH_REASONS[1:]:
+        out[reason] = int((requests["finish_reason"] == reason).sum())
+    out["rejected"] = len(requests) - len(done)
+
+    makespan_s = float(done["completion_s"].max() - requests["arrival_s"].min()) if len(done) else 0.0
+    output_tokens = int(done["generated_tokens"].sum())
+    out["makespan_s"] = makespan_s
+    out["throughput_rps"] = len(done) / makespan_s if makespan_s > 0 else 0.0
+    out["output_throughput_tps"] = output_tokens / makespan_s if makespan_s > 0 else 0.0
+    total_tokens = output_tokens + int(done["prompt_tokens"].sum())
+    out["total_throughput_tps"] = total_tokens / makespan_s if makespan_s > 0 else 0.0
+
+    times = done["token_times_s"]
+    samples = {
+        "ttft_s": done["ttft_s"].to_numpy(),
+        "tbt_s": _concat(tbt_samples_s(t) for t in times),
+        "itl_s": _concat(itl_samples_s(t) for t in times),
+        "tpot_s": done["tpot_s"].to_numpy(),
+        "e2e_s": done["e2e_s"].to_numpy(),
+        "scheduling_delay_s": done["scheduling_delay_s"].to_numpy(),
+    }
+    for name in LATENCY_METRICS:
+        out.update(percentile_stats(name, samples[name]))
+
+    out["num_preemptions"] = int(requests["num_preemptions"].sum())
+    out["recomputed_tokens"] = int(requests["recomputed_tokens"].sum())
+    out["num_steps"] = len(steps)
+    if len(steps):
+        usage = steps["kv_blocks_used"].to_numpy() / num_gpu_blocks
+        out["kv_usage_mean"] = float(usage.mean())
+        out["kv_usage_max"] = float(usage.max())
+    else:
+        out["kv_usage_mean"] = out["kv_usage_max"] = float("nan")
+    return out
+
+
+def _concat(arrays) -> np.ndarray:
+    arrays = list(arrays)
+    return np.concatenate(arrays) if arrays else np.zeros(0)

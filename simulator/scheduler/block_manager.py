@@ -1,0 +1,92 @@
+"""Paged KV-cache block manager: hands out physical block ids (vLLM's PagedAttention layout)."""
+from __future__ import annotations
+
+from collections import deque
+
+
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    """Blocks needed to hold `num_tokens` KV entries: ceil(num_tokens / block_size).
+
+    Blocks are always counted on the total reserved, never per chunk (a 250-token prompt in chunks
+    of 100, 100, 50 holds 16 blocks of 16 tokens, not 7 + 7 + 4).
+    """
+    return -(-num_tokens // block_size)
+
+
+class BlockManager:
+    """Owns the KV pool of one replica: `num_blocks` physical blocks of `block_size` tokens.
+
+    Admission keeps a watermark of free blocks back (Sarathi-Serve and vLLM v0 use 1 % of the pool,
+    `sarathi/core/block_space_manager`), so a newly admitted prompt cannot take the blocks that
+    running decodes are about to need. Growth of running sequences may use the watermark.
+
+    The usable pool (the largest request that can ever be admitted alone) is
+    `num_blocks - watermark_blocks` with `watermark_blocks = floor(watermark_fraction * num_blocks)`.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, watermark_fraction: float = 0.01):
+        if num_blocks < 1:
+            raise ValueError(f"num_gpu_blocks must be >= 1, got {num_blocks}")
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.watermark_blocks = int(watermark_fraction * num_blocks)
+        self._free: deque[int] = deque(range(num_blocks))
+        self._tables: dict[int, list[int]] = {}
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - len(self._free)
+
+    @property
+    def usable_blocks(self) -> int:
+        """Largest number of blocks one request may ever need and still be served."""
+        return self.num_blocks - self.watermark_blocks
+
+    def blocks_held(self, request_id: int) -> int:
+        return len(self._tables.get(request_id, ()))
+
+    def block_table(self, request_id: int) -> tuple[int, ...]:
+        return tuple(self._tables.get(request_id, ()))
+
+    def can_admit(self, num_tokens: int) -> bool:
+        """True if a new sequence can reserve `num_tokens` and leave the watermark free."""
+        return self.num_free - blocks_for(num_tokens, self.block_size) >= self.watermark_blocks
+
+    def can_grow_to(self, request_id: int, num_tokens: int) -> bool:
+        """True if `request_id` can hold `num_tokens` with the blocks that are free now."""
+        return self._extra_blocks(request_id, num_tokens) <= self.num_free
+
+    def grow_to(self, request_id: int, num_tokens: int) -> None:
+        """Reserve blocks so `request_id` holds ceil(num_tokens / block_size) blocks.
+
+        Raises:
+            RuntimeError: not enough free blocks (callers check `can_grow_to` / `can_admit` first).
+        """
+        extra = self._extra_blocks(request_id, num_tokens)
+        if extra > self.num_free:
+            raise RuntimeError(
+                f"KV pool exhausted: request {request_id} needs {extra} more blocks, {self.num_free} free"
+            )
+        table = self._tables.setdefault(request_id, [])
+        for _ in range(extra):
+            table.append(self._free.popleft())
+
+    def shrink_to(self, request_id: int, num_tokens: int) -> None:
+        """Release blocks beyond ceil(num_tokens / block_size) (rejected speculative slots)."""
+        table = self._tables.get(request_id, [])
+        keep = blocks_for(num_tokens, self.block_size)
+        while len(table) > keep:
+            self._free.append(table.pop())
+
+    def free(self, request_id: int) -> None:
+        """Return all blocks of `request_id` to the pool (finish or preemption)."""
+        self._free.extend(self._tables.pop(request_id, ()))
+
+    def _extra_blocks(self, request_id: int, num_tokens: int) -> int:
+        return max(0, blocks_for(num_tokens, self.block_size) - self.blocks_held(request_id))

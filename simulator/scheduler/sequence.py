@@ -1,0 +1,68 @@
+"""Per-request state inside the scheduler, vLLM-v1 style: one counter chased towards another."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from traces import Request
+
+
+@dataclass(slots=True, eq=False)
+class Sequence:
+    """A request being served.
+
+    The scheduler brings `num_computed_tokens` (tokens whose KV is in the cache) up to
+    `num_tokens` (prompt + generated). A prefill chunk, a decode and a verify are all "compute q
+    more tokens over a context of `num_computed_tokens`"; the step that catches up samples the
+    next token. The last generated token is never written to the cache, so a request's final KV
+    footprint is prompt + output - 1 tokens.
+
+    `prefill_target_tokens` is `num_tokens` at (re)admission: after a recompute preemption the
+    prompt and every generated token are prefilled again.
+    """
+
+    request: Request
+    num_computed_tokens: int = 0
+    num_generated_tokens: int = 0
+    prefill_target_tokens: int = 0
+    first_scheduled_s: float = float("nan")
+    first_token_s: float = float("nan")
+    num_preemptions: int = 0
+    recomputed_tokens: int = 0
+    token_times_s: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.prefill_target_tokens = self.request.prompt_tokens
+
+    @property
+    def request_id(self) -> int:
+        return self.request.request_id
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus tokens generated so far."""
+        return self.request.prompt_tokens + self.num_generated_tokens
+
+    @property
+    def num_pending_tokens(self) -> int:
+        """Tokens still to compute before the next sample (>= 1 while running)."""
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.num_computed_tokens < self.prefill_target_tokens
+
+    @property
+    def final_kv_tokens(self) -> int:
+        """KV entries held when the last token is sampled: prompt + output - 1."""
+        return self.request.prompt_tokens + self.request.output_tokens - 1
+
+    @property
+    def is_finished(self) -> bool:
+        return self.num_generated_tokens >= self.request.output_tokens
+
+    def reset_for_recompute(self) -> None:
+        """Recompute preemption: drop the cache; prefill prompt + generated tokens again."""
+        self.recomputed_tokens += self.num_computed_tokens
+        self.num_computed_tokens = 0
+        self.prefill_target_tokens = self.num_tokens
+        self.num_preemptions += 1

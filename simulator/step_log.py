@@ -1,0 +1,54 @@
+"""Per-step records (DESIGN.md, "Records"), collected column-wise so logging stays cheap."""
+from __future__ import annotations
+
+import pandas as pd
+
+from simulator.scheduler import BatchPlan
+
+STEP_COLUMNS = (
+    "start_s",
+    "duration_s",
+    "num_prefill_tokens",
+    "num_decode_tokens",
+    "num_draft_tokens",
+    "batch_size",
+    "num_prefill_seqs",
+    "kv_blocks_used",
+    "num_preempted",
+)
+
+
+class StepLog:
+    """Append-only log of executed steps; `to_frame()` gives one row per step.
+
+    Columns: start_s, duration_s (seconds); token counts; batch_size (sequences in the step);
+    kv_blocks_used (pool blocks allocated after the step's allocations); num_preempted.
+    """
+
+    def __init__(self) -> None:
+        self._columns: dict[str, list] = {name: [] for name in STEP_COLUMNS}
+
+    def __len__(self) -> int:
+        return len(self._columns["start_s"])
+
+    def append(self, start_s: float, duration_s: float, plan: BatchPlan) -> None:
+        c = self._columns
+        prefill_tokens = prefill_seqs = decode_tokens = 0
+        for s in plan.sequences:
+            if s.is_prefill:
+                prefill_tokens += s.num_query_tokens
+                prefill_seqs += 1
+            else:
+                decode_tokens += s.num_query_tokens
+        c["start_s"].append(start_s)
+        c["duration_s"].append(duration_s)
+        c["num_prefill_tokens"].append(prefill_tokens)
+        c["num_decode_tokens"].append(decode_tokens)
+        c["num_draft_tokens"].append(plan.num_draft_tokens)
+        c["batch_size"].append(len(plan.sequences))
+        c["num_prefill_seqs"].append(prefill_seqs)
+        c["kv_blocks_used"].append(plan.kv_blocks_used)
+        c["num_preempted"].append(len(plan.preempted_ids))
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self._columns)

@@ -1,0 +1,32 @@
+"""Shared fixtures: the public data in ../shared (skipped cleanly where absent) and tiny cost models."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+def shared_path(*parts: str) -> Path:
+    """Path under ../shared; skips the test with a reason when the file is not there."""
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"public data not present: {path} (the project's ../shared folder is needed)")
+    return path
+
+
+class ConstantCostModel:
+    """Every step takes `step_s` seconds: isolates scheduling logic from pricing."""
+
+    def __init__(self, step_s: float = 0.01):
+        self.step_s = step_s
+
+    def predict_step_s(self, query_tokens: np.ndarray, context_tokens: np.ndarray, is_prefill: np.ndarray) -> float:
+        return self.step_s if len(query_tokens) else 0.0
+
+
+@pytest.fixture
+def constant_cost() -> ConstantCostModel:
+    return ConstantCostModel(0.01)
