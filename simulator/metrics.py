@@ -88,21 +88,23 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, num_gpu_blocks: int) 
     """Summary of a run: counts by finish reason, throughput, latency percentiles, KV usage.
 
     Throughput is over the makespan (first arrival to last completion) and counts tokens actually
-    produced. Latencies use completed requests only (rejected ones have no times).
+    produced, so a truncated request counts the tokens it produced. Latencies use every request
+    that produced tokens (completed or truncated); rejected requests have no times.
 
     Returns:
         A flat dict of floats/ints; every key is always present (NaN where undefined).
     """
-    done = requests[requests["finish_reason"] == COMPLETED]
-    out: dict[str, float] = {"num_requests": len(requests), "completed": len(done)}
+    completed = int((requests["finish_reason"] == COMPLETED).sum())
+    done = requests[requests["generated_tokens"] > 0]
+    out: dict[str, float] = {"num_requests": len(requests), "completed": completed}
     for reason in FINISH_REASONS[1:]:
         out[reason] = int((requests["finish_reason"] == reason).sum())
-    out["rejected"] = len(requests) - len(done)
+    out["rejected"] = sum(out[r] for r in FINISH_REASONS if r.startswith("rejected"))
 
     makespan_s = float(done["completion_s"].max() - requests["arrival_s"].min()) if len(done) else 0.0
     output_tokens = int(done["generated_tokens"].sum())
     out["makespan_s"] = makespan_s
-    out["throughput_rps"] = len(done) / makespan_s if makespan_s > 0 else 0.0
+    out["throughput_rps"] = completed / makespan_s if makespan_s > 0 else 0.0
     out["output_throughput_tps"] = output_tokens / makespan_s if makespan_s > 0 else 0.0
     total_tokens = output_tokens + int(done["prompt_tokens"].sum())
     out["total_throughput_tps"] = total_tokens / makespan_s if makespan_s > 0 else 0.0
