@@ -1,0 +1,35 @@
+"""The `CostModel` protocol: how long one iteration (one `BatchPlan`) takes on a device."""
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """Prices one forward step of a batch (DESIGN.md, "Core types and interfaces").
+
+    profiler/ imports nothing from simulator/: a step is described by three aligned arrays, one
+    entry per scheduled sequence.
+    """
+
+    def predict_step_s(
+        self,
+        query_tokens: np.ndarray,
+        context_tokens: np.ndarray,
+        is_prefill: np.ndarray,
+    ) -> float:
+        """Duration of one step in seconds.
+
+        Args:
+            query_tokens: int array, shape (num_seqs,): tokens each sequence computes this step
+                (a prefill chunk, 1 for a decode, 1 + drafts for a speculative verify).
+            context_tokens: int array, shape (num_seqs,): tokens already in the KV cache before
+                this step (the query attends to context + itself, causally).
+            is_prefill: bool array, shape (num_seqs,): True for prompt (or recompute) chunks.
+
+        Returns:
+            Step duration in seconds (> 0 for a non-empty batch).
+        """
+        ...

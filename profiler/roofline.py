@@ -1,0 +1,221 @@
+"""`RooflineCostModel`: a step's time from datasheet peaks, before any measured profile exists.
+
+Each part of a forward step (weight GEMMs, LM head, attention, tensor-parallel all-reduces) is
+priced on the roofline (Williams, Waterman, Patterson, CACM 2009): the slower of its FLOPs over the
+derated compute peak and its bytes over the derated memory bandwidth. A Llama step is the sum of
+its parts plus a fixed per-step overhead. Not priced separately: the embedding gather, RMSNorm,
+rotary, SiLU and sampling (small element-wise work, left to the overhead and to calibration).
+
+The default efficiencies and overhead below are **assumptions**, not measurements; a measured
+profile replaces them (issue "Calibration"):
+
+- `FLOPS_EFFICIENCY = 0.6`: large BF16 GEMMs reach roughly 60-75 % of the dense tensor-core peak
+  in cuBLAS [recall, not measured here]; serving shapes (a few hundred to a few thousand rows)
+  sit at the low end.
+- `BANDWIDTH_EFFICIENCY = 0.8`: memory-bound kernels (decode GEMVs, paged attention) typically
+  stream at 75-85 % of the datasheet HBM bandwidth [recall, not measured here].
+- `STEP_OVERHEAD_S = 0.5e-3`: CPU work per step outside the kernels (scheduling, input
+  preparation, sampling, launch of a CUDA-graph-captured decode).
+
+With these, llama-3-8b on h100-sxm decodes one sequence (context 1000) in about 6.2 ms per step:
+the GEMM weights (all but the embedding table, which is gathered, not streamed) take
+15.0e9 B / (3.35e12 B/s × 0.8) = 5.6 ms, attention 0.05 ms, the overhead 0.5 ms.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from profiler.device_spec import DeviceSpec
+from profiler.model_spec import ModelSpec
+
+FLOPS_EFFICIENCY = 0.6  # assumption, see module docstring
+BANDWIDTH_EFFICIENCY = 0.8  # assumption, see module docstring
+STEP_OVERHEAD_S = 0.5e-3  # assumption, see module docstring
+
+
+def roofline_time_s(flops: float, num_bytes: float, flops_per_s: float, bytes_per_s: float) -> float:
+    """max(flops / flops_per_s, num_bytes / bytes_per_s), seconds.
+
+    The roofline bound of one kernel (Williams et al., CACM 2009); pass rates already derated by
+    the efficiencies.
+    """
+    return max(flops / flops_per_s, num_bytes / bytes_per_s)
+
+
+def gemm_time_s(
+    m: int,
+    n: int,
+    k: int,
+    device: DeviceSpec,
+    dtype_bytes: int = 2,
+    flops_efficiency: float = FLOPS_EFFICIENCY,
+    bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY,
+) -> float:
+    """Roofline time (s) of an (m × k) @ (k × n) GEMM: m tokens through a k-in, n-out weight.
+
+    FLOPs = 2 m n k (one multiply and one add per MAC). Bytes = (m k + k n + m n) × dtype_bytes:
+    the input activations, the weight and the output, each moved once (ideal tiling). The compute
+    peak is `device.peak_flops(dtype_bytes)` × flops_efficiency; the bandwidth is
+    `device.mem_bandwidth_bytes_per_s` × bandwidth_efficiency.
+    """
+    flops = 2.0 * m * n * k
+    num_bytes = float(m * k + k * n + m * n) * dtype_bytes
+    return roofline_time_s(flops, num_bytes, device.peak_flops(dtype_bytes) * flops_efficiency,
+                           device.mem_bandwidth_bytes_per_s * bandwidth_efficiency)
+
+
+def ring_all_reduce_time_s(num_bytes: float, device: DeviceSpec, tp: int) -> float:
+    """Time (s) of one ring all-reduce of `num_bytes` over `tp` GPUs; 0 when tp = 1.
+
+    2 (tp − 1) / tp × num_bytes / link bandwidth + latency: a ring reduce-scatter then all-gather,
+    each moving (tp − 1) / tp of the buffer through every link (Patarasuk & Yuan, JPDC 2009; the
+    "bus bandwidth" factor of nccl-tests). `interconnect_latency_s` stands for the whole
+    collective's fixed cost.
+    """
+    if tp == 1:
+        return 0.0
+    return (2.0 * (tp - 1) / tp * num_bytes / device.interconnect_bandwidth_bytes_per_s
+            + device.interconnect_latency_s)
+
+
+class RooflineCostModel:
+    """Prices one step of a Llama-family model on a device from datasheet figures.
+
+    Implements the `CostModel` protocol (`profiler/cost_model.py`). All per-model constants are
+    computed here once, so that a step costs a handful of numpy reductions (microseconds).
+
+    Args:
+        model: the model's shapes.
+        device: the device's datasheet figures.
+        tensor_parallel_size: GPUs the model is sharded over (Megatron-style, as vLLM).
+        dtype_bytes: bytes per weight and activation element (2 for bf16, 1 for fp8).
+        kv_dtype_bytes: bytes per KV-cache element.
+        flops_efficiency, bandwidth_efficiency: fractions of the datasheet peaks that kernels
+            reach (assumptions until calibrated; see the module docstring).
+        step_overhead_s: fixed CPU/launch time per step, seconds.
+
+    Raises:
+        ValueError: an efficiency outside (0, 1], a negative overhead, or a tensor-parallel size
+            the model's heads or FFN width cannot be split by.
+    """
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        device: DeviceSpec,
+        tensor_parallel_size: int = 1,
+        dtype_bytes: int = 2,
+        kv_dtype_bytes: int = 2,
+        flops_efficiency: float = FLOPS_EFFICIENCY,
+        bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY,
+        step_overhead_s: float = STEP_OVERHEAD_S,
+    ) -> None:
+        if not (0 < flops_efficiency <= 1 and 0 < bandwidth_efficiency <= 1):
+            raise ValueError(f"efficiencies must be in (0, 1], got flops {flops_efficiency}, "
+                             f"bandwidth {bandwidth_efficiency}")
+        if step_overhead_s < 0:
+            raise ValueError(f"step_overhead_s must be >= 0, got {step_overhead_s}")
+        self.model = model
+        self.device = device
+        self.tensor_parallel_size = tp = tensor_parallel_size
+        self.dtype_bytes = dtype_bytes
+        self.kv_dtype_bytes = kv_dtype_bytes
+        self.flops_efficiency = flops_efficiency
+        self.bandwidth_efficiency = bandwidth_efficiency
+        self.step_overhead_s = step_overhead_s
+
+        self._layer_gemms = model.layer_gemm_shapes(tp)
+        self._lm_head_out = -(-model.vocab_size // tp)  # vocab-parallel LM head: ceil(vocab / tp)
+        heads_per_rank = model.num_attention_heads // tp
+        # Attention reads Q and writes O in the activation dtype; K and V live in the KV dtype.
+        self._attn_flops_per_pair = 4.0 * heads_per_rank * model.head_dim  # QK^T and PV, 2 each
+        self._qo_bytes_per_token = 2.0 * heads_per_rank * model.head_dim * dtype_bytes
+        self._kv_bytes_per_token_layer = model.kv_bytes_per_token(kv_dtype_bytes, tp) / model.num_layers
+        # Attention runs in BF16 even with FP8 weights (vLLM dequantises an FP8 KV cache).
+        self._attn_flops_per_s = device.peak_bf16_flops * flops_efficiency
+        self._bytes_per_s = device.mem_bandwidth_bytes_per_s * bandwidth_efficiency
+
+    def predict_step_s(self, query_tokens: np.ndarray, context_tokens: np.ndarray,
+                       is_prefill: np.ndarray) -> float:
+        """Duration (s) of one step; 0.0 for an empty batch. Arrays as in `CostModel`."""
+        return sum(self.breakdown(query_tokens, context_tokens, is_prefill).values())
+
+    def breakdown(self, query_tokens: np.ndarray, context_tokens: np.ndarray,
+                  is_prefill: np.ndarray) -> dict[str, float]:
+        """Seconds per part of one step: keys `linear_s`, `lm_head_s`, `attention_prefill_s`,
+        `attention_decode_s`, `all_reduce_s`, `overhead_s`; all 0.0 for an empty batch.
+
+        Args: aligned arrays of shape (num_seqs,), as in `CostModel.predict_step_s`.
+
+        Raises:
+            ValueError: the arrays differ in length.
+        """
+        q = np.asarray(query_tokens, dtype=np.float64)
+        c = np.asarray(context_tokens, dtype=np.float64)
+        prefill = np.asarray(is_prefill, dtype=bool)
+        if not q.shape == c.shape == prefill.shape:
+            raise ValueError(f"query_tokens, context_tokens, is_prefill must align; got shapes "
+                             f"{q.shape}, {c.shape}, {prefill.shape}")
+        names = ("linear_s", "lm_head_s", "attention_prefill_s", "attention_decode_s",
+                 "all_reduce_s", "overhead_s")
+        if q.size == 0:
+            return dict.fromkeys(names, 0.0)
+        num_tokens = int(q.sum())
+        attention_prefill_s, attention_decode_s = self._attention_s(q, c, prefill)
+        parts = (
+            self._linear_s(num_tokens),
+            self._lm_head_s(q.size),
+            attention_prefill_s,
+            attention_decode_s,
+            self._all_reduce_s(num_tokens),
+            self.step_overhead_s,
+        )
+        return dict(zip(names, parts))
+
+    def _gemm_s(self, m: int, n: int, k: int) -> float:
+        return gemm_time_s(m, n, k, self.device, self.dtype_bytes, self.flops_efficiency,
+                           self.bandwidth_efficiency)
+
+    def _linear_s(self, num_tokens: int) -> float:
+        """The four weight GEMMs of every layer, all tokens of the step in one GEMM each."""
+        per_layer = sum(self._gemm_s(num_tokens, out_dim, in_dim)
+                        for _, in_dim, out_dim in self._layer_gemms)
+        return self.model.num_layers * per_layer
+
+    def _lm_head_s(self, num_seqs: int) -> float:
+        """LM head over one row per sequence.
+
+        Only a sequence that emits a token needs logits: every decode, and a prefill chunk only
+        when it is the prompt's last. The arrays do not say which chunk is last, so every prefill
+        chunk is counted: an upper bound, off by one GEMV row per non-final chunk.
+        """
+        return self._gemm_s(num_seqs, self._lm_head_out, self.model.hidden_size)
+
+    def _attention_s(self, q: np.ndarray, c: np.ndarray, prefill: np.ndarray) -> tuple[float, float]:
+        """Attention of all layers, prefill sequences priced as one kernel and decodes as another.
+
+        Per sequence and layer: FLOPs = 4 × heads/tp × head_dim × (q c + q (q + 1) / 2), the
+        query attending to its context and causally to itself; bytes = KV read of (c + q) tokens
+        + KV write of q tokens (KV bytes per token per layer / tp each) + Q read and O write
+        (q × 2 × heads/tp × head_dim × dtype bytes).
+        """
+        groups = np.stack((prefill, ~prefill)).astype(np.float64)  # (2, num_seqs) 0/1 weights
+        pairs = groups @ (q * c + q * (q + 1) / 2)  # query-key pairs, causal within the chunk
+        kv_tokens = groups @ (c + 2 * q)  # KV read of c + q tokens and write of q
+        query = groups @ q
+        return (self._attention_group_s(pairs[0], kv_tokens[0], query[0]),
+                self._attention_group_s(pairs[1], kv_tokens[1], query[1]))
+
+    def _attention_group_s(self, pairs: float, kv_tokens: float, query_tokens: float) -> float:
+        """All layers of one attention kernel over a group of sequences, from the group's sums."""
+        flops = self._attn_flops_per_pair * float(pairs)
+        num_bytes = (self._kv_bytes_per_token_layer * float(kv_tokens)
+                     + self._qo_bytes_per_token * float(query_tokens))
+        return self.model.num_layers * roofline_time_s(flops, num_bytes, self._attn_flops_per_s,
+                                                       self._bytes_per_s)
+
+    def _all_reduce_s(self, num_tokens: int) -> float:
+        """Two all-reduces per layer (after o_proj and after down_proj) of tokens × hidden."""
+        num_bytes = num_tokens * self.model.hidden_size * self.dtype_bytes
+        return 2 * self.model.num_layers * ring_all_reduce_time_s(num_bytes, self.device,
+                                                                  self.tensor_parallel_size)
