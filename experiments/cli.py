@@ -1,0 +1,103 @@
+"""The `sarathi-sim` command line: `simulate` one point, `sweep` all points of a config."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import pandas as pd
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from experiments.config import ConfigError, SweepConfig, describe_point, load_config
+from experiments.report import recommend, write_report
+from experiments.sweep import run_sweep, write_results
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Capacity planning for LLM serving: simulate chunked prefill, paged KV and schedulers.")
+console = Console()
+err_console = Console(stderr=True)
+
+SetOption = typer.Option(None, "--set", help="Override a config key: --set trace.qps=4 (repeatable).")
+
+
+@app.command()
+def sweep(
+    config: Path = typer.Argument(..., help="Sweep config YAML (see experiments/configs/)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<name>)."),
+    set_: Optional[List[str]] = SetOption,
+    jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Worker processes (default: CPUs)."),
+) -> None:
+    """Simulate every point of CONFIG in parallel; write tables and a report."""
+    base, points = _load(config, set_)
+    _run(base, points, out or Path("runs") / base.name, jobs)
+
+
+@app.command()
+def simulate(
+    config: Path = typer.Argument(..., help="Config YAML."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<name>-point<K>)."),
+    set_: Optional[List[str]] = SetOption,
+    point: int = typer.Option(0, "--point", min=0, help="Which point of the config's variants to run."),
+) -> None:
+    """Simulate one point of CONFIG (the base config, or --point K of its variants)."""
+    base, points = _load(config, set_)
+    if point >= len(points):
+        labels = ", ".join(f"{i}: {describe_point(SweepConfig.model_validate(p))}" for i, p in enumerate(points))
+        _fail(f"--point {point} is out of range; this config has {len(points)} points ({labels})")
+    _run(base, [points[point]], out or Path("runs") / f"{base.name}-point{point}", jobs=1)
+
+
+def _load(config: Path, overrides: Optional[List[str]]):
+    try:
+        return load_config(config, overrides or [])
+    except ConfigError as exc:
+        _fail(str(exc))
+
+
+def _run(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Optional[int]) -> None:
+    started = time.perf_counter()
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=False) as progress:
+        task = progress.add_task(f"simulating {base.name}", total=len(points))
+        results = run_sweep(points, jobs=jobs, on_done=lambda i, row: progress.advance(task))
+    table = write_results(results, out_dir, base.model_dump(mode="json"))
+    requests_path = out_dir / "requests.parquet"
+    requests = pd.read_parquet(requests_path) if requests_path.exists() else None
+    html_path = write_report(table, requests, base, out_dir)
+    _print_table(table)
+    console.print(f"wrote {out_dir}/points.csv, points.parquet, requests.parquet, steps.parquet, "
+                  f"report.md and {html_path} in {time.perf_counter() - started:.1f} s")
+    if "error" in table and table["error"].notna().all():
+        raise typer.Exit(1)
+
+
+def _print_table(points: pd.DataFrame) -> None:
+    table = Table(title="points")
+    columns = ["label", "completed", "rejected", "throughput_rps", "ttft_s_p90", "tbt_s_p99", "tpot_s_p50", "slo_met"]
+    for c in columns:
+        table.add_column(c)
+    for _, row in points.iterrows():
+        if isinstance(row.get("error"), str):
+            table.add_row(str(row["label"]), f"[red]failed: {row['error']}[/red]", *[""] * (len(columns) - 2))
+            continue
+        table.add_row(*[f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c]) for c in columns])
+    console.print(table)
+    best = recommend(points)
+    if best is not None:
+        console.print(f"recommended: [bold]{best['label']}[/bold] (highest throughput meeting every SLO)")
+
+
+def _fail(message: str) -> None:
+    err_console.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    raise typer.Exit(2)
+
+
+def main() -> None:  # pragma: no cover - console-script shim
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,161 @@
+"""The sweep report: Markdown and a self-contained HTML page with matplotlib PNGs."""
+from __future__ import annotations
+
+import base64
+import html
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from experiments.config import SweepConfig, slo_summary_key  # noqa: E402
+from simulator.metrics import tbt_samples_s  # noqa: E402
+
+TABLE_COLUMNS = {
+    "label": "point",
+    "completed": "completed",
+    "rejected": "rejected",
+    "offered_qps": "offered QPS",
+    "throughput_rps": "req/s",
+    "output_throughput_tps": "out tok/s",
+    "ttft_s_p50": "TTFT P50 (s)",
+    "ttft_s_p90": "TTFT P90 (s)",
+    "tbt_s_p50": "TBT P50 (s)",
+    "tbt_s_p99": "TBT P99 (s)",
+    "tpot_s_p50": "TPOT P50 (s)",
+    "e2e_s_p50": "E2E P50 (s)",
+    "scheduling_delay_s_p50": "sched delay P50 (s)",
+    "num_preemptions": "preemptions",
+    "slo_met": "SLO met",
+}
+
+
+def write_report(points: pd.DataFrame, requests: pd.DataFrame | None, base: SweepConfig, out_dir: Path) -> Path:
+    """Write report.md, report.html and plots/*.png into `out_dir`; return the HTML path."""
+    plots_dir = out_dir / "plots"
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    ok = points[points["error"].isna()] if "error" in points else points
+    figures = [
+        _bar(ok, "tbt_s_p99", "P99 TBT (s)", base.slo.get("tbt_p99_s"), plots_dir / "tbt_p99.png"),
+        _bar(ok, "ttft_s_p90", "P90 TTFT (s)", base.slo.get("ttft_p90_s"), plots_dir / "ttft_p90.png"),
+    ]
+    if requests is not None and len(requests):
+        figures.append(_tbt_cdf(ok, requests, base.slo.get("tbt_p99_s"), plots_dir / "tbt_cdf.png"))
+
+    table = ok[[c for c in TABLE_COLUMNS if c in ok]].rename(columns=TABLE_COLUMNS)
+    header = _header_lines(points, base)
+    failed = points[points["error"].notna()] if "error" in points else points.iloc[0:0]
+    (out_dir / "report.md").write_text(_markdown(header, table, failed, figures, out_dir))
+    html_path = out_dir / "report.html"
+    html_path.write_text(_html(header, table, failed, figures, base.name))
+    return html_path
+
+
+def recommend(points: pd.DataFrame) -> pd.Series | None:
+    """The point with the highest throughput among those meeting every SLO (None if none do)."""
+    if "slo_met" not in points:
+        return None
+    meeting = points[points["slo_met"] == True]  # noqa: E712 (NaN means no SLO was set)
+    if meeting.empty:
+        return None
+    return meeting.sort_values(["throughput_rps", "tbt_s_p99"], ascending=[False, True]).iloc[0]
+
+
+def _header_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
+    first = points.iloc[0]
+    lines = [
+        f"Model **{base.model}** on **{base.device}**; cost model **{base.cost_model}** "
+        "(the roofline model from datasheet figures until a measured profile is shipped: "
+        "latencies are estimates, not measurements).",
+        f"Trace: {first.get('trace_source', base.trace.kind)}; "
+        f"{int(first.get('num_requests', 0))} requests at an offered {first.get('offered_qps', float('nan')):.3g} QPS.",
+    ]
+    slo = ", ".join(f"{k} ≤ {v:g}" for k, v in base.slo.items()) or "none set"
+    lines.append(f"SLOs (percentiles over the whole run): {slo}.")
+    best = recommend(points)
+    if best is not None:
+        lines.append(f"Recommended: **{best['label']}** — highest throughput meeting every SLO "
+                     f"({best['throughput_rps']:.3g} req/s, P99 TBT {best['tbt_s_p99']:.3g} s).")
+    elif base.slo:
+        lines.append("No point meets every SLO at this load.")
+    return lines
+
+
+def _bar(points: pd.DataFrame, column: str, ylabel: str, slo: float | None, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    values = points[column].astype(float).to_numpy() if column in points else np.zeros(len(points))
+    ax.bar(points["label"], np.nan_to_num(values), color="#4C72B0")
+    if slo is not None:
+        ax.axhline(slo, color="#C44E52", linestyle="--", label=f"SLO {slo:g} s")
+        ax.legend()
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{ylabel} per point")
+    ax.tick_params(axis="x", rotation=20)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _tbt_cdf(points: pd.DataFrame, requests: pd.DataFrame, slo: float | None, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for _, point in points.iterrows():
+        times = requests.loc[requests["point_id"] == point["point_id"], "token_times_s"]
+        samples = np.sort(np.concatenate([tbt_samples_s(t) for t in times] or [np.zeros(0)]))
+        if samples.size:
+            ax.plot(samples, np.arange(1, samples.size + 1) / samples.size, label=point["label"])
+    if slo is not None:
+        ax.axvline(slo, color="#C44E52", linestyle="--", label=f"SLO {slo:g} s")
+    ax.set_xscale("log")
+    ax.set_xlabel("TBT (s)")
+    ax.set_ylabel("fraction of gaps")
+    ax.set_title("CDF of time between tokens")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _fmt(value) -> str:
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, (float, np.floating)):
+        return "n/a" if math.isnan(value) else f"{value:.4g}"
+    return str(value)
+
+
+def _markdown(header, table, failed, figures, out_dir: Path) -> str:
+    lines = ["# Sweep report", ""] + [f"- {line}" for line in header] + [""]
+    lines.append("| " + " | ".join(table.columns) + " |")
+    lines.append("|" + "---|" * len(table.columns))
+    for _, row in table.iterrows():
+        lines.append("| " + " | ".join(_fmt(v) for v in row) + " |")
+    for _, row in failed.iterrows():
+        lines.append(f"\n**Point {row['label']} failed:** {row['error']}")
+    lines.append("")
+    lines += [f"![{p.stem}]({p.relative_to(out_dir)})" for p in figures]
+    return "\n".join(lines) + "\n"
+
+
+def _html(header, table, failed, figures, title: str) -> str:
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in r) + "</tr>"
+                   for _, r in table.iterrows())
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
+    items = "".join(f"<li>{html.escape(line).replace('**', '')}</li>" for line in header)
+    errors = "".join(f"<p><b>Point {html.escape(str(r['label']))} failed:</b> {html.escape(str(r['error']))}</p>"
+                     for _, r in failed.iterrows())
+    images = "".join(
+        f'<img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
+        for p in figures)
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)} — sarathi-sim</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}img{{max-width:100%;display:block;margin:1em 0}}</style>
+</head><body><h1>Sweep report: {html.escape(title)}</h1><ul>{items}</ul>
+<table><tr>{head}</tr>{rows}</table>{errors}{images}</body></html>
+"""
