@@ -1,0 +1,82 @@
+"""Built-in workload profiles: the committed JSON, and samples that match the real trace."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import shared_path
+from traces import WorkloadProfile, load_profile, read_trace
+from traces.profiles.build_profiles import main as build_profiles
+from traces.trace_stats import spearman
+from traces.workload_profile import PROFILES_DIR, builtin_profiles
+
+AZURE_CONV = ("traces", "azure_public_dataset", "AzureLLMInferenceTrace_conv.csv")
+
+
+def lengths(requests):
+    return np.array([r.prompt_tokens for r in requests]), np.array([r.output_tokens for r in requests])
+
+
+def test_azure_conv_profile_figures_and_source():
+    profile = load_profile("azure-conv")
+    assert profile.num_requests == 19_366
+    assert profile.span_s == pytest.approx(3501.7, abs=0.1)
+    assert profile.mean_rate_qps == pytest.approx(19_365 / 3501.72, rel=1e-4)
+    assert profile.probability[0] == 0.0 and profile.probability[-1] == 1.0
+    assert {0.5, 0.9, 0.995, 0.999} <= set(profile.probability.tolist())
+    assert (profile.prompt_quantiles_tokens[0], profile.prompt_quantiles_tokens[-1]) == (2, 14_050)
+    assert (profile.output_quantiles_tokens[0], profile.output_quantiles_tokens[-1]) == (7, 1_000)
+    assert profile.license == "CC-BY-4.0"
+    assert profile.source["repository"] == "Azure/AzurePublicDataset"
+    assert profile.source["file"] == "data/AzureLLMInferenceTrace_conv.csv"
+
+
+def test_profiles_rebuild_identically_from_the_public_trace(tmp_path):
+    build_profiles(["--azure-conv", str(shared_path(*AZURE_CONV)), "--out-dir", str(tmp_path)])
+    rebuilt = json.loads((tmp_path / "azure-conv.json").read_text())
+    assert rebuilt == json.loads((PROFILES_DIR / "azure-conv.json").read_text())
+
+
+def test_sample_matches_the_real_file():
+    real_prompt, real_output = lengths(read_trace(shared_path(*AZURE_CONV)).requests)
+    prompt, output = lengths(load_profile("azure-conv").sample(20_000, qps=5.0, seed=3))
+    for sampled, real in ((prompt, real_prompt), (output, real_output)):
+        for q in (50, 90):
+            assert np.percentile(sampled, q) == pytest.approx(np.percentile(real, q), rel=0.05)
+    assert abs(spearman(prompt, output) - spearman(real_prompt, real_output)) < 0.05
+
+
+def test_sample_reproduces_a_strong_correlation():
+    profile = load_profile("azure-conv")
+    strong = WorkloadProfile(**{**vars(profile), "spearman_prompt_output": 0.8})
+    prompt, output = lengths(strong.sample(20_000, qps=1.0, seed=0))
+    assert spearman(prompt, output) == pytest.approx(0.8, abs=0.03)
+
+
+def test_sample_arrivals_lengths_and_seeding():
+    profile = load_profile("azure-conv")
+    trace = profile.sample(2_000, qps=8.0, seed=11)
+    assert trace == profile.sample(2_000, qps=8.0, seed=11)
+    assert trace != profile.sample(2_000, qps=8.0, seed=12)
+    assert trace[0].arrival_s == 0.0 and [r.request_id for r in trace] == list(range(2_000))
+    assert (len(trace) - 1) / trace[-1].arrival_s == pytest.approx(8.0, rel=0.1)
+    assert min(min(r.prompt_tokens, r.output_tokens) for r in trace) >= 1
+    default_rate = profile.sample(2_000, seed=1)
+    assert (len(default_rate) - 1) / default_rate[-1].arrival_s == pytest.approx(profile.mean_rate_qps, rel=0.1)
+
+
+def test_unknown_profile_lists_the_built_in_names():
+    assert {"azure-conv", "azure-code"} <= set(builtin_profiles())
+    with pytest.raises(ValueError, match="azure-code, azure-conv"):
+        load_profile("sharegpt")
+
+
+def test_profile_file_missing_a_key_is_named(tmp_path):
+    data = json.loads((PROFILES_DIR / "azure-conv.json").read_text())
+    del data["spearman_prompt_output"]
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="broken.json.*spearman_prompt_output"):
+        load_profile(str(path))

@@ -1,0 +1,118 @@
+"""Trace readers on the public traces of ../shared/traces: counts, spans, units and agreement.
+
+Right values from ../shared/traces/README.md and ../shared/cases/README.md (cases 12, 13).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from tests.conftest import shared_path
+from traces import read_trace
+from traces.readers import read_azure_csv, read_burstgpt_csv, read_mooncake_jsonl, read_vidur_csv
+
+AZURE = ("traces", "azure_public_dataset")
+
+
+def columns(requests):
+    return (
+        np.array([r.arrival_s for r in requests]),
+        np.array([r.prompt_tokens for r in requests]),
+        np.array([r.output_tokens for r in requests]),
+    )
+
+
+def test_azure_conv_counts_span_and_lengths():
+    result = read_trace(shared_path(*AZURE, "AzureLLMInferenceTrace_conv.csv"))
+    assert result.format == "azure"
+    assert result.rejected_rows == {}
+    arrival_s, prompt, output = columns(result.requests)
+    assert len(result.requests) == 19_366
+    assert arrival_s[0] == 0.0
+    assert arrival_s[-1] == pytest.approx(3501.7, abs=0.1)
+    assert (prompt.min(), prompt.max(), np.median(prompt)) == (2, 14_050, 1_020)
+    assert (output.min(), output.max(), np.median(output)) == (7, 1_000, 129)
+    assert [r.request_id for r in result.requests] == list(range(19_366))
+
+
+def test_azure_conv_first_rows_exact_to_100ns():
+    # File: 18:15:46.6805900 then 18:15:50.9951690 -> 4.314579 s apart exactly.
+    requests = read_azure_csv(shared_path(*AZURE, "AzureLLMInferenceTrace_conv.csv"))
+    assert requests[1].arrival_s == 4.314579
+    assert (requests[0].prompt_tokens, requests[0].output_tokens) == (374, 44)
+
+
+def test_azure_code_counts_and_span():
+    requests = read_trace(shared_path(*AZURE, "AzureLLMInferenceTrace_code.csv")).requests
+    arrival_s, prompt, output = columns(requests)
+    assert len(requests) == 8_819
+    assert arrival_s[-1] == pytest.approx(3435.9, abs=0.1)
+    assert (prompt.min(), prompt.max(), np.median(prompt)) == (3, 7_437, 1_469)
+    assert (output.min(), output.max(), np.median(output)) == (6, 1_899, 13)
+
+
+@pytest.mark.parametrize("kind", ["conv", "code"])
+def test_azure_and_vidur_files_give_the_same_schedule(kind):
+    azure = read_azure_csv(shared_path(*AZURE, f"AzureLLMInferenceTrace_{kind}.csv"))
+    vidur = read_vidur_csv(shared_path("traces", "vidur", f"splitwise_{kind}.csv"))
+    a_arrival, a_prompt, a_output = columns(azure)
+    v_arrival, v_prompt, v_output = columns(vidur)
+    assert len(azure) == len(vidur)
+    assert np.max(np.abs(a_arrival - v_arrival)) < 1e-6
+    assert np.array_equal(a_prompt, v_prompt) and np.array_equal(a_output, v_output)
+
+
+def test_azure_file_loads_well_under_a_second():
+    path = shared_path(*AZURE, "AzureLLMInferenceTrace_conv.csv")
+    start = time.perf_counter()
+    read_trace(path)
+    assert time.perf_counter() - start < 0.8
+
+
+def test_auto_detection_names_each_format():
+    assert read_trace(shared_path("traces", "vidur", "splitwise_code.csv")).format == "vidur"
+    assert read_trace(shared_path("cases", "same_second", "trace.csv")).format == "burstgpt"
+    assert read_trace(shared_path("cases", "mooncake_ms_units", "trace.jsonl")).format == "mooncake"
+    assert read_trace(shared_path("cases", "empty_trace", "trace.csv")).format == "canonical"
+
+
+def test_mooncake_timestamps_are_milliseconds():
+    # Case 12: arrivals 0, 3.000, 5.999, 9.000, 12.000 s.
+    requests = read_mooncake_jsonl(shared_path("cases", "mooncake_ms_units", "trace.jsonl"))
+    assert [r.arrival_s for r in requests] == [0.0, 3.0, 5.999, 9.0, 12.0]
+    assert requests[0].prompt_tokens == 6758 and requests[0].output_tokens == 500
+
+
+def test_mooncake_conversation_trace():
+    requests = read_mooncake_jsonl(shared_path("traces", "mooncake", "conversation_trace.jsonl"))
+    arrival_s, prompt, output = columns(requests)
+    assert len(requests) == 12_031
+    assert arrival_s[-1] == pytest.approx(3_537, abs=1.0)
+    assert int(np.sum(np.diff(arrival_s) == 0)) == 10_851
+    assert int(np.sum(prompt + output > 8_192)) == 5_570
+    assert int(np.sum(output == 1)) == 72
+    assert requests[0].prefix_hash_ids == tuple(range(14))
+
+
+def test_burstgpt_same_second_rows_keep_file_order():
+    # Case 13: four rows at one second, all kept in file order at 0.0 s.
+    requests = read_burstgpt_csv(shared_path("cases", "same_second", "trace.csv"))
+    assert [r.arrival_s for r in requests] == [0.0] * 4
+    assert [r.prompt_tokens for r in requests] == [310, 95, 720, 410]
+    assert [r.output_tokens for r in requests] == [120, 260, 88, 301]
+    assert [r.request_id for r in requests] == [0, 1, 2, 3]
+
+
+def test_burstgpt_seconds_from_first_row():
+    requests = read_burstgpt_csv(shared_path("traces", "burstgpt", "BurstGPT_1.EXCERPT_from_README.csv"))
+    assert [r.arrival_s for r in requests] == [0.0, 40.0, 113.0]
+
+
+def test_azure_2024_timestamps_with_utc_offset():
+    path = shared_path("traces", "excerpts", "AzureLLMInferenceTrace_conv_1week.EXCERPT_from_notebook_output.csv")
+    requests = read_trace(path, strict=True).requests
+    # 00:00:00.001163 -> 00:00:00.041683, and the last row 6 days 23:59:59.994297 later.
+    assert requests[1].arrival_s == pytest.approx(0.04052, abs=1e-9)
+    assert requests[-1].arrival_s == pytest.approx(7 * 86_400 - 0.001163 - 0.004540, abs=1e-6)

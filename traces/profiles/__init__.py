@@ -1,0 +1,1 @@
+"""Built-in workload profiles (`*.json`): figures derived from public traces by `build_profiles`."""

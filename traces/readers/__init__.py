@@ -1,0 +1,23 @@
+"""Trace-file readers: formats, validation, and the `TraceLoadResult` they report."""
+from traces.readers.by_format import (
+    read_azure_csv,
+    read_burstgpt_csv,
+    read_canonical_csv,
+    read_mooncake_jsonl,
+    read_vidur_csv,
+)
+from traces.readers.formats import FORMATS, TraceFormat
+from traces.readers.load_result import TraceLoadResult
+from traces.readers.read_trace import read_trace
+
+__all__ = [
+    "FORMATS",
+    "TraceFormat",
+    "TraceLoadResult",
+    "read_azure_csv",
+    "read_burstgpt_csv",
+    "read_canonical_csv",
+    "read_mooncake_jsonl",
+    "read_trace",
+    "read_vidur_csv",
+]

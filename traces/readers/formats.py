@@ -1,0 +1,142 @@
+"""The trace file formats this package reads: their columns, time units and sources.
+
+Each format is one `TraceFormat` value; `detect_format` picks one from a file's header. Sources
+and units are those of `../shared/traces/README.md`.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from traces.errors import TraceFormatError
+from traces.readers import fields
+from traces.readers.row_problems import RowProblems
+from traces.readers.table import csv_header, first_line, json_keys
+
+# (problems, arrival texts, field) -> arrival in seconds (any origin), shape (n,)
+ArrivalParser = Callable[[RowProblems, pd.Series, str], np.ndarray]
+
+
+def _offsets(units_per_s: float, unit: str) -> ArrivalParser:
+    return lambda problems, texts, field: fields.parse_offsets_s(problems, texts, field, units_per_s, unit)
+
+
+@dataclass(frozen=True)
+class TraceFormat:
+    """How one trace format names its columns and measures time.
+
+    Attributes:
+        name: the `format=` value of `read_trace`.
+        arrival, prompt, output: the file's names for arrival time, prompt and output tokens.
+        time_unit: the unit of `arrival`, in words (stated in every reader's docstring).
+        parse_arrival_s: turns the arrival column into seconds.
+        source: where the format is defined.
+        optional: further columns read when present (canonical `priority`).
+        jsonl: True for JSON-lines files (one object per line, no header).
+        list_keys: JSON keys holding integer lists (Mooncake `hash_ids`).
+    """
+
+    name: str
+    arrival: str
+    prompt: str
+    output: str
+    time_unit: str
+    parse_arrival_s: ArrivalParser
+    source: str
+    optional: tuple[str, ...] = ()
+    jsonl: bool = False
+    list_keys: tuple[str, ...] = ()
+
+    @property
+    def required(self) -> tuple[str, str, str]:
+        """The columns (or JSON keys) a file must have, in arrival, prompt, output order."""
+        return (self.arrival, self.prompt, self.output)
+
+    def describe(self) -> str:
+        """One line for error messages: name, header and time unit."""
+        header = ",".join(self.required) + "".join(f"[,{name}]" for name in self.optional)
+        kind = "JSON lines with keys " if self.jsonl else ""
+        return f"{self.name}: {kind}{header} ({self.time_unit})"
+
+
+FORMATS: dict[str, TraceFormat] = {
+    spec.name: spec
+    for spec in (
+        TraceFormat(
+            "canonical", "arrival_s", "prompt_tokens", "output_tokens", "seconds",
+            _offsets(1.0, "seconds"), "sarathi-sim DESIGN.md, Files",
+            optional=("request_id", "priority"),
+        ),
+        TraceFormat(
+            "azure", "TIMESTAMP", "ContextTokens", "GeneratedTokens",
+            "absolute time YYYY-MM-DD HH:MM:SS.fffffff, 100 ns resolution",
+            fields.parse_azure_timestamps_s,
+            "Azure/AzurePublicDataset data/AzureLLMInferenceTrace_{code,conv}.csv (Splitwise, ISCA'24)",
+        ),
+        TraceFormat(
+            "vidur", "arrived_at", "num_prefill_tokens", "num_decode_tokens",
+            "float seconds from the first request", _offsets(1.0, "seconds"),
+            "microsoft/vidur data/processed_traces/splitwise_{code,conv}.csv",
+        ),
+        TraceFormat(
+            "burstgpt", "Timestamp", "Request tokens", "Response tokens", "whole seconds",
+            _offsets(1.0, "seconds"), "HPMLL/BurstGPT README (BurstGPT_*.csv)",
+        ),
+        TraceFormat(
+            "mooncake", "timestamp", "input_length", "output_length", "integer milliseconds from trace start",
+            _offsets(1000.0, "milliseconds"), "kvcache-ai/Mooncake FAST25-release/traces/*.jsonl",
+            jsonl=True, list_keys=("hash_ids",),
+        ),
+    )
+}
+
+
+def known_formats() -> str:
+    """All formats, one `describe()` per line, for error messages."""
+    return "; ".join(spec.describe() for spec in FORMATS.values())
+
+
+def format_by_name(name: str) -> TraceFormat:
+    """The format called `name`; ValueError listing the known names otherwise."""
+    if name not in FORMATS:
+        raise ValueError(f"unknown trace format {name!r}; known: auto, {', '.join(FORMATS)}")
+    return FORMATS[name]
+
+
+def detect_format(path: Path) -> TraceFormat:
+    """The format whose required columns all appear in the file's header (or first JSON line).
+
+    Raises:
+        TraceFormatError: empty file, or a header that matches no known format (the message
+            lists every known header).
+    """
+    line = first_line(path)
+    if line.lstrip().startswith("{"):
+        keys = set(json_keys(line))
+        candidates = [spec for spec in FORMATS.values() if spec.jsonl]
+    else:
+        keys = set(csv_header(path))
+        candidates = [spec for spec in FORMATS.values() if not spec.jsonl]
+    for spec in candidates:
+        if set(spec.required) <= keys:
+            return spec
+    raise TraceFormatError(
+        path, field="header", value=line, expected=f"a header of a known trace format: {known_formats()}"
+    )
+
+
+def check_header(path: Path, spec: TraceFormat) -> None:
+    """Raise TraceFormatError naming the missing columns when a CSV lacks `spec`'s required ones."""
+    if spec.jsonl:
+        return  # JSON lines name their keys per line; a missing key is a missing field of that row
+    header = csv_header(path)
+    missing = [name for name in spec.required if name not in header]
+    if missing:
+        raise TraceFormatError(
+            path, field="header", value=first_line(path),
+            expected=f"the {spec.name} columns {','.join(spec.required)} (missing {','.join(missing)})",
+        )
