@@ -1,6 +1,7 @@
 """The `sarathi-sim` command line: `simulate` one point, `sweep` all points of a config."""
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import List, Optional
@@ -17,8 +18,10 @@ from experiments.sweep import run_sweep, write_results
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Capacity planning for LLM serving: simulate chunked prefill, paged KV and schedulers.")
-console = Console()
-err_console = Console(stderr=True)
+# Wide enough for the points table when output is piped (rich defaults to 80 columns then).
+_WIDTH = max(shutil.get_terminal_size((120, 24)).columns, 120)
+console = Console(width=_WIDTH)
+err_console = Console(stderr=True, width=_WIDTH)
 
 SetOption = typer.Option(None, "--set", help="Override a config key: --set trace.qps=4 (repeatable).")
 
@@ -67,27 +70,31 @@ def _run(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Optional[in
     requests_path = out_dir / "requests.parquet"
     requests = pd.read_parquet(requests_path) if requests_path.exists() else None
     html_path = write_report(table, requests, base, out_dir)
-    _print_table(table)
+    _print_table(table, base)
     console.print(f"wrote {out_dir}/points.csv, points.parquet, requests.parquet, steps.parquet, "
                   f"report.md and {html_path} in {time.perf_counter() - started:.1f} s")
     if "error" in table and table["error"].notna().all():
         raise typer.Exit(1)
 
 
-def _print_table(points: pd.DataFrame) -> None:
-    table = Table(title="points")
-    columns = ["label", "completed", "rejected", "throughput_rps", "ttft_s_p90", "tbt_s_p99", "tpot_s_p50", "slo_met"]
-    for c in columns:
-        table.add_column(c)
+SHORT_COLUMNS = {"label": "point", "completed": "done", "rejected": "rej", "throughput_rps": "req/s",
+                 "ttft_s_p90": "TTFT p90 s", "tbt_s_p99": "TBT p99 s", "tpot_s_p50": "TPOT p50 s",
+                 "slo_met": "SLO"}
+
+
+def _print_table(points: pd.DataFrame, base: SweepConfig) -> None:
+    table = Table(title=f"{base.name}: {len(points)} points")
+    for c in SHORT_COLUMNS.values():
+        table.add_column(c, no_wrap=True)
     for _, row in points.iterrows():
         if isinstance(row.get("error"), str):
-            table.add_row(str(row["label"]), f"[red]failed: {row['error']}[/red]", *[""] * (len(columns) - 2))
+            table.add_row(str(row["label"]), f"[red]failed: {row['error']}[/red]", *[""] * (len(SHORT_COLUMNS) - 2))
             continue
-        table.add_row(*[f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c]) for c in columns])
+        table.add_row(*[f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c]) for c in SHORT_COLUMNS])
     console.print(table)
-    best = recommend(points)
+    best = recommend(points, base.slo)
     if best is not None:
-        console.print(f"recommended: [bold]{best['label']}[/bold] (highest throughput meeting every SLO)")
+        console.print(f"recommended at this load: [bold]{best['label']}[/bold] (meets every SLO with the most headroom)")
 
 
 def _fail(message: str) -> None:

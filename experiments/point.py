@@ -39,8 +39,8 @@ def load_requests(trace: ProfileTrace | FileTrace | PoissonTrace) -> tuple[list[
         requests = load_profile(trace.name).sample(trace.num_requests, trace.qps, seed=trace.seed)
         return requests, {"trace_source": f"profile {trace.name}", "trace_rows_rejected": 0}
     if isinstance(trace, PoissonTrace):
-        requests = synthetic_trace(trace.num_requests, trace.qps, prompt_tokens=trace.prompt_tokens,
-                                   output_tokens=trace.output_tokens, seed=trace.seed)
+        requests = synthetic_trace(trace.num_requests, trace.qps, prompt=tuple_or_int(trace.prompt_tokens),
+                                   output=tuple_or_int(trace.output_tokens), seed=trace.seed)
         return requests, {"trace_source": "poisson", "trace_rows_rejected": 0}
     if trace.path is None:
         raise ValueError("trace.path is not set: give it in the config or with --set trace.path=FILE")
@@ -79,6 +79,10 @@ def build_cost_model(point: SweepConfig) -> RooflineCostModel:
     return RooflineCostModel(get_model_spec(point.model), get_device_spec(point.device),
                              tensor_parallel_size=e.tensor_parallel_size,
                              dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=DTYPE_BYTES[e.kv_cache_dtype])
+
+
+def tuple_or_int(value):
+    return tuple(value) if isinstance(value, (list, tuple)) else value
 
 
 def run_point(point: SweepConfig, point_id: int = 0) -> PointResult:

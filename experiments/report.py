@@ -56,14 +56,26 @@ def write_report(points: pd.DataFrame, requests: pd.DataFrame | None, base: Swee
     return html_path
 
 
-def recommend(points: pd.DataFrame) -> pd.Series | None:
-    """The point with the highest throughput among those meeting every SLO (None if none do)."""
-    if "slo_met" not in points:
+def slo_headroom(points: pd.DataFrame, slo: dict[str, float]) -> pd.Series:
+    """Per point, the worst ratio of a metric to its SLO (< 1 means every SLO is met)."""
+    ratios = [points[slo_summary_key(k)].astype(float) / v for k, v in slo.items()]
+    return pd.concat(ratios, axis=1).max(axis=1, skipna=False).fillna(np.inf)
+
+
+def recommend(points: pd.DataFrame, slo: dict[str, float]) -> pd.Series | None:
+    """At this load, the point meeting every SLO with the most headroom (None if none meets them).
+
+    Headroom is the worst metric/SLO ratio; lower is better. Below saturation every point
+    serves the offered load, so throughput does not separate them; the tightest SLO does.
+    (Capacity — the highest load meeting the SLOs — is found by the capacity search.)
+    """
+    if not slo or "error" in points and points["error"].notna().all():
         return None
-    meeting = points[points["slo_met"] == True]  # noqa: E712 (NaN means no SLO was set)
-    if meeting.empty:
+    ok = points[points["error"].isna()] if "error" in points else points
+    ratio = slo_headroom(ok, slo)
+    if not (ratio <= 1).any():
         return None
-    return meeting.sort_values(["throughput_rps", "tbt_s_p99"], ascending=[False, True]).iloc[0]
+    return ok.loc[ratio.idxmin()]
 
 
 def _header_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
@@ -77,10 +89,11 @@ def _header_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
     ]
     slo = ", ".join(f"{k} ≤ {v:g}" for k, v in base.slo.items()) or "none set"
     lines.append(f"SLOs (percentiles over the whole run): {slo}.")
-    best = recommend(points)
+    best = recommend(points, base.slo)
     if best is not None:
-        lines.append(f"Recommended: **{best['label']}** — highest throughput meeting every SLO "
-                     f"({best['throughput_rps']:.3g} req/s, P99 TBT {best['tbt_s_p99']:.3g} s).")
+        lines.append(f"Recommended at this load: **{best['label']}** — meets every SLO with the most "
+                     f"headroom ({best['throughput_rps']:.3g} req/s, P99 TBT {best['tbt_s_p99']:.3g} s, "
+                     f"P90 TTFT {best['ttft_s_p90']:.3g} s).")
     elif base.slo:
         lines.append("No point meets every SLO at this load.")
     return lines
