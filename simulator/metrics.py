@@ -9,8 +9,6 @@ REFERENCE.md §1.6, §2.5.) Every percentile of an empty sample is NaN, never mi
 """
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import numpy as np
 import pandas as pd
 
@@ -65,7 +63,8 @@ def requests_frame(finished: list[FinishedRequest]) -> pd.DataFrame:
     Sorted by request_id. `token_times_s` stays a list column (Parquet stores it as a list).
     """
     columns = list(FinishedRequest.__dataclass_fields__)
-    frame = pd.DataFrame([asdict(f) for f in finished], columns=columns)
+    # Shallow rows: dataclasses.asdict would deep-copy every token_times_s list.
+    frame = pd.DataFrame([{c: getattr(f, c) for c in columns} for f in finished], columns=columns)
     frame = frame.sort_values("request_id", kind="stable").reset_index(drop=True)
     frame["ttft_s"] = frame["first_token_s"] - frame["arrival_s"]
     frame["e2e_s"] = frame["completion_s"] - frame["arrival_s"]
@@ -136,3 +135,18 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, num_gpu_blocks: int) 
 def _concat(arrays) -> np.ndarray:
     arrays = list(arrays)
     return np.concatenate(arrays) if arrays else np.zeros(0)
+
+
+def goodput_count(requests: pd.DataFrame, thresholds_s: dict[str, float]) -> int:
+    """Completed requests meeting every per-request threshold (`vllm bench serve --goodput`, DistServe).
+
+    Args:
+        requests: `requests_frame` output.
+        thresholds_s: any of ttft_s, tpot_s, e2e_s -> limit in seconds. A request with an
+            undefined TPOT (one output token) meets a TPOT threshold, as vLLM skips it.
+    """
+    good = requests["finish_reason"] == COMPLETED
+    for metric, limit in thresholds_s.items():
+        values = requests[metric]
+        good &= (values <= limit) | (values.isna() & (metric == "tpot_s"))
+    return int(good.sum())

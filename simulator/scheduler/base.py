@@ -127,17 +127,16 @@ class Scheduler:
         """
         decodes = []
         for seq in [s for s in self.running if not s.is_prefill]:
-            if seq not in self.running:  # preempted as a victim earlier in this loop
+            if seq.request_id not in self._in_flight:  # preempted as a victim earlier in this loop
                 continue
             needed_tokens = seq.num_computed_tokens + 1
-            while not self.block_manager.can_grow_to(seq.request_id, needed_tokens):
+            while not self.block_manager.try_grow_to(seq.request_id, needed_tokens):
                 victim = self.running[-1]
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim is seq:
                     break
             else:
-                self.block_manager.grow_to(seq.request_id, needed_tokens)
                 decodes.append(seq)
         return decodes
 

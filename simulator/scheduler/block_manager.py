@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from collections import deque
 
+_EMPTY: list[int] = []
+
 
 def blocks_for(num_tokens: int, block_size: int) -> int:
     """Blocks needed to hold `num_tokens` KV entries: ceil(num_tokens / block_size).
@@ -51,8 +53,22 @@ class BlockManager:
     def blocks_held(self, request_id: int) -> int:
         return len(self._tables.get(request_id, ()))
 
-    def block_table(self, request_id: int) -> tuple[int, ...]:
-        return tuple(self._tables.get(request_id, ()))
+    def block_table(self, request_id: int) -> list[int]:
+        """The live list of physical block ids of `request_id` (do not modify it)."""
+        return self._tables.get(request_id, _EMPTY)
+
+    def try_grow_to(self, request_id: int, num_tokens: int) -> bool:
+        """Reserve blocks so `request_id` holds `num_tokens`; False (nothing changed) if too few are free.
+
+        The common case — the tokens fit in the blocks already held — costs one comparison.
+        """
+        table = self._tables.get(request_id, _EMPTY)
+        if num_tokens <= len(table) * self.block_size:
+            return True
+        if not self.can_grow_to(request_id, num_tokens):
+            return False
+        self.grow_to(request_id, num_tokens)
+        return True
 
     def can_admit(self, num_tokens: int) -> bool:
         """True if a new sequence can reserve `num_tokens` and leave the watermark free."""

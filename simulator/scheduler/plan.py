@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
 
-@dataclass(frozen=True, slots=True)
-class ScheduledSequence:
+class ScheduledSequence(NamedTuple):
     """One sequence's share of a step: bring `num_computed_tokens` forward by `num_query_tokens`.
 
     Attributes:
@@ -25,6 +25,11 @@ class ScheduledSequence:
             at least one new token (final prefill chunk, decode, verify).
         num_draft_tokens: speculative draft tokens verified in this step (0 without split-N).
         block_table: physical KV block ids held by the sequence after this step's allocation.
+            The block manager's own list, shared to keep scheduling per step cheap: read it before
+            the next `schedule()` call and never modify it.
+
+    A NamedTuple rather than a frozen dataclass: one is built per sequence per step, and tuple
+    construction is several times cheaper.
     """
 
     request_id: int
@@ -33,7 +38,7 @@ class ScheduledSequence:
     is_prefill: bool
     emits_token: bool
     num_draft_tokens: int = 0
-    block_table: tuple[int, ...] = ()
+    block_table: Sequence[int] = ()
 
 
 @dataclass(frozen=True)

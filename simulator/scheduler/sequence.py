@@ -21,6 +21,7 @@ class Sequence:
     """
 
     request: Request
+    request_id: int = field(init=False)  # copied from the request: read several times per step
     num_computed_tokens: int = 0
     num_generated_tokens: int = 0
     prefill_target_tokens: int = 0
@@ -31,11 +32,8 @@ class Sequence:
     token_times_s: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self.request_id = self.request.request_id
         self.prefill_target_tokens = self.request.prompt_tokens
-
-    @property
-    def request_id(self) -> int:
-        return self.request.request_id
 
     @property
     def num_tokens(self) -> int:
