@@ -31,6 +31,8 @@ TABLE_COLUMNS = {
     "e2e_s_p50": "E2E P50 (s)",
     "scheduling_delay_s_p50": "sched delay P50 (s)",
     "num_preemptions": "preemptions",
+    "num_gpu_blocks": "KV blocks",
+    "kv_usage_max": "KV usage max",
     "slo_met": "SLO met",
 }
 

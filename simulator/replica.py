@@ -48,7 +48,7 @@ class Replica:
 
     def submit(self, request: Request) -> None:
         """Hand an arriving request to the scheduler (called at its arrival time)."""
-        rejection = self.scheduler.add_request(request, self.env.now)
+        rejection = self.scheduler.add_request(request)
         if rejection is not None:
             self.finished.append(rejection)
         elif self._idle is not None and not self._idle.triggered:

@@ -155,5 +155,5 @@ def test_mooncake_conversation_too_long_count():
     loaded = read_trace(shared_path("traces", "mooncake", "conversation_trace.jsonl"))
     assert len(loaded.requests) == 12_031
     scheduler = make_scheduler("sarathi", SchedulerConfig(num_gpu_blocks=30_000, max_model_len=8192, chunk_size=512))
-    reasons = [scheduler.add_request(r, r.arrival_s) for r in loaded.requests]
+    reasons = [scheduler.add_request(r) for r in loaded.requests]
     assert sum(1 for r in reasons if r is not None and r.finish_reason == "rejected_too_long") == 5_570

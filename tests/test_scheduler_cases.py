@@ -78,7 +78,7 @@ def test_oldest_running_request_is_never_preempted_for_a_younger_one():
     config = SchedulerConfig(num_gpu_blocks=40, block_size=16, max_model_len=8192, max_num_seqs=8, chunk_size=512)
     scheduler = make_scheduler("sarathi", config)
     for r in reqs(*[(0.0, 300, 200)] * 8):
-        scheduler.add_request(r, 0.0)
+        scheduler.add_request(r)
     now = 0.0
     steps = 0
     while scheduler.has_work():
@@ -106,7 +106,7 @@ def test_prompt_over_budget_rejected_by_vllm():
 def test_prompt_over_budget_completes_with_sarathi_in_six_chunks():
     config = SchedulerConfig(num_gpu_blocks=10_000, block_size=16, max_model_len=8192, chunk_size=512)
     scheduler = make_scheduler("sarathi", config)
-    scheduler.add_request(Request(0, 0.0, 2715, 16), 0.0)
+    scheduler.add_request(Request(0, 0.0, 2715, 16))
     chunks = []
     now = 0.0
     while scheduler.has_work():
@@ -138,7 +138,7 @@ def test_empty_trace_gives_complete_summary():
 def _blocks_per_step(name, **cfg):
     config = SchedulerConfig(num_gpu_blocks=1000, block_size=16, max_model_len=8192, **cfg)
     scheduler = make_scheduler(name, config)
-    scheduler.add_request(Request(0, 0.0, 250, 4), 0.0)
+    scheduler.add_request(Request(0, 0.0, 250, 4))
     held, queries, now = [], [], 0.0
     while scheduler.has_work():
         plan = scheduler.schedule(now)

@@ -41,7 +41,7 @@ class Scheduler:
         self._in_flight: dict[int, Sequence] = {}
 
     # ----- public API ---------------------------------------------------------------------
-    def add_request(self, request: Request, now_s: float) -> FinishedRequest | None:
+    def add_request(self, request: Request) -> FinishedRequest | None:
         """Queue a request, or reject it at once if it can never be served.
 
         Returns:
