@@ -1,73 +1,126 @@
-"""One serving replica as a SimPy process: schedule, price with the cost model, advance time."""
+"""One serving replica as a SimPy process: schedule, price the plan, advance time, complete."""
 from __future__ import annotations
 
 from typing import Callable
 
 import simpy
 
-from profiler.cost_model import CostModel
+from simulator.pricing import StepPricer
 from simulator.scheduler import BatchPlan, FinishedRequest, Scheduler, StepOutcome
 from simulator.step_log import StepLog
 from traces import Request
 
 
 class SimulationStalled(RuntimeError):
-    """The scheduler holds work but can schedule nothing: a scheduler bug, never expected."""
+    """The scheduler holds work but can schedule nothing with nothing executing: a scheduler bug."""
 
 
 class Replica:
-    """A replica: one scheduler, one cost model, one clock (SimPy's).
+    """A replica: one scheduler, one pricer, SimPy's clock.
 
     The loop is per step, not per token (DESIGN.md, "one scheduler, two clocks"):
-    `plan = scheduler.schedule(now)`, `yield timeout(cost_model.predict_step_s(plan))`,
-    `scheduler.complete_step(plan, outcome, now)`.
+    `plan = scheduler.schedule(now)`, `yield timeout(pricer.step_s(plan))`,
+    `scheduler.complete_step(plan, outcome, now)`. With pipeline parallelism (P stages) up to P
+    micro-batches are in flight (Sarathi-Serve `base_scheduler.py`): a new one is scheduled as
+    soon as the first stage is free, and each completes after passing every stage.
 
     Args:
         env: the SimPy environment.
         scheduler: a `simulator.scheduler.Scheduler`.
-        cost_model: anything with `predict_step_s(query_tokens, context_tokens, is_prefill)`.
+        pricer: a `StepPricer`.
         outcome_fn: turns a plan into the tokens it emitted (speculative acceptance models plug
             in here); defaults to one token per emitting sequence.
+        replica_id: written into the step records.
     """
 
     def __init__(
         self,
         env: simpy.Environment,
         scheduler: Scheduler,
-        cost_model: CostModel,
+        pricer: StepPricer,
         outcome_fn: Callable[[BatchPlan], StepOutcome] = StepOutcome.without_speculation,
+        replica_id: int = 0,
     ):
         self.env = env
         self.scheduler = scheduler
-        self.cost_model = cost_model
+        self.pricer = pricer
         self.outcome_fn = outcome_fn
+        self.replica_id = replica_id
         self.finished: list[FinishedRequest] = []
         self.steps = StepLog()
-        self._idle: simpy.Event | None = None
-        self.process = env.process(self._run())
+        self.num_outstanding = 0  # submitted and not finished (the least-outstanding router reads it)
+        self._wake: simpy.Event = env.event()
+        stages = pricer.pipeline_stages
+        self._stages = [simpy.Resource(env, capacity=1) for _ in range(stages)]
+        self.process = env.process(self._run() if stages == 1 else self._run_pipelined())
 
     def submit(self, request: Request) -> None:
         """Hand an arriving request to the scheduler (called at its arrival time)."""
         rejection = self.scheduler.add_request(request)
         if rejection is not None:
             self.finished.append(rejection)
-        elif self._idle is not None and not self._idle.triggered:
-            self._idle.succeed()
+            return
+        self.num_outstanding += 1
+        self._signal()
+
+    def _signal(self) -> None:
+        if not self._wake.triggered:
+            self._wake.succeed()
+
+    def _wait(self):
+        self._wake = self.env.event()
+        return self._wake
+
+    def _complete(self, plan: BatchPlan) -> None:
+        finished = self.scheduler.complete_step(plan, self.outcome_fn(plan), self.env.now)
+        self.num_outstanding -= len(finished)
+        self.finished.extend(finished)
 
     def _run(self):
         while True:
             if not self.scheduler.has_work():
-                self._idle = self.env.event()
-                yield self._idle
+                yield self._wait()
                 continue
             start_s = self.env.now
             plan = self.scheduler.schedule(start_s)
             if plan.is_empty:
-                raise SimulationStalled(
-                    f"{self.scheduler.name}: {len(self.scheduler.waiting)} waiting and "
-                    f"{len(self.scheduler.running)} running requests but nothing schedulable at t={start_s:.6f}s"
-                )
-            duration_s = self.cost_model.predict_step_s(plan.query_tokens, plan.context_tokens, plan.is_prefill)
+                raise SimulationStalled(self._stall_message(start_s))
+            duration_s = self.pricer.step_s(plan)
             yield self.env.timeout(duration_s)
-            self.finished.extend(self.scheduler.complete_step(plan, self.outcome_fn(plan), self.env.now))
-            self.steps.append(start_s, duration_s, plan)
+            self._complete(plan)
+            self.steps.append(start_s, duration_s, plan, self.replica_id)
+
+    def _run_pipelined(self):
+        first_stage = self._stages[0]
+        while True:
+            if not self.scheduler.has_work():
+                yield self._wait()
+                continue
+            request = first_stage.request()
+            yield request  # the first stage is free: a new micro-batch may enter
+            plan = self.scheduler.schedule(self.env.now)
+            if plan.is_empty:
+                first_stage.release(request)
+                if self.scheduler.num_executing == 0:
+                    raise SimulationStalled(self._stall_message(self.env.now))
+                yield self._wait()  # everything schedulable is in flight: wait for a completion
+                continue
+            self.env.process(self._micro_batch(plan, request))
+
+    def _micro_batch(self, plan: BatchPlan, first_request):
+        start_s = self.env.now
+        stage_s = self.pricer.stage_s(plan)
+        held = first_request
+        for index, stage in enumerate(self._stages):
+            if index:
+                held = stage.request()
+                yield held
+            yield self.env.timeout(stage_s)
+            stage.release(held)
+        self._complete(plan)
+        self.steps.append(start_s, self.env.now - start_s, plan, self.replica_id)
+        self._signal()
+
+    def _stall_message(self, now_s: float) -> str:
+        return (f"{self.scheduler.name}: {len(self.scheduler.waiting)} waiting and "
+                f"{len(self.scheduler.running)} running requests but nothing schedulable at t={now_s:.6f}s")

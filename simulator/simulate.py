@@ -1,4 +1,4 @@
-"""Replay a trace through one replica and collect its records."""
+"""Replay a trace through one or more replicas and collect their records."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,7 +9,9 @@ import simpy
 
 from profiler.cost_model import CostModel
 from simulator.metrics import requests_frame, summarize
+from simulator.pricing import StepPricer
 from simulator.replica import Replica
+from simulator.router import Router
 from simulator.scheduler import BatchPlan, Scheduler, StepOutcome
 from traces import Request
 
@@ -19,8 +21,8 @@ class SimulationResult:
     """Records of one simulated run.
 
     Attributes:
-        requests: one row per request (`simulator.metrics.requests_frame`).
-        steps: one row per step (`simulator.step_log.STEP_COLUMNS`).
+        requests: one row per request (`simulator.metrics.requests_frame`), with `replica_id`.
+        steps: one row per step of every replica (`simulator.step_log.STEP_COLUMNS`).
         summary: flat dict from `simulator.metrics.summarize`.
     """
 
@@ -31,29 +33,46 @@ class SimulationResult:
 
 def simulate(
     requests: list[Request],
-    scheduler: Scheduler,
-    cost_model: CostModel,
+    scheduler: Scheduler | list[Scheduler],
+    cost: CostModel | StepPricer,
     outcome_fn: Callable[[BatchPlan], StepOutcome] | None = None,
+    router: str = "round_robin",
+    seed: int = 0,
 ) -> SimulationResult:
-    """Run `requests` (sorted by arrival_s) through one replica until every request has finished.
+    """Run `requests` through the replicas (one scheduler each) until every request has finished.
 
-    Simulated time depends only on the inputs (no wall clock), so a run is reproducible.
-    Requests that can never be served are rejected with a finish reason and counted; the run
-    still completes.
+    Args:
+        requests: the trace; replayed in arrival order (stable for ties).
+        scheduler: one scheduler, or one per replica behind a global `router`.
+        cost: a `CostModel` (priced as is) or a `StepPricer` (drafts, swaps, pipeline stages).
+        outcome_fn: tokens emitted per step (speculative acceptance); default one per sequence.
+        router: `round_robin`, `least_outstanding` or `random` (seeded by `seed`).
+
+    Simulated time depends only on the inputs and seeds (no wall clock), so a run is
+    reproducible. Requests that can never be served are rejected with a finish reason and
+    counted; the run still completes.
     """
+    schedulers = scheduler if isinstance(scheduler, list) else [scheduler]
+    pricer = cost if isinstance(cost, StepPricer) else StepPricer(cost)
     env = simpy.Environment()
-    replica = Replica(env, scheduler, cost_model, outcome_fn or StepOutcome.without_speculation)
+    replicas = [Replica(env, s, pricer, outcome_fn or StepOutcome.without_speculation, i)
+                for i, s in enumerate(schedulers)]
     ordered = sorted(requests, key=lambda r: r.arrival_s)  # stable: file order for ties
-    env.process(_arrivals(env, ordered, replica))
-    env.run()  # ends when no event is left: all arrivals submitted, replica idle
-    req_frame = requests_frame(replica.finished)
-    step_frame = replica.steps.to_frame()
-    return SimulationResult(req_frame, step_frame, summarize(req_frame, step_frame, scheduler.config.num_gpu_blocks))
+    placement: dict[int, int] = {}
+    env.process(_arrivals(env, ordered, replicas, Router(router, replicas, seed), placement))
+    env.run()  # ends when no event is left: all arrivals submitted, every replica idle
+    req_frame = requests_frame([f for r in replicas for f in r.finished])
+    req_frame["replica_id"] = req_frame["request_id"].map(placement).astype("int64")
+    step_frame = pd.concat([r.steps.to_frame() for r in replicas], ignore_index=True)
+    summary = summarize(req_frame, step_frame, schedulers[0].config.num_gpu_blocks)
+    return SimulationResult(req_frame, step_frame, summary)
 
 
-def _arrivals(env: simpy.Environment, requests: list[Request], replica: Replica):
+def _arrivals(env, requests: list[Request], replicas: list[Replica], router: Router, placement: dict):
     for request in requests:
         delay = request.arrival_s - env.now
         if delay > 0:
             yield env.timeout(delay)
-        replica.submit(request)
+        index = router.pick() if len(replicas) > 1 else 0
+        placement[request.request_id] = index
+        replicas[index].submit(request)

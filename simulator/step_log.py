@@ -6,6 +6,7 @@ import pandas as pd
 from simulator.scheduler import BatchPlan
 
 STEP_COLUMNS = (
+    "replica_id",
     "start_s",
     "duration_s",
     "num_prefill_tokens",
@@ -15,14 +16,17 @@ STEP_COLUMNS = (
     "num_prefill_seqs",
     "kv_blocks_used",
     "num_preempted",
+    "swap_tokens",
 )
 
 
 class StepLog:
     """Append-only log of executed steps; `to_frame()` gives one row per step.
 
-    Columns: start_s, duration_s (seconds); token counts; batch_size (sequences in the step);
-    kv_blocks_used (pool blocks allocated after the step's allocations); num_preempted.
+    Columns: replica_id; start_s, duration_s (seconds; with pipeline parallelism the duration
+    spans every stage of the micro-batch); token counts; batch_size (sequences in the step);
+    kv_blocks_used (pool blocks allocated after the step's allocations); num_preempted;
+    swap_tokens (KV tokens moved to or from host memory).
     """
 
     def __init__(self) -> None:
@@ -31,7 +35,7 @@ class StepLog:
     def __len__(self) -> int:
         return len(self._columns["start_s"])
 
-    def append(self, start_s: float, duration_s: float, plan: BatchPlan) -> None:
+    def append(self, start_s: float, duration_s: float, plan: BatchPlan, replica_id: int = 0) -> None:
         c = self._columns
         prefill_tokens = prefill_seqs = decode_tokens = 0
         for s in plan.sequences:
@@ -40,6 +44,7 @@ class StepLog:
                 prefill_seqs += 1
             else:
                 decode_tokens += s.num_query_tokens
+        c["replica_id"].append(replica_id)
         c["start_s"].append(start_s)
         c["duration_s"].append(duration_s)
         c["num_prefill_tokens"].append(prefill_tokens)
@@ -49,6 +54,7 @@ class StepLog:
         c["num_prefill_seqs"].append(prefill_seqs)
         c["kv_blocks_used"].append(plan.kv_blocks_used)
         c["num_preempted"].append(len(plan.preempted_ids))
+        c["swap_tokens"].append(plan.swap_in_tokens + plan.swap_out_tokens)
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame(self._columns)

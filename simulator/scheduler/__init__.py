@@ -17,13 +17,19 @@ from simulator.scheduler.plan import (
     ScheduledSequence,
     StepOutcome,
 )
+from simulator.scheduler.fastgen import FastGenScheduler
+from simulator.scheduler.faster_transformer import FasterTransformerScheduler
+from simulator.scheduler.orca import OrcaScheduler
 from simulator.scheduler.sarathi import SarathiScheduler
 from simulator.scheduler.sequence import Sequence
+from simulator.scheduler.simple_chunking import SimpleChunkingScheduler
 from simulator.scheduler.vllm_v0 import VllmV0Scheduler
+from simulator.scheduler.vllm_v1 import VllmV1Scheduler
 
 SCHEDULERS: dict[str, type[Scheduler]] = {
-    SarathiScheduler.name: SarathiScheduler,
-    VllmV0Scheduler.name: VllmV0Scheduler,
+    cls.name: cls
+    for cls in (VllmV0Scheduler, VllmV1Scheduler, OrcaScheduler, FasterTransformerScheduler,
+                SarathiScheduler, SimpleChunkingScheduler, FastGenScheduler)
 }
 
 

@@ -1,17 +1,19 @@
-"""What every scheduler shares: queues, admission-time rejections, step completion, preemption.
+"""What every scheduler shares: queues, admission-time rejections, KV reservation, preemption,
+speculative draft grants and step completion.
 
-A subclass only decides *which* sequences run in a step (`_build_plan`). The scheduler has no
-clock: time is passed in, so the SimPy replica and the real engine drive the same object.
+A subclass only decides *which* sequences run in a step and how many tokens each computes
+(`_build_plan`), from the helpers here. The scheduler has no clock: time is passed in, so the
+SimPy replica and the real engine drive the same object.
 """
 from __future__ import annotations
 
 from bisect import insort
-from collections import deque
 
 from simulator.scheduler.block_manager import BlockManager, blocks_for
 from simulator.scheduler.config import SchedulerConfig
 from simulator.scheduler.plan import (
     COMPLETED,
+    REJECTED_BUDGET,
     REJECTED_KV_CAPACITY,
     REJECTED_TOO_LONG,
     BatchPlan,
@@ -20,25 +22,43 @@ from simulator.scheduler.plan import (
     StepOutcome,
 )
 from simulator.scheduler.sequence import Sequence
+from simulator.scheduler.waiting_queue import WaitingQueue
 from traces import Request
 
-
-def _age_key(seq: Sequence) -> tuple[float, int]:
-    # FCFS priority: older arrival first, file order for ties.
-    return (seq.request.arrival_s, seq.request_id)
+# One scheduled entry: (sequence, query tokens, draft tokens among them).
+Entry = tuple[Sequence, int, int]
 
 
 class Scheduler:
-    """Base replica scheduler. API (DESIGN.md): add_request, schedule, complete_step, has_work."""
+    """Base replica scheduler. API (DESIGN.md): add_request, schedule, complete_step, has_work.
+
+    Class attributes a subclass sets:
+        name: the config name.
+        chunked: True if prompts are split into chunks within `chunk_size` (the budget key is
+            `chunk_size`); False if whole prompts run within `max_num_batched_tokens`.
+    """
 
     name = "base"
+    chunked = True
 
     def __init__(self, config: SchedulerConfig):
         self.config = config
         self.block_manager = BlockManager(config.num_gpu_blocks, config.block_size, config.watermark_fraction)
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []  # kept sorted oldest first
-        self._in_flight: dict[int, Sequence] = {}
+        self.waiting = WaitingQueue(config.policy)
+        self.running: list[Sequence] = []  # ordered by policy: oldest / most important first
+        self._in_flight: dict[int, Sequence] = {}  # running sequences by request id
+        self._executing: set[int] = set()  # in a plan not yet completed (pipeline parallelism)
+        self.token_budget = self._token_budget()
+        self._swap_in_tokens = 0
+        self._swap_out_tokens = 0
+
+    def _token_budget(self) -> int:
+        c = self.config
+        if self.chunked:
+            if c.chunk_size is None or c.chunk_size < 1:
+                raise ValueError(f"{self.name} needs chunk_size >= 1, got {c.chunk_size}")
+            return c.chunk_size
+        return c.max_num_batched_tokens or c.max_model_len
 
     # ----- public API ---------------------------------------------------------------------
     def add_request(self, request: Request) -> FinishedRequest | None:
@@ -52,112 +72,261 @@ class Scheduler:
             return FinishedRequest(
                 request.request_id, request.arrival_s, request.prompt_tokens, request.output_tokens, reason
             )
-        self.waiting.append(Sequence(request))
+        self.waiting.add_arrival(Sequence(request))
         return None
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    @property
+    def num_executing(self) -> int:
+        """Sequences inside plans that were scheduled but not yet completed."""
+        return len(self._executing)
+
     def schedule(self, now_s: float) -> BatchPlan:
-        """Build the next step's plan at time `now_s` (allocates its KV blocks)."""
-        scheduled, preempted = self._build_plan(now_s)
-        for seq, _ in scheduled:
+        """Build the next step's plan at time `now_s` (allocates its KV blocks).
+
+        Sequences inside a plan that has not been completed yet (pipeline parallelism keeps
+        several micro-batches in flight) are not scheduled again until it is.
+        """
+        entries, preempted = self._build_plan(now_s)
+        table = self.block_manager.block_table
+        sequences = []
+        for seq, q, d in entries:
             if seq.first_scheduled_s != seq.first_scheduled_s:  # NaN: first time on the device
                 seq.first_scheduled_s = now_s
-        return BatchPlan(
-            tuple(self._as_scheduled(seq, q) for seq, q in scheduled),
-            tuple(s.request_id for s in preempted),
-            self.block_manager.num_used,
-        )
+            computed = seq.num_computed_tokens
+            sequences.append(ScheduledSequence(
+                seq.request_id, q, computed, computed < seq.prefill_target_tokens,
+                q == seq.num_pending_tokens + d, d, table(seq.request_id)))
+            self._executing.add(seq.request_id)
+        plan = BatchPlan(tuple(sequences), tuple(s.request_id for s in preempted), self.block_manager.num_used,
+                         self._swap_in_tokens, self._swap_out_tokens)
+        self._swap_in_tokens = self._swap_out_tokens = 0
+        return plan
 
     def complete_step(self, plan: BatchPlan, outcome: StepOutcome, now_s: float) -> list[FinishedRequest]:
-        """Apply a step's outcome at its end time `now_s`; return the requests that finished."""
+        """Apply a step's outcome at its end time `now_s`; return the requests that finished.
+
+        A verify that emitted k tokens accepted k - 1 of its drafts; the KV slots of the
+        rejected drafts are released.
+        """
         finished = []
+        in_flight = self._in_flight
         for item, emitted in zip(plan.sequences, outcome.tokens_emitted):
-            seq = self._in_flight[item.request_id]
-            rejected_drafts = item.num_draft_tokens - max(0, emitted - 1) if emitted else 0
-            seq.num_computed_tokens += item.num_query_tokens - rejected_drafts
-            if rejected_drafts:
-                self.block_manager.shrink_to(seq.request_id, seq.num_computed_tokens)
+            rid = item.request_id
+            self._executing.discard(rid)
+            seq = in_flight[rid]
+            drafts = item.num_draft_tokens
+            if drafts:
+                rejected = drafts - max(0, emitted - 1)
+                seq.num_computed_tokens += item.num_query_tokens - rejected
+                self.block_manager.shrink_to(rid, seq.num_computed_tokens)
+            else:
+                seq.num_computed_tokens += item.num_query_tokens
             if emitted:
-                self._record_tokens(seq, emitted, now_s)
-            if seq.is_finished:
-                finished.append(self._finish(seq, now_s))
+                emitted = min(emitted, seq.request.output_tokens - seq.num_generated_tokens)
+                if seq.num_generated_tokens == 0:
+                    seq.first_token_s = now_s
+                seq.num_generated_tokens += emitted
+                seq.token_times_s.extend([now_s] * emitted)
+                if seq.num_generated_tokens >= seq.request.output_tokens:
+                    finished.append(self._finish(seq, now_s))
         return finished
 
-    # ----- for subclasses -----------------------------------------------------------------
-    def _build_plan(self, now_s: float) -> tuple[list[tuple[Sequence, int]], list[Sequence]]:
-        """Return [(sequence, query tokens)] in scheduling order and the sequences preempted."""
+    # ----- for subclasses: policy decisions -------------------------------------------------
+    def _build_plan(self, now_s: float) -> tuple[list[Entry], list[Sequence]]:
+        """Return the entries in scheduling order and the sequences preempted."""
         raise NotImplementedError
 
+    def _admission_tokens(self, seq: Sequence, num_query_tokens: int) -> int:
+        """KV tokens to hold when `seq` is admitted with a first chunk of `num_query_tokens`.
+
+        Default (sarathi, vllm v0, faster_transformer): the whole prompt, plus the generated
+        tokens after a recompute preemption.
+        """
+        return seq.num_tokens
+
     def _rejection_reason(self, request: Request) -> str | None:
-        """Finish reason for a request that can never be served alone, else None."""
+        """Finish reason for a request that can never be served alone, else None.
+
+        Usable pool = num_gpu_blocks − floor(watermark × num_gpu_blocks): a request is rejected
+        when the most it will ever hold (`_peak_kv_tokens`) needs more blocks than that.
+        """
         if request.prompt_tokens + request.output_tokens > self.config.max_model_len:
             return REJECTED_TOO_LONG
-        final_kv_tokens = request.prompt_tokens + request.output_tokens - 1
-        if blocks_for(final_kv_tokens, self.config.block_size) > self.block_manager.usable_blocks:
+        if blocks_for(self._peak_kv_tokens(request), self.config.block_size) > self.block_manager.usable_blocks:
             return REJECTED_KV_CAPACITY
+        if not self.chunked and request.prompt_tokens > self.token_budget:
+            return REJECTED_BUDGET
         return None
 
-    def _admit(self, seq: Sequence, reserve_tokens: int) -> None:
-        """Move the head of `waiting` to `running`, reserving KV for `reserve_tokens`."""
-        assert self.waiting[0] is seq
-        self.waiting.popleft()
-        self.block_manager.grow_to(seq.request_id, reserve_tokens)
-        insort(self.running, seq, key=_age_key)
-        self._in_flight[seq.request_id] = seq
+    def _peak_kv_tokens(self, request: Request) -> int:
+        """Most KV tokens the request holds: prompt + output − 1 (the last token is never cached)."""
+        return request.prompt_tokens + request.output_tokens - 1
 
-    def _preempt(self, seq: Sequence) -> None:
-        """Recompute preemption: free the blocks, put the request at the front of `waiting`."""
+    # ----- helpers ----------------------------------------------------------------------------
+    def _idle_running(self) -> list[Sequence]:
+        """Running sequences not inside an executing plan, in policy order."""
+        if not self._executing:
+            return list(self.running)
+        return [s for s in self.running if s.request_id not in self._executing]
+
+    def _can_admit_more(self) -> bool:
+        return len(self.running) < self.config.max_num_seqs
+
+    def _admit_whole_prompts(self, entries: list[Entry], budget: int) -> int:
+        """Non-chunking admission: whole pending prompts from the head of `waiting` while they fit
+        the remaining `budget` (vLLM v0, Orca). A recompute longer than the budget may run alone in
+        its step rather than be dropped (vLLM v0 would mark it FINISHED_IGNORED). Returns the
+        budget left."""
+        while self.waiting:
+            head = self.waiting.head()
+            n = head.num_pending_tokens
+            if n > budget and not (not entries and budget == self.token_budget and head.num_preemptions):
+                break
+            if self._admit_head(n) is None:
+                break
+            entries.append((head, n, 0))
+            budget -= n
+        return max(0, budget)
+
+    def _partial_prefills(self, entries: list[Entry], budget: int, per_chunk_kv: bool = False) -> int:
+        """Pass B: running prefills (admitted earlier) get min(pending, budget left), in order.
+
+        With `per_chunk_kv` the chunk's KV is allocated now, shrunk to the free slots (no
+        preemption); otherwise the whole prompt was reserved at admission. Returns the budget left.
+        """
+        bm = self.block_manager
+        for seq in self._idle_running():
+            if budget <= 0:
+                break
+            if not seq.is_prefill or seq.request_id not in self._in_flight:
+                continue
+            n = min(seq.num_pending_tokens, budget)
+            if per_chunk_kv:
+                capacity = (bm.blocks_held(seq.request_id) + bm.num_free) * bm.block_size
+                n = min(n, capacity - seq.num_computed_tokens)
+                if n <= 0:
+                    continue
+                bm.grow_to(seq.request_id, seq.num_computed_tokens + n)
+            entries.append((seq, n, 0))
+            budget -= n
+        return budget
+
+    def _admit_head(self, num_query_tokens: int) -> Sequence | None:
+        """Admit the head of `waiting` with a first chunk of `num_query_tokens` if its KV fits.
+
+        Returns the admitted sequence, or None (nothing changed) if the pool cannot hold its
+        admission reservation above the watermark or `max_num_seqs` is reached.
+        """
+        if not self.waiting or not self._can_admit_more():
+            return None
+        seq = self.waiting.head()
+        reserve = self._admission_tokens(seq, num_query_tokens)
+        if not self.block_manager.can_admit(reserve):
+            return None
+        self.waiting.pop_head()
+        self.block_manager.grow_to(seq.request_id, reserve)
+        insort(self.running, seq, key=self.waiting.key)
+        self._in_flight[seq.request_id] = seq
+        if seq.swapped_tokens:
+            self._swap_in_tokens += seq.swapped_tokens
+            seq.swapped_tokens = 0
+        return seq
+
+    def _admit_chunks(self, entries: list[Entry], budget: int, max_chunk: int | None = None) -> int:
+        """Pass C of Sarathi-Serve: admit from the head of `waiting`, strictly in order, each
+        with its first chunk min(pending, budget, max_chunk), until the budget, `max_num_seqs` or
+        the KV pool stops it. Returns the budget left."""
+        while budget > 0 and self.waiting:
+            n = min(self.waiting.head().num_pending_tokens, budget, max_chunk or budget)
+            seq = self._admit_head(n)
+            if seq is None:
+                break
+            entries.append((seq, n, 0))
+            budget -= n
+        return budget
+
+    def _preempt(self, seq: Sequence, preempted: list[Sequence]) -> None:
+        """Free `seq`'s blocks and return it to `waiting` (recompute, or swap to host)."""
         self.running.remove(seq)
         del self._in_flight[seq.request_id]
         self.block_manager.free(seq.request_id)
-        seq.reset_for_recompute()
-        self.waiting.appendleft(seq)
+        if self.config.preemption == "swap":
+            seq.swap_out()
+            self._swap_out_tokens += seq.swapped_tokens
+        else:
+            seq.reset_for_recompute()
+        self.waiting.add_preempted(seq)
+        preempted.append(seq)
 
-    def _reserve_decode_slots(self, preempted: list[Sequence]) -> list[Sequence]:
-        """Give every running decode a KV slot for its next token, oldest first.
+    def _victim(self) -> Sequence | None:
+        """The running sequence to preempt: the last in policy order (the newest under FCFS,
+        the max (priority, arrival) under priority), skipping ones inside an executing plan."""
+        for seq in reversed(self.running):
+            if seq.request_id not in self._executing:
+                return seq
+        return None
 
-        When the pool is full, preempt the newest running request (the tail); if the sequence
-        itself is the newest, it is preempted (Sarathi-Serve pass A, REFERENCE.md §1.1). An
-        older request is never preempted for a younger one.
+    def _ensure_kv(self, seq: Sequence, num_tokens: int, preempted: list[Sequence]) -> bool:
+        """Make `seq` hold `num_tokens` KV slots, preempting from the tail while the pool is full.
+
+        An older (higher-priority) request is never preempted for a later one: if `seq` is the
+        tail itself, it is the one preempted (Sarathi-Serve pass A; vLLM v1 `schedule()`).
 
         Returns:
-            The decodes that got their slot, oldest first.
+            True if the slots are reserved; False if `seq` was preempted or no victim exists.
+        """
+        while not self.block_manager.try_grow_to(seq.request_id, num_tokens):
+            victim = self._victim()
+            if victim is None:
+                return False
+            self._preempt(victim, preempted)
+            if victim is seq:
+                return False
+        return True
+
+    def _reserve_decodes(self, preempted: list[Sequence]) -> list[Sequence]:
+        """Give every idle running decode a KV slot for its next token, in policy order.
+
+        Returns:
+            The decodes that got their slot (each costs one budget token).
         """
         decodes = []
-        for seq in [s for s in self.running if not s.is_prefill]:
-            if seq.request_id not in self._in_flight:  # preempted as a victim earlier in this loop
+        for seq in self._idle_running():
+            if seq.is_prefill or seq.request_id not in self._in_flight:  # preempted as a victim
                 continue
-            needed_tokens = seq.num_computed_tokens + 1
-            while not self.block_manager.try_grow_to(seq.request_id, needed_tokens):
-                victim = self.running[-1]
-                self._preempt(victim)
-                preempted.append(victim)
-                if victim is seq:
-                    break
-            else:
+            if self._ensure_kv(seq, seq.num_computed_tokens + 1, preempted):
                 decodes.append(seq)
         return decodes
 
-    # ----- internals ----------------------------------------------------------------------
-    def _as_scheduled(self, seq: Sequence, num_query_tokens: int) -> ScheduledSequence:
-        return ScheduledSequence(
-            request_id=seq.request_id,
-            num_query_tokens=num_query_tokens,
-            num_context_tokens=seq.num_computed_tokens,
-            is_prefill=seq.is_prefill,
-            emits_token=num_query_tokens == seq.num_pending_tokens,
-            block_table=self.block_manager.block_table(seq.request_id),
-        )
+    def _grant_drafts(self, decodes: list[Sequence], budget: int) -> tuple[list[Entry], int]:
+        """Split-N: after every decode has its token, grant draft tokens in scheduling order
+        within the remaining `budget` (DESIGN.md "Split-N").
 
-    @staticmethod
-    def _record_tokens(seq: Sequence, emitted: int, now_s: float) -> None:
-        emitted = min(emitted, seq.request.output_tokens - seq.num_generated_tokens)
-        if seq.num_generated_tokens == 0:
-            seq.first_token_s = now_s
-        seq.num_generated_tokens += emitted
-        seq.token_times_s.extend([now_s] * emitted)
+        Returns:
+            (entries (seq, 1 + drafts, drafts), budget left).
+        """
+        entries = []
+        for seq in decodes:
+            drafts = self._drafts_for(seq, budget)
+            entries.append((seq, 1 + drafts, drafts))
+            budget -= drafts
+        return entries, budget
+
+    def _drafts_for(self, seq: Sequence, budget: int) -> int:
+        """Draft tokens for a decode whose own token slot is reserved: at most `split_n`, the
+        `budget`, what the request still has to generate after this token, and the KV slots that
+        are free (drafts never preempt). Reserves their slots."""
+        drafts = min(self.config.split_n, budget, seq.remaining_output_tokens - 1)
+        if drafts <= 0:
+            return 0
+        bm = self.block_manager
+        capacity = (bm.blocks_held(seq.request_id) + bm.num_free) * bm.block_size
+        drafts = max(0, min(drafts, capacity - seq.num_computed_tokens - 1))
+        bm.grow_to(seq.request_id, seq.num_computed_tokens + 1 + drafts)
+        return drafts
 
     def _finish(self, seq: Sequence, now_s: float) -> FinishedRequest:
         self.running.remove(seq)

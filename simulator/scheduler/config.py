@@ -13,10 +13,17 @@ class SchedulerConfig:
         block_size: tokens per KV block.
         max_model_len: longest prompt + output a request may have.
         max_num_seqs: cap on running sequences (batch size).
-        chunk_size: per-step token budget of chunking schedulers (sarathi); None otherwise.
-        max_num_batched_tokens: per-step token budget of non-chunking schedulers (vllm v0);
-            None means max_model_len (Sarathi-Serve's default).
+        chunk_size: per-step token budget of chunking schedulers (sarathi, vllm_v1,
+            simple_chunking, fastgen); vLLM's --max-num-batched-tokens with chunked prefill.
+        max_num_batched_tokens: per-step token budget of non-chunking schedulers (vllm v0, orca,
+            faster_transformer); None means max_model_len (Sarathi-Serve's default).
         watermark_fraction: share of the pool kept free at admission (1 %).
+        policy: "fcfs" (arrival order) or "priority" (lower `Request.priority` first, then
+            arrival; vLLM's --scheduling-policy priority).
+        preemption: "recompute" (drop the KV, prefill again) or "swap" (copy the KV to host
+            memory and back; the replica prices the transfer).
+        split_n: speculative depth N: each decode may verify up to N draft tokens per step.
+        long_prefill_token_threshold: vllm_v1 only: cap on one request's chunk per step (None = off).
     """
 
     num_gpu_blocks: int
@@ -26,3 +33,15 @@ class SchedulerConfig:
     chunk_size: int | None = None
     max_num_batched_tokens: int | None = None
     watermark_fraction: float = 0.01
+    policy: str = "fcfs"
+    preemption: str = "recompute"
+    split_n: int = 0
+    long_prefill_token_threshold: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.policy not in ("fcfs", "priority"):
+            raise ValueError(f"policy must be 'fcfs' or 'priority', got {self.policy!r}")
+        if self.preemption not in ("recompute", "swap"):
+            raise ValueError(f"preemption must be 'recompute' or 'swap', got {self.preemption!r}")
+        if self.split_n < 0:
+            raise ValueError(f"split_n must be >= 0, got {self.split_n}")

@@ -49,11 +49,16 @@ class BatchPlan:
         sequences: scheduled sequences in scheduling order.
         preempted_ids: request ids preempted (blocks freed) while building this plan.
         kv_blocks_used: KV blocks allocated in the pool after this plan's allocations.
+        swap_in_tokens: KV tokens copied back from host memory for swapped requests admitted in
+            this step (swap preemption); the step pays host-link time for them.
+        swap_out_tokens: KV tokens copied to host memory for requests preempted in this step.
     """
 
     sequences: tuple[ScheduledSequence, ...]
     preempted_ids: tuple[int, ...] = ()
     kv_blocks_used: int = 0
+    swap_in_tokens: int = 0
+    swap_out_tokens: int = 0
 
     def __len__(self) -> int:
         return len(self.sequences)

@@ -13,11 +13,12 @@ class Sequence:
     The scheduler brings `num_computed_tokens` (tokens whose KV is in the cache) up to
     `num_tokens` (prompt + generated). A prefill chunk, a decode and a verify are all "compute q
     more tokens over a context of `num_computed_tokens`"; the step that catches up samples the
-    next token. The last generated token is never written to the cache, so a request's final KV
-    footprint is prompt + output - 1 tokens.
+    next token(s). The last generated token is never written to the cache, so a request's final
+    KV footprint is prompt + output - 1 tokens.
 
     `prefill_target_tokens` is `num_tokens` at (re)admission: after a recompute preemption the
-    prompt and every generated token are prefilled again.
+    prompt and every generated token are prefilled again. After a swap preemption the KV is kept
+    in host memory (`swapped_tokens`) and copied back on re-admission, with no recompute.
     """
 
     request: Request
@@ -25,6 +26,7 @@ class Sequence:
     num_computed_tokens: int = 0
     num_generated_tokens: int = 0
     prefill_target_tokens: int = 0
+    swapped_tokens: int = 0
     first_scheduled_s: float = float("nan")
     first_token_s: float = float("nan")
     num_preemptions: int = 0
@@ -43,7 +45,7 @@ class Sequence:
     @property
     def num_pending_tokens(self) -> int:
         """Tokens still to compute before the next sample (>= 1 while running)."""
-        return self.num_tokens - self.num_computed_tokens
+        return self.request.prompt_tokens + self.num_generated_tokens - self.num_computed_tokens
 
     @property
     def is_prefill(self) -> bool:
@@ -55,12 +57,17 @@ class Sequence:
         return self.request.prompt_tokens + self.request.output_tokens - 1
 
     @property
-    def is_finished(self) -> bool:
-        return self.num_generated_tokens >= self.request.output_tokens
+    def remaining_output_tokens(self) -> int:
+        return self.request.output_tokens - self.num_generated_tokens
 
     def reset_for_recompute(self) -> None:
         """Recompute preemption: drop the cache; prefill prompt + generated tokens again."""
         self.recomputed_tokens += self.num_computed_tokens
         self.num_computed_tokens = 0
         self.prefill_target_tokens = self.num_tokens
+        self.num_preemptions += 1
+
+    def swap_out(self) -> None:
+        """Swap preemption: the cache moves to host memory; nothing is recomputed."""
+        self.swapped_tokens = self.num_computed_tokens
         self.num_preemptions += 1

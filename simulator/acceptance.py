@@ -1,0 +1,113 @@
+"""Speculative decoding acceptance models: how many of a verify step's draft tokens are accepted.
+
+A verify of d drafts emits accepted + 1 tokens (the bonus or corrected token), 1..d+1.
+All models are seeded and vectorised over the verifying sequences of a step.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from simulator.scheduler import BatchPlan, StepOutcome
+
+
+def expected_tokens_per_step(alpha: float, n: int) -> float:
+    """E[tokens per verify step] with i.i.d. acceptance α and N drafts: (1 − α^(N+1)) / (1 − α).
+
+    Source: Leviathan et al. 2023, "Fast Inference from Transformers via Speculative Decoding"
+    (arXiv 2211.17192), eq. 1; REFERENCE.md §4. For α = 1 it is N + 1.
+    """
+    if alpha >= 1.0:
+        return float(n + 1)
+    return (1.0 - alpha ** (n + 1)) / (1.0 - alpha)
+
+
+class PositionalAcceptance:
+    """Draft k (1-based) is accepted with probability α_k given drafts 1..k−1 were; the first
+    rejection ends the run of accepted drafts. A scalar α is the i.i.d. case (α_k = α for all k).
+
+    Args:
+        alphas: one probability, or a list [α_1, ..., α_N] (positions past the list reuse the last).
+        seed: RNG seed.
+    """
+
+    def __init__(self, alphas: float | list[float], seed: int = 0):
+        values = [alphas] if np.isscalar(alphas) else list(alphas)
+        if not values or any(not 0.0 <= a <= 1.0 for a in values):
+            raise ValueError(f"acceptance probabilities must be in [0, 1], got {alphas!r}")
+        self.alphas = np.asarray(values, dtype=float)
+        self.rng = np.random.default_rng(seed)
+
+    def sample(self, drafts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Accepted and proposed drafts for verifies granted `drafts` (int array, shape (n,))."""
+        width = int(drafts.max(initial=0))
+        if width == 0:
+            return np.zeros_like(drafts), drafts
+        alphas = self.alphas[np.minimum(np.arange(width), len(self.alphas) - 1)]
+        accepted_at = self.rng.random((len(drafts), width)) < alphas
+        accepted_at &= np.arange(width) < drafts[:, None]
+        return np.cumprod(accepted_at, axis=1).sum(axis=1), drafts
+
+
+class EmpiricalAcceptance:
+    """Replays measured (proposed, accepted) pairs, one per verify step, as the engine records them.
+
+    For a verify granted d drafts, a recorded row is drawn uniformly; its proposals are capped at d
+    and its accepted count at the capped proposals (a row recorded with N = 4 drawn for a step
+    granted 2 proposes at most 2). So n-gram steps that proposed nothing replay as such.
+
+    Args:
+        proposed, accepted: int arrays of equal length, accepted <= proposed.
+        seed: RNG seed.
+    """
+
+    def __init__(self, proposed: np.ndarray, accepted: np.ndarray, seed: int = 0):
+        proposed = np.asarray(proposed, dtype=np.int64)
+        accepted = np.asarray(accepted, dtype=np.int64)
+        if proposed.size == 0 or proposed.shape != accepted.shape:
+            raise ValueError("empirical acceptance needs equal, non-empty proposed and accepted columns")
+        if (accepted < 0).any() or (accepted > proposed).any():
+            raise ValueError("empirical acceptance rows need 0 <= accepted <= proposed")
+        self.proposed, self.accepted = proposed, accepted
+        self.rng = np.random.default_rng(seed)
+
+    @classmethod
+    def from_file(cls, path: str | Path, seed: int = 0) -> "EmpiricalAcceptance":
+        """Read a CSV with columns `proposed,accepted` (one row per verify step).
+
+        Raises:
+            ValueError: missing file or columns, or rows with accepted > proposed; names the file.
+        """
+        try:
+            frame = pd.read_csv(path)
+        except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+            raise ValueError(f"{path}: cannot read acceptance file ({exc})") from None
+        missing = {"proposed", "accepted"} - set(frame.columns)
+        if missing:
+            raise ValueError(f"{path}: acceptance file needs columns proposed,accepted; missing {sorted(missing)}")
+        try:
+            return cls(frame["proposed"].to_numpy(), frame["accepted"].to_numpy(), seed)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+
+    def sample(self, drafts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows = self.rng.integers(0, self.proposed.size, size=len(drafts))
+        proposed = np.minimum(self.proposed[rows], drafts)
+        return np.minimum(self.accepted[rows], proposed), proposed
+
+
+def speculative_outcome_fn(model: PositionalAcceptance | EmpiricalAcceptance) -> Callable[[BatchPlan], StepOutcome]:
+    """Outcome of a plan: plain entries emit 1 token if they catch up, verifies accepted + 1."""
+
+    def outcome(plan: BatchPlan) -> StepOutcome:
+        drafts = np.fromiter((s.num_draft_tokens for s in plan.sequences), np.int64, len(plan.sequences))
+        if not drafts.any():
+            return StepOutcome.without_speculation(plan)
+        accepted, proposed = model.sample(drafts)
+        emitted = [(1 + int(a)) if s.emits_token else 0 for s, a in zip(plan.sequences, accepted)]
+        return StepOutcome(tuple(emitted), tuple(int(p) for p in proposed))
+
+    return outcome

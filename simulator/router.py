@@ -1,0 +1,44 @@
+"""Global routing of arriving requests across replicas (Vidur's global schedulers)."""
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+ROUTERS = ("round_robin", "least_outstanding", "random")
+
+
+class _HasOutstanding(Protocol):
+    num_outstanding: int
+
+
+class Router:
+    """Picks the replica for each arriving request.
+
+    Policies (Vidur `vidur/scheduler/global_scheduler/`): `round_robin` (request i to replica
+    i mod R), `least_outstanding` (fewest submitted-but-unfinished requests; lowest index on
+    ties; Vidur's `lor`), `random` (uniform, seeded).
+
+    Raises:
+        ValueError: unknown policy (lists the valid ones).
+    """
+
+    def __init__(self, policy: str, replicas: list[_HasOutstanding], seed: int = 0):
+        if policy not in ROUTERS:
+            raise ValueError(f"unknown router {policy!r}; valid: {', '.join(ROUTERS)}")
+        self.policy = policy
+        self.replicas = replicas
+        self._count = 0
+        self._rng = np.random.default_rng(seed)
+
+    def pick(self) -> int:
+        """Index of the replica for the next request."""
+        n = len(self.replicas)
+        if self.policy == "round_robin":
+            index = self._count % n
+        elif self.policy == "least_outstanding":
+            index = min(range(n), key=lambda i: self.replicas[i].num_outstanding)
+        else:
+            index = int(self._rng.integers(n))
+        self._count += 1
+        return index
