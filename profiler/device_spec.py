@@ -30,6 +30,9 @@ class DeviceSpec:
         interconnect_bandwidth_bytes_per_s: GPU-to-GPU link, per direction, bytes/s.
         interconnect_latency_s: fixed latency of one small all-reduce, s (assumption).
         peak_fp8_flops: dense FP8 peak, FLOP/s; None where the tensor cores have no FP8 (Ampere).
+        host_link_bandwidth_bytes_per_s: GPU-host link per direction (PCIe), bytes/s; prices KV
+            swapping. PCIe Gen4 x16 is 64 GB/s bidirectional (32 per direction: A100, L40S, A40);
+            Gen5 x16 128 GB/s (64: H100 SXM, H200), from the same datasheets.
     """
 
     name: str
@@ -39,6 +42,7 @@ class DeviceSpec:
     interconnect_bandwidth_bytes_per_s: float
     interconnect_latency_s: float
     peak_fp8_flops: float | None = None
+    host_link_bandwidth_bytes_per_s: float = 32e9
 
     def peak_flops(self, dtype_bytes: int) -> float:
         """Dense tensor-core peak (FLOP/s) for GEMMs whose operands are `dtype_bytes` wide.
@@ -62,9 +66,9 @@ BUILTIN_DEVICES: dict[str, DeviceSpec] = {
         DeviceSpec("a100-80gb", 312e12, 2.039e12, 80, 300e9, _NVLINK_LATENCY_S),
         # H100 SXM datasheet: 1,979 TFLOPS BF16 *with sparsity* -> 989.5 dense, 3.35 TB/s HBM3,
         # NVLink4 900 GB/s bidirectional. FP8 dense = 2 x BF16 dense (3,958 sparse / 2).
-        DeviceSpec("h100-sxm", 989.5e12, 3.35e12, 80, 450e9, _NVLINK_LATENCY_S, 1979e12),
+        DeviceSpec("h100-sxm", 989.5e12, 3.35e12, 80, 450e9, _NVLINK_LATENCY_S, 1979e12, 64e9),
         # H200 SXM datasheet: same compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s, NVLink4 900 GB/s.
-        DeviceSpec("h200", 989.5e12, 4.8e12, 141, 450e9, _NVLINK_LATENCY_S, 1979e12),
+        DeviceSpec("h200", 989.5e12, 4.8e12, 141, 450e9, _NVLINK_LATENCY_S, 1979e12, 64e9),
         # L40S datasheet: 362 TFLOPS BF16 dense (733 sparse), 48 GB GDDR6 at 864 GB/s, PCIe4 x16
         # 64 GB/s bidirectional, no NVLink. Ada FP8 dense = 2 x BF16 dense.
         DeviceSpec("l40s", 362e12, 864e9, 48, 32e9, _PCIE_LATENCY_S, 724e12),
