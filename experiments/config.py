@@ -68,23 +68,25 @@ TraceConfig = Annotated[Union[ProfileTrace, FileTrace, PoissonTrace], Field(disc
 
 
 # Keys that only some schedulers read; every other engine key applies to all of them.
+CHUNKING_SCHEDULERS = ("sarathi", "vllm_v1", "simple_chunking", "fastgen")
 SCHEDULER_KEYS: dict[str, set[str]] = {
-    "sarathi": {"chunk_size"},
-    "vllm": {"max_num_batched_tokens"},
+    **{name: {"chunk_size"} for name in CHUNKING_SCHEDULERS},
+    **{name: {"max_num_batched_tokens"} for name in ("vllm", "orca", "faster_transformer")},
 }
+SCHEDULER_KEYS["vllm_v1"] = {"chunk_size", "long_prefill_token_threshold"}
 _SCHEDULER_SPECIFIC = set().union(*SCHEDULER_KEYS.values())
 
-# Keys of DESIGN.md's schema whose features land in later work: accepted at their default only.
-_NOT_YET = {
-    "pipeline_parallel_size": 1,
-    "replicas": 1,
-    "router": "round_robin",
-    "preemption": "recompute",
-    "policy": "fcfs",
-    "split_n": 0,
-    "acceptance": 0.7,
-    "draft": "ngram",
-}
+
+class DraftModel(_Strict):
+    """Split-N with a draft model: the named (smaller) model's steps are priced by the cost model."""
+
+    model: str
+
+
+class AcceptanceFile(_Strict):
+    """Measured (proposed, accepted) pairs per verify step: a CSV with those two columns."""
+
+    file: str
 
 
 class EngineConfig(_Strict):
@@ -93,6 +95,7 @@ class EngineConfig(_Strict):
     scheduler: str = "sarathi"
     chunk_size: int = Field(default=512, ge=1)
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    long_prefill_token_threshold: int | None = Field(default=None, ge=1)
     max_num_seqs: int = Field(default=128, ge=1)
     max_model_len: int | None = Field(default=None, ge=2)
     block_size: int = Field(default=16, ge=1)
@@ -101,14 +104,15 @@ class EngineConfig(_Strict):
     dtype: Literal["bf16", "fp8"] = "bf16"
     kv_cache_dtype: Literal["bf16", "fp8"] = "bf16"
     tensor_parallel_size: int = Field(default=1, ge=1)
-    pipeline_parallel_size: int = 1
-    replicas: int = 1
-    router: str = "round_robin"
-    preemption: str = "recompute"
-    policy: str = "fcfs"
-    split_n: int = 0
-    acceptance: Any = 0.7
-    draft: Any = "ngram"
+    pipeline_parallel_size: int = Field(default=1, ge=1)
+    replicas: int = Field(default=1, ge=1)
+    router: Literal["round_robin", "least_outstanding", "random"] = "round_robin"
+    preemption: Literal["recompute", "swap"] = "recompute"
+    policy: Literal["fcfs", "priority"] = "fcfs"
+    split_n: int = Field(default=0, ge=0, le=64)
+    acceptance: Annotated[float, Field(ge=0, le=1)] | list[Annotated[float, Field(ge=0, le=1)]] | AcceptanceFile = 0.7
+    draft: Literal["ngram"] | DraftModel = "ngram"
+    seed: int = 0
 
     @field_validator("scheduler")
     @classmethod
@@ -119,16 +123,13 @@ class EngineConfig(_Strict):
 
     @model_validator(mode="after")
     def _supported(self) -> "EngineConfig":
-        for key, default in _NOT_YET.items():
-            if key in self.model_fields_set and getattr(self, key) != default:
-                raise ValueError(f"{key}={getattr(self, key)!r} is not supported yet (only {default!r})")
         for key in self.model_fields_set & _SCHEDULER_SPECIFIC:
             if key not in SCHEDULER_KEYS[self.scheduler]:
                 users = [s for s, keys in SCHEDULER_KEYS.items() if key in keys]
                 raise ValueError(
                     f"engine.{key} is not used by scheduler {self.scheduler!r} (only by {', '.join(users)})"
                 )
-        if self.scheduler == "sarathi" and self.max_num_seqs > self.chunk_size:
+        if self.scheduler in CHUNKING_SCHEDULERS and self.max_num_seqs > self.chunk_size:
             raise ValueError(
                 f"max_num_seqs ({self.max_num_seqs}) must be <= chunk_size ({self.chunk_size}): "
                 "each decode takes one token of the budget"
@@ -138,7 +139,7 @@ class EngineConfig(_Strict):
     @property
     def token_budget(self) -> int | None:
         """Per-step token budget: chunk_size (chunking) or max_num_batched_tokens (None = max_model_len)."""
-        return self.chunk_size if self.scheduler == "sarathi" else self.max_num_batched_tokens
+        return self.chunk_size if self.scheduler in CHUNKING_SCHEDULERS else self.max_num_batched_tokens
 
     def used_settings(self) -> dict[str, Any]:
         """The settings this point's scheduler actually reads (for tables and reports)."""
@@ -318,10 +319,17 @@ def describe_point(point: SweepConfig) -> str:
     """Short label of a point, e.g. 'sarathi chunk=512' or 'vllm'."""
     e = point.engine
     parts = [e.scheduler]
-    if e.scheduler == "sarathi":
+    if e.scheduler in CHUNKING_SCHEDULERS:
         parts.append(f"chunk={e.chunk_size}")
     elif e.max_num_batched_tokens:
         parts.append(f"budget={e.max_num_batched_tokens}")
-    if e.tensor_parallel_size > 1:
-        parts.append(f"tp={e.tensor_parallel_size}")
+    if e.split_n:
+        parts.append(f"N={e.split_n}")
+    for key, short in (("tensor_parallel_size", "tp"), ("pipeline_parallel_size", "pp"), ("replicas", "x")):
+        if getattr(e, key) > 1:
+            parts.append(f"{short}={getattr(e, key)}")
+    if e.policy != "fcfs":
+        parts.append(e.policy)
+    if e.preemption != "recompute":
+        parts.append(e.preemption)
     return " ".join(parts)

@@ -1,4 +1,4 @@
-"""Run one point of a sweep: build the trace, the KV pool, the cost model and the scheduler."""
+"""Run one point of a sweep: build its trace and deployment, simulate, summarise against the SLOs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,13 +8,12 @@ import numpy as np
 import pandas as pd
 
 from experiments.config import FileTrace, PoissonTrace, ProfileTrace, SweepConfig, describe_point, slo_summary_key
-from profiler import RooflineCostModel, get_device_spec, get_model_spec, kv_pool_blocks
+from experiments.deployment import (DTYPE_BYTES, build_outcome_fn, build_pricer, build_scheduler_config,
+                                    build_schedulers)
+from profiler import RooflineCostModel, get_device_spec, get_model_spec
 from simulator.metrics import goodput_count
-from simulator.scheduler import SchedulerConfig, make_scheduler
 from simulator.simulate import simulate
 from traces import Request, cut, load_profile, read_trace, scale_to_qps, synthetic_trace
-
-DTYPE_BYTES = {"bf16": 2, "fp8": 1}
 
 
 @dataclass
@@ -54,25 +53,6 @@ def load_requests(trace: ProfileTrace | FileTrace | PoissonTrace) -> tuple[list[
     return requests, {"trace_source": str(trace.path), "trace_rows_rejected": rejected}
 
 
-def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
-    """The scheduler knobs of a point, with the KV pool from the memory model unless overridden."""
-    e = point.engine
-    model = get_model_spec(point.model)
-    max_model_len = e.max_model_len or model.max_model_len
-    budget = e.token_budget or max_model_len
-    num_blocks = e.num_gpu_blocks or kv_pool_blocks(
-        model, get_device_spec(point.device),
-        gpu_memory_utilization=e.gpu_memory_utilization, block_size=e.block_size,
-        max_num_batched_tokens=budget, tensor_parallel_size=e.tensor_parallel_size,
-        dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=DTYPE_BYTES[e.kv_cache_dtype],
-        max_num_seqs=e.max_num_seqs)
-    return SchedulerConfig(
-        num_gpu_blocks=num_blocks, block_size=e.block_size, max_model_len=max_model_len,
-        max_num_seqs=e.max_num_seqs,
-        chunk_size=e.chunk_size if e.scheduler == "sarathi" else None,
-        max_num_batched_tokens=e.max_num_batched_tokens)
-
-
 def build_cost_model(point: SweepConfig) -> RooflineCostModel:
     """`cost_model: auto` is the roofline until measured profiles ship (calibration work)."""
     e = point.engine
@@ -89,8 +69,8 @@ def run_point(point: SweepConfig, point_id: int = 0) -> PointResult:
     """Simulate one point; the row holds its settings, summary metrics, SLO verdicts and goodput."""
     requests, info = load_requests(point.trace)
     sched_config = build_scheduler_config(point)
-    scheduler = make_scheduler(point.engine.scheduler, sched_config)
-    result = simulate(requests, scheduler, build_cost_model(point))
+    result = simulate(requests, build_schedulers(point, sched_config), build_pricer(point, build_cost_model(point)),
+                      outcome_fn=build_outcome_fn(point), router=point.engine.router, seed=point.engine.seed)
 
     row = {"point_id": point_id, "label": describe_point(point), "model": point.model, "device": point.device}
     row.update(point.engine.used_settings())

@@ -58,14 +58,19 @@ def test_bad_values_say_what_is_valid(tmp_path):
     assert "greater than 0" in error_of(tmp_path, "trace: {kind: poisson, qps: -1}\n")
     assert "'profile', 'file', 'poisson'" in error_of(tmp_path, "trace: {kind: csv, qps: 1}\n")
     message = error_of(tmp_path, "trace: {kind: poisson, qps: 1}\nengine: {scheduler: lightllm}\n")
-    assert "valid: sarathi, vllm" in message
+    assert "valid: faster_transformer, fastgen, orca, sarathi, simple_chunking, vllm, vllm_v1" in message
     assert "e.g. tbt_p99_s" in error_of(tmp_path, BASE + "slo: {tbt_p98_s: 0.1}\n")
     assert "max_num_seqs (600) must be <= chunk_size (512)" in error_of(
         tmp_path, "trace: {kind: poisson, qps: 1}\nengine: {max_num_seqs: 600}\n")
 
 
-def test_unsupported_feature_is_refused_not_ignored(tmp_path):
-    assert "split_n=2 is not supported yet" in error_of(tmp_path, BASE.replace("chunk_size: 512", "split_n: 2"))
+def test_enumerated_engine_values_list_the_valid_ones(tmp_path):
+    message = error_of(tmp_path, BASE.replace("chunk_size: 512", "router: nearest"))
+    assert "engine.router" in message and "'round_robin', 'least_outstanding' or 'random'" in message
+    message = error_of(tmp_path, BASE.replace("chunk_size: 512", "acceptance: 1.5"))
+    assert "engine.acceptance" in message
+    message = error_of(tmp_path, BASE.replace("chunk_size: 512", "long_prefill_token_threshold: 64"))
+    assert "not used by scheduler 'sarathi' (only by vllm_v1)" in message
 
 
 def test_dotted_override(tmp_path):

@@ -1,0 +1,84 @@
+"""Turn a point's engine settings into simulator objects: the KV pool, the schedulers of its
+replicas, the step pricer (tensor/pipeline parallel, draft model, swap) and the speculative
+acceptance model."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from experiments.config import CHUNKING_SCHEDULERS, AcceptanceFile, DraftModel, SweepConfig
+from profiler import RooflineCostModel, get_device_spec, get_model_spec, kv_pool_blocks
+from profiler.cost_model import CostModel
+from simulator.acceptance import EmpiricalAcceptance, PositionalAcceptance, speculative_outcome_fn
+from simulator.pricing import StepPricer
+from simulator.scheduler import BatchPlan, Scheduler, SchedulerConfig, StepOutcome, make_scheduler
+
+DTYPE_BYTES = {"bf16": 2, "fp8": 1}
+
+
+def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
+    """The scheduler knobs of a point, with the KV pool from the memory model unless overridden.
+
+    With pipeline parallelism each GPU holds ceil(layers / P) layers' weights and KV, so the
+    pool (in tokens per replica) is computed for one stage; the embedding and LM head are counted
+    on every stage (slightly conservative).
+    """
+    e = point.engine
+    model = get_model_spec(point.model)
+    max_model_len = e.max_model_len or model.max_model_len
+    budget = e.token_budget or max_model_len
+    stage_model = dataclasses.replace(model, num_layers=-(-model.num_layers // e.pipeline_parallel_size))
+    num_blocks = e.num_gpu_blocks or kv_pool_blocks(
+        stage_model, get_device_spec(point.device),
+        gpu_memory_utilization=e.gpu_memory_utilization, block_size=e.block_size,
+        max_num_batched_tokens=budget, tensor_parallel_size=e.tensor_parallel_size,
+        dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=DTYPE_BYTES[e.kv_cache_dtype],
+        max_num_seqs=e.max_num_seqs)
+    chunked = e.scheduler in CHUNKING_SCHEDULERS
+    return SchedulerConfig(
+        num_gpu_blocks=num_blocks, block_size=e.block_size, max_model_len=max_model_len,
+        max_num_seqs=e.max_num_seqs,
+        chunk_size=e.chunk_size if chunked else None,
+        max_num_batched_tokens=None if chunked else e.max_num_batched_tokens,
+        policy=e.policy, preemption=e.preemption, split_n=e.split_n,
+        long_prefill_token_threshold=e.long_prefill_token_threshold)
+
+
+def build_schedulers(point: SweepConfig, config: SchedulerConfig) -> list[Scheduler]:
+    """One scheduler (with its own KV pool) per replica."""
+    return [make_scheduler(point.engine.scheduler, config) for _ in range(point.engine.replicas)]
+
+
+def build_pricer(point: SweepConfig, cost_model: CostModel) -> StepPricer:
+    """The step pricer: `cost_model` (sharded by TP), pipeline stages with activation sends,
+    draft-model steps for split-N with `draft: {model: NAME}`, and KV swap over the host link."""
+    e = point.engine
+    model = get_model_spec(point.model)
+    device = get_device_spec(point.device)
+    dtype_bytes = DTYPE_BYTES[e.dtype]
+    draft = None
+    if isinstance(e.draft, DraftModel) and e.split_n > 0:
+        draft = RooflineCostModel(get_model_spec(e.draft.model), device, tensor_parallel_size=e.tensor_parallel_size,
+                                  dtype_bytes=dtype_bytes, kv_dtype_bytes=DTYPE_BYTES[e.kv_cache_dtype])
+    kv_bytes = model.kv_bytes_per_token(DTYPE_BYTES[e.kv_cache_dtype], e.tensor_parallel_size)
+    return StepPricer(
+        cost_model,
+        draft_cost_model=draft,
+        swap_s_per_token=kv_bytes / device.host_link_bandwidth_bytes_per_s,
+        pipeline_stages=e.pipeline_parallel_size,
+        # Each stage boundary sends the step's hidden states: tokens × hidden × dtype bytes.
+        p2p_s_per_token=model.hidden_size * dtype_bytes / device.interconnect_bandwidth_bytes_per_s,
+    )
+
+
+def build_outcome_fn(point: SweepConfig) -> Callable[[BatchPlan], StepOutcome]:
+    """Tokens emitted per step: one per emitting sequence, or, with split-N, the acceptance model
+    (scalar α, per-position α_k, or measured (proposed, accepted) pairs), seeded by engine.seed."""
+    e = point.engine
+    if e.split_n == 0:
+        return StepOutcome.without_speculation
+    if isinstance(e.acceptance, AcceptanceFile):
+        model = EmpiricalAcceptance.from_file(e.acceptance.file, seed=e.seed)
+    else:
+        model = PositionalAcceptance(e.acceptance, seed=e.seed)
+    return speculative_outcome_fn(model)
