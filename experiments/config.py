@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -142,8 +143,10 @@ class EngineConfig(_Strict):
         return self.chunk_size if self.scheduler in CHUNKING_SCHEDULERS else self.max_num_batched_tokens
 
     def used_settings(self) -> dict[str, Any]:
-        """The settings this point's scheduler actually reads (for tables and reports)."""
-        return {k: v for k, v in self.model_dump().items()
+        """The settings this point's scheduler actually reads, as table cells (for CSV/Parquet
+        columns: lists and mappings such as `acceptance` or `draft` become JSON text)."""
+        return {k: json.dumps(v) if isinstance(v, (dict, list)) else v
+                for k, v in self.model_dump(mode="json").items()
                 if k not in _SCHEDULER_SPECIFIC or k in SCHEDULER_KEYS[self.scheduler]}
 
 
@@ -325,9 +328,13 @@ def describe_point(point: SweepConfig) -> str:
         parts.append(f"budget={e.max_num_batched_tokens}")
     if e.split_n:
         parts.append(f"N={e.split_n}")
+        if isinstance(e.draft, DraftModel):
+            parts.append(f"draft={e.draft.model}")
     for key, short in (("tensor_parallel_size", "tp"), ("pipeline_parallel_size", "pp"), ("replicas", "x")):
         if getattr(e, key) > 1:
             parts.append(f"{short}={getattr(e, key)}")
+    if e.replicas > 1:
+        parts.append(e.router)
     if e.policy != "fcfs":
         parts.append(e.policy)
     if e.preemption != "recompute":

@@ -46,7 +46,19 @@ def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
                 results[i] = future.result()
                 if on_done:
                     on_done(i, results[i].row)
-    return [results[i] for i in range(len(configs))]
+    ordered = [results[i] for i in range(len(configs))]
+    _unique_labels([r.row for r in ordered])
+    return ordered
+
+
+def _unique_labels(rows: list[dict]) -> None:
+    """Points that differ only in settings the label omits get '#<point_id>' appended."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["label"]] = counts.get(row["label"], 0) + 1
+    for row in rows:
+        if counts[row["label"]] > 1:
+            row["label"] = f"{row['label']} #{row['point_id']}"
 
 
 def _safe_run(config: SweepConfig, point_id: int) -> PointResult:
