@@ -121,7 +121,7 @@ class Scheduler:
             if drafts:
                 rejected = drafts - max(0, emitted - 1)
                 seq.num_computed_tokens += item.num_query_tokens - rejected
-                self.block_manager.shrink_to(rid, seq.num_computed_tokens)
+                self.block_manager.shrink_to(rid, max(seq.num_computed_tokens, self._reserved_floor_tokens(seq)))
             else:
                 seq.num_computed_tokens += item.num_query_tokens
             if emitted:
@@ -146,6 +146,11 @@ class Scheduler:
         tokens after a recompute preemption.
         """
         return seq.num_tokens
+
+    def _reserved_floor_tokens(self, seq: Sequence) -> int:
+        """KV tokens the policy keeps reserved whatever was computed (rejected drafts never
+        release below it): the prefill target for whole-prompt reservation."""
+        return seq.prefill_target_tokens
 
     def _rejection_reason(self, request: Request) -> str | None:
         """Finish reason for a request that can never be served alone, else None.

@@ -21,6 +21,9 @@ class OrcaScheduler(Scheduler):
     def _admission_tokens(self, seq: Sequence, num_query_tokens: int) -> int:
         return self.config.max_model_len
 
+    def _reserved_floor_tokens(self, seq: Sequence) -> int:
+        return self.config.max_model_len
+
     def _peak_kv_tokens(self, request: Request) -> int:
         return self.config.max_model_len
 
