@@ -99,7 +99,7 @@ class Scheduler:
             sequences.append(ScheduledSequence(
                 seq.request_id, q, computed, computed < seq.prefill_target_tokens,
                 q == seq.num_pending_tokens + d, d, table(seq.request_id)))
-            self._executing.add(seq.request_id)
+        self._executing.update(s.request_id for s in sequences)
         plan = BatchPlan(tuple(sequences), tuple(s.request_id for s in preempted), self.block_manager.num_used,
                          self._swap_in_tokens, self._swap_out_tokens)
         self._swap_in_tokens = self._swap_out_tokens = 0
@@ -313,6 +313,8 @@ class Scheduler:
         Returns:
             (entries (seq, 1 + drafts, drafts), budget left).
         """
+        if self.config.split_n == 0:
+            return [(seq, 1, 0) for seq in decodes], budget
         entries = []
         for seq in decodes:
             drafts = self._drafts_for(seq, budget)
