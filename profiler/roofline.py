@@ -134,6 +134,9 @@ class RooflineCostModel:
         # Attention runs in BF16 even with FP8 weights (vLLM dequantises an FP8 KV cache).
         self._attn_flops_per_s = device.peak_bf16_flops * flops_efficiency
         self._bytes_per_s = device.mem_bandwidth_bytes_per_s * bandwidth_efficiency
+        self._linear_cache: dict[int, float] = {}
+        self._lm_head_cache: dict[int, float] = {}
+        self._all_reduce_cache: dict[int, float] = {}
 
     def predict_step_s(self, query_tokens: np.ndarray, context_tokens: np.ndarray,
                        is_prefill: np.ndarray) -> float:
@@ -177,10 +180,17 @@ class RooflineCostModel:
                            self.bandwidth_efficiency)
 
     def _linear_s(self, num_tokens: int) -> float:
-        """The four weight GEMMs of every layer, all tokens of the step in one GEMM each."""
-        per_layer = sum(self._gemm_s(num_tokens, out_dim, in_dim)
-                        for _, in_dim, out_dim in self._layer_gemms)
-        return self.model.num_layers * per_layer
+        """The four weight GEMMs of every layer, all tokens of the step in one GEMM each.
+
+        Memoised on the token count: a simulation asks for the same few thousand counts over and
+        over, and each miss costs four roofline evaluations.
+        """
+        cached = self._linear_cache.get(num_tokens)
+        if cached is None:
+            per_layer = sum(self._gemm_s(num_tokens, out_dim, in_dim)
+                            for _, in_dim, out_dim in self._layer_gemms)
+            cached = self._linear_cache[num_tokens] = self.model.num_layers * per_layer
+        return cached
 
     def _lm_head_s(self, num_seqs: int) -> float:
         """LM head over one row per sequence.
@@ -189,7 +199,10 @@ class RooflineCostModel:
         when it is the prompt's last. The arrays do not say which chunk is last, so every prefill
         chunk is counted: an upper bound, off by one GEMV row per non-final chunk.
         """
-        return self._gemm_s(num_seqs, self._lm_head_out, self.model.hidden_size)
+        cached = self._lm_head_cache.get(num_seqs)
+        if cached is None:
+            cached = self._lm_head_cache[num_seqs] = self._gemm_s(num_seqs, self._lm_head_out, self.model.hidden_size)
+        return cached
 
     def _attention_s(self, q: np.ndarray, c: np.ndarray, prefill: np.ndarray) -> tuple[float, float]:
         """Attention of all layers, prefill sequences priced as one kernel and decodes as another.
@@ -199,12 +212,13 @@ class RooflineCostModel:
         + KV write of q tokens (KV bytes per token per layer / tp each) + Q read and O write
         (q × 2 × heads/tp × head_dim × dtype bytes).
         """
-        groups = np.stack((prefill, ~prefill)).astype(np.float64)  # (2, num_seqs) 0/1 weights
-        pairs = groups @ (q * c + q * (q + 1) / 2)  # query-key pairs, causal within the chunk
-        kv_tokens = groups @ (c + 2 * q)  # KV read of c + q tokens and write of q
-        query = groups @ q
-        return (self._attention_group_s(pairs[0], kv_tokens[0], query[0]),
-                self._attention_group_s(pairs[1], kv_tokens[1], query[1]))
+        pairs = q * c + q * (q + 1) / 2  # query-key pairs, causal within the chunk
+        kv_tokens = c + 2 * q  # KV read of c + q tokens and write of q
+        if not prefill.any():  # decode-only step: the common case, one group
+            return 0.0, self._attention_group_s(pairs.sum(), kv_tokens.sum(), q.sum())
+        decode = ~prefill
+        return (self._attention_group_s(pairs[prefill].sum(), kv_tokens[prefill].sum(), q[prefill].sum()),
+                self._attention_group_s(pairs[decode].sum(), kv_tokens[decode].sum(), q[decode].sum()))
 
     def _attention_group_s(self, pairs: float, kv_tokens: float, query_tokens: float) -> float:
         """All layers of one attention kernel over a group of sequences, from the group's sums."""
@@ -216,6 +230,9 @@ class RooflineCostModel:
 
     def _all_reduce_s(self, num_tokens: int) -> float:
         """Two all-reduces per layer (after o_proj and after down_proj) of tokens × hidden."""
-        num_bytes = num_tokens * self.model.hidden_size * self.dtype_bytes
-        return 2 * self.model.num_layers * ring_all_reduce_time_s(num_bytes, self.device,
-                                                                  self.tensor_parallel_size)
+        cached = self._all_reduce_cache.get(num_tokens)
+        if cached is None:
+            num_bytes = num_tokens * self.model.hidden_size * self.dtype_bytes
+            cached = self._all_reduce_cache[num_tokens] = 2 * self.model.num_layers * ring_all_reduce_time_s(
+                num_bytes, self.device, self.tensor_parallel_size)
+        return cached
