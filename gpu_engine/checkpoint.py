@@ -1,0 +1,148 @@
+"""Hugging Face checkpoints: read config.json + *.safetensors into a `Llama`, and write one back.
+
+Hugging Face stores q/k/v and gate/up projections separately (`model.layers.{i}.self_attn.q_proj.weight`,
+...); the engine fuses them (`qkv_proj`, `gate_up_proj`), so loading copies each into its rows of
+the fused weight, as vLLM's `packed_modules_mapping` does. Weights are used as stored: HF Llama
+checkpoints already use the rotate-half rotary layout of `gpu_engine.model.Rotary`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from gpu_engine.model import Llama, ModelArgs
+from profiler import get_model_spec
+
+# Hugging Face projection -> (fused engine module, index of its row block).
+_PACKED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
+           "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
+
+
+def load_model_args(checkpoint_dir: str | Path) -> ModelArgs:
+    """`ModelArgs` from a checkpoint's config.json (shapes via `profiler.get_model_spec`).
+
+    Reads `rope_theta` (transformers 4) or `rope_parameters.rope_theta` (transformers 5) and
+    `rms_norm_eps`, with LlamaConfig's defaults (10,000 and 1e-6) where absent.
+
+    Raises:
+        ValueError: a missing config or key (from the profiler), or rotary scaling other than
+            the default (Llama 3.1's "llama3" or YaRN scaling is not implemented).
+    """
+    path = Path(checkpoint_dir) / "config.json"
+    spec = get_model_spec(path)
+    config = json.loads(path.read_text())
+    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type != "default":
+        raise ValueError(f"{path}: rotary scaling {rope_type!r} is not supported by the engine (only default)")
+    theta = config.get("rope_theta", rope.get("rope_theta", 10000.0))
+    return ModelArgs(spec, rope_theta=float(theta), rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)))
+
+
+def load_weights(model: Llama, checkpoint_dir: str | Path) -> Llama:
+    """Copy every tensor of the directory's *.safetensors files into `model` (any sharding).
+
+    Raises:
+        ValueError: no safetensors file, an unexpected tensor name or shape, or a model
+            parameter the checkpoint does not provide (the message names them).
+    """
+    from safetensors import safe_open
+
+    files = sorted(Path(checkpoint_dir).glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"{checkpoint_dir}: no *.safetensors file")
+    params = dict(model.named_parameters())
+    loaded: set[str] = set()
+    with torch.no_grad():
+        for file in files:
+            with safe_open(str(file), framework="pt") as f:
+                for hf_name in f.keys():
+                    if hf_name.endswith("rotary_emb.inv_freq"):
+                        continue
+                    name, rows = _engine_slot(model, hf_name)
+                    if name not in params:
+                        raise ValueError(f"{file}: unexpected tensor {hf_name!r}")
+                    target = params[name][rows]
+                    tensor = f.get_tensor(hf_name)
+                    if tensor.shape != target.shape:
+                        raise ValueError(f"{file}: {hf_name} has shape {tuple(tensor.shape)}, "
+                                         f"the model expects {tuple(target.shape)}")
+                    target.copy_(tensor)
+                    loaded.add(hf_name)
+    missing = sorted(set(_hf_names(model)) - loaded)
+    if missing:
+        raise ValueError(f"{checkpoint_dir}: checkpoint lacks {len(missing)} tensors, e.g. {missing[:3]}")
+    return model
+
+
+def save_checkpoint(model: Llama, checkpoint_dir: str | Path) -> Path:
+    """Write `model` as a Hugging Face Llama checkpoint (config.json, model.safetensors).
+
+    transformers' `LlamaForCausalLM.from_pretrained` reads it; EOS/BOS ids are left unset so
+    generation runs for exactly the requested number of tokens.
+
+    Returns:
+        The directory.
+    """
+    from safetensors.torch import save_file
+
+    out = Path(checkpoint_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(_hf_config(model.args, model.embed_tokens.weight.dtype), indent=2))
+    params = dict(model.named_parameters())
+    tensors = {}
+    for hf_name in _hf_names(model):
+        name, rows = _engine_slot(model, hf_name)
+        tensors[hf_name] = params[name][rows].detach().cpu().contiguous()
+    save_file(tensors, str(out / "model.safetensors"))
+    return out
+
+
+def _hf_names(model: Llama) -> list[str]:
+    """Every tensor name a Hugging Face checkpoint of this model holds."""
+    names = ["model.embed_tokens.weight", "model.norm.weight"]
+    if not model.args.spec.tie_word_embeddings:
+        names.append("lm_head.weight")
+    per_layer = ["input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.o_proj.weight",
+                 "mlp.down_proj.weight"] + [f"{'mlp' if p in ('gate_proj', 'up_proj') else 'self_attn'}.{p}.weight"
+                                            for p in _PACKED]
+    for i in range(model.args.spec.num_layers):
+        names += [f"model.layers.{i}.{n}" for n in per_layer]
+    return names
+
+
+def _engine_slot(model: Llama, hf_name: str) -> tuple[str, slice]:
+    """The engine parameter name and the row slice of it that holds Hugging Face tensor `hf_name`."""
+    name = hf_name.removeprefix("model.")
+    parts = name.split(".")
+    if len(parts) == 5 and parts[3] in _PACKED:  # layers.{i}.{self_attn|mlp}.{proj}.weight
+        fused, index = _PACKED[parts[3]]
+        widths = _packed_widths(model.args, fused)
+        start = sum(widths[:index])
+        return f"layers.{parts[1]}.{parts[2]}.{fused}.weight", slice(start, start + widths[index])
+    return name, slice(None)
+
+
+def _packed_widths(args: ModelArgs, fused: str) -> list[int]:
+    s = args.spec
+    if fused == "qkv_proj":
+        kv = s.num_key_value_heads * s.head_dim
+        return [s.num_attention_heads * s.head_dim, kv, kv]
+    return [s.intermediate_size, s.intermediate_size]
+
+
+def _hf_config(args: ModelArgs, dtype: torch.dtype) -> dict:
+    s = args.spec
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": s.hidden_size, "intermediate_size": s.intermediate_size,
+        "num_hidden_layers": s.num_layers, "num_attention_heads": s.num_attention_heads,
+        "num_key_value_heads": s.num_key_value_heads, "head_dim": s.head_dim,
+        "vocab_size": s.vocab_size, "max_position_embeddings": s.max_model_len,
+        "tie_word_embeddings": s.tie_word_embeddings, "rms_norm_eps": args.rms_norm_eps,
+        "rope_theta": args.rope_theta, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
+        "bos_token_id": None, "eos_token_id": None, "pad_token_id": None,
+        "torch_dtype": str(dtype).removeprefix("torch."),
+    }

@@ -1,0 +1,65 @@
+"""The engine's clocks: when requests arrive and when a step ends, in seconds from the run's start.
+
+- `WallClock` (real time): arrivals wait for the wall clock; a step ends when it ends.
+- `FastClock` (as fast as possible): time is the sum of measured step durations and jumps over
+  idle gaps to the next arrival, so a trace with long quiet periods replays quickly while every
+  request still sees the queueing that the measured step times imply.
+- `PricedClock`: steps take what a cost model predicts (measured times are still recorded in the
+  plan log). The engine then makes exactly the simulator's plans, step for step.
+"""
+from __future__ import annotations
+
+import time
+
+from simulator.scheduler import BatchPlan
+
+
+class WallClock:
+    """Real time from construction (`time.perf_counter`)."""
+
+    def __init__(self) -> None:
+        self._origin_s = time.perf_counter()
+
+    def now_s(self) -> float:
+        return time.perf_counter() - self._origin_s
+
+    def wait_until(self, t_s: float) -> None:
+        """Sleep until the clock reads `t_s` (an arrival)."""
+        delay_s = t_s - self.now_s()
+        if delay_s > 0:
+            time.sleep(delay_s)
+
+    def end_step(self, start_s: float, plan: BatchPlan, measured_s: float) -> float:
+        """The step's end time: now."""
+        return self.now_s()
+
+
+class FastClock:
+    """Virtual time: advanced by each step's measured duration; idle gaps are skipped."""
+
+    def __init__(self) -> None:
+        self._now_s = 0.0
+
+    def now_s(self) -> float:
+        return self._now_s
+
+    def wait_until(self, t_s: float) -> None:
+        self._now_s = max(self._now_s, t_s)
+
+    def end_step(self, start_s: float, plan: BatchPlan, measured_s: float) -> float:
+        self._now_s = start_s + self._duration_s(plan, measured_s)
+        return self._now_s
+
+    def _duration_s(self, plan: BatchPlan, measured_s: float) -> float:
+        return measured_s
+
+
+class PricedClock(FastClock):
+    """Virtual time advanced by `cost_model.predict_step_s` of each executed plan (seconds)."""
+
+    def __init__(self, cost_model) -> None:
+        super().__init__()
+        self.cost_model = cost_model
+
+    def _duration_s(self, plan: BatchPlan, measured_s: float) -> float:
+        return self.cost_model.predict_step_s(plan.query_tokens, plan.context_tokens, plan.is_prefill)
