@@ -23,6 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from simulator.metrics import LATENCY_METRICS, PERCENTILES
 from simulator.scheduler import SCHEDULERS
+from traces import (ClosedLoopWorkload, LengthDistribution, Request, cut, length_distribution, lengths_with_arrivals,
+                    read_lengths, read_trace, scale_to_qps, synthetic_trace, time_window)
+from traces.length_distributions import EmpiricalLength
+from traces.readers import FORMATS
+from traces.readers.by_format import burstgpt_filter
+from traces.workload_profile import check_profile_name
 
 
 class ConfigError(ValueError):
@@ -33,39 +39,189 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ProfileTrace(_Strict):
-    """Sample a trace from a built-in workload profile (`traces/profiles/*.json`)."""
+class LengthClip(_Strict):
+    """Bounds in tokens applied to lengths drawn from a profile: {min: 1, max: null}."""
+
+    min: int = Field(default=1, ge=1)
+    max: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "LengthClip":
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) must be >= min ({self.min})")
+        return self
+
+
+# A length: an int (fixed), [low, high] (uniform, inclusive) or {dist: NAME, ...} with min/max
+# (traces.length_distributions: fixed, uniform, normal, lognormal, zipf, empirical).
+LengthSpec = Union[int, tuple[int, int], dict[str, Any]]
+
+
+class _OpenLoop(_Strict):
+    """Arrival-process keys of the generated kinds: `arrival` at `qps`, gamma's `burstiness`."""
+
+    arrival: Literal["poisson", "gamma", "constant"] = "poisson"
+    burstiness: float | None = Field(default=None, gt=0)  # gamma shape γ (vLLM --burstiness); 1 = Poisson
+
+    @model_validator(mode="after")
+    def _burstiness_for_gamma(self) -> "_OpenLoop":
+        if self.burstiness is not None and self.arrival != "gamma":
+            raise ValueError(f"burstiness applies to arrival: gamma only (arrival is {self.arrival!r})")
+        return self
+
+
+class _Lengths(_Strict):
+    """`prompt_tokens` and `output_tokens` length specs, checked by traces.length_distribution."""
+
+    prompt_tokens: LengthSpec = 512
+    output_tokens: LengthSpec = 128
+
+    @field_validator("prompt_tokens", "output_tokens")
+    @classmethod
+    def _length_spec(cls, spec: LengthSpec, info) -> LengthSpec:
+        length_distribution(spec, info.field_name.removesuffix("_tokens"))  # raises ValueError, naming the problem
+        return spec
+
+    def distributions(self) -> tuple[LengthDistribution, LengthDistribution]:
+        """The prompt and output distributions these specs describe."""
+        return length_distribution(self.prompt_tokens, "prompt"), length_distribution(self.output_tokens, "output")
+
+
+class ProfileTrace(_OpenLoop):
+    """Sample a trace from a workload profile (built-in name or .json path): joint lengths, clipped."""
 
     kind: Literal["profile"]
     name: str
     qps: float = Field(gt=0)
     num_requests: int = Field(default=2048, ge=1)
     seed: int = 0
+    prompt_tokens: LengthClip = LengthClip()
+    output_tokens: LengthClip = LengthClip()
+
+    @field_validator("name")
+    @classmethod
+    def _known_profile(cls, name: str) -> str:
+        check_profile_name(name)
+        return name
+
+    def load(self) -> tuple[list[Request], dict]:
+        """Arrivals, then joint lengths through the profile's copula, clipped (traces.synthetic_trace)."""
+        prompt, output = (EmpiricalLength(profile=self.name, column=column, min_tokens=clip.min, max_tokens=clip.max)
+                          for column, clip in (("prompt", self.prompt_tokens), ("output", self.output_tokens)))
+        requests = synthetic_trace(self.num_requests, self.qps, prompt, output, self.seed, self.arrival, self.burstiness)
+        return requests, {"trace_source": f"profile {self.name}", "trace_rows_rejected": 0}
 
 
 class FileTrace(_Strict):
-    """Replay a trace file; optionally time-scaled to `qps` and cut to `max_requests`."""
+    """Replay a trace file: filtered, cut to a time window and `max_requests`, time-scaled to `qps`."""
 
     kind: Literal["file"]
     path: str | None = None  # may be given on the command line: --set trace.path=FILE
     format: str = "auto"
     qps: float | None = Field(default=None, gt=0)
     max_requests: int | None = Field(default=None, ge=1)
+    window_s: tuple[float, float] | None = None  # [start, end) seconds after the first arrival
     strict: bool = False
+    models: list[str] | None = None  # BurstGPT `Model` values to keep
+    log_types: list[str] | None = None  # BurstGPT `Log Type` values to keep
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, name: str) -> str:
+        names = [spec.name for spec in FORMATS.values() if spec.has_arrivals]
+        if name != "auto" and name not in names:
+            raise ValueError(f"unknown trace format {name!r}; valid: auto, {', '.join(names)} "
+                             "(lengths-only files: kind lengths_file)")
+        return name
+
+    @field_validator("window_s")
+    @classmethod
+    def _window(cls, window: tuple[float, float] | None) -> tuple[float, float] | None:
+        if window is not None and not 0 <= window[0] < window[1]:
+            raise ValueError(f"window_s must be [start, end) seconds with 0 <= start < end, got {list(window)}")
+        return window
+
+    def load(self) -> tuple[list[Request], dict]:
+        """Read (lenient unless strict), filter, window, cut to max_requests, then scale to qps."""
+        if self.path is None:
+            raise ValueError("trace.path is not set: give it in the config or with --set trace.path=FILE")
+        loaded = read_trace(Path(self.path).expanduser(), format=self.format, strict=self.strict,
+                            where=burstgpt_filter(self.models, self.log_types))
+        requests = loaded.requests
+        if self.window_s is not None:
+            requests = time_window(requests, *self.window_s)
+        if self.max_requests is not None:
+            requests = cut(requests, max_requests=self.max_requests)
+        if self.qps is not None:
+            requests = scale_to_qps(requests, self.qps)
+        return requests, {"trace_source": str(self.path), "trace_rows_rejected": loaded.num_rejected}
 
 
-class PoissonTrace(_Strict):
-    """Poisson arrivals with fixed (int) or uniform ([low, high], inclusive) lengths."""
+class SyntheticTrace(_OpenLoop, _Lengths):
+    """Generated arrivals (poisson | gamma | constant) and lengths from any distribution.
 
-    kind: Literal["poisson"]
+    `kind: poisson` is this kind with Poisson arrivals (the first name it had).
+    """
+
+    kind: Literal["poisson", "synthetic"]
     qps: float = Field(gt=0)
     num_requests: int = Field(default=2048, ge=1)
-    prompt_tokens: int | tuple[int, int] = 512
-    output_tokens: int | tuple[int, int] = 128
     seed: int = 0
 
+    @model_validator(mode="after")
+    def _poisson_kind(self) -> "SyntheticTrace":
+        if self.kind == "poisson" and self.arrival != "poisson":
+            raise ValueError(f"kind poisson has Poisson arrivals; for arrival: {self.arrival} use kind: synthetic")
+        return self
 
-TraceConfig = Annotated[Union[ProfileTrace, FileTrace, PoissonTrace], Field(discriminator="kind")]
+    def load(self) -> tuple[list[Request], dict]:
+        """traces.synthetic_trace: arrivals, then prompt and output lengths."""
+        prompt, output = self.distributions()
+        requests = synthetic_trace(self.num_requests, self.qps, prompt, output, self.seed, self.arrival, self.burstiness)
+        return requests, {"trace_source": f"{self.kind} {self.arrival}", "trace_rows_rejected": 0}
+
+
+class LengthsFileTrace(_OpenLoop):
+    """A lengths-only file (`*_stats_*.csv`) in file order, arriving by a generated process at `qps`."""
+
+    kind: Literal["lengths_file"]
+    path: str | None = None
+    qps: float = Field(gt=0)
+    max_requests: int | None = Field(default=None, ge=1)
+    strict: bool = False
+    seed: int = 0
+
+    def load(self) -> tuple[list[Request], dict]:
+        """Row i (of the valid rows, at most max_requests) is request i (traces.lengths_with_arrivals)."""
+        if self.path is None:
+            raise ValueError("trace.path is not set: give it in the config or with --set trace.path=FILE")
+        loaded = read_lengths(Path(self.path).expanduser(), strict=self.strict)
+        rows = slice(None, self.max_requests)
+        requests = lengths_with_arrivals(loaded.prompt_tokens[rows], loaded.output_tokens[rows], self.qps,
+                                         self.seed, self.arrival, self.burstiness)
+        return requests, {"trace_source": str(self.path), "trace_rows_rejected": loaded.num_rejected}
+
+
+class ClosedLoopTrace(_Lengths):
+    """`clients` concurrent clients; each sends its next request `think_time_s` after one completes."""
+
+    kind: Literal["closed_loop"]
+    clients: int = Field(ge=1)
+    think_time_s: float = Field(default=0.0, ge=0)
+    num_requests: int = Field(default=2048, ge=1)
+    seed: int = 0
+
+    def workload(self) -> ClosedLoopWorkload:
+        """The request source the simulator drives (traces.ClosedLoopWorkload)."""
+        prompt, output = self.distributions()
+        return ClosedLoopWorkload(self.clients, self.think_time_s, prompt, output, self.num_requests, self.seed)
+
+
+TraceConfig = Annotated[
+    Union[ProfileTrace, FileTrace, SyntheticTrace, LengthsFileTrace, ClosedLoopTrace], Field(discriminator="kind")
+]
+# Every `kind:` value; validation errors name keys without it (trace.qps, not trace.poisson.qps).
+TRACE_KINDS = ("profile", "file", "poisson", "synthetic", "lengths_file", "closed_loop")
 
 
 # Keys that only some schedulers read; every other engine key applies to all of them.
@@ -260,7 +416,7 @@ def _validate(raw: dict, path: Path, root_node, where: str) -> SweepConfig:
         lines = []
         for err in exc.errors():
             loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "tagged-union["))]
-            key = ".".join(p for p in loc if p not in ("profile", "file", "poisson") or loc[0] != "trace")
+            key = ".".join(p for p in loc if p not in TRACE_KINDS or loc[0] != "trace")
             line = _line_of(root_node, loc)
             at = f" (line {line})" if line else ""
             message = err["msg"].removeprefix("Value error, ")

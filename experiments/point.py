@@ -7,13 +7,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.config import FileTrace, PoissonTrace, ProfileTrace, SweepConfig, describe_point, slo_summary_key
+from experiments.config import ClosedLoopTrace, SweepConfig, TraceConfig, describe_point, slo_summary_key
 from experiments.deployment import (DTYPE_BYTES, build_outcome_fn, build_pricer, build_scheduler_config,
                                     build_schedulers)
 from profiler import RooflineCostModel, get_device_spec, get_model_spec
 from simulator.metrics import goodput_count
 from simulator.simulate import simulate
-from traces import Request, cut, load_profile, read_trace, scale_to_qps, synthetic_trace
+from traces import Request
 
 
 @dataclass
@@ -25,32 +25,19 @@ class PointResult:
     steps: pd.DataFrame
 
 
-def load_requests(trace: ProfileTrace | FileTrace | PoissonTrace) -> tuple[list[Request], dict]:
-    """Build the request list a trace config describes.
+def load_requests(trace: TraceConfig) -> tuple[list[Request], dict]:
+    """Build the request list a trace config describes (each kind's `load()` in experiments/config.py).
 
     Returns:
         (requests sorted by arrival, info dict with the trace's source and rejected rows).
 
     Raises:
-        ValueError / traces.TraceFormatError: a missing path or a bad file, with the file named.
+        ValueError / traces.TraceFormatError: a missing path or a bad file, with the file named;
+            a closed-loop trace, which the simulator must drive (not supported by it yet).
     """
-    if isinstance(trace, ProfileTrace):
-        requests = load_profile(trace.name).sample(trace.num_requests, trace.qps, seed=trace.seed)
-        return requests, {"trace_source": f"profile {trace.name}", "trace_rows_rejected": 0}
-    if isinstance(trace, PoissonTrace):
-        requests = synthetic_trace(trace.num_requests, trace.qps, prompt=tuple_or_int(trace.prompt_tokens),
-                                   output=tuple_or_int(trace.output_tokens), seed=trace.seed)
-        return requests, {"trace_source": "poisson", "trace_rows_rejected": 0}
-    if trace.path is None:
-        raise ValueError("trace.path is not set: give it in the config or with --set trace.path=FILE")
-    loaded = read_trace(Path(trace.path).expanduser(), format=trace.format, strict=trace.strict)
-    requests = loaded.requests
-    if trace.max_requests is not None:
-        requests = cut(requests, max_requests=trace.max_requests)
-    if trace.qps is not None:
-        requests = scale_to_qps(requests, trace.qps)
-    rejected = sum(len(rows) for rows in loaded.rejected_rows.values())
-    return requests, {"trace_source": str(trace.path), "trace_rows_rejected": rejected}
+    if isinstance(trace, ClosedLoopTrace):
+        raise ValueError("closed-loop traces are driven by the simulator: not supported by this simulator version yet")
+    return trace.load()
 
 
 def build_cost_model(point: SweepConfig) -> RooflineCostModel:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import shared_path
-from traces import WorkloadProfile, load_profile, read_trace
+from traces import WorkloadProfile, load_profile, read_lengths, read_trace
 from traces.profiles.build_profiles import main as build_profiles
 from traces.trace_stats import spearman
 from traces.workload_profile import PROFILES_DIR, builtin_profiles
@@ -33,10 +33,58 @@ def test_azure_conv_profile_figures_and_source():
     assert profile.source["file"] == "data/AzureLLMInferenceTrace_conv.csv"
 
 
-def test_profiles_rebuild_identically_from_the_public_trace(tmp_path):
-    build_profiles(["--azure-conv", str(shared_path(*AZURE_CONV)), "--out-dir", str(tmp_path)])
-    rebuilt = json.loads((tmp_path / "azure-conv.json").read_text())
-    assert rebuilt == json.loads((PROFILES_DIR / "azure-conv.json").read_text())
+def test_profiles_rebuild_identically_from_the_public_traces(tmp_path):
+    traces_dir = shared_path("traces")
+    build_profiles(["--traces-dir", str(traces_dir), "--out-dir", str(tmp_path)])
+    assert sorted(path.name for path in tmp_path.glob("*.json")) == sorted(f"{name}.json" for name in builtin_profiles())
+    for path in tmp_path.glob("*.json"):
+        assert json.loads(path.read_text()) == json.loads((PROFILES_DIR / path.name).read_text()), path.name
+
+
+@pytest.mark.parametrize("name, repository, license, rows, has_arrivals", [
+    ("azure-code", "Azure/AzurePublicDataset", "CC-BY-4.0", 8_819, True),
+    ("mooncake-conversation", "kvcache-ai/Mooncake", "Apache-2.0", 12_031, True),
+    ("arxiv-summarization", "microsoft/vidur", "MIT", 28_257, False),
+    ("sharegpt", "microsoft/sarathi-serve", "Apache-2.0", 30_731, False),
+    ("bwb", "project-etalon/etalon", "Apache-2.0", 33_768, False),
+])
+def test_every_profile_cites_its_source_and_licence(name, repository, license, rows, has_arrivals):
+    profile = load_profile(name)
+    assert (profile.source["repository"], profile.license, profile.num_requests) == (repository, license, rows)
+    assert profile.source["file"].endswith((".csv", ".jsonl"))
+    assert profile.has_arrivals == has_arrivals
+    assert (profile.span_s is None, profile.gap_cv is None) == (not has_arrivals, not has_arrivals)
+
+
+def test_profile_figures_match_the_traces_readme():
+    mooncake = load_profile("mooncake-conversation")
+    assert mooncake.span_s == pytest.approx(3_537, abs=1.0)
+    assert mooncake.output_quantiles_tokens[0] == 1  # 72 rows have output_length = 1
+    arxiv = load_profile("arxiv-summarization")
+    assert arxiv.prompt_quantiles_tokens[0] == 1  # 72 rows with a 1-token prompt
+    assert load_profile("azure-conv").gap_cv == pytest.approx(1.094, abs=0.001)
+    assert load_profile("azure-code").gap_cv == pytest.approx(13.15, abs=0.01)  # far burstier than Poisson
+
+
+def test_a_lengths_only_profile_needs_a_rate():
+    sharegpt = load_profile("sharegpt")
+    with pytest.raises(ValueError, match="profile 'sharegpt' has lengths only .no arrivals.: give qps"):
+        sharegpt.sample(10)
+    trace = sharegpt.sample(4_000, qps=2.0, seed=0, arrival="gamma", burstiness=0.5)
+    assert (len(trace) - 1) / trace[-1].arrival_s == pytest.approx(2.0, rel=0.1)
+    assert max(r.output_tokens for r in trace) <= 1_024
+
+
+@pytest.mark.parametrize("name, path", [
+    ("mooncake-conversation", ("traces", "mooncake", "conversation_trace.jsonl")),
+    ("sharegpt", ("traces", "sarathi_serve", "sharegpt_8k_filtered_stats_llama2_tokenizer.csv")),
+])
+def test_new_profiles_sample_like_their_files(name, path):
+    real = read_lengths(shared_path(*path))
+    prompt, output = lengths(load_profile(name).sample(20_000, qps=5.0, seed=3))
+    for sampled, values in ((prompt, real.prompt_tokens), (output, real.output_tokens)):
+        for q in (50, 90):
+            assert np.percentile(sampled, q) == pytest.approx(np.percentile(values, q), rel=0.05)
 
 
 def test_sample_matches_the_real_file():
@@ -69,8 +117,8 @@ def test_sample_arrivals_lengths_and_seeding():
 
 def test_unknown_profile_lists_the_built_in_names():
     assert {"azure-conv", "azure-code"} <= set(builtin_profiles())
-    with pytest.raises(ValueError, match="azure-code, azure-conv"):
-        load_profile("sharegpt")
+    with pytest.raises(ValueError, match="arxiv-summarization, azure-code, azure-conv, bwb, mooncake-conversation, sharegpt"):
+        load_profile("splitwise")
 
 
 def test_profile_file_missing_a_key_is_named(tmp_path):

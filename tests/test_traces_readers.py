@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import shared_path
-from traces import read_trace
+from traces import read_trace, write_canonical
+from traces import TraceFormatError
 from traces.readers import read_azure_csv, read_burstgpt_csv, read_mooncake_jsonl, read_vidur_csv
 
 AZURE = ("traces", "azure_public_dataset")
@@ -116,3 +117,52 @@ def test_azure_2024_timestamps_with_utc_offset():
     # 00:00:00.001163 -> 00:00:00.041683, and the last row 6 days 23:59:59.994297 later.
     assert requests[1].arrival_s == pytest.approx(0.04052, abs=1e-9)
     assert requests[-1].arrival_s == pytest.approx(7 * 86_400 - 0.001163 - 0.004540, abs=1e-6)
+
+
+def test_burstgpt_filters_by_model_and_log_type():
+    same_second = shared_path("cases", "same_second", "trace.csv")
+    chatgpt = read_burstgpt_csv(same_second, models=["ChatGPT"])
+    assert [r.prompt_tokens for r in chatgpt] == [310, 95, 410]
+    result = read_trace(same_second, where={"Model": ["GPT-4"]})
+    assert [r.prompt_tokens for r in result.requests] == [720]
+    assert result.filtered_rows == {"Model not in ['GPT-4']": [1, 2, 4]} and result.rejected_rows == {}
+    assert "filtered out 3 x Model not in ['GPT-4']: rows 1, 2, 4" in result.summary()
+    readme = shared_path("traces", "burstgpt", "BurstGPT_1.EXCERPT_from_README.csv")
+    assert read_burstgpt_csv(readme, log_types=["API log"]) == []
+    assert [r.arrival_s for r in read_burstgpt_csv(readme, models=["ChatGPT"], log_types=["Conversation log"])] == [0.0, 40.0]
+
+
+def test_a_filter_on_a_missing_column_is_an_error():
+    with pytest.raises(TraceFormatError, match="field 'Model': filter on a missing column"):
+        read_trace(shared_path("cases", "zero_prompt", "trace.csv"), where={"Model": ["ChatGPT"]})
+
+
+def test_azure_2025_multimodal_layout_loads_strictly():
+    path = shared_path("traces", "excerpts", "AzureLMMInferenceTrace_multimodal.EXCERPT_from_notebook_output.csv")
+    requests = read_trace(path, strict=True).requests  # NumImages is a known column, not an unknown one
+    assert [r.arrival_s for r in requests[:3]] == [0.0, pytest.approx(5.55), pytest.approx(6.244)]
+    assert (requests[0].prompt_tokens, requests[0].output_tokens) == (770, 491)
+
+
+def test_epoch_seconds_start_at_zero_and_format_can_be_forced(tmp_path):
+    path = tmp_path / "epoch.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n1700000000.5,10,5\n1700000002.0,20,6\n")
+    assert [r.arrival_s for r in read_trace(path).requests] == [0.0, 1.5]
+    vidur_like = tmp_path / "vidur.csv"
+    vidur_like.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.5,10,5\n")
+    assert read_trace(vidur_like, format="vidur").format == "vidur"
+
+
+def test_canonical_csv_round_trip_is_exact(tmp_path):
+    azure = read_trace(shared_path(*AZURE, "AzureLLMInferenceTrace_conv.csv")).requests
+    path = write_canonical(azure, tmp_path / "conv.csv")
+    assert path.read_text().splitlines()[0] == "arrival_s,prompt_tokens,output_tokens"
+    assert read_trace(path, strict=True).requests == azure
+
+
+def test_canonical_jsonl_round_trip_keeps_prefix_hashes(tmp_path):
+    mooncake = read_mooncake_jsonl(shared_path("traces", "excerpts", "mooncake_format_example.EXCERPT_from_FAST25_README.jsonl"))
+    back = read_trace(write_canonical(mooncake, tmp_path / "example.jsonl"), strict=True)
+    assert back.format == "canonical_jsonl" and back.requests == mooncake
+    assert [r.prefix_hash_ids for r in back.requests] == [r.prefix_hash_ids for r in mooncake]
+    assert back.requests[1].prefix_hash_ids == (*range(46, 58), 2366)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import shared_path
-from traces import TraceFormatError, read_trace
+from traces import TraceFormatError, read_lengths, read_trace
 from traces.readers import read_canonical_csv
 
 HEADER = "arrival_s,prompt_tokens,output_tokens"
@@ -125,11 +125,49 @@ def test_missing_file_names_the_path(tmp_path):
 
 def test_unknown_header_lists_the_known_ones(tmp_path):
     with pytest.raises(TraceFormatError) as info:
-        read_trace(write(tmp_path, "num_prefill_tokens,num_decode_tokens\n10,5\n"))
+        read_trace(write(tmp_path, "start,input,output\n0,10,5\n"))
     message = str(info.value)
-    assert "trace.csv" in message and "num_prefill_tokens,num_decode_tokens" in message
-    for header in (HEADER, "TIMESTAMP,ContextTokens,GeneratedTokens", "arrived_at,num_prefill_tokens,num_decode_tokens"):
+    assert "trace.csv" in message and "start,input,output" in message
+    for header in (HEADER, "TIMESTAMP,ContextTokens,GeneratedTokens", "arrived_at,num_prefill_tokens,num_decode_tokens",
+                   "timestamp,input_length,output_length", "num_prefill_tokens,num_decode_tokens"):
         assert header in message
+
+
+def test_a_lengths_only_file_is_not_a_trace_and_says_what_to_do(tmp_path):
+    path = write(tmp_path, "num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n10,5,15,2.0\n")
+    with pytest.raises(TraceFormatError, match="lengths-only file gives lengths to combine with an arrival process"):
+        read_trace(path)
+    assert read_lengths(path).prompt_tokens.tolist() == [10]
+
+
+def test_unknown_columns_are_reported_when_lenient_and_an_error_when_strict(tmp_path):
+    path = write(tmp_path, HEADER + ",user\n0,10,5,alice\n1,0,5,bob\n")
+    result = read_trace(path)
+    assert result.ignored_columns == ("user",) and len(result.requests) == 1
+    assert "ignored unknown columns: user" in result.summary()
+    with pytest.raises(TraceFormatError) as info:
+        read_trace(path, strict=True)
+    assert (info.value.row, info.value.field, info.value.reason, info.value.value) == (None, "header", "unknown column", "user")
+    assert "only the columns of format canonical" in str(info.value)
+
+
+def test_unknown_json_key_in_strict_mode_names_its_first_row(tmp_path):
+    rows = ['{"timestamp": 0, "input_length": 5, "output_length": 1}',
+            '{"timestamp": 9, "input_length": 5, "output_length": 2, "user": 7}']
+    path = write(tmp_path, "\n".join(rows) + "\n", "trace.jsonl")
+    assert read_trace(path).ignored_columns == ("user",)
+    with pytest.raises(TraceFormatError) as info:
+        read_trace(path, strict=True)
+    assert (info.value.row, info.value.field, info.value.reason) == (2, "user", "unknown field")
+
+
+def test_burstgpt_zero_response_rows_are_counted_and_skipped(tmp_path):
+    text = ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+            "5,ChatGPT,472,18,490,Conversation log\n6,ChatGPT,300,0,300,Conversation log\n")
+    result = read_trace(write(tmp_path, text))
+    assert result.rejected_rows == {"output_tokens < 1": [2]} and len(result.requests) == 1
+    with pytest.raises(TraceFormatError, match=r"row 2 .*Response tokens \(output_tokens\)"):
+        read_trace(write(tmp_path, text), strict=True)
 
 
 def test_empty_file_and_wrong_explicit_format_are_header_errors(tmp_path):

@@ -1,4 +1,8 @@
-"""Summary statistics of a trace: span, mean arrival rate, rank correlation of lengths."""
+"""Summary statistics of a trace: span, mean arrival rate, burstiness of gaps, rank correlation.
+
+Statistics that are undefined for the input (a rate over a zero span, a CV with a zero mean
+gap) are NaN, never inf and never an exception (`../shared/cases/README.md`, case 13).
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -30,6 +34,22 @@ def mean_rate_qps(arrivals_s: np.ndarray) -> float:
     if span <= 0.0:
         return float("nan")
     return (np.asarray(arrivals_s).size - 1) / span
+
+
+def gap_cv(arrivals_s: np.ndarray) -> float:
+    """Coefficient of variation of the inter-arrival gaps, std / mean (population std).
+
+    The burstiness measure of `trace stats`: 1 for a Poisson process, 0 for a constant rate,
+    1 / sqrt(γ) for gamma gaps with shape γ, > 1 for bursty traffic. NaN when there are fewer
+    than two arrivals or the mean gap is 0 (all at one instant).
+
+    Args:
+        arrivals_s: arrival times in seconds, shape (n,), any order (sorted here).
+    """
+    gaps_s = np.diff(np.sort(np.asarray(arrivals_s, dtype=float)))
+    if gaps_s.size == 0 or gaps_s.mean() <= 0.0:
+        return float("nan")
+    return float(gaps_s.std() / gaps_s.mean())
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:

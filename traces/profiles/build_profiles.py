@@ -1,31 +1,35 @@
-"""Derive the built-in workload profiles from the public Azure LLM inference traces (2023).
+"""Derive the built-in workload profiles from the public traces in `../shared/traces/`.
 
-Run from the project root:
+Run from the project root (writes every profile; `--only NAME` for some):
 
-    python -m traces.profiles.build_profiles --azure-conv ../shared/traces/azure_public_dataset/AzureLLMInferenceTrace_conv.csv \
-        [--azure-code .../AzureLLMInferenceTrace_code.csv] [--out-dir traces/profiles]
+    python -m traces.profiles.build_profiles [--traces-dir ../shared/traces] [--out-dir traces/profiles]
 
 Each profile is a JSON file of figures only (quantile tables, a rank correlation, arrival
-statistics) with the source and licence of the data; the trace files themselves are never
-copied into the project.
+statistics where the source has arrivals) with the source and licence of the data; the trace
+files themselves are never copied into the project. Lengths-only sources (arxiv, ShareGPT,
+BWB) have no arrivals: their rate, span and gap CV are null and a config gives the rate.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from traces.readers import read_trace
-from traces.trace_stats import mean_rate_qps, span_s, spearman
+from traces.readers.parse_file import parse_file
+from traces.trace_stats import gap_cv, mean_rate_qps, span_s, spearman
 
 # Every percentile, plus extra points in both tails so the rare long prompts and outputs, which
 # dominate KV-cache pressure, are interpolated from close-by measured points. 0 and 1 are the
 # minimum and maximum.
 PROBABILITIES = sorted({round(p, 4) for p in [*np.linspace(0.0, 1.0, 101), 0.001, 0.005, 0.995, 0.999, 0.9995]})
 
-_SOURCE = {
+DEFAULT_TRACES_DIR = Path(__file__).resolve().parents[3] / "shared" / "traces"
+
+_AZURE = {
     "repository": "Azure/AzurePublicDataset",
     "paper": "Splitwise: Efficient generative LLM inference using phase splitting (ISCA'24)",
     "collected": "2023-11-16, one hour",
@@ -33,21 +37,91 @@ _SOURCE = {
 }
 
 
-def profile_from_trace(path: Path, name: str, source_file: str, description: str) -> dict:
-    """The profile of one trace file as a JSON-ready dict (see `traces.workload_profile`)."""
-    requests = read_trace(path, strict=True).requests
-    arrivals_s = np.array([request.arrival_s for request in requests])
-    prompt_tokens = np.array([request.prompt_tokens for request in requests])
-    output_tokens = np.array([request.output_tokens for request in requests])
+@dataclass(frozen=True)
+class ProfileSource:
+    """One public file and what to say about it.
+
+    Attributes:
+        name: the profile's name.
+        path: the file under the traces folder (`../shared/traces/README.md`).
+        description: the workload in words.
+        source: repository, file in that repository, paper, licence (copied into the JSON).
+    """
+
+    name: str
+    path: str
+    description: str
+    source: dict
+
+
+SOURCES = [
+    ProfileSource(
+        "azure-conv", "azure_public_dataset/AzureLLMInferenceTrace_conv.csv",
+        "conversation (chat) requests to an Azure LLM service",
+        {**_AZURE, "file": "data/AzureLLMInferenceTrace_conv.csv"},
+    ),
+    ProfileSource(
+        "azure-code", "azure_public_dataset/AzureLLMInferenceTrace_code.csv",
+        "code-completion requests to an Azure LLM service",
+        {**_AZURE, "file": "data/AzureLLMInferenceTrace_code.csv"},
+    ),
+    ProfileSource(
+        "mooncake-conversation", "mooncake/conversation_trace.jsonl",
+        "conversation requests to Moonshot AI's Kimi, about one hour (millisecond timestamps)",
+        {
+            "repository": "kvcache-ai/Mooncake", "file": "FAST25-release/traces/conversation_trace.jsonl",
+            "paper": "Mooncake: Trading More Storage for Less Computation (FAST'25)", "license": "Apache-2.0",
+        },
+    ),
+    ProfileSource(
+        "arxiv-summarization", "vidur/arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
+        "arXiv paper summarisation: long prompts, short outputs (lengths only, Llama-2 tokenizer)",
+        {
+            "repository": "microsoft/vidur",
+            "file": "data/processed_traces/arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
+            "paper": "Vidur: A Large-Scale Simulation Framework for LLM Inference (MLSys'24)", "license": "MIT",
+        },
+    ),
+    ProfileSource(
+        "sharegpt", "sarathi_serve/sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
+        "ShareGPT conversations filtered to 8k tokens (lengths only, Llama-2 tokenizer)",
+        {
+            "repository": "microsoft/sarathi-serve",
+            "file": "data/processed_traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
+            "paper": "Taming Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serve (OSDI'24)",
+            "license": "Apache-2.0",
+        },
+    ),
+    ProfileSource(
+        "bwb", "etalon/bwb_stats_llama2_tokenizer_filtered_v2.csv",
+        "BWB, a decode-heavy workload (lengths only, Llama-2 tokenizer)",
+        {
+            "repository": "project-etalon/etalon",
+            "file": "data/processed_traces/bwb_stats_llama2_tokenizer_filtered_v2.csv", "license": "Apache-2.0",
+        },
+    ),
+]
+
+
+def profile_from_file(path: Path, spec: ProfileSource) -> dict:
+    """The profile of one trace or lengths file as a JSON-ready dict (see `traces.workload_profile`).
+
+    Raises:
+        TraceFormatError: a bad row (profiles are built strictly, from clean public files).
+    """
+    parsed = parse_file(path, strict=True)
+    prompt_tokens, output_tokens = parsed.columns["prompt_tokens"], parsed.columns["output_tokens"]
+    arrivals_s = parsed.columns.get("arrival_s")  # the file's origin: span, rate and CV do not depend on it
     # Linear interpolation between order statistics (numpy's default) keeps the table monotone.
     return {
-        "name": name,
-        "description": description,
-        "source": {**_SOURCE, "file": source_file},
-        "license": _SOURCE["license"],
-        "num_requests": len(requests),
-        "span_s": round(span_s(arrivals_s), 6),
-        "mean_rate_qps": round(mean_rate_qps(arrivals_s), 6),
+        "name": spec.name,
+        "description": spec.description,
+        "source": spec.source,
+        "license": spec.source["license"],
+        "num_requests": int(prompt_tokens.size),
+        "span_s": _rounded(span_s(arrivals_s)) if arrivals_s is not None else None,
+        "mean_rate_qps": _rounded(mean_rate_qps(arrivals_s)) if arrivals_s is not None else None,
+        "gap_cv": _rounded(gap_cv(arrivals_s)) if arrivals_s is not None else None,
         "spearman_prompt_output": round(spearman(prompt_tokens, output_tokens), 6),
         "quantiles": {
             "probability": PROBABILITIES,
@@ -57,22 +131,24 @@ def profile_from_trace(path: Path, name: str, source_file: str, description: str
     }
 
 
+def _rounded(value: float) -> float | None:
+    return None if math.isnan(value) else round(value, 6)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Command-line entry point: writes `azure-conv.json` (and `azure-code.json` if given)."""
+    """Command-line entry point: writes `<name>.json` for every (or every `--only`) source."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--azure-conv", type=Path, required=True, help="AzureLLMInferenceTrace_conv.csv")
-    parser.add_argument("--azure-code", type=Path, help="AzureLLMInferenceTrace_code.csv (optional)")
+    parser.add_argument("--traces-dir", type=Path, default=DEFAULT_TRACES_DIR, help="the public traces (../shared/traces)")
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent)
+    parser.add_argument("--only", nargs="+", choices=[spec.name for spec in SOURCES], help="build only these")
     args = parser.parse_args(argv)
-    jobs = [("azure-conv", args.azure_conv, "conversation (chat) requests to an Azure LLM service")]
-    if args.azure_code:
-        jobs.append(("azure-code", args.azure_code, "code-completion requests to an Azure LLM service"))
-    for name, path, description in jobs:
-        source_file = f"data/{path.name}"
-        profile = profile_from_trace(path, name, source_file, description)
-        out = args.out_dir / f"{name}.json"
+    for spec in SOURCES:
+        if args.only and spec.name not in args.only:
+            continue
+        profile = profile_from_file(args.traces_dir / spec.path, spec)
+        out = args.out_dir / f"{spec.name}.json"
         out.write_text(json.dumps(profile, indent=1) + "\n")
-        print(f"wrote {out}: {profile['num_requests']} requests, {profile['span_s']:.1f} s")
+        print(f"wrote {out}: {profile['num_requests']} requests from {spec.path}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ lenient loading with a count of what was rejected.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from traces.readers.read_trace import read_trace
 from traces.request import Request
@@ -39,12 +40,30 @@ def read_vidur_csv(path: str | os.PathLike, strict: bool = True) -> list[Request
     return read_trace(path, format="vidur", strict=strict).requests
 
 
-def read_burstgpt_csv(path: str | os.PathLike, strict: bool = True) -> list[Request]:
+def read_burstgpt_csv(
+    path: str | os.PathLike,
+    strict: bool = True,
+    models: Sequence[str] | None = None,
+    log_types: Sequence[str] | None = None,
+) -> list[Request]:
     """BurstGPT `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`, whole seconds.
 
-    Every model's rows are kept. Source: HPMLL/BurstGPT README (CC-BY-4.0). Raises as `read_trace`.
+    `models` keeps only rows whose `Model` is listed ("ChatGPT", "GPT-4"), `log_types` only rows
+    whose `Log Type` is ("Conversation log", "API log"); None keeps all. Rows with `Response
+    tokens` 0 (failed requests) are errors here (strict); `read_trace` counts and skips them.
+    Source: HPMLL/BurstGPT README (CC-BY-4.0). Raises as `read_trace`.
     """
-    return read_trace(path, format="burstgpt", strict=strict).requests
+    return read_trace(path, format="burstgpt", strict=strict, where=burstgpt_filter(models, log_types)).requests
+
+
+def burstgpt_filter(models: Sequence[str] | None, log_types: Sequence[str] | None) -> dict[str, list[str]]:
+    """The `where=` of `read_trace` that keeps the given BurstGPT models and log types (None: all)."""
+    where = {}
+    if models is not None:
+        where["Model"] = list(models)
+    if log_types is not None:
+        where["Log Type"] = list(log_types)
+    return where
 
 
 def read_mooncake_jsonl(path: str | os.PathLike, strict: bool = True) -> list[Request]:

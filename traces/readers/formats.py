@@ -1,7 +1,9 @@
 """The trace file formats this package reads: their columns, time units and sources.
 
 Each format is one `TraceFormat` value; `detect_format` picks one from a file's header. Sources
-and units are those of `../shared/traces/README.md`.
+and units are those of `../shared/traces/README.md`. Lengths-only formats (the `*_stats_*.csv`
+files of Vidur, Sarathi-Serve and Etalon) have no arrival column: they give lengths to combine
+with an arrival process.
 """
 from __future__ import annotations
 
@@ -31,34 +33,48 @@ class TraceFormat:
 
     Attributes:
         name: the `format=` value of `read_trace`.
-        arrival, prompt, output: the file's names for arrival time, prompt and output tokens.
+        arrival, prompt, output: the file's names for arrival time, prompt and output tokens;
+            arrival is None for a lengths-only format.
         time_unit: the unit of `arrival`, in words (stated in every reader's docstring).
-        parse_arrival_s: turns the arrival column into seconds.
+        parse_arrival_s: turns the arrival column into seconds (None without arrivals).
         source: where the format is defined.
         optional: further columns read when present (canonical `priority`).
         jsonl: True for JSON-lines files (one object per line, no header).
         list_keys: JSON keys holding integer lists (Mooncake `hash_ids`).
+        ignored: columns the format defines but the simulator does not use (BurstGPT `Model`);
+            any other column is unknown: an error in strict mode, reported and ignored otherwise.
     """
 
     name: str
-    arrival: str
+    arrival: str | None
     prompt: str
     output: str
     time_unit: str
-    parse_arrival_s: ArrivalParser
+    parse_arrival_s: ArrivalParser | None
     source: str
     optional: tuple[str, ...] = ()
     jsonl: bool = False
     list_keys: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = ()
 
     @property
-    def required(self) -> tuple[str, str, str]:
+    def required(self) -> tuple[str, ...]:
         """The columns (or JSON keys) a file must have, in arrival, prompt, output order."""
-        return (self.arrival, self.prompt, self.output)
+        return tuple(name for name in (self.arrival, self.prompt, self.output) if name is not None)
+
+    @property
+    def known(self) -> frozenset[str]:
+        """Every column the format defines: required, optional, list and ignored ones."""
+        return frozenset((*self.required, *self.optional, *self.list_keys, *self.ignored))
+
+    @property
+    def has_arrivals(self) -> bool:
+        """False for lengths-only formats."""
+        return self.arrival is not None
 
     def describe(self) -> str:
         """One line for error messages: name, header and time unit."""
-        header = ",".join(self.required) + "".join(f"[,{name}]" for name in self.optional)
+        header = ",".join(self.required) + "".join(f"[,{name}]" for name in (*self.optional, *self.list_keys, *self.ignored))
         kind = "JSON lines with keys " if self.jsonl else ""
         return f"{self.name}: {kind}{header} ({self.time_unit})"
 
@@ -72,10 +88,17 @@ FORMATS: dict[str, TraceFormat] = {
             optional=("request_id", "priority"),
         ),
         TraceFormat(
+            "canonical_jsonl", "arrival_s", "prompt_tokens", "output_tokens", "seconds",
+            _offsets(1.0, "seconds"), "sarathi-sim DESIGN.md, Files (JSON lines)",
+            optional=("request_id", "priority"), jsonl=True, list_keys=("prefix_hash_ids",),
+        ),
+        TraceFormat(
             "azure", "TIMESTAMP", "ContextTokens", "GeneratedTokens",
             "absolute time YYYY-MM-DD HH:MM:SS.fffffff, 100 ns resolution",
             fields.parse_azure_timestamps_s,
-            "Azure/AzurePublicDataset data/AzureLLMInferenceTrace_{code,conv}.csv (Splitwise, ISCA'24)",
+            "Azure/AzurePublicDataset data/AzureLLMInferenceTrace_{code,conv}.csv (Splitwise, ISCA'24); "
+            "also the 2024 week-long files (ISO 8601 with a UTC offset) and the 2025 multimodal one",
+            ignored=("NumImages",),
         ),
         TraceFormat(
             "vidur", "arrived_at", "num_prefill_tokens", "num_decode_tokens",
@@ -85,11 +108,21 @@ FORMATS: dict[str, TraceFormat] = {
         TraceFormat(
             "burstgpt", "Timestamp", "Request tokens", "Response tokens", "whole seconds",
             _offsets(1.0, "seconds"), "HPMLL/BurstGPT README (BurstGPT_*.csv)",
+            ignored=("Model", "Total tokens", "Log Type"),
         ),
         TraceFormat(
             "mooncake", "timestamp", "input_length", "output_length", "integer milliseconds from trace start",
             _offsets(1000.0, "milliseconds"), "kvcache-ai/Mooncake FAST25-release/traces/*.jsonl",
             jsonl=True, list_keys=("hash_ids",),
+        ),
+        TraceFormat(
+            "lengths", None, "num_prefill_tokens", "num_decode_tokens", "no arrivals (lengths only)", None,
+            "microsoft/vidur, microsoft/sarathi-serve, project-etalon/etalon data/processed_traces/*_stats_*.csv",
+            ignored=("num_total_tokens", "pd_ratio"),
+        ),
+        TraceFormat(
+            "canonical_lengths", None, "prompt_tokens", "output_tokens", "no arrivals (lengths only)", None,
+            "sarathi-sim: the canonical columns without arrival_s", optional=("request_id", "priority"),
         ),
     )
 }
@@ -110,6 +143,9 @@ def format_by_name(name: str) -> TraceFormat:
 def detect_format(path: Path) -> TraceFormat:
     """The format whose required columns all appear in the file's header (or first JSON line).
 
+    When several match, the one with the most required columns wins (a vidur trace
+    `arrived_at,num_prefill_tokens,...` is a trace, not a lengths-only file).
+
     Raises:
         TraceFormatError: empty file, or a header that matches no known format (the message
             lists every known header).
@@ -121,9 +157,9 @@ def detect_format(path: Path) -> TraceFormat:
     else:
         keys = set(csv_header(path))
         candidates = [spec for spec in FORMATS.values() if not spec.jsonl]
-    for spec in candidates:
-        if set(spec.required) <= keys:
-            return spec
+    matches = [spec for spec in candidates if set(spec.required) <= keys]
+    if matches:
+        return max(matches, key=lambda spec: len(spec.required))
     raise TraceFormatError(
         path, field="header", value=line, expected=f"a header of a known trace format: {known_formats()}"
     )

@@ -30,6 +30,8 @@ class RawTable:
         line_texts: the line as read for rows that could not be split into fields (too many
             fields, not a JSON object), "" for the others; shape (n,) of str.
         extra: per-row objects that are not text (Mooncake `hash_ids`), by key.
+        first_row_of_column: every column (CSV header) or JSON key the file holds -> the first
+            row that has it (CSV: None, the header holds it).
     """
 
     frame: pd.DataFrame
@@ -37,11 +39,25 @@ class RawTable:
     line_numbers: np.ndarray
     line_texts: np.ndarray
     extra: dict[str, list]
+    first_row_of_column: dict[str, int | None]
 
     @property
     def malformed(self) -> np.ndarray:
         """Boolean mask, shape (n,), of rows that could not be split into fields."""
         return self.line_texts != ""
+
+    def subset(self, keep: np.ndarray) -> RawTable:
+        """The rows where `keep` (bool, shape (n,)) is True, with their numbers and extras."""
+        keep = np.asarray(keep, dtype=bool)
+        index = np.flatnonzero(keep)
+        return RawTable(
+            self.frame.loc[keep].reset_index(drop=True),
+            self.row_numbers[keep],
+            self.line_numbers[keep],
+            self.line_texts[keep],
+            {key: [values[i] for i in index] for key, values in self.extra.items()},
+            self.first_row_of_column,
+        )
 
 
 def first_line(path: Path) -> str:
@@ -82,7 +98,8 @@ def read_csv_table(path: Path) -> RawTable:
     keep = ~_blank_rows(frame) | malformed
     row_numbers = np.arange(1, len(frame) + 1)[keep]
     frame = frame.loc[keep].reset_index(drop=True)
-    return RawTable(frame, row_numbers, row_numbers + 1, line_texts[keep], {})
+    columns = {name: None for name in frame.columns}
+    return RawTable(frame, row_numbers, row_numbers + 1, line_texts[keep], {}, columns)
 
 
 def _mark_malformed(fields: list[str]) -> list[str]:
@@ -112,6 +129,7 @@ def read_jsonl_table(path: Path, columns: list[str], list_keys: list[str]) -> Ra
     """
     texts: dict[str, list[str]] = {key: [] for key in columns}
     extra: dict[str, list] = {key: [] for key in list_keys}
+    first_row_of_key: dict[str, int | None] = {}
     lines, line_texts = [], []
     try:
         with path.open(encoding="utf-8-sig") as handle:
@@ -122,6 +140,8 @@ def read_jsonl_table(path: Path, columns: list[str], list_keys: list[str]) -> Ra
                 lines.append(line_number)
                 line_texts.append(line.strip() if record is None else "")
                 record = record or {}
+                for key in record.keys() - first_row_of_key.keys():
+                    first_row_of_key[key] = line_number
                 for key in columns:
                     value = record.get(key)
                     texts[key].append("" if value is None else str(value))
@@ -131,7 +151,7 @@ def read_jsonl_table(path: Path, columns: list[str], list_keys: list[str]) -> Ra
         raise _not_utf8(path, error) from None
     line_numbers = np.asarray(lines, dtype=np.int64)
     frame = pd.DataFrame(texts, dtype=str)
-    return RawTable(frame, line_numbers, line_numbers, np.asarray(line_texts, dtype=object), extra)
+    return RawTable(frame, line_numbers, line_numbers, np.asarray(line_texts, dtype=object), extra, first_row_of_key)
 
 
 def json_keys(line: str) -> list[str]:

@@ -1,0 +1,144 @@
+"""`sarathi-sim trace stats|convert`: look at a trace or lengths file, or turn it into canonical form."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from traces import (TraceFormatError, TraceSummary, cut, lengths_with_arrivals, read_lengths, read_trace,
+                    scale_to_qps, summarize_lengths, summarize_requests, write_canonical)
+from traces.readers.formats import detect_format, format_by_name
+
+trace_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                        help="Inspect a trace or lengths file (stats) or write it as a canonical trace (convert).")
+_WIDTH = max(shutil.get_terminal_size((120, 24)).columns, 120)
+console = Console(width=_WIDTH)
+err_console = Console(stderr=True, width=_WIDTH)
+
+FileArgument = typer.Argument(..., exists=True, dir_okay=False, help="Trace or lengths file (format from its header).")
+FormatOption = typer.Option("auto", "--format", help="Override the detected format (canonical, azure, vidur, "
+                            "burstgpt, mooncake, canonical_jsonl, lengths, canonical_lengths).")
+StrictOption = typer.Option(False, "--strict", help="Stop at the first bad row or unknown column instead of skipping.")
+
+
+@trace_app.command()
+def stats(
+    file: Path = FileArgument,
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1,
+                                                help="Count requests with prompt + output > N."),
+    plot: bool = typer.Option(False, "--plot", help="Also write histograms of lengths and gaps as a PNG."),
+    plot_to: Optional[Path] = typer.Option(None, "--plot-to", help="PNG path (default: <FILE stem>.stats.png here)."),
+    format: str = FormatOption,
+    strict: bool = StrictOption,
+) -> None:
+    """Count, span, mean QPS, burstiness (CV of gaps), length percentiles; rejected rows by reason."""
+    loaded = _read(file, format, strict)
+    if hasattr(loaded, "requests"):
+        summary = summarize_requests(loaded.requests, max_model_len)
+        arrivals_s = np.array([r.arrival_s for r in loaded.requests])
+    else:
+        summary = summarize_lengths(loaded.prompt_tokens, loaded.output_tokens, None, max_model_len)
+        arrivals_s = None
+    _print_stats(loaded, summary)
+    if plot:
+        path = plot_to or Path(f"{file.stem}.stats.png")
+        _plot(loaded, arrivals_s, path)
+        console.print(f"wrote {path}")
+
+
+@trace_app.command()
+def convert(
+    file: Path = FileArgument,
+    to: Path = typer.Option(..., "--to", help="Output: .csv (canonical CSV) or .jsonl (canonical JSON lines)."),
+    format: str = FormatOption,
+    strict: bool = StrictOption,
+    max_requests: Optional[int] = typer.Option(None, "--max-requests", min=1, help="Keep the first N requests."),
+    qps: Optional[float] = typer.Option(None, "--qps",
+                                        help="Time-scale a trace to this mean rate; required for a lengths-only "
+                                             "file (Poisson arrivals at this rate)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the Poisson arrivals given to a lengths-only file."),
+) -> None:
+    """Write FILE as a canonical trace (arrival_s in seconds from 0, prompt_tokens, output_tokens)."""
+    if to.resolve() == file.resolve():
+        _fail(f"--to {to} is the input file; choose another path")
+    loaded = _read(file, format, strict)
+    try:
+        if hasattr(loaded, "requests"):
+            requests = cut(loaded.requests, max_requests=max_requests)
+            requests = requests if qps is None else scale_to_qps(requests, qps)
+        elif qps is None:
+            _fail(f"{file} has lengths only (no arrivals): give --qps for Poisson arrivals at that rate")
+        else:
+            rows = slice(None, max_requests)
+            requests = lengths_with_arrivals(loaded.prompt_tokens[rows], loaded.output_tokens[rows], qps, seed)
+    except ValueError as exc:
+        _fail(str(exc))
+    write_canonical(requests, to)
+    console.print(loaded.summary(), highlight=False)
+    console.print(f"wrote {len(requests)} requests to {to}")
+
+
+def _read(file: Path, format: str, strict: bool):
+    """TraceLoadResult for traces, LengthsLoadResult for lengths-only files; errors end the command."""
+    try:
+        spec = detect_format(file) if format == "auto" else format_by_name(format)
+        if spec.has_arrivals:
+            return read_trace(file, format=spec.name, strict=strict)
+        return read_lengths(file, format=spec.name, strict=strict)
+    except (TraceFormatError, ValueError, OSError) as exc:
+        _fail(str(exc))
+
+
+def _print_stats(loaded, summary: TraceSummary) -> None:
+    """What was loaded and skipped (every rejection reason, filter, ignored column), then the stats."""
+    console.print(f"{loaded.path} ({loaded.format}): loaded {summary.num_requests}, rejected {loaded.num_rejected}",
+                  highlight=False)
+    for line in loaded.report_lines():
+        console.print(line, highlight=False)
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    for label, value in summary.lines():
+        table.add_row(label, value)
+    console.print(table)
+
+
+def _plot(loaded, arrivals_s: np.ndarray | None, path: Path) -> None:
+    """Histograms of prompt and output tokens, and of the non-zero gaps when there are arrivals."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if hasattr(loaded, "requests"):
+        prompt = np.array([r.prompt_tokens for r in loaded.requests])
+        output = np.array([r.output_tokens for r in loaded.requests])
+    else:
+        prompt, output = loaded.prompt_tokens, loaded.output_tokens
+    panels = [("prompt tokens", prompt), ("output tokens", output)]
+    gaps_s = np.diff(arrivals_s) if arrivals_s is not None else np.array([])
+    if gaps_s.size and gaps_s.max() > 0:
+        panels.append(("inter-arrival gap (s), gaps > 0", gaps_s[gaps_s > 0]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
+    for ax, (label, values) in zip(np.atleast_1d(axes), panels):
+        low, high = (float(values.min()), float(values.max())) if values.size else (1.0, 1.0)
+        wide = high > 10 * low  # log-spaced bins only where the values span more than a decade
+        ax.hist(values, bins=np.geomspace(low, high, 50) if wide else 50)
+        if wide:
+            ax.set_xscale("log")
+        ax.set_xlabel(label)
+        ax.set_ylabel("requests")
+    fig.suptitle(f"{loaded.path.name} ({loaded.format})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _fail(message: str) -> None:
+    err_console.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    raise typer.Exit(2)

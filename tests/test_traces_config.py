@@ -1,0 +1,100 @@
+"""`trace:` config kinds: validation errors that name the key, and the requests each kind loads."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from experiments.config import ConfigError, load_config
+from experiments.point import load_requests
+from tests.conftest import shared_path
+from traces import ClosedLoopWorkload, load_profile
+from traces.trace_stats import gap_cv
+
+
+def trace_of(tmp_path, trace_yaml, overrides=()):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"trace: {trace_yaml}\n")
+    base, _ = load_config(path, list(overrides))
+    return base.trace
+
+
+def error_of(tmp_path, trace_yaml):
+    with pytest.raises(ConfigError) as info:
+        trace_of(tmp_path, trace_yaml)
+    return str(info.value)
+
+
+def test_profile_kind_is_the_quickstart_trace_and_takes_arrivals_and_clipping(tmp_path):
+    trace = trace_of(tmp_path, "{kind: profile, name: azure-conv, qps: 16, num_requests: 300, seed: 0}")
+    requests, info = load_requests(trace)
+    assert requests == load_profile("azure-conv").sample(300, qps=16.0, seed=0)
+    assert info == {"trace_source": "profile azure-conv", "trace_rows_rejected": 0}
+    trace = trace_of(tmp_path, "{kind: profile, name: sharegpt, qps: 4, num_requests: 5000, arrival: gamma, "
+                               "burstiness: 0.25, prompt_tokens: {max: 2048}, output_tokens: {min: 16, max: 256}}")
+    requests, _ = load_requests(trace)
+    assert max(r.prompt_tokens for r in requests) == 2048
+    assert {min(r.output_tokens for r in requests), max(r.output_tokens for r in requests)} == {16, 256}
+    assert gap_cv(np.array([r.arrival_s for r in requests])) == pytest.approx(2.0, rel=0.1)
+
+
+def test_synthetic_kind_with_every_distribution(tmp_path):
+    trace = trace_of(tmp_path, "{kind: synthetic, qps: 8, num_requests: 4000, arrival: constant, "
+                               "prompt_tokens: {dist: normal, mean: 600, std: 50, min: 500}, "
+                               "output_tokens: {dist: empirical, profile: bwb, max: 1000}}")
+    requests, info = load_requests(trace)
+    assert requests[1].arrival_s == 0.125 and info["trace_source"] == "synthetic constant"
+    assert min(r.prompt_tokens for r in requests) == 500
+    assert np.mean([r.prompt_tokens for r in requests]) == pytest.approx(600, rel=0.02)
+    assert max(r.output_tokens for r in requests) == 1000
+    old = trace_of(tmp_path, "{kind: poisson, qps: 2, num_requests: 3, prompt_tokens: [10, 20], output_tokens: 4}")
+    assert [r.output_tokens for r in load_requests(old)[0]] == [4, 4, 4]
+
+
+def test_file_kind_filters_windows_cuts_and_scales(tmp_path):
+    conv = str(shared_path("traces", "azure_public_dataset", "AzureLLMInferenceTrace_conv.csv"))
+    trace = trace_of(tmp_path, "{kind: file, window_s: [600, 1200], max_requests: 1000, qps: 20}", [f"trace.path={conv}"])
+    requests, info = load_requests(trace)
+    assert len(requests) == 1000 and requests[0].arrival_s == 0.0
+    assert 999 / requests[-1].arrival_s == pytest.approx(20.0)
+    assert info == {"trace_source": conv, "trace_rows_rejected": 0}
+    same_second = str(shared_path("cases", "same_second", "trace.csv"))
+    burst = trace_of(tmp_path, "{kind: file, models: [ChatGPT]}", [f"trace.path={same_second}"])
+    assert [r.prompt_tokens for r in load_requests(burst)[0]] == [310, 95, 410]
+
+
+def test_lengths_file_kind_replays_rows_in_order_with_generated_arrivals(tmp_path):
+    arxiv = str(shared_path("traces", "vidur", "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv"))
+    trace = trace_of(tmp_path, "{kind: lengths_file, qps: 2, arrival: constant, max_requests: 3}", [f"trace.path={arxiv}"])
+    requests, info = load_requests(trace)
+    assert [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in requests] == [
+        (0.0, 3772, 54), (0.5, 2015, 156), (1.0, 3858, 133)]
+    assert info["trace_rows_rejected"] == 0
+
+
+def test_closed_loop_is_validated_and_left_to_the_simulator(tmp_path):
+    trace = trace_of(tmp_path, "{kind: closed_loop, clients: 32, think_time_s: 0, num_requests: 64, "
+                               "prompt_tokens: {dist: empirical, profile: sharegpt}, output_tokens: 128}")
+    workload = trace.workload()
+    assert isinstance(workload, ClosedLoopWorkload) and len(workload.initial_requests()) == 32
+    with pytest.raises(ValueError, match="^closed-loop traces are driven by the simulator: not supported by this "
+                                         "simulator version yet$"):
+        load_requests(trace)
+
+
+@pytest.mark.parametrize("trace_yaml, message", [
+    ("{kind: closed_loop, clients: 0}", "trace.clients (line 1): Input should be greater than or equal to 1"),
+    ("{kind: closed_loop, clients: 4, think_time_s: -1}", "trace.think_time_s (line 1)"),
+    ("{kind: poisson, qps: 2, burstiness: 0.5}", "burstiness applies to arrival: gamma only"),
+    ("{kind: poisson, qps: 2, arrival: gamma}", "for arrival: gamma use kind: synthetic"),
+    ("{kind: synthetic, qps: 2, arrival: bursty}", "trace.arrival (line 1): Input should be 'poisson', 'gamma' or 'constant'"),
+    ("{kind: synthetic, qps: 2, prompt_tokens: {dist: pareto}}", "trace.prompt_tokens (line 1): unknown length distribution"),
+    ("{kind: synthetic, qps: 2, output_tokens: {dist: zipf, theta: 1}}", "trace.output_tokens (line 1): zipf needs max"),
+    ("{kind: profile, name: splitwise, qps: 2}", "trace.name (line 1): unknown workload profile 'splitwise'"),
+    ("{kind: profile, name: sharegpt, qps: 2, prompt_tokens: {min: 10, max: 5}}", "max (5) must be >= min (10)"),
+    ("{kind: file, format: lengths}", "unknown trace format 'lengths'; valid: auto, canonical"),
+    ("{kind: file, window_s: [5, 1]}", "window_s must be [start, end) seconds with 0 <= start < end"),
+    ("{kind: lengths_file}", "trace.qps (line 1): Field required"),
+    ("{kind: replay, qps: 1}", "'profile', 'file', 'poisson', 'synthetic', 'lengths_file', 'closed_loop'"),
+])
+def test_bad_trace_configs_name_the_key_and_what_is_valid(tmp_path, trace_yaml, message):
+    assert message in error_of(tmp_path, trace_yaml)

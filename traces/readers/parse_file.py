@@ -1,0 +1,158 @@
+"""Read, filter and validate any supported file into columns: the step shared by every reader."""
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from traces.errors import TraceFormatError
+from traces.readers import fields
+from traces.readers.formats import TraceFormat, check_header, detect_format, format_by_name
+from traces.readers.row_problems import RowProblems
+from traces.readers.table import RawTable, first_line, read_csv_table, read_jsonl_table
+
+# column -> the values of that column to keep, e.g. {"Model": ["ChatGPT"]} for BurstGPT.
+RowFilter = Mapping[str, Sequence[str]]
+
+
+@dataclass(frozen=True)
+class ParsedFile:
+    """The valid rows of a file as numbers, and an account of every row that is not among them.
+
+    Attributes:
+        path: the file read.
+        spec: its format (after auto-detection).
+        columns: "prompt_tokens", "output_tokens", "priority" (int64) and, for formats with
+            arrivals, "arrival_s" (float seconds, the file's origin): valid rows only, file order.
+        prefix_hash_ids: per valid row, its prefix-block hashes; None for formats without them.
+        rejected_rows: reason -> row numbers (from 1) of rows that failed validation.
+        filtered_rows: reason -> row numbers of valid-or-not rows that `where` left out.
+        ignored_columns: columns (or JSON keys) the format does not define, ignored (lenient only).
+    """
+
+    path: Path
+    spec: TraceFormat
+    columns: dict[str, np.ndarray]
+    prefix_hash_ids: list[tuple[int, ...]] | None
+    rejected_rows: dict[str, list[int]]
+    filtered_rows: dict[str, list[int]]
+    ignored_columns: tuple[str, ...]
+
+    def row_account(self) -> dict:
+        """The keyword arguments of `RowAccount`: path, format and what was not loaded."""
+        return dict(path=self.path, format=self.spec.name, rejected_rows=self.rejected_rows,
+                    filtered_rows=self.filtered_rows, ignored_columns=self.ignored_columns)
+
+
+def parse_file(
+    path: str | os.PathLike,
+    format: str = "auto",
+    strict: bool = False,
+    where: RowFilter | None = None,
+    need_arrivals: bool = False,
+) -> ParsedFile:
+    """Read one file of any format in `traces.readers.formats.FORMATS` and validate every row.
+
+    Rows left out by `where` are counted apart and not validated. In strict mode the first
+    unknown column and then the first bad row raise; otherwise both are counted and skipped.
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        TraceFormatError: unknown/incomplete header, not UTF-8, a `where` column the file lacks,
+            a lengths-only file when `need_arrivals`; in strict mode an unknown column or a bad row.
+        ValueError: an unknown `format` name.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(errno.ENOENT, "trace file not found", str(path))
+    spec = detect_format(path) if format == "auto" else format_by_name(format)
+    if need_arrivals and not spec.has_arrivals:
+        raise TraceFormatError(
+            path, field="header", value=first_line(path),
+            expected="a trace with arrival times; this lengths-only file gives lengths to combine with an "
+            "arrival process (trace kind lengths_file, or traces.read_lengths)",
+        )
+    check_header(path, spec)
+    where = dict(where or {})
+    table = _read_table(path, spec, list(where))
+    ignored = _unknown_columns(path, spec, table, strict)
+    table, filtered = _apply_where(path, table, where)
+    problems = RowProblems(table.row_numbers, table.line_numbers)
+    columns = _parse_columns(spec, table, problems)
+    error = problems.first_error(path)
+    if strict and error is not None:
+        raise error
+    valid = problems.valid
+    hashes = table.extra.get(spec.list_keys[0]) if spec.list_keys else None
+    return ParsedFile(
+        path, spec, {name: values[valid] for name, values in columns.items()},
+        None if hashes is None else [ids for ids, ok in zip(hashes, valid) if ok],
+        problems.rejected_rows(), filtered, ignored,
+    )
+
+
+def _read_table(path: Path, spec: TraceFormat, where_columns: list[str]) -> RawTable:
+    if not spec.jsonl:
+        return read_csv_table(path)
+    columns = list(dict.fromkeys([*spec.required, *spec.optional, *where_columns]))
+    return read_jsonl_table(path, columns, list(spec.list_keys))
+
+
+def _unknown_columns(path: Path, spec: TraceFormat, table: RawTable, strict: bool) -> tuple[str, ...]:
+    """Columns the format does not define; in strict mode the first one raises."""
+    unknown = [name for name in table.first_row_of_column if name not in spec.known]
+    if strict and unknown:
+        name = min(unknown, key=lambda key: table.first_row_of_column[key] or 0)
+        row = table.first_row_of_column[name]
+        raise TraceFormatError(
+            path, row=row, field="header" if row is None else name,
+            reason="unknown column" if row is None else "unknown field", value=name,
+            expected=f"only the columns of format {spec.describe()} (strict mode; unknown columns are "
+            "ignored and reported when strict is off)",
+        )
+    return tuple(unknown)
+
+
+def _apply_where(path: Path, table: RawTable, where: dict[str, Sequence[str]]) -> tuple[RawTable, dict[str, list[int]]]:
+    """Keep rows whose `column` text (stripped) is one of the given values, for every column."""
+    filtered: dict[str, list[int]] = {}
+    keep = np.ones(len(table.frame), dtype=bool)
+    for column, values in where.items():
+        if column not in table.first_row_of_column:
+            raise TraceFormatError(
+                path, field=column, reason="filter on a missing column",
+                expected=f"a column of this file: {', '.join(table.first_row_of_column)}",
+            )
+        wanted = [str(value).strip() for value in values]
+        match = table.frame[column].fillna("").astype(str).str.strip().isin(wanted).to_numpy()
+        dropped = keep & ~match
+        if dropped.any():
+            filtered[f"{column} not in {wanted}"] = table.row_numbers[dropped].tolist()
+        keep &= match
+    return (table if keep.all() else table.subset(keep)), filtered
+
+
+def _parse_columns(spec: TraceFormat, table: RawTable, problems: RowProblems) -> dict[str, np.ndarray]:
+    """Parse the columns in check order (line, arrival, prompt, output, priority)."""
+    frame = table.frame
+    expected = "a JSON object" if spec.jsonl else "no more fields than the header"
+    problems.flag(table.malformed, fields.MALFORMED, "(whole line)", table.line_texts, expected)
+    columns = {}
+    if spec.has_arrivals:
+        columns["arrival_s"] = spec.parse_arrival_s(problems, frame[spec.arrival], spec.arrival)
+    columns["prompt_tokens"] = fields.parse_tokens(problems, frame[spec.prompt], _label(spec.prompt, "prompt_tokens"), "prompt_tokens")
+    columns["output_tokens"] = fields.parse_tokens(problems, frame[spec.output], _label(spec.output, "output_tokens"), "output_tokens")
+    if "priority" in spec.optional and "priority" in frame.columns:
+        columns["priority"] = fields.parse_priority(problems, frame["priority"], "priority")
+    else:
+        columns["priority"] = np.zeros(len(frame), dtype=np.int64)
+    return columns
+
+
+def _label(column: str, canonical: str) -> str:
+    # Errors name the column as the user's file spells it, and our name when that differs.
+    return column if column == canonical else f"{column} ({canonical})"
