@@ -169,6 +169,7 @@ def _json_object(line: str) -> dict | None:
 
 def _int_tuple(value: object) -> tuple[int, ...]:
     # Prefix hashes only feed prefix caching; an unusable list is dropped rather than failing the row.
-    if isinstance(value, list) and all(isinstance(item, int) and not isinstance(item, bool) for item in value):
+    # set(map(type, ...)) runs in C (a generator of isinstance calls was half the load time); bools are not ints.
+    if isinstance(value, list) and (not value or set(map(type, value)) == {int}):
         return tuple(value)
     return ()
