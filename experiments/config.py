@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from profiler import get_device_spec, get_model_spec
 from simulator.metrics import LATENCY_METRICS, PERCENTILES
 from simulator.scheduler import SCHEDULERS
 from traces import (ClosedLoopWorkload, LengthDistribution, Request, cut, length_distribution, lengths_with_arrivals,
@@ -37,6 +38,17 @@ class ConfigError(ValueError):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        # YAML `true` would otherwise pass as the integer 1 (chunk_size: true -> chunk 1).
+        if isinstance(data, dict):
+            for key, value in data.items():
+                field = cls.model_fields.get(key)
+                if isinstance(value, bool) and field is not None and field.annotation is not bool:
+                    raise ValueError(f"{key}: expected a number or name, got {str(value).lower()}")
+        return data
 
 
 class LengthClip(_Strict):
@@ -255,7 +267,7 @@ class EngineConfig(_Strict):
     long_prefill_token_threshold: int | None = Field(default=None, ge=1)
     max_num_seqs: int = Field(default=128, ge=1)
     max_model_len: int | None = Field(default=None, ge=2)
-    block_size: int = Field(default=16, ge=1)
+    block_size: int = Field(default=16, ge=1, le=256)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     num_gpu_blocks: int | None = Field(default=None, ge=1)
     dtype: Literal["bf16", "fp8"] = "bf16"
@@ -332,6 +344,30 @@ class SweepConfig(_Strict):
             )
         return value
 
+    @model_validator(mode="after")
+    def _deployment_fits(self) -> "SweepConfig":
+        """Names and shapes checked before any point runs: model, device, TP split, context."""
+        try:
+            model = get_model_spec(self.model)
+        except (ValueError, OSError) as exc:
+            raise ValueError(f"model: {exc}") from None
+        try:
+            get_device_spec(self.device)
+        except ValueError as exc:
+            raise ValueError(f"device: {exc}") from None
+        e = self.engine
+        try:
+            model.kv_heads_per_rank(e.tensor_parallel_size)
+        except ValueError as exc:
+            raise ValueError(f"engine.tensor_parallel_size: {exc}") from None
+        if e.pipeline_parallel_size > model.num_layers:
+            raise ValueError(f"engine.pipeline_parallel_size ({e.pipeline_parallel_size}) exceeds "
+                             f"{model.name}'s {model.num_layers} layers")
+        if e.max_model_len is not None and e.max_model_len > model.max_model_len:
+            raise ValueError(f"engine.max_model_len ({e.max_model_len}) exceeds {model.name}'s context of "
+                             f"{model.max_model_len} tokens (vLLM refuses this too)")
+        return self
+
     @field_validator("slo")
     @classmethod
     def _slo_keys(cls, slo: dict[str, float]) -> dict[str, float]:
@@ -384,6 +420,8 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> tuple[SweepConfi
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text (UTF-8) YAML file") from None
     try:
         raw = yaml.safe_load(text) or {}
         root_node = yaml.compose(text)
@@ -391,25 +429,78 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> tuple[SweepConfi
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys (name, model, trace, engine, ...)")
+    _resolve_paths(raw, path.resolve().parent)
+    set_keys = {}
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected dotted.key=value, e.g. --set trace.path=conv.csv")
-        _set_dotted(raw, key.strip(), yaml.safe_load(value), f"--set {item!r}")
+        set_keys[key.strip()] = yaml.safe_load(value)
+    _resolve_paths(set_keys, Path.cwd())
+    for key, value in set_keys.items():
+        _set_dotted(raw, key, value, f"--set {key}")
+    _drop_unused_scheduler_keys(raw, set_keys)
 
     base = _validate(raw, path, root_node, where="")
     points = []
     for index, variant in enumerate(raw.get("variants") or [{}]):
         if not isinstance(variant, dict):
             raise ConfigError(f"{path}: variants[{index}] must be a mapping of dotted keys, got {variant!r}")
+        empty = [k for k, v in variant.items() if v == []]
+        if empty:
+            raise ConfigError(f"{path}: variants[{index}] {empty[0]}: an empty list gives no points; "
+                              "list at least one value")
+        line = _variant_line(root_node, index)
         for combo in _cross(variant):
             point = _apply_variant(raw, combo, f"{path}: variants[{index}]")
-            _validate(point, path, root_node, where=f"variants[{index}] {combo}: ")
+            _resolve_paths(point, path.resolve().parent)
+            _validate(point, path, root_node, where=f"variants[{index}] {combo}: ", line=line)
             points.append(point)
     return base, points
 
 
-def _validate(raw: dict, path: Path, root_node, where: str) -> SweepConfig:
+# Keys holding file paths: relative paths in a config file are relative to the file's folder;
+# those given with --set are relative to the working directory (as a shell user expects).
+_PATH_KEYS = ("trace.path", "engine.acceptance.file", "model", "engine.draft.model")
+
+
+def _resolve_paths(tree: dict, folder: Path) -> None:
+    """Make the relative paths under `_PATH_KEYS` absolute against `folder`. `tree` is nested
+    (a config) or flat with dotted keys (--set values); `model` is a path only if it looks like one."""
+    for dotted in _PATH_KEYS:
+        parent, _, leaf = dotted.rpartition(".")
+        node = tree if dotted in tree else _get_dotted(tree, parent) if parent else tree
+        key = dotted if dotted in tree else leaf
+        value = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(value, str):
+            continue
+        is_path = not dotted.endswith("model") or value.endswith(".json") or "/" in value
+        if is_path and not Path(value).expanduser().is_absolute():
+            node[key] = str(folder / Path(value).expanduser())
+
+
+def _get_dotted(tree: dict, dotted: str):
+    node = tree
+    for part in dotted.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def _drop_unused_scheduler_keys(tree: dict, explicit: dict[str, Any]) -> None:
+    """When the scheduler was changed (by a variant or --set), drop the inherited keys that only
+    other schedulers read; keys set explicitly alongside the change stay (and are checked)."""
+    engine = tree.get("engine")
+    if "engine.scheduler" not in explicit or not isinstance(engine, dict):
+        return
+    used = SCHEDULER_KEYS.get(engine.get("scheduler", "sarathi"), set())
+    for key in _SCHEDULER_SPECIFIC - used:
+        if f"engine.{key}" not in explicit:
+            engine.pop(key, None)
+
+
+def _validate(raw: dict, path: Path, root_node, where: str, line: int | None = None) -> SweepConfig:
     try:
         return SweepConfig.model_validate(raw)
     except ValidationError as exc:
@@ -417,8 +508,8 @@ def _validate(raw: dict, path: Path, root_node, where: str) -> SweepConfig:
         for err in exc.errors():
             loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "tagged-union["))]
             key = ".".join(p for p in loc if p not in TRACE_KINDS or loc[0] != "trace")
-            line = _line_of(root_node, loc)
-            at = f" (line {line})" if line else ""
+            at_line = line or _line_of(root_node, loc)
+            at = f" (line {at_line})" if at_line else ""
             message = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 message = "unknown key"
@@ -438,14 +529,19 @@ def _apply_variant(raw: dict, combo: dict[str, Any], where: str) -> dict:
     point = copy.deepcopy({k: v for k, v in raw.items() if k != "variants"})
     for key, value in combo.items():
         _set_dotted(point, key, value, where)
-    engine = point.setdefault("engine", {})
-    scheduler = engine.get("scheduler", "sarathi")
-    if isinstance(engine, dict) and "engine.scheduler" in combo:
-        # Inherited scheduler-specific keys the variant's scheduler does not read are dropped.
-        for key in _SCHEDULER_SPECIFIC - SCHEDULER_KEYS.get(scheduler, set()):
-            if f"engine.{key}" not in combo:
-                engine.pop(key, None)
+    _drop_unused_scheduler_keys(point, combo)
     return point
+
+
+def _variant_line(root_node, index: int) -> int | None:
+    """1-based line of variants[index] in the YAML file (None when variants came from --set)."""
+    if not isinstance(root_node, yaml.MappingNode):
+        return None
+    for key_node, value_node in root_node.value:
+        if key_node.value == "variants" and isinstance(value_node, yaml.SequenceNode) \
+                and index < len(value_node.value):
+            return value_node.value[index].start_mark.line + 1
+    return None
 
 
 def _set_dotted(tree: dict, dotted: str, value: Any, where: str) -> None:

@@ -84,3 +84,50 @@ def test_missing_and_malformed_files(tmp_path):
         load_config(tmp_path / "nope.yaml")
     assert "not valid YAML" in error_of(tmp_path, "trace: {kind: poisson\n")
     assert "top level must be a mapping" in error_of(tmp_path, "- 1\n- 2\n")
+
+
+# ----- found by a new-user pass -------------------------------------------------------------
+def test_booleans_are_not_numbers(tmp_path):
+    message = error_of(tmp_path, "trace: {kind: poisson, qps: 2}\nengine: {chunk_size: true}\n")
+    assert "chunk_size: expected a number" in message
+
+
+def test_deployment_checked_before_running(tmp_path):
+    assert "model:" in error_of(tmp_path, BASE + "model: llama-9-8b\n")
+    assert "device:" in error_of(tmp_path, BASE + "device: tpu-v9\n")
+    message = error_of(tmp_path, BASE.replace("chunk_size: 512", "tensor_parallel_size: 3"))
+    assert "engine.tensor_parallel_size" in message
+    message = error_of(tmp_path, BASE.replace("chunk_size: 512", "max_model_len: 10000000"))
+    assert "exceeds llama-3-8b's context of 8192 tokens" in message
+
+
+def test_binary_and_empty_variant_lists(tmp_path):
+    path = tmp_path / "bin.yaml"
+    path.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(ConfigError, match="not a text"):
+        load_config(path)
+    assert "empty list gives no points" in error_of(tmp_path, BASE + "variants:\n  - {engine.chunk_size: []}\n")
+
+
+def test_set_scheduler_drops_keys_only_the_old_scheduler_reads(tmp_path):
+    base, points = load_config(write(tmp_path, BASE), ["engine.scheduler=vllm"])
+    assert base.engine.scheduler == "vllm" and "chunk_size" not in points[0]["engine"]
+    assert "not used by scheduler 'vllm'" in error_of(tmp_path, BASE, ["engine.scheduler=vllm", "engine.chunk_size=64"])
+
+
+def test_variant_errors_point_at_the_variant_line(tmp_path):
+    text = BASE + "variants:\n  - {engine.chunk_size: 256}\n  - {engine.chunk_size: 0}\n"
+    assert "variants[1]" in (message := error_of(tmp_path, text)) and "(line 6)" in message
+
+
+def test_relative_paths_resolve_against_the_config_file(tmp_path, monkeypatch):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,10,2\n")
+    config = tmp_path / "c.yaml"
+    config.write_text("trace: {kind: file, path: data/t.csv}\n")
+    monkeypatch.chdir("/")
+    base, _ = load_config(config)
+    assert base.trace.path == str(tmp_path / "data" / "t.csv")
+    monkeypatch.chdir(tmp_path / "data")
+    base, _ = load_config(config, ["trace.path=t.csv"])  # --set paths: relative to the working directory
+    assert base.trace.path == str(tmp_path / "data" / "t.csv")
