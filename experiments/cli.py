@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+import numpy as np
 import pandas as pd
 import typer
 from rich.console import Console
@@ -45,9 +46,11 @@ def simulate(
     config: Path = typer.Argument(..., help="Config YAML."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<name>-point<K>)."),
     set_: Optional[List[str]] = SetOption,
-    point: int = typer.Option(0, "--point", min=0, help="Which point of the config's variants to run."),
+    point: int = typer.Option(0, "--point", min=0,
+                              help="Which point to run: K-th of the expanded variants (default 0, the first); "
+                                   "with no variants, the base config."),
 ) -> None:
-    """Simulate one point of CONFIG (the base config, or --point K of its variants)."""
+    """Simulate one point of CONFIG (its first point unless --point K)."""
     base, points = _load(config, set_)
     if point >= len(points):
         labels = ", ".join(f"{i}: {describe_point(SweepConfig.model_validate(p))}" for i, p in enumerate(points))
@@ -63,6 +66,10 @@ def _load(config: Path, overrides: Optional[List[str]]):
 
 
 def _run(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Optional[int]) -> None:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _fail(f"--out {out_dir}: cannot create the run folder ({exc.strerror or exc})")
     started = time.perf_counter()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console, transient=False) as progress:
@@ -73,30 +80,46 @@ def _run(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Optional[in
     requests = pd.read_parquet(requests_path) if requests_path.exists() else None
     html_path = write_report(table, requests, base, out_dir)
     _print_table(table, base)
-    console.print(f"wrote {out_dir}/points.csv, points.parquet, requests.parquet, steps.parquet, "
-                  f"report.md and {html_path} in {time.perf_counter() - started:.1f} s")
+    written = [name for name in ("points.csv", "points.parquet", "requests.parquet", "steps.parquet", "report.md")
+               if (out_dir / name).exists()]
+    console.print(f"wrote {', '.join(written)} and {html_path.name} in {out_dir} "
+                  f"({time.perf_counter() - started:.1f} s)")
     if "error" in table and table["error"].notna().all():
         raise typer.Exit(1)
 
 
-SHORT_COLUMNS = {"label": "point", "completed": "done", "rejected": "rej", "throughput_rps": "req/s",
-                 "ttft_s_p90": "TTFT p90 s", "tbt_s_p99": "TBT p99 s", "tpot_s_p50": "TPOT p50 s",
-                 "slo_met": "SLO"}
+SHORT_COLUMNS = {"label": "point", "completed": "completed", "rejected": "rejected", "throughput_rps": "req/s",
+                 "goodput_rps": "goodput/s", "ttft_s_p90": "TTFT p90 s", "tbt_s_p99": "TBT p99 s",
+                 "tpot_s_p50": "TPOT p50 s", "slo_met": "SLO met"}
 
 
 def _print_table(points: pd.DataFrame, base: SweepConfig) -> None:
+    columns = {k: v for k, v in SHORT_COLUMNS.items() if k in points}
     table = Table(title=f"{base.name}: {len(points)} points")
-    for c in SHORT_COLUMNS.values():
+    for c in columns.values():
         table.add_column(c, no_wrap=True)
-    for _, row in points.iterrows():
-        if isinstance(row.get("error"), str):
-            table.add_row(str(row["label"]), f"[red]failed: {row['error']}[/red]", *[""] * (len(SHORT_COLUMNS) - 2))
-            continue
-        table.add_row(*[f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c]) for c in SHORT_COLUMNS])
+    failed = points[points["error"].notna()] if "error" in points else points.iloc[0:0]
+    for _, row in points.drop(index=failed.index).iterrows():
+        table.add_row(*[_cell(row[c]) for c in columns])
     console.print(table)
+    for _, row in failed.iterrows():  # in full, not squeezed into a table cell
+        err_console.print(f"[red]point {row['point_id']} ({row['label']}) failed:[/red] {row['error']}",
+                          highlight=False)
+    skipped = points.get("trace_rows_rejected")
+    if skipped is not None and skipped.fillna(0).max() > 0:
+        err_console.print(f"[yellow]note:[/yellow] {int(skipped.max())} trace rows were skipped as invalid "
+                          "(see the report; strict: true stops at the first)", highlight=False)
     best = recommend(points, base.slo)
     if best is not None:
         console.print(f"recommended at this load: [bold]{best['label']}[/bold] (meets every SLO with the most headroom)")
+
+
+def _cell(value) -> str:
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, (float, np.floating)):
+        return "n/a" if np.isnan(value) else f"{value:.4g}"
+    return str(value)
 
 
 def _fail(message: str) -> None:

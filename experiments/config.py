@@ -166,7 +166,8 @@ class FileTrace(_Strict):
             requests = cut(requests, max_requests=self.max_requests)
         if self.qps is not None:
             requests = scale_to_qps(requests, self.qps)
-        return requests, {"trace_source": str(self.path), "trace_rows_rejected": loaded.num_rejected}
+        return requests, {"trace_source": str(self.path), "trace_rows_rejected": loaded.num_rejected,
+                          "trace_rows_rejected_detail": "; ".join(line.strip() for line in loaded.report_lines())}
 
 
 class SyntheticTrace(_OpenLoop, _Lengths):
@@ -211,7 +212,8 @@ class LengthsFileTrace(_OpenLoop):
         rows = slice(None, self.max_requests)
         requests = lengths_with_arrivals(loaded.prompt_tokens[rows], loaded.output_tokens[rows], self.qps,
                                          self.seed, self.arrival, self.burstiness)
-        return requests, {"trace_source": str(self.path), "trace_rows_rejected": loaded.num_rejected}
+        return requests, {"trace_source": str(self.path), "trace_rows_rejected": loaded.num_rejected,
+                          "trace_rows_rejected_detail": "; ".join(line.strip() for line in loaded.report_lines())}
 
 
 class ClosedLoopTrace(_Lengths):

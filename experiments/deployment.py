@@ -28,12 +28,14 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
     max_model_len = e.max_model_len or model.max_model_len
     budget = e.token_budget or max_model_len
     stage_model = dataclasses.replace(model, num_layers=-(-model.num_layers // e.pipeline_parallel_size))
-    num_blocks = e.num_gpu_blocks or kv_pool_blocks(
+    # Computed even when num_gpu_blocks overrides it: it raises when the weights do not fit.
+    fitting_blocks = kv_pool_blocks(
         stage_model, get_device_spec(point.device),
         gpu_memory_utilization=e.gpu_memory_utilization, block_size=e.block_size,
         max_num_batched_tokens=budget, tensor_parallel_size=e.tensor_parallel_size,
         dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=DTYPE_BYTES[e.kv_cache_dtype],
         max_num_seqs=e.max_num_seqs)
+    num_blocks = e.num_gpu_blocks or fitting_blocks
     chunked = e.scheduler in CHUNKING_SCHEDULERS
     return SchedulerConfig(
         num_gpu_blocks=num_blocks, block_size=e.block_size, max_model_len=max_model_len,

@@ -37,7 +37,11 @@ def load_requests(trace: TraceConfig) -> tuple[list[Request], dict]:
     """
     if isinstance(trace, ClosedLoopTrace):
         raise ValueError("closed-loop traces are driven by the simulator: not supported by this simulator version yet")
-    return trace.load()
+    requests, info = trace.load()
+    if not requests and info.get("trace_rows_rejected"):
+        raise ValueError(f"{info['trace_source']}: every row was rejected, nothing to simulate "
+                         f"({info.get('trace_rows_rejected_detail', '')}); check the file's format and columns")
+    return requests, info
 
 
 def build_cost_model(point: SweepConfig) -> RooflineCostModel:

@@ -19,9 +19,12 @@ from simulator.metrics import tbt_samples_s  # noqa: E402
 TABLE_COLUMNS = {
     "label": "point",
     "completed": "completed",
-    "rejected": "rejected",
+    "rejected_too_long": "rej. too long",
+    "rejected_kv_capacity": "rej. KV capacity",
+    "rejected_budget": "rej. budget",
     "offered_qps": "offered QPS",
     "throughput_rps": "req/s",
+    "goodput_rps": "goodput (req/s)",
     "output_throughput_tps": "out tok/s",
     "ttft_s_p50": "TTFT P50 (s)",
     "ttft_s_p90": "TTFT P90 (s)",
@@ -81,21 +84,36 @@ def recommend(points: pd.DataFrame, slo: dict[str, float]) -> pd.Series | None:
 
 
 def _header_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
-    first = points.iloc[0]
+    ok = points[points["error"].isna()] if "error" in points else points
     lines = [
         f"Model **{base.model}** on **{base.device}**; cost model **{base.cost_model}** "
         "(the roofline model from datasheet figures until a measured profile is shipped: "
         "latencies are estimates, not measurements).",
-        f"Trace: {first.get('trace_source', base.trace.kind)}; "
-        f"{int(first.get('num_requests', 0))} requests at an offered {first.get('offered_qps', float('nan')):.3g} QPS.",
     ]
+    if ok.empty:
+        return lines + ["Every point failed: see the errors below."]
+    first = ok.iloc[0]
+    lines.append(f"Trace: {first.get('trace_source', base.trace.kind)}; {int(first['num_requests'])} requests, "
+                 f"offered {_fmt(first.get('offered_qps', float('nan')))} QPS (measured over the arrivals: "
+                 "(n − 1) / span; a sampled Poisson trace differs slightly from its nominal rate).")
+    skipped = int(first.get("trace_rows_rejected", 0) or 0)
+    if skipped:
+        lines.append(f"Trace rows skipped as invalid: {skipped} ({first.get('trace_rows_rejected_detail', '')}).")
     slo = ", ".join(f"{k} ≤ {v:g}" for k, v in base.slo.items()) or "none set"
     lines.append(f"SLOs (percentiles over the whole run): {slo}.")
+    if base.goodput:
+        thresholds = ", ".join(f"{k} ≤ {v:g}" for k, v in base.goodput.items())
+        lines.append(f"Goodput = completed requests per second meeting every per-request threshold ({thresholds}).")
+    pools = sorted(set(int(b) for b in ok["num_gpu_blocks"]))
+    lines.append(f"KV pool: {', '.join(map(str, pools))} blocks of {base.engine.block_size} tokens per replica "
+                 "(differs by point when the token budget changes the activation memory).")
     best = recommend(points, base.slo)
-    if best is not None:
+    if int(ok["num_requests"].max()) == 0:
+        lines.append("The trace has no requests: nothing to judge against the SLOs.")
+    elif best is not None:
         lines.append(f"Recommended at this load: **{best['label']}** — meets every SLO with the most "
                      f"headroom ({best['throughput_rps']:.3g} req/s, P99 TBT {best['tbt_s_p99']:.3g} s, "
-                     f"P90 TTFT {best['ttft_s_p90']:.3g} s).")
+                     f"P90 TTFT {best['ttft_s_p90']:.3g} s). Headroom counts only the SLOs above.")
     elif base.slo:
         lines.append("No point meets every SLO at this load.")
     return lines
@@ -107,7 +125,7 @@ def _bar(points: pd.DataFrame, column: str, ylabel: str, slo: float | None, path
     ax.bar(points["label"], np.nan_to_num(values), color="#4C72B0")
     if slo is not None:
         ax.axhline(slo, color="#C44E52", linestyle="--", label=f"SLO {slo:g} s")
-        ax.legend()
+        ax.legend(loc="upper right")
     ax.set_ylabel(ylabel)
     ax.set_title(f"{ylabel} per point")
     ax.tick_params(axis="x", rotation=20)
@@ -130,7 +148,7 @@ def _tbt_cdf(points: pd.DataFrame, requests: pd.DataFrame, slo: float | None, pa
     ax.set_xlabel("TBT (s)")
     ax.set_ylabel("fraction of gaps")
     ax.set_title("CDF of time between tokens")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -10,6 +10,7 @@ A point that fails is kept as a row with its error message; the other points sti
 from __future__ import annotations
 
 import os
+import shutil
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
@@ -19,6 +20,10 @@ import yaml
 
 from experiments.config import SweepConfig
 from experiments.point import PointResult, run_point
+
+
+OUTPUT_FILES = ("points.csv", "points.parquet", "requests.parquet", "steps.parquet", "config.yaml",
+                "report.md", "report.html")
 
 
 def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
@@ -71,8 +76,15 @@ def _safe_run(config: SweepConfig, point_id: int) -> PointResult:
 
 
 def write_results(results: list[PointResult], out_dir: Path, raw_config: dict | None = None) -> pd.DataFrame:
-    """Write the tables of a sweep to `out_dir`; return the points table."""
+    """Write the tables of a sweep to `out_dir`; return the points table.
+
+    Outputs of an earlier run in the same folder are removed first, so no file of another run
+    is left beside this one's.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
+    for name in OUTPUT_FILES:
+        (out_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(out_dir / "plots", ignore_errors=True)
     points = pd.DataFrame([r.row for r in results])
     points.to_csv(out_dir / "points.csv", index=False)
     points.to_parquet(out_dir / "points.parquet", index=False)

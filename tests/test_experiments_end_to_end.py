@@ -157,3 +157,51 @@ def test_mooncake_conversation_too_long_count():
     scheduler = make_scheduler("sarathi", SchedulerConfig(num_gpu_blocks=30_000, max_model_len=8192, chunk_size=512))
     reasons = [scheduler.add_request(r) for r in loaded.requests]
     assert sum(1 for r in reasons if r is not None and r.finish_reason == "rejected_too_long") == 5_570
+
+
+# ----- found by a new-user pass -------------------------------------------------------------
+def write_trace_config(tmp_path, rows: str, extra: str = ""):
+    (tmp_path / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n" + rows)
+    config = tmp_path / "c.yaml"
+    config.write_text("trace: {kind: file, path: t.csv}\n" + extra)
+    return config
+
+
+def test_a_trace_whose_rows_are_all_bad_is_an_error_not_an_empty_success(tmp_path):
+    config = write_trace_config(tmp_path, "x,y,z\n0,0,5\n")
+    result = runner.invoke(app, ["simulate", str(config), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1
+    assert "every row was rejected" in result.output
+
+
+def test_skipped_rows_are_reported_with_row_numbers(tmp_path):
+    config = write_trace_config(tmp_path, "0,10,2\n0,0,2\n0.5,12,3\n")
+    result = runner.invoke(app, ["simulate", str(config), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    assert "1 trace rows were skipped" in result.output
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert "Trace rows skipped as invalid: 1" in report and "prompt_tokens < 1: rows 2" in report
+
+
+def test_overriding_the_kv_pool_does_not_skip_the_fit_check(tmp_path):
+    config = write_trace_config(tmp_path, "0,10,2\n", "model: llama-2-70b\ndevice: a100-80gb\n"
+                                "engine: {num_gpu_blocks: 100}\n")
+    result = runner.invoke(app, ["simulate", str(config), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1 and "does not fit" in result.output
+
+
+def test_a_failed_rerun_leaves_no_stale_tables(tmp_path):
+    good = write_trace_config(tmp_path, "0,10,2\n")
+    out = tmp_path / "o"
+    assert runner.invoke(app, ["simulate", str(good), "--out", str(out)]).exit_code == 0
+    assert (out / "requests.parquet").exists()
+    bad = write_trace_config(tmp_path, "0,10,2\n", "engine: {num_gpu_blocks: 100}\nmodel: llama-2-70b\n"
+                             "device: a100-80gb\n")
+    assert runner.invoke(app, ["simulate", str(bad), "--out", str(out)]).exit_code == 1
+    assert not (out / "requests.parquet").exists() and not (out / "steps.parquet").exists()
+
+
+def test_out_that_is_a_file_is_a_clean_error(tmp_path):
+    config = write_trace_config(tmp_path, "0,10,2\n")
+    result = runner.invoke(app, ["simulate", str(config), "--out", str(config)])
+    assert result.exit_code == 2 and "cannot create the run folder" in result.output
