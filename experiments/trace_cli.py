@@ -10,8 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from traces import (TraceFormatError, TraceSummary, cut, lengths_with_arrivals, read_lengths, read_trace,
-                    scale_to_qps, summarize_lengths, summarize_requests, write_canonical)
+from traces import (LengthsLoadResult, TraceFormatError, TraceLoadResult, TraceSummary, cut, lengths_with_arrivals,
+                    read_lengths, read_trace, scale_to_qps, summarize_lengths, summarize_requests, write_canonical)
 from traces.readers.formats import detect_format, format_by_name
 
 trace_app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -38,7 +38,7 @@ def stats(
 ) -> None:
     """Count, span, mean QPS, burstiness (CV of gaps), length percentiles; rejected rows by reason."""
     loaded = _read(file, format, strict)
-    if hasattr(loaded, "requests"):
+    if isinstance(loaded, TraceLoadResult):
         summary = summarize_requests(loaded.requests, max_model_len)
         arrivals_s = np.array([r.arrival_s for r in loaded.requests])
     else:
@@ -68,7 +68,7 @@ def convert(
         _fail(f"--to {to} is the input file; choose another path")
     loaded = _read(file, format, strict)
     try:
-        if hasattr(loaded, "requests"):
+        if isinstance(loaded, TraceLoadResult):
             requests = cut(loaded.requests, max_requests=max_requests)
             requests = requests if qps is None else scale_to_qps(requests, qps)
         elif qps is None:
@@ -83,7 +83,7 @@ def convert(
     console.print(f"wrote {len(requests)} requests to {to}")
 
 
-def _read(file: Path, format: str, strict: bool):
+def _read(file: Path, format: str, strict: bool) -> TraceLoadResult | LengthsLoadResult:
     """TraceLoadResult for traces, LengthsLoadResult for lengths-only files; errors end the command."""
     try:
         spec = detect_format(file) if format == "auto" else format_by_name(format)
@@ -94,7 +94,7 @@ def _read(file: Path, format: str, strict: bool):
         _fail(str(exc))
 
 
-def _print_stats(loaded, summary: TraceSummary) -> None:
+def _print_stats(loaded: TraceLoadResult | LengthsLoadResult, summary: TraceSummary) -> None:
     """What was loaded and skipped (every rejection reason, filter, ignored column), then the stats."""
     console.print(f"{loaded.path} ({loaded.format}): loaded {summary.num_requests}, rejected {loaded.num_rejected}",
                   highlight=False)
@@ -108,14 +108,14 @@ def _print_stats(loaded, summary: TraceSummary) -> None:
     console.print(table)
 
 
-def _plot(loaded, arrivals_s: np.ndarray | None, path: Path) -> None:
+def _plot(loaded: TraceLoadResult | LengthsLoadResult, arrivals_s: np.ndarray | None, path: Path) -> None:
     """Histograms of prompt and output tokens, and of the non-zero gaps when there are arrivals."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if hasattr(loaded, "requests"):
+    if isinstance(loaded, TraceLoadResult):
         prompt = np.array([r.prompt_tokens for r in loaded.requests])
         output = np.array([r.output_tokens for r in loaded.requests])
     else:
