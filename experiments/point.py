@@ -33,10 +33,10 @@ def load_requests(trace: TraceConfig) -> tuple[list[Request], dict]:
 
     Raises:
         ValueError / traces.TraceFormatError: a missing path or a bad file, with the file named;
-            a closed-loop trace, which the simulator must drive (not supported by it yet).
+            a closed-loop trace returns its `ClosedLoopWorkload`, which the simulator drives.
     """
     if isinstance(trace, ClosedLoopTrace):
-        raise ValueError("closed-loop traces are driven by the simulator: not supported by this simulator version yet")
+        return trace.workload(), {"trace_source": f"closed loop, {trace.clients} clients", "trace_rows_rejected": 0}
     requests, info = trace.load()
     if not requests and info.get("trace_rows_rejected"):
         raise ValueError(f"{info['trace_source']}: every row was rejected, nothing to simulate "
@@ -66,7 +66,7 @@ def run_point(point: SweepConfig, point_id: int = 0) -> PointResult:
     row = {"point_id": point_id, "label": describe_point(point), "model": point.model, "device": point.device}
     row.update(point.engine.used_settings())
     row.update(num_gpu_blocks=sched_config.num_gpu_blocks, max_model_len=sched_config.max_model_len,
-               offered_qps=_offered_qps(requests), **info)
+               offered_qps=_offered_qps(result.requests["arrival_s"].to_numpy()), **info)
     row.update(result.summary)
     met = True
     for key, limit in point.slo.items():
@@ -83,7 +83,8 @@ def run_point(point: SweepConfig, point_id: int = 0) -> PointResult:
     return PointResult(row, result.requests, result.steps)
 
 
-def _offered_qps(requests: list[Request]) -> float:
-    if len(requests) < 2 or requests[-1].arrival_s <= requests[0].arrival_s:
-        return float("nan")  # a rate over a zero span is undefined
-    return (len(requests) - 1) / (requests[-1].arrival_s - requests[0].arrival_s)
+def _offered_qps(arrivals_s: np.ndarray) -> float:
+    """Arrival rate (n − 1) / span; NaN when the span is zero (undefined, never inf)."""
+    if arrivals_s.size < 2 or arrivals_s.max() <= arrivals_s.min():
+        return float("nan")
+    return (arrivals_s.size - 1) / float(arrivals_s.max() - arrivals_s.min())

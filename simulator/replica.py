@@ -31,6 +31,8 @@ class Replica:
         outcome_fn: turns a plan into the tokens it emitted (speculative acceptance models plug
             in here); defaults to one token per emitting sequence.
         replica_id: written into the step records.
+        on_finish: called with each `FinishedRequest` (completed or rejected) as it ends; the
+            closed-loop driver sends the client's next request from here.
     """
 
     def __init__(
@@ -40,12 +42,14 @@ class Replica:
         pricer: StepPricer,
         outcome_fn: Callable[[BatchPlan], StepOutcome] = StepOutcome.without_speculation,
         replica_id: int = 0,
+        on_finish: Callable[[FinishedRequest], None] | None = None,
     ):
         self.env = env
         self.scheduler = scheduler
         self.pricer = pricer
         self.outcome_fn = outcome_fn
         self.replica_id = replica_id
+        self.on_finish = on_finish
         self.finished: list[FinishedRequest] = []
         self.steps = StepLog()
         self.num_outstanding = 0  # submitted and not finished (the least-outstanding router reads it)
@@ -58,7 +62,7 @@ class Replica:
         """Hand an arriving request to the scheduler (called at its arrival time)."""
         rejection = self.scheduler.add_request(request)
         if rejection is not None:
-            self.finished.append(rejection)
+            self._record([rejection])
             return
         self.num_outstanding += 1
         self._signal()
@@ -74,7 +78,13 @@ class Replica:
     def _complete(self, plan: BatchPlan) -> None:
         finished = self.scheduler.complete_step(plan, self.outcome_fn(plan), self.env.now)
         self.num_outstanding -= len(finished)
+        self._record(finished)
+
+    def _record(self, finished: list[FinishedRequest]) -> None:
         self.finished.extend(finished)
+        if self.on_finish is not None:
+            for f in finished:
+                self.on_finish(f)
 
     def _run(self):
         while True:

@@ -13,7 +13,7 @@ from simulator.pricing import StepPricer
 from simulator.replica import Replica
 from simulator.router import Router
 from simulator.scheduler import BatchPlan, Scheduler, StepOutcome
-from traces import Request
+from traces import ClosedLoopWorkload, Request
 
 
 @dataclass
@@ -32,7 +32,7 @@ class SimulationResult:
 
 
 def simulate(
-    requests: list[Request],
+    requests: list[Request] | ClosedLoopWorkload,
     scheduler: Scheduler | list[Scheduler],
     cost: CostModel | StepPricer,
     outcome_fn: Callable[[BatchPlan], StepOutcome] | None = None,
@@ -42,7 +42,10 @@ def simulate(
     """Run `requests` through the replicas (one scheduler each) until every request has finished.
 
     Args:
-        requests: the trace; replayed in arrival order (stable for ties).
+        requests: the trace, replayed in arrival order (stable for ties); or a closed-loop
+            workload: each client sends its next request `think_time_s` after its previous one
+            ends (completed or rejected), so exactly `num_clients` are outstanding while requests
+            remain.
         scheduler: one scheduler, or one per replica behind a global `router`.
         cost: a `CostModel` (priced as is) or a `StepPricer` (drafts, swaps, pipeline stages).
         outcome_fn: tokens emitted per step (speculative acceptance); default one per sequence.
@@ -55,11 +58,18 @@ def simulate(
     schedulers = scheduler if isinstance(scheduler, list) else [scheduler]
     pricer = cost if isinstance(cost, StepPricer) else StepPricer(cost)
     env = simpy.Environment()
-    replicas = [Replica(env, s, pricer, outcome_fn or StepOutcome.without_speculation, i)
-                for i, s in enumerate(schedulers)]
-    ordered = sorted(requests, key=lambda r: r.arrival_s)  # stable: file order for ties
+    closed_loop = requests if isinstance(requests, ClosedLoopWorkload) else None
     placement: dict[int, int] = {}
-    env.process(_arrivals(env, ordered, replicas, Router(router, replicas, seed), placement))
+    replicas: list[Replica] = []
+    dispatch = _Dispatcher(env, replicas, Router(router, replicas, seed), placement)
+    on_finish = dispatch.closed_loop_callback(closed_loop) if closed_loop else None
+    replicas += [Replica(env, s, pricer, outcome_fn or StepOutcome.without_speculation, i, on_finish)
+                 for i, s in enumerate(schedulers)]
+    if closed_loop:
+        for request in closed_loop.initial_requests():
+            dispatch.submit(request)
+    else:
+        env.process(dispatch.replay(sorted(requests, key=lambda r: r.arrival_s)))  # stable for ties
     env.run()  # ends when no event is left: all arrivals submitted, every replica idle
     req_frame = requests_frame([f for r in replicas for f in r.finished])
     req_frame["replica_id"] = req_frame["request_id"].map(placement).astype("int64")
@@ -68,11 +78,36 @@ def simulate(
     return SimulationResult(req_frame, step_frame, summary)
 
 
-def _arrivals(env, requests: list[Request], replicas: list[Replica], router: Router, placement: dict):
-    for request in requests:
-        delay = request.arrival_s - env.now
-        if delay > 0:
-            yield env.timeout(delay)
-        index = router.pick() if len(replicas) > 1 else 0
-        placement[request.request_id] = index
-        replicas[index].submit(request)
+class _Dispatcher:
+    """Hands arriving requests to replicas through the router, recording where each went."""
+
+    def __init__(self, env: simpy.Environment, replicas: list[Replica], router: Router, placement: dict):
+        self.env, self.replicas, self.router, self.placement = env, replicas, router, placement
+
+    def submit(self, request: Request) -> None:
+        index = self.router.pick() if len(self.replicas) > 1 else 0
+        self.placement[request.request_id] = index
+        self.replicas[index].submit(request)
+
+    def replay(self, requests: list[Request]):
+        """Open loop: submit each request at its arrival time."""
+        for request in requests:
+            delay = request.arrival_s - self.env.now
+            if delay > 0:
+                yield self.env.timeout(delay)
+            self.submit(request)
+
+    def closed_loop_callback(self, workload: ClosedLoopWorkload):
+        """on_finish for replicas: the finished request's client sends its next one."""
+
+        def on_finish(finished) -> None:
+            request = workload.next_request(workload.client_of(finished.request_id), self.env.now)
+            if request is not None:
+                # A process, not a direct call: a rejection would otherwise recurse.
+                self.env.process(self._deliver(request))
+
+        return on_finish
+
+    def _deliver(self, request: Request):
+        yield self.env.timeout(max(0.0, request.arrival_s - self.env.now))
+        self.submit(request)
