@@ -56,7 +56,7 @@ def test_file_kind_filters_windows_cuts_and_scales(tmp_path):
     requests, info = load_requests(trace)
     assert len(requests) == 1000 and requests[0].arrival_s == 0.0
     assert 999 / requests[-1].arrival_s == pytest.approx(20.0)
-    assert info == {"trace_source": conv, "trace_rows_rejected": 0}
+    assert (info["trace_source"], info["trace_rows_rejected"]) == (conv, 0)
     same_second = str(shared_path("cases", "same_second", "trace.csv"))
     burst = trace_of(tmp_path, "{kind: file, models: [ChatGPT]}", [f"trace.path={same_second}"])
     assert [r.prompt_tokens for r in load_requests(burst)[0]] == [310, 95, 410]
@@ -71,14 +71,15 @@ def test_lengths_file_kind_replays_rows_in_order_with_generated_arrivals(tmp_pat
     assert info["trace_rows_rejected"] == 0
 
 
-def test_closed_loop_is_validated_and_left_to_the_simulator(tmp_path):
-    trace = trace_of(tmp_path, "{kind: closed_loop, clients: 32, think_time_s: 0, num_requests: 64, "
+def test_closed_loop_kind_builds_the_workload_the_simulator_drives(tmp_path):
+    trace = trace_of(tmp_path, "{kind: closed_loop, clients: 32, think_time_s: 0.5, num_requests: 64, "
                                "prompt_tokens: {dist: empirical, profile: sharegpt}, output_tokens: 128}")
     workload = trace.workload()
-    assert isinstance(workload, ClosedLoopWorkload) and len(workload.initial_requests()) == 32
-    with pytest.raises(ValueError, match="^closed-loop traces are driven by the simulator: not supported by this "
-                                         "simulator version yet$"):
-        load_requests(trace)
+    assert isinstance(workload, ClosedLoopWorkload)
+    assert (workload.num_clients, workload.think_time_s, workload.num_requests) == (32, 0.5, 64)
+    first = workload.initial_requests()
+    assert len(first) == 32 and {r.output_tokens for r in first} == {128}
+    assert workload.next_request(5, 2.0).arrival_s == 2.5
 
 
 @pytest.mark.parametrize("trace_yaml, message", [
