@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+from simulator.pricing import StepPricer
 from simulator.scheduler import BatchPlan
 
 
@@ -55,11 +56,16 @@ class FastClock:
 
 
 class PricedClock(FastClock):
-    """Virtual time advanced by `cost_model.predict_step_s` of each executed plan (seconds)."""
+    """Virtual time advanced by the simulator's price of each executed plan (seconds).
 
-    def __init__(self, cost_model) -> None:
+    Args:
+        cost: a `CostModel` or a `simulator.pricing.StepPricer` (swap and draft-model time too),
+            as `simulator.simulate` takes it.
+    """
+
+    def __init__(self, cost) -> None:
         super().__init__()
-        self.cost_model = cost_model
+        self.pricer = cost if isinstance(cost, StepPricer) else StepPricer(cost)
 
     def _duration_s(self, plan: BatchPlan, measured_s: float) -> float:
-        return self.cost_model.predict_step_s(plan.query_tokens, plan.context_tokens, plan.is_prefill)
+        return self.pricer.step_s(plan)

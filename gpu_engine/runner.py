@@ -1,6 +1,8 @@
 """Run one forward pass per step over the paged KV cache."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 from gpu_engine.inputs import SequenceWork, prepare_inputs
@@ -34,3 +36,18 @@ class ModelRunner:
         inputs = prepare_inputs(work, self.block_size, self.device)
         hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta, self.kv_cache)
         return self.model.compute_logits(hidden[inputs.logits_indices])
+
+
+@contextmanager
+def cpu_threads(num_threads: int):
+    """Run the block with torch limited to `num_threads` CPU threads (restored afterwards).
+
+    The tiny CPU models do matmuls of a few microseconds, where OpenMP threads on a shared
+    machine only add contention (one thread is several times faster on the 2-core CI machine).
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -16,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 from gpu_engine.build import build_engine, build_model  # noqa: E402
 from gpu_engine.checkpoint import load_model_args, save_checkpoint  # noqa: E402
 from gpu_engine.driver import run_trace  # noqa: E402
+from gpu_engine.runner import cpu_threads  # noqa: E402
 from simulator.scheduler import SchedulerConfig  # noqa: E402
 from traces import Request  # noqa: E402
 
@@ -24,19 +25,11 @@ PROMPT_LENS = (9, 17, 23)
 NUM_NEW = 12
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny matmuls: OpenMP threads only add contention on a shared 2-core machine.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
-    model = build_model(load_model_args(TINY), dtype=torch.float64, device="cpu", seed=0)
-    return save_checkpoint(model, tmp_path_factory.mktemp("tiny-ckpt"))
+    with cpu_threads(1):  # every test serves with it; tiny matmuls: more threads only contend
+        model = build_model(load_model_args(TINY), dtype=torch.float64, device="cpu", seed=0)
+        yield save_checkpoint(model, tmp_path_factory.mktemp("tiny-ckpt"))
 
 
 @pytest.fixture(scope="module")
