@@ -320,6 +320,29 @@ class EngineConfig(_Strict):
                 if k not in _SCHEDULER_SPECIFIC or k in SCHEDULER_KEYS[self.scheduler]}
 
 
+class SearchConfig(_Strict):
+    """Capacity search per point (experiments/capacity.py): bisection on QPS within `qps`.
+
+    Each trial simulates `num_requests` at one QPS; warm-up and drain (`trim_fraction` of the
+    arrival span at each end) are left out of the latency statistics; the search repeats for
+    `seeds` seeds (trace sampling and acceptance) for a confidence interval.
+    """
+
+    qps: tuple[float, float] = (0.5, 64.0)
+    precision: float = Field(default=0.025, gt=0, lt=1)
+    num_requests: int = Field(default=2048, ge=10)
+    seeds: int = Field(default=3, ge=1, le=20)
+    trim_fraction: float = Field(default=0.1, ge=0, lt=0.5)
+    max_trials: int = Field(default=20, ge=2, le=60)
+
+    @field_validator("qps")
+    @classmethod
+    def _bracket(cls, qps: tuple[float, float]) -> tuple[float, float]:
+        if not 0 < qps[0] < qps[1] < float("inf"):
+            raise ValueError(f"search.qps must be [low, high] with 0 < low < high, got {list(qps)}")
+        return qps
+
+
 _SLO_KEY = re.compile(r"^(?P<metric>[a-z_]+?)_p(?P<pct>\d+(?:\.\d+)?)_s$")
 
 
@@ -335,16 +358,14 @@ class SweepConfig(_Strict):
     variants: list[dict[str, Any]] = []
     slo: dict[str, float] = {}
     goodput: dict[str, float] = {}
+    search: SearchConfig | None = None
 
     @field_validator("cost_model")
     @classmethod
     def _cost_model(cls, value: str) -> str:
-        if value not in ("auto", "roofline"):
-            raise ValueError(
-                f"cost_model {value!r} is not available yet; valid: auto, roofline "
-                "(measured profiles arrive with the calibration work)"
-            )
-        return value
+        from profiler.shipped import parse_cost_model  # auto | roofline | profile:DIR
+
+        return parse_cost_model(value)
 
     @model_validator(mode="after")
     def _deployment_fits(self) -> "SweepConfig":

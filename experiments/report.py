@@ -192,3 +192,90 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}img{{max-width:10
 </head><body><h1>Sweep report: {html.escape(title)}</h1><ul>{items}</ul>
 <table><tr>{head}</tr>{rows}</table>{errors}{images}</body></html>
 """
+
+
+# ----- capacity search ------------------------------------------------------------------------
+CAPACITY_COLUMNS = {
+    "label": "point",
+    "capacity_qps": "capacity (QPS)",
+    "capacity_ci_low": "95 % CI low",
+    "capacity_ci_high": "95 % CI high",
+    "capacity_by_seed": "by seed",
+    "capacity_at_bound": "at search bound",
+}
+
+
+def write_capacity_report(points: pd.DataFrame, trials: pd.DataFrame, base: SweepConfig, slo: dict[str, float],
+                          out_dir: Path, policy_check: pd.DataFrame | None = None) -> Path:
+    """report.md / report.html of a capacity search: capacity per point with its interval, the
+    latency-vs-QPS curves of the bisection trials with the SLO lines, the recommended point and
+    its `vllm serve` flags; `policy_check` is the recommended point re-searched under vllm_v1."""
+    plots_dir = out_dir / "plots"
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    ok = points[points["error"].isna()] if "error" in points else points
+    figures = [_capacity_bars(ok, plots_dir / "capacity.png")]
+    for metric, key in (("tbt_s_p99", "tbt_p99_s"), ("scheduling_delay_s_p50", "scheduling_delay_p50_s"),
+                        ("ttft_s_p90", "ttft_p90_s")):
+        if len(trials) and metric in trials:
+            figures.append(_latency_vs_qps(trials, metric, slo.get(key), plots_dir / f"{metric}_vs_qps.png"))
+    s = base.search
+    header = [
+        f"Model **{base.model}** on **{base.device}**; cost model **{base.cost_model}** (roofline estimates).",
+        f"Capacity = highest QPS meeting every SLO ({', '.join(f'{k} ≤ {v:g}' for k, v in slo.items())}"
+        f"{'' if base.slo else ', Sarathi-Serve strict defaults for this model size'}), by bisection on trials of "
+        f"{s.num_requests} requests to {s.precision:.1%} precision within {list(s.qps)} QPS; "
+        f"{s.trim_fraction:.0%} warm-up and drain trimmed; {s.seeds} seeds give the 95 % interval.",
+    ]
+    table = ok[[c for c in CAPACITY_COLUMNS if c in ok]].rename(columns=CAPACITY_COLUMNS)
+    if len(ok) and ok["capacity_qps"].notna().any():
+        best = ok.loc[ok["capacity_qps"].idxmax()]
+        bound = " (at the top of the searched range: raise search.qps)" if best.get("capacity_at_bound") else ""
+        header.append(f"Recommended: **{best['label']}** — capacity {best['capacity_qps']:.3g} QPS{bound}. "
+                      f"vLLM flags: `{best['vllm_flags']}`")
+        if policy_check is not None and len(policy_check):
+            check = policy_check.iloc[0]
+            value = check.get("capacity_qps", float("nan"))
+            header.append(f"vLLM runs its own (v1) policy, not `{best['scheduler']}`: the same flags simulated "
+                          f"under `vllm_v1` give a capacity of {_fmt(value)} QPS.")
+    else:
+        header.append("No point meets the SLOs even at the lowest load searched.")
+    failed = points[points["error"].notna()] if "error" in points else points.iloc[0:0]
+    (out_dir / "report.md").write_text(_markdown(header, table, failed, figures, out_dir))
+    html_path = out_dir / "report.html"
+    html_path.write_text(_html(header, table, failed, figures, base.name))
+    return html_path
+
+
+def _capacity_bars(points: pd.DataFrame, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    values = points["capacity_qps"].astype(float).to_numpy()
+    low = values - points["capacity_ci_low"].astype(float).to_numpy()
+    high = points["capacity_ci_high"].astype(float).to_numpy() - values
+    err = np.nan_to_num(np.vstack([low, high]))
+    ax.bar(points["label"], np.nan_to_num(values), yerr=err, capsize=4, color="#4C72B0")
+    ax.set_ylabel("capacity (QPS)")
+    ax.set_title("Capacity per point (95 % interval over seeds)")
+    ax.tick_params(axis="x", rotation=20)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _latency_vs_qps(trials: pd.DataFrame, metric: str, slo: float | None, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    first_seed = trials[trials["seed"] == trials["seed"].min()]
+    for label, group in first_seed.groupby("label", sort=False):
+        group = group.sort_values("trial_qps")
+        ax.plot(group["trial_qps"], group[metric], marker="o", label=label)
+    if slo is not None:
+        ax.axhline(slo, color="#C44E52", linestyle="--", label=f"SLO {slo:g} s")
+    ax.set_xlabel("QPS")
+    ax.set_ylabel(metric.replace("_s_", " (s) ").upper())
+    ax.set_yscale("log")
+    ax.set_title(f"{metric} of the bisection trials (first seed)")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -18,12 +18,14 @@ from typing import Any, Callable
 import pandas as pd
 import yaml
 
-from experiments.config import SweepConfig
+from experiments.config import SweepConfig, describe_point
 from experiments.point import PointResult, run_point
+from experiments.search import capacity_row, search_capacity
+from experiments.vllm_flags import vllm_serve_flags
 
 
-OUTPUT_FILES = ("points.csv", "points.parquet", "requests.parquet", "steps.parquet", "config.yaml",
-                "report.md", "report.html")
+OUTPUT_FILES = ("points.csv", "points.parquet", "requests.parquet", "steps.parquet", "trials.csv",
+                "trials.parquet", "config.yaml", "report.md", "report.html")
 
 
 def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
@@ -56,6 +58,47 @@ def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
     return ordered
 
 
+def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
+                       on_done: Callable[[int, dict], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Capacity search for every point and seed (config `search:`), in parallel processes.
+
+    Returns:
+        (one row per point: settings, capacity mean and 95 % interval over seeds, vLLM flags, or
+        `error`; one row per trial: point, seed, QPS, pass/fail and its metrics).
+    """
+    configs = [SweepConfig.model_validate(p) for p in points]
+    labels = [describe_point(c) for c in configs]
+    tasks = [(i, seed) for i, c in enumerate(configs) for seed in range(c.search.seeds)]
+    done: dict[tuple[int, int], tuple[float, list[dict]] | str] = {}
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(_safe_search, configs[i], i, seed): (i, seed) for i, seed in tasks}
+        for future in as_completed(futures):
+            done[futures[future]] = future.result()
+            if on_done:
+                on_done(futures[future][0], {})
+    rows, trials = [], []
+    for i, config in enumerate(configs):
+        outcomes = [done[(i, seed)] for seed in range(config.search.seeds)]
+        errors = [o for o in outcomes if isinstance(o, str)]
+        row = {"point_id": i, "label": labels[i], **config.engine.used_settings(), "vllm_flags": vllm_serve_flags(config)}
+        if errors:
+            row["error"] = errors[0]
+        else:
+            row.update(capacity_row(labels[i], i, [o[0] for o in outcomes], config.search.qps[1]))
+            trials += [t for o in outcomes for t in o[1]]
+        rows.append(row)
+    _unique_labels(rows)
+    return pd.DataFrame(rows), pd.DataFrame(trials)
+
+
+def _safe_search(config: SweepConfig, point_id: int, seed: int):
+    try:
+        return search_capacity(config, point_id, seed)
+    except (ValueError, OSError, RuntimeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
 def _unique_labels(rows: list[dict]) -> None:
     """Points that differ only in settings the label omits get '#<point_id>' appended."""
     counts: dict[str, int] = {}
@@ -70,21 +113,31 @@ def _safe_run(config: SweepConfig, point_id: int) -> PointResult:
     try:
         return run_point(config, point_id)
     except (ValueError, OSError, RuntimeError) as exc:  # a bad point must not lose the others
-        from experiments.config import describe_point
         row = {"point_id": point_id, "label": describe_point(config), "error": f"{type(exc).__name__}: {exc}"}
         return PointResult(row, pd.DataFrame({"point_id": []}), pd.DataFrame({"point_id": []}))
 
 
-def write_results(results: list[PointResult], out_dir: Path, raw_config: dict | None = None) -> pd.DataFrame:
-    """Write the tables of a sweep to `out_dir`; return the points table.
-
-    Outputs of an earlier run in the same folder are removed first, so no file of another run
-    is left beside this one's.
-    """
+def clear_outputs(out_dir: Path) -> None:
+    """Remove an earlier run's outputs from `out_dir`, so none is left beside this run's."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in OUTPUT_FILES:
         (out_dir / name).unlink(missing_ok=True)
     shutil.rmtree(out_dir / "plots", ignore_errors=True)
+
+
+def write_capacity_results(points: pd.DataFrame, trials: pd.DataFrame, out_dir: Path, raw_config: dict) -> None:
+    """points.csv/.parquet (capacity per point) and trials.csv/.parquet (every bisection trial)."""
+    clear_outputs(out_dir)
+    points.to_csv(out_dir / "points.csv", index=False)
+    points.to_parquet(out_dir / "points.parquet", index=False)
+    trials.to_csv(out_dir / "trials.csv", index=False)
+    trials.to_parquet(out_dir / "trials.parquet", index=False)
+    (out_dir / "config.yaml").write_text(yaml.safe_dump(raw_config, sort_keys=False))
+
+
+def write_results(results: list[PointResult], out_dir: Path, raw_config: dict | None = None) -> pd.DataFrame:
+    """Write the tables of a sweep to `out_dir`; return the points table."""
+    clear_outputs(out_dir)
     points = pd.DataFrame([r.row for r in results])
     points.to_csv(out_dir / "points.csv", index=False)
     points.to_parquet(out_dir / "points.parquet", index=False)

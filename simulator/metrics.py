@@ -83,12 +83,18 @@ def percentile_stats(name: str, values: np.ndarray) -> dict[str, float]:
     return out
 
 
-def summarize(requests: pd.DataFrame, steps: pd.DataFrame, num_gpu_blocks: int) -> dict[str, float]:
+def summarize(requests: pd.DataFrame, steps: pd.DataFrame, num_gpu_blocks: int,
+              trim_fraction: float = 0.0) -> dict[str, float]:
     """Summary of a run: counts by finish reason, throughput, latency percentiles, KV usage.
 
     Throughput is over the makespan (first arrival to last completion) and counts tokens actually
     produced, so a truncated request counts the tokens it produced. Latencies use every request
     that produced tokens (completed or truncated); rejected requests have no times.
+
+    Args:
+        trim_fraction: latency percentiles skip requests arriving in the first and last
+            `trim_fraction` of the arrival span (warm-up, when the system fills, and drain, when it
+            empties); counts and throughput keep every request. 0 keeps all.
 
     Returns:
         A flat dict of floats/ints; every key is always present (NaN where undefined).
@@ -108,6 +114,11 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, num_gpu_blocks: int) 
     total_tokens = output_tokens + int(done["prompt_tokens"].sum())
     out["total_throughput_tps"] = total_tokens / makespan_s if makespan_s > 0 else 0.0
 
+    if trim_fraction > 0 and len(done):
+        first, last = requests["arrival_s"].min(), requests["arrival_s"].max()
+        margin = trim_fraction * (last - first)
+        done = done[(done["arrival_s"] >= first + margin) & (done["arrival_s"] <= last - margin)]
+    out["num_measured"] = len(done)
     times = done["token_times_s"]
     samples = {
         "ttft_s": done["ttft_s"].to_numpy(),

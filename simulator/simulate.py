@@ -1,6 +1,7 @@
 """Replay a trace through one or more replicas and collect their records."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -38,6 +39,7 @@ def simulate(
     outcome_fn: Callable[[BatchPlan], StepOutcome] | None = None,
     router: str = "round_robin",
     seed: int = 0,
+    trim_fraction: float = 0.0,
 ) -> SimulationResult:
     """Run `requests` through the replicas (one scheduler each) until every request has finished.
 
@@ -50,6 +52,7 @@ def simulate(
         cost: a `CostModel` (priced as is) or a `StepPricer` (drafts, swaps, pipeline stages).
         outcome_fn: tokens emitted per step (speculative acceptance); default one per sequence.
         router: `round_robin`, `least_outstanding` or `random` (seeded by `seed`).
+        trim_fraction: warm-up and drain trimmed from the latency statistics (`summarize`).
 
     Simulated time depends only on the inputs and seeds (no wall clock), so a run is
     reproducible. Requests that can never be served are rejected with a finish reason and
@@ -74,7 +77,7 @@ def simulate(
     req_frame = requests_frame([f for r in replicas for f in r.finished])
     req_frame["replica_id"] = req_frame["request_id"].map(placement).astype("int64")
     step_frame = pd.concat([r.steps.to_frame() for r in replicas], ignore_index=True)
-    summary = summarize(req_frame, step_frame, schedulers[0].config.num_gpu_blocks)
+    summary = summarize(req_frame, step_frame, schedulers[0].config.num_gpu_blocks, trim_fraction)
     return SimulationResult(req_frame, step_frame, summary)
 
 
@@ -92,9 +95,8 @@ class _Dispatcher:
     def replay(self, requests: list[Request]):
         """Open loop: submit each request at its arrival time."""
         for request in requests:
-            delay = request.arrival_s - self.env.now
-            if delay > 0:
-                yield self.env.timeout(delay)
+            if request.arrival_s > self.env.now:
+                yield self.env.timeout(_delay_until(self.env.now, request.arrival_s))
             self.submit(request)
 
     def closed_loop_callback(self, workload: ClosedLoopWorkload):
@@ -109,5 +111,15 @@ class _Dispatcher:
         return on_finish
 
     def _deliver(self, request: Request):
-        yield self.env.timeout(max(0.0, request.arrival_s - self.env.now))
+        yield self.env.timeout(_delay_until(self.env.now, request.arrival_s))
         self.submit(request)
+
+
+def _delay_until(now_s: float, at_s: float) -> float:
+    """A delay d >= 0 with now_s + d >= at_s in floating point: SimPy adds delays to the clock,
+    and now + (at − now) can fall one ulp short, which would put a request on the device before
+    it arrived."""
+    delay = max(0.0, at_s - now_s)
+    while now_s + delay < at_s:
+        delay = math.nextafter(delay, math.inf)
+    return delay

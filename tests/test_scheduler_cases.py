@@ -165,3 +165,13 @@ def test_vllm_runs_whole_prompt_in_one_step():
 def test_unknown_scheduler_names_valid_ones():
     with pytest.raises(ValueError, match="sarathi"):
         make_scheduler("lightllm", SchedulerConfig(num_gpu_blocks=10))
+
+
+def test_no_request_is_scheduled_before_it_arrives_despite_float_rounding():
+    # 0.3303583462639957 + (0.99999 - 0.3303583462639957) is one ulp short of 0.99999 in
+    # floating point; the arrival delay is rounded up so the request never starts early.
+    result = run("faster_transformer", [(0.3303583462639957, 1, 1), (0.99999, 1, 1)],
+                 num_gpu_blocks=64, max_num_seqs=1)
+    r = result.requests
+    assert (r["first_scheduled_s"] >= r["arrival_s"]).all()
+    assert r.loc[1, "first_scheduled_s"] == pytest.approx(0.99999, abs=1e-12)

@@ -1,0 +1,101 @@
+"""Capacity: the highest QPS at which a point meets its percentile SLOs, found by bisection.
+
+Method (Sarathi-Serve `sarathi/benchmark/capacity_search/capacity_search.py`, REFERENCE.md §1.6):
+each trial simulates a fixed-size trace at one QPS; a trial passes when every percentile SLO holds
+on the trimmed statistics. Start from [low, high]; while `high` passes, double it (up to
+`max_qps`); then bisect until (high − low) / high ≤ precision. Capacity = the highest passing QPS.
+Repeating the search with other seeds gives a confidence interval.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+from scipy import stats
+
+# Sarathi-Serve's strict P99 TBT SLOs by model size (REFERENCE.md §1.5, osdi-experiments
+# figure-5-6 configs): Mistral-7B 0.1 s, Yi-34B 0.2 s, LLaMA2-70B / Falcon-180B 1.0 s; and its
+# capacity-search default P50 scheduling delay of 2 s.
+SCHEDULING_DELAY_P50_SLO_S = 2.0
+
+
+def default_slo(num_params: float) -> dict[str, float]:
+    """Sarathi-Serve's strict SLOs for a model of `num_params` parameters."""
+    if num_params <= 10e9:
+        tbt_s = 0.1
+    elif num_params <= 40e9:
+        tbt_s = 0.2
+    else:
+        tbt_s = 1.0
+    return {"tbt_p99_s": tbt_s, "scheduling_delay_p50_s": SCHEDULING_DELAY_P50_SLO_S}
+
+
+@dataclass
+class CapacityResult:
+    """One bisection: the capacity (QPS, NaN when even `low` fails) and every trial run."""
+
+    capacity_qps: float
+    trials: list[tuple[float, bool]] = field(default_factory=list)
+
+
+def find_capacity(passes: Callable[[float], bool], low_qps: float, high_qps: float,
+                  precision: float = 0.025, max_qps: float | None = None, max_trials: int = 24) -> CapacityResult:
+    """Bisection for the highest QPS at which `passes(qps)` is True.
+
+    Args:
+        passes: runs one trial at a QPS; True when every SLO holds.
+        low_qps, high_qps: the starting bracket (0 < low < high).
+        precision: stop when (high − low) / high ≤ precision (relative; 2.5 % as Sarathi-Serve).
+        max_qps: `high` is doubled while it passes, up to this (default 64 × high_qps).
+        max_trials: a hard cap on trials.
+
+    Returns:
+        `CapacityResult`; capacity is NaN when `low_qps` already fails (say so, don't guess),
+        and `max_qps` when even that passes.
+    """
+    if not 0 < low_qps < high_qps:
+        raise ValueError(f"capacity search needs 0 < low < high, got [{low_qps}, {high_qps}]")
+    max_qps = max_qps or 64 * high_qps
+    result = CapacityResult(float("nan"))
+
+    def trial(qps: float) -> bool:
+        ok = bool(passes(qps))
+        result.trials.append((qps, ok))
+        return ok
+
+    if not trial(low_qps):
+        return result
+    low, high = low_qps, high_qps
+    while trial(high):
+        low = high
+        if high >= max_qps or len(result.trials) >= max_trials:
+            result.capacity_qps = high
+            return result
+        high = min(2 * high, max_qps)
+    while (high - low) / high > precision and len(result.trials) < max_trials:
+        # Geometric midpoint while the bracket spans orders of magnitude, then arithmetic.
+        mid = (low * high) ** 0.5 if high > 4 * low else (low + high) / 2
+        if trial(mid):
+            low = mid
+        else:
+            high = mid
+    result.capacity_qps = low
+    return result
+
+
+def confidence_interval(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high) of a Student-t interval over repeated-seed capacities; NaN-safe.
+
+    With one value the interval is undefined (NaN bounds), never zero-width. The low bound is
+    clipped at 0 (a capacity is never negative; with two seeds t = 12.7 makes intervals wide).
+    """
+    data = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
+    if data.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    mean = float(data.mean())
+    if data.size < 2:
+        return mean, float("nan"), float("nan")
+    half = stats.t.ppf(0.5 + level / 2, data.size - 1) * data.std(ddof=1) / math.sqrt(data.size)
+    return mean, max(0.0, mean - half), mean + half
