@@ -47,3 +47,33 @@ def test_vllm_flags_for_a_point():
         "--speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'")
     vllm = SweepConfig.model_validate({"trace": {"kind": "poisson", "qps": 1}, "engine": {"scheduler": "vllm"}})
     assert vllm_serve_flags(vllm).startswith("--no-enable-chunked-prefill --max-num-seqs 128")
+
+
+def test_capacity_sweep_end_to_end(tmp_path):
+    from typer.testing import CliRunner
+
+    import pandas as pd
+
+    from experiments.cli import app
+    config = tmp_path / "cap.yaml"
+    config.write_text(
+        "name: cap\n"
+        "trace: {kind: poisson, qps: 1, prompt_tokens: [50, 400], output_tokens: [10, 80]}\n"
+        "engine: {scheduler: sarathi, chunk_size: 256, max_num_seqs: 64}\n"
+        "search: {qps: [1, 64], num_requests: 60, seeds: 2, precision: 0.1}\n")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["sweep", str(config), "--out", str(out), "--jobs", "2"])
+    assert result.exit_code == 0, result.output
+    points = pd.read_csv(out / "points.csv")
+    trials = pd.read_csv(out / "trials.csv")
+    capacity = points.loc[0, "capacity_qps"]
+    assert 1 <= capacity <= 64
+    # The capacity is the highest passing trial of each seed, and every trial above it failed.
+    for seed, group in trials.groupby("seed"):
+        best = group.loc[group["passed"], "trial_qps"].max()
+        assert (group.loc[group["trial_qps"] > best, "passed"] == False).all()  # noqa: E712
+    assert capacity == pytest.approx(trials[trials["passed"]].groupby("seed")["trial_qps"].max().mean())
+    report = (out / "report.md").read_text()
+    assert "Sarathi-Serve strict defaults" in report and "tbt_p99_s ≤ 0.1" in report
+    assert "--enable-chunked-prefill --max-num-batched-tokens 256" in report
+    assert "under `vllm_v1`" in report
