@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from experiments.config import ConfigError, SweepConfig, describe_point, load_config
+from experiments.engine_cli import engine_app
 from experiments.report import recommend, write_report
 from experiments.sweep import run_sweep, write_results
 from experiments.trace_cli import trace_app
@@ -21,6 +22,7 @@ from experiments.trace_cli import trace_app
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Capacity planning for LLM serving: simulate chunked prefill, paged KV and schedulers.")
 app.add_typer(trace_app, name="trace")
+app.add_typer(engine_app, name="engine")
 # Wide enough for the points table when output is piped (rich defaults to 80 columns then).
 _WIDTH = max(shutil.get_terminal_size((120, 24)).columns, 120)
 console = Console(width=_WIDTH)

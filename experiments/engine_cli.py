@@ -1,0 +1,156 @@
+"""`sarathi-sim engine run CONFIG`: replay a config's trace on the real engine (gpu_engine).
+
+The same config as `simulate`: its trace, scheduler, KV pool and split-N settings drive the
+shared scheduler; the engine executes every plan on the device. torch is imported only when the
+command runs, so the rest of the CLI works without it.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from experiments.config import AcceptanceFile, ConfigError, DraftModel, SweepConfig, describe_point, load_config
+from experiments.deployment import build_scheduler_config
+from experiments.point import load_requests
+
+engine_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                         help="Run a config's trace on the real torch engine (gpu_engine).")
+_WIDTH = max(shutil.get_terminal_size((120, 24)).columns, 120)
+console = Console(width=_WIDTH)
+err_console = Console(stderr=True, width=_WIDTH)
+
+SUMMARY_KEYS = ("completed", "rejected", "num_steps", "makespan_s", "output_throughput_tps", "ttft_s_p50",
+                "tbt_s_p99", "tpot_s_p50", "num_preemptions", "kv_usage_max")
+
+
+@engine_app.command()
+def run(
+    config: Path = typer.Argument(..., help="Config YAML (as for `simulate`)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<name>-engine)."),
+    realtime: bool = typer.Option(False, "--realtime/--fast",
+                                  help="Requests arrive on the wall clock, or as fast as possible (idle gaps skipped)."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a config key: --set trace.qps=4."),
+    point: int = typer.Option(0, "--point", min=0, help="Which point of the config's variants to run."),
+    weights: Optional[Path] = typer.Option(None, "--weights", help="HF checkpoint directory (config.json + "
+                                           "*.safetensors); default: the model directory if it holds weights, "
+                                           "else seeded random weights."),
+    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto (cuda when available)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32, bf16, float16, float64 (default: engine.dtype)."),
+    attention: str = typer.Option("auto", "--attention", help="torch, triton or auto (triton on CUDA)."),
+    forced_acceptance: bool = typer.Option(False, "--forced-acceptance", help="Split-N: accept drafts as "
+                                           "engine.acceptance draws them instead of verifying (random weights)."),
+    temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 is greedy."),
+    max_kv_gib: float = typer.Option(4.0, "--max-kv-gib", help="Largest KV pool to allocate on the CPU (GiB)."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads."),
+) -> None:
+    """Serve CONFIG's trace on the engine; write the simulator's request and step tables, plans and drafts."""
+    try:
+        _, points = load_config(config, set_ or [])
+    except ConfigError as exc:
+        _fail(str(exc))
+    if point >= len(points):
+        _fail(f"--point {point} is out of range; this config has {len(points)} points")
+    chosen = SweepConfig.model_validate(points[point])
+    _check_supported(chosen)
+    try:
+        run_dir = _serve(chosen, out or Path("runs") / f"{chosen.name}-engine", realtime=realtime, weights=weights,
+                         device=device, dtype=dtype, attention=attention, forced=forced_acceptance,
+                         temperature=temperature, max_kv_gib=max_kv_gib, threads=threads)
+    except ValueError as exc:
+        _fail(str(exc))
+    console.print(f"wrote {run_dir}/requests.parquet, steps.parquet, drafts.parquet, plans.jsonl, outputs.jsonl, "
+                  "summary.json, engine.json")
+
+
+def _serve(point: SweepConfig, out_dir: Path, *, realtime: bool, weights: Optional[Path], device: str,
+           dtype: Optional[str], attention: str, forced: bool, temperature: float, max_kv_gib: float,
+           threads: Optional[int]) -> Path:
+    import torch
+
+    from gpu_engine.build import DTYPES, build_engine, build_model
+    from gpu_engine.checkpoint import load_model_args
+    from gpu_engine.clock import FastClock, WallClock
+    from gpu_engine.driver import run_trace
+    from gpu_engine.model import ModelArgs
+    from profiler import get_model_spec
+
+    if threads:
+        torch.set_num_threads(threads)
+    torch_device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
+                                "cpu" if device == "auto" else device)
+    dtype_name = dtype or point.engine.dtype
+    if dtype_name not in DTYPES:
+        raise ValueError(f"--dtype {dtype_name!r} is not supported by the engine; valid: {', '.join(DTYPES)}")
+    model_dir = _model_dir(point.model)
+    args = load_model_args(model_dir) if model_dir else ModelArgs.for_builtin(get_model_spec(point.model))
+    checkpoint = weights or (model_dir if model_dir and any(model_dir.glob("*.safetensors")) else None)
+    requests, info = load_requests(point.trace)
+    if not isinstance(requests, list):
+        raise ValueError("closed-loop traces are not supported by the engine yet; use a file, profile or poisson trace")
+    model = build_model(args, dtype=DTYPES[dtype_name], device=torch_device, checkpoint_dir=checkpoint,
+                        seed=point.engine.seed, attention=attention)
+    max_kv_bytes = (torch.cuda.mem_get_info(torch_device)[0] * 0.9 if torch_device.type == "cuda"
+                    else max_kv_gib * 2**30)
+    engine = build_engine(model, point.engine.scheduler, build_scheduler_config(point), temperature=temperature,
+                          forced_acceptance=_acceptance_model(point) if forced else None, seed=point.engine.seed,
+                          max_kv_bytes=int(max_kv_bytes))
+    started = time.perf_counter()
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console) as progress:
+        task = progress.add_task(f"engine {describe_point(point)} on {torch_device}", total=len(requests))
+        result = run_trace(engine, requests, WallClock() if realtime else FastClock(),
+                           on_finished=lambda _: progress.advance(task))
+    wall_s = time.perf_counter() - started
+    result.write(out_dir)
+    settings = {"config": point.model_dump(mode="json"), "device": str(torch_device), "dtype": dtype_name,
+                "weights": str(checkpoint) if checkpoint else f"random (seed {point.engine.seed})",
+                "attention": attention, "clock": "wall" if realtime else "fast", "forced_acceptance": forced,
+                "temperature": temperature, "wall_s": wall_s, "torch": torch.__version__, **info}
+    (out_dir / "engine.json").write_text(json.dumps(settings, indent=2, default=str))
+    _print_summary(result.summary, wall_s)
+    return out_dir
+
+
+def _model_dir(model: str) -> Optional[Path]:
+    """The directory of a model given as a path (to a config.json or its directory); None for a built-in name."""
+    path = Path(model)
+    if path.is_file():
+        return path.parent
+    return path if path.is_dir() else None
+
+
+def _acceptance_model(point: SweepConfig):
+    from simulator.acceptance import EmpiricalAcceptance, PositionalAcceptance
+
+    e = point.engine
+    if isinstance(e.acceptance, AcceptanceFile):
+        return EmpiricalAcceptance.from_file(e.acceptance.file, seed=e.seed)
+    return PositionalAcceptance(e.acceptance, seed=e.seed)
+
+
+def _check_supported(point: SweepConfig) -> None:
+    e = point.engine
+    unsupported = {"replicas": e.replicas != 1, "tensor_parallel_size": e.tensor_parallel_size != 1,
+                   "pipeline_parallel_size": e.pipeline_parallel_size != 1, "kv_cache_dtype": e.kv_cache_dtype != "bf16",
+                   "draft": isinstance(e.draft, DraftModel)}
+    bad = [key for key, is_bad in unsupported.items() if is_bad]
+    if bad:
+        _fail(f"the engine runs one replica on one device with n-gram drafting and a bf16-class KV cache; "
+              f"engine.{', engine.'.join(bad)} not supported (set them to their defaults)")
+
+
+def _print_summary(summary: dict, wall_s: float) -> None:
+    parts = [f"{k}={summary[k]:.4g}" if isinstance(summary[k], float) else f"{k}={summary[k]}" for k in SUMMARY_KEYS]
+    console.print(f"engine run in {wall_s:.1f} s wall: " + ", ".join(parts))
+
+
+def _fail(message: str) -> None:
+    err_console.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    raise typer.Exit(2)

@@ -1,0 +1,72 @@
+"""`sarathi-sim engine run`: the shipped tiny config end to end on the CPU, as fast as possible and in real time."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+torch = pytest.importorskip("torch")
+
+from experiments.cli import app  # noqa: E402
+from gpu_engine.records import read_plans  # noqa: E402
+from gpu_engine.runner import cpu_threads  # noqa: E402
+from simulator.step_log import STEP_COLUMNS  # noqa: E402
+
+CONFIG = str(Path(__file__).parent / "data" / "engine" / "tiny_engine.yaml")
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    with cpu_threads(1):  # tiny matmuls: more threads only contend
+        yield
+
+
+def engine_run(out: Path, *extra: str):
+    result = runner.invoke(app, ["engine", "run", CONFIG, "--out", str(out), "--dtype", "float32", *extra])
+    assert result.exit_code == 0, result.output
+    return pd.read_parquet(out / "requests.parquet"), pd.read_parquet(out / "steps.parquet")
+
+
+def test_fast_run_serves_every_request_and_writes_the_simulators_tables(tmp_path):
+    requests, steps = engine_run(tmp_path)
+    assert len(requests) == 24 and (requests["finish_reason"] == "completed").all()
+    assert (requests["generated_tokens"] == requests["output_tokens"]).all()
+    assert tuple(steps.columns) == STEP_COLUMNS
+    assert len(read_plans(tmp_path / "plans.jsonl")) == len(steps)
+    outputs = [json.loads(line) for line in (tmp_path / "outputs.jsonl").read_text().splitlines()]
+    assert [len(o["token_ids"]) for o in outputs] == requests["output_tokens"].tolist()
+    settings = json.loads((tmp_path / "engine.json").read_text())
+    assert settings["device"] == "cpu" and settings["weights"] == "random (seed 0)" and settings["clock"] == "fast"
+    # As fast as possible: idle gaps are skipped, so steps follow one another or start at an arrival.
+    ends = (steps["start_s"] + steps["duration_s"]).to_numpy()[:-1]
+    arrivals = set(requests["arrival_s"])
+    assert all(abs(s - e) < 1e-12 or s in arrivals for s, e in zip(steps["start_s"].to_numpy()[1:], ends))
+
+
+def test_realtime_run_admits_requests_only_after_they_arrive(tmp_path):
+    requests, steps = engine_run(tmp_path, "--realtime", "--set", "trace.num_requests=6")
+    assert (requests["finish_reason"] == "completed").all()
+    assert (requests["first_scheduled_s"] >= requests["arrival_s"]).all()
+    assert json.loads((tmp_path / "engine.json").read_text())["clock"] == "wall"
+
+
+def test_split_n_with_forced_acceptance_records_proposed_and_accepted(tmp_path):
+    _, steps = engine_run(tmp_path, "--set", "engine.split_n=3", "--set", "engine.acceptance=0.5",
+                          "--forced-acceptance")
+    drafts = pd.read_parquet(tmp_path / "drafts.parquet")
+    assert steps["num_draft_tokens"].sum() == drafts["drafts_granted"].sum() > 0
+    assert (drafts["drafts_proposed"] == drafts["drafts_granted"]).all()
+    assert 0 < drafts["drafts_accepted"].sum() < drafts["drafts_proposed"].sum()
+
+
+def test_settings_the_engine_cannot_run_are_errors(tmp_path):
+    result = runner.invoke(app, ["engine", "run", CONFIG, "--out", str(tmp_path), "--set", "engine.replicas=2"])
+    assert result.exit_code == 2
+    assert "engine.replicas not supported" in " ".join(result.output.split())  # rich wraps lines
+    result = runner.invoke(app, ["engine", "run", CONFIG, "--out", str(tmp_path), "--max-kv-gib", "0.00001"])
+    assert result.exit_code == 2
+    assert "set engine.num_gpu_blocks" in " ".join(result.output.split())
