@@ -17,11 +17,14 @@ from experiments.config import ConfigError, SweepConfig, describe_point, load_co
 from experiments.engine_cli import engine_app
 from experiments.report import recommend, write_report
 from experiments.sweep import run_sweep, write_results
+from experiments.profile_cli import fit, profile
 from experiments.trace_cli import trace_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Capacity planning for LLM serving: simulate chunked prefill, paged KV and schedulers.")
 app.add_typer(trace_app, name="trace")
+app.command()(profile)
+app.command()(fit)
 app.add_typer(engine_app, name="engine")
 # Wide enough for the points table when output is piped (rich defaults to 80 columns then).
 _WIDTH = max(shutil.get_terminal_size((120, 24)).columns, 120)

@@ -11,6 +11,8 @@ from experiments.config import ClosedLoopTrace, SweepConfig, TraceConfig, descri
 from experiments.deployment import (DTYPE_BYTES, build_outcome_fn, build_pricer, build_scheduler_config,
                                     build_schedulers)
 from profiler import RooflineCostModel, get_device_spec, get_model_spec
+from profiler.fitted import FittedCostModel
+from profiler.shipped import load_fitted, profile_dir_for
 from simulator.metrics import goodput_count
 from simulator.simulate import simulate
 from traces import Request
@@ -44,10 +46,16 @@ def load_requests(trace: TraceConfig) -> tuple[list[Request], dict]:
     return requests, info
 
 
-def build_cost_model(point: SweepConfig) -> RooflineCostModel:
-    """`cost_model: auto` is the roofline until measured profiles ship (calibration work)."""
+def build_cost_model(point: SweepConfig) -> RooflineCostModel | FittedCostModel:
+    """The point's cost model: `profile:DIR` fits (or loads the fit of) that measured profile;
+    `auto` does the same with `profiler/data/<device>/<model>/` when it is shipped, else uses the
+    roofline, as does `roofline` (`profiler.shipped`)."""
     e = point.engine
-    return RooflineCostModel(get_model_spec(point.model), get_device_spec(point.device),
+    model = get_model_spec(point.model)
+    directory = profile_dir_for(point.cost_model, point.device, point.model)
+    if directory is not None:
+        return load_fitted(directory, model, e.tensor_parallel_size)
+    return RooflineCostModel(model, get_device_spec(point.device),
                              tensor_parallel_size=e.tensor_parallel_size,
                              dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=DTYPE_BYTES[e.kv_cache_dtype])
 

@@ -33,3 +33,19 @@ class CostModel(Protocol):
             Step duration in seconds (> 0 for a non-empty batch).
         """
         ...
+
+
+def step_arrays(query_tokens: np.ndarray, context_tokens: np.ndarray,
+                is_prefill: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The three step arrays as (float64, float64, bool) numpy arrays, checked to align.
+
+    Raises:
+        ValueError: the arrays differ in shape (the message gives the three shapes).
+    """
+    q = np.asarray(query_tokens, dtype=np.float64)
+    c = np.asarray(context_tokens, dtype=np.float64)
+    prefill = np.asarray(is_prefill, dtype=bool)
+    if not q.shape == c.shape == prefill.shape:
+        raise ValueError(f"query_tokens, context_tokens, is_prefill must align; got shapes "
+                         f"{q.shape}, {c.shape}, {prefill.shape}")
+    return q, c, prefill

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from profiler.cost_model import step_arrays
 from profiler.device_spec import DeviceSpec
 from profiler.model_spec import ModelSpec
 
@@ -153,12 +154,7 @@ class RooflineCostModel:
         Raises:
             ValueError: the arrays differ in length.
         """
-        q = np.asarray(query_tokens, dtype=np.float64)
-        c = np.asarray(context_tokens, dtype=np.float64)
-        prefill = np.asarray(is_prefill, dtype=bool)
-        if not q.shape == c.shape == prefill.shape:
-            raise ValueError(f"query_tokens, context_tokens, is_prefill must align; got shapes "
-                             f"{q.shape}, {c.shape}, {prefill.shape}")
+        q, c, prefill = step_arrays(query_tokens, context_tokens, is_prefill)
         names = ("linear_s", "lm_head_s", "attention_prefill_s", "attention_decode_s",
                  "all_reduce_s", "overhead_s")
         if q.size == 0:

@@ -1,0 +1,52 @@
+"""`sarathi-sim profile` (time the model's ops on this machine) and `sarathi-sim fit` (fit a cost
+model to a profile directory); registered on the main app in `experiments/cli.py`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+console = Console()
+
+
+def profile(
+    model: str = typer.Option(..., "--model", help="Built-in model name or a path to an HF config.json (or its folder)."),
+    device: str = typer.Option("cpu", "--device", help="cpu (float32) or cuda (bf16, the first GPU)."),
+    budget_s: float = typer.Option(60.0, "--budget-s", min=1.0, help="Wall-clock budget of the timing loop, seconds."),
+    out: Path = typer.Option(..., "--out", help="Profile directory to write (CSV per op family + profile.json)."),
+    tensor_parallel_size: int = typer.Option(1, "--tp", min=1, help="Time one rank's shards at this TP degree."),
+    threads: int = typer.Option(1, "--threads", min=1, help="CPU intra-op threads (1: timed by thread CPU time)."),
+    seed: int = typer.Option(0, "--seed", help="Seeds inputs and the random shapes."),
+) -> None:
+    """Time every op of MODEL over a shape grid that fits --budget-s; write a profile directory."""
+    from profiler import get_model_spec
+    from profiler.harness import run_profile
+
+    try:
+        spec = get_model_spec(model)
+        run_profile(spec, device, budget_s, out, tensor_parallel_size=tensor_parallel_size,
+                    num_threads=threads, seed=seed, log=console.print)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2)
+    console.print(f"wrote {out}; fit it with: sarathi-sim fit {out}")
+
+
+def fit(
+    directory: Path = typer.Argument(..., help="A profile directory (from `sarathi-sim profile`)."),
+    statistic: Optional[str] = typer.Option(None, "--statistic",
+                                            help="median | min | mean (default: min on CPU, median on GPU)."),
+) -> None:
+    """Fit per-op regressors to DIRECTORY; write cost_model.joblib and fit_report.{md,json} there."""
+    from profiler.fit_report import REPORT_MD, fit_directory
+
+    try:
+        model, errors = fit_directory(directory, statistic)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2)
+    console.print((directory / REPORT_MD).read_text())
+    console.print(f"wrote {directory}/cost_model.joblib ({len(model.regressors)} ops fitted); "
+                  f"use it with `cost_model: profile:{directory}`")

@@ -1,0 +1,137 @@
+"""A profile directory: one CSV per op family and a sidecar JSON (DESIGN.md "Files").
+
+    DIR/profile.json           device, memory, versions, dtype, model spec and its hash, tp, date,
+                               budget, the rates that scale the roofline features, skipped shapes
+    DIR/linear.csv             qkv_proj, o_proj, gate_up_proj, down_proj (num_tokens), lm_head
+    DIR/elementwise.csv        embedding, rmsnorm, rotary_emb, kv_cache_write, silu_and_mul,
+                               residual_add (num_tokens), sampler (num_tokens = logit rows)
+    DIR/attention_prefill.csv  (query_tokens, context_tokens), one prefill sequence
+    DIR/attention_decode.csv   (batch_size, context_tokens), a batch of decodes
+    DIR/cpu_overhead.csv       (num_tokens = sequences), the runner's per-step host work
+    DIR/all_reduce.csv         (num_tokens) when measured (tp > 1)
+
+Every CSV has columns `op`, the family's key columns, and `time_median_s, time_min_s, time_max_s,
+time_mean_s, time_std_s` (seconds per call, one rank), `num_samples`, `calls_per_sample`. A family
+with no rows has no file.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from profiler.model_spec import ModelSpec
+from profiler.ops import FAMILIES, KEYS, OpCatalogue
+
+SIDECAR = "profile.json"
+FORMAT_VERSION = 1
+TIME_COLUMNS = ("time_median_s", "time_min_s", "time_max_s", "time_mean_s", "time_std_s")
+_REQUIRED_META = ("device", "dtype", "dtype_bytes", "kv_dtype_bytes", "model", "model_hash",
+                  "tensor_parallel_size", "rates")
+
+
+class ProfileError(ValueError):
+    """A profile directory that cannot be read: the message names the file and what is wrong."""
+
+
+def model_hash(model: ModelSpec) -> str:
+    """First 16 hex digits of the SHA-256 of the spec's fields as sorted JSON."""
+    return hashlib.sha256(json.dumps(asdict(model), sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Profile:
+    """Measured op timings of one model at one tensor-parallel degree on one device.
+
+    Attributes:
+        meta: the sidecar JSON (see the module docstring; `rates` holds `peak_flops` and
+            `mem_bandwidth_bytes_per_s`, the scales of the fitted model's roofline features).
+        tables: family → rows (columns as the module docstring).
+    """
+
+    meta: dict
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    @property
+    def model(self) -> ModelSpec:
+        """The profiled model's shapes (from the sidecar)."""
+        return ModelSpec(**self.meta["model"])
+
+    @property
+    def catalogue(self) -> OpCatalogue:
+        """The op catalogue the profile's shapes were drawn from."""
+        return OpCatalogue(self.model, self.meta["tensor_parallel_size"], self.meta["dtype_bytes"],
+                           self.meta["kv_dtype_bytes"])
+
+    def rows(self, op_name: str) -> pd.DataFrame:
+        """The rows of one op (empty when the profile has none)."""
+        for table in self.tables.values():
+            if "op" in table and (table["op"] == op_name).any():
+                return table[table["op"] == op_name].reset_index(drop=True)
+        return pd.DataFrame()
+
+    @property
+    def op_names(self) -> list[str]:
+        """Ops with at least one row, in catalogue order."""
+        present = {name for t in self.tables.values() for name in t["op"].unique()}
+        return [op.name for op in self.catalogue.ops if op.name in present]
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the CSVs and the sidecar into `directory` (created); returns it."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        files = {}
+        for family, table in self.tables.items():
+            if len(table):
+                table.to_csv(directory / f"{family}.csv", index=False)
+                files[family] = {"file": f"{family}.csv", "rows": len(table)}
+        meta = {**self.meta, "format_version": FORMAT_VERSION, "families": files}
+        (directory / SIDECAR).write_text(json.dumps(meta, indent=2, default=str) + "\n")
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "Profile":
+        """Read a profile directory written by `save` (or `sarathi-sim profile`).
+
+        Raises:
+            ProfileError: no sidecar, a sidecar key missing, a listed CSV missing, or a CSV
+                without its family's columns; the message names the file.
+        """
+        directory = Path(directory)
+        sidecar = directory / SIDECAR
+        if not sidecar.is_file():
+            raise ProfileError(f"{directory}: not a profile directory (no {SIDECAR}); "
+                               "create one with `sarathi-sim profile`")
+        meta = json.loads(sidecar.read_text())
+        missing = [k for k in _REQUIRED_META if k not in meta]
+        if missing:
+            raise ProfileError(f"{sidecar}: missing keys {missing}")
+        tables = {}
+        for family, entry in meta.get("families", {}).items():
+            path = directory / entry["file"]
+            if family not in FAMILIES or not path.is_file():
+                raise ProfileError(f"{sidecar}: family {family!r} lists {path.name}, which is "
+                                   f"{'missing' if family in FAMILIES else 'not a known family'}")
+            tables[family] = _read_table(path, family)
+        return cls(meta, tables)
+
+
+def family_key(family: str) -> tuple[str, ...]:
+    """The key columns of a family's CSV."""
+    driver = {"attention_prefill": "prefill_seq", "attention_decode": "decode_batch"}.get(family, "tokens")
+    return KEYS[driver]
+
+
+def _read_table(path: Path, family: str) -> pd.DataFrame:
+    table = pd.read_csv(path)
+    needed = ("op", *family_key(family), "time_median_s")
+    absent = [c for c in needed if c not in table]
+    if absent:
+        raise ProfileError(f"{path}: missing columns {absent} (has {list(table.columns)})")
+    bad = table["time_median_s"].isna() | (table["time_median_s"] <= 0)
+    if bad.any():
+        raise ProfileError(f"{path}: row {int(bad.idxmax()) + 2} has a time_median_s that is not > 0")
+    return table
