@@ -15,17 +15,18 @@ from rich.table import Table
 
 from experiments.config import ConfigError, SweepConfig, describe_point, load_config
 from experiments.engine_cli import engine_app
-from experiments.report import recommend, write_report
-from experiments.sweep import run_sweep, write_results
+from experiments.report import recommend, write_capacity_report, write_report
+from experiments.search import search_slo
+from experiments.sweep import run_capacity_sweep, run_sweep, write_capacity_results, write_results
 from experiments.profile_cli import fit, profile
 from experiments.trace_cli import trace_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Capacity planning for LLM serving: simulate chunked prefill, paged KV and schedulers.")
 app.add_typer(trace_app, name="trace")
+app.add_typer(engine_app, name="engine")
 app.command()(profile)
 app.command()(fit)
-app.add_typer(engine_app, name="engine")
 # Wide enough for the points table when output is piped (rich defaults to 80 columns then).
 _WIDTH = max(shutil.get_terminal_size((120, 24)).columns, 120)
 console = Console(width=_WIDTH)
@@ -40,10 +41,17 @@ def sweep(
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<name>)."),
     set_: Optional[List[str]] = SetOption,
     jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Worker processes (default: CPUs)."),
+    no_cache: bool = typer.Option(False, "--no-cache",
+                                  help="Recompute every point instead of reusing finished ones from OUT/.cache."),
 ) -> None:
-    """Simulate every point of CONFIG in parallel; write tables and a report."""
+    """Simulate every point of CONFIG in parallel; write tables and a report.
+
+    Finished points are cached in OUT/.cache, so a sweep that was interrupted resumes where it
+    stopped; a point whose config changed is recomputed.
+    """
     base, points = _load(config, set_)
-    _run(base, points, out or Path("runs") / base.name, jobs)
+    out_dir = out or Path("runs") / base.name
+    _run(base, points, out_dir, jobs, None if no_cache else out_dir / ".cache")
 
 
 @app.command()
@@ -70,16 +78,20 @@ def _load(config: Path, overrides: Optional[List[str]]):
         _fail(str(exc))
 
 
-def _run(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Optional[int]) -> None:
+def _run(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Optional[int],
+         cache_dir: Optional[Path] = None) -> None:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         _fail(f"--out {out_dir}: cannot create the run folder ({exc.strerror or exc})")
+    if base.search is not None:
+        _run_capacity(base, points, out_dir, jobs, cache_dir)
+        return
     started = time.perf_counter()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console, transient=False) as progress:
         task = progress.add_task(f"simulating {base.name}", total=len(points))
-        results = run_sweep(points, jobs=jobs, on_done=lambda i, row: progress.advance(task))
+        results = run_sweep(points, jobs=jobs, on_done=lambda i, row: progress.advance(task), cache_dir=cache_dir)
     table = write_results(results, out_dir, base.model_dump(mode="json"))
     requests_path = out_dir / "requests.parquet"
     requests = pd.read_parquet(requests_path) if requests_path.exists() else None
@@ -96,6 +108,30 @@ def _run(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Optional[in
 SHORT_COLUMNS = {"label": "point", "completed": "completed", "rejected": "rejected", "throughput_rps": "req/s",
                  "goodput_rps": "goodput/s", "ttft_s_p90": "TTFT p90 s", "tbt_s_p99": "TBT p99 s",
                  "tpot_s_p50": "TPOT p50 s", "slo_met": "SLO met"}
+
+
+def _run_capacity(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Optional[int],
+                  cache_dir: Optional[Path]) -> None:
+    """`search:` in the config: capacity per point by bisection, then the report."""
+    started = time.perf_counter()
+    slo = search_slo(base)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console) as progress:
+        task = progress.add_task(f"capacity search {base.name}", total=len(points) * base.search.seeds)
+        table, trials = run_capacity_sweep(points, jobs, lambda i, row: progress.advance(task), cache_dir)
+        policy_check = None
+        best = table.loc[table["capacity_qps"].idxmax()] if table.get("capacity_qps", pd.Series()).notna().any() else None
+        if best is not None and best["scheduler"] == "sarathi":
+            twin = dict(points[int(best["point_id"])])
+            twin["engine"] = {**twin.get("engine", {}), "scheduler": "vllm_v1"}
+            progress.update(task, total=progress.tasks[0].total + base.search.seeds)
+            policy_check, _ = run_capacity_sweep([twin], jobs, lambda i, row: progress.advance(task), cache_dir)
+    write_capacity_results(table, trials, out_dir, base.model_dump(mode="json"))
+    html_path = write_capacity_report(table, trials, base, slo, out_dir, policy_check)
+    view = table.reindex(columns=["label", "capacity_qps", "capacity_ci_low", "capacity_ci_high", "error"])
+    console.print(view.to_string(index=False))
+    console.print(f"wrote points.csv, trials.csv, report.md and {html_path.name} in {out_dir} "
+                  f"({time.perf_counter() - started:.1f} s)")
 
 
 def _print_table(points: pd.DataFrame, base: SweepConfig) -> None:

@@ -64,31 +64,36 @@ def tuple_or_int(value):
     return tuple(value) if isinstance(value, (list, tuple)) else value
 
 
-def run_point(point: SweepConfig, point_id: int = 0) -> PointResult:
-    """Simulate one point; the row holds its settings, summary metrics, SLO verdicts and goodput."""
+def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0) -> PointResult:
+    """Simulate one point; the row holds its settings, summary metrics, SLO verdicts and goodput.
+
+    `trim_fraction` drops warm-up and drain from the latency statistics (capacity trials).
+    """
     requests, info = load_requests(point.trace)
     sched_config = build_scheduler_config(point)
     result = simulate(requests, build_schedulers(point, sched_config), build_pricer(point, build_cost_model(point)),
-                      outcome_fn=build_outcome_fn(point), router=point.engine.router, seed=point.engine.seed)
+                      outcome_fn=build_outcome_fn(point), router=point.engine.router, seed=point.engine.seed,
+                      trim_fraction=trim_fraction)
 
     row = {"point_id": point_id, "label": describe_point(point), "model": point.model, "device": point.device}
     row.update(point.engine.used_settings())
     row.update(num_gpu_blocks=sched_config.num_gpu_blocks, max_model_len=sched_config.max_model_len,
                offered_qps=_offered_qps(result.requests["arrival_s"].to_numpy()), **info)
     row.update(result.summary)
-    met = True
-    for key, limit in point.slo.items():
-        value = result.summary[slo_summary_key(key)]
-        ok = bool(value <= limit)  # NaN (undefined) fails the SLO
-        row[f"slo_{key}"] = ok
-        met &= ok
-    row["slo_met"] = met if point.slo else np.nan
+    row.update(slo_verdicts(result.summary, point.slo))
     if point.goodput:
         good = goodput_count(result.requests, point.goodput)
         row["goodput_rps"] = good / row["makespan_s"] if row["makespan_s"] > 0 else 0.0
     result.requests.insert(0, "point_id", point_id)
     result.steps.insert(0, "point_id", point_id)
     return PointResult(row, result.requests, result.steps)
+
+
+def slo_verdicts(summary: dict, slo: dict[str, float]) -> dict:
+    """`slo_<key>` per SLO (an undefined, NaN metric fails) and `slo_met` (NaN when no SLO is set)."""
+    verdicts = {f"slo_{key}": bool(summary[slo_summary_key(key)] <= limit) for key, limit in slo.items()}
+    verdicts["slo_met"] = all(verdicts.values()) if slo else np.nan
+    return verdicts
 
 
 def _offered_qps(arrivals_s: np.ndarray) -> float:

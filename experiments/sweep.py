@@ -20,6 +20,7 @@ import yaml
 
 from experiments.config import SweepConfig, describe_point
 from experiments.point import PointResult, run_point
+from experiments.results_cache import ResultsCache, cache_key
 from experiments.search import capacity_row, search_capacity
 from experiments.vllm_flags import vllm_serve_flags
 
@@ -29,25 +30,27 @@ OUTPUT_FILES = ("points.csv", "points.parquet", "requests.parquet", "steps.parqu
 
 
 def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
-              on_done: Callable[[int, dict], None] | None = None) -> list[PointResult]:
+              on_done: Callable[[int, dict], None] | None = None, cache_dir: Path | None = None) -> list[PointResult]:
     """Simulate each point dict (validated here); results in point order, whatever the finish order.
 
     Args:
         points: point dicts from `experiments.config.load_config`.
         jobs: worker processes (default: one per CPU, at most one per point); 1 runs inline.
         on_done: called with (point_id, row) as each point finishes (progress bars).
+        cache_dir: results cache folder (`experiments.results_cache`): finished points are
+            loaded from it instead of recomputed (their row says `cached`); None disables it.
     """
     configs = [SweepConfig.model_validate(p) for p in points]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs)))
     results: dict[int, PointResult] = {}
     if jobs == 1:
         for i, config in enumerate(configs):
-            results[i] = _safe_run(config, i)
+            results[i] = _safe_run(config, i, cache_dir)
             if on_done:
                 on_done(i, results[i].row)
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(_safe_run, config, i): i for i, config in enumerate(configs)}
+            futures = {pool.submit(_safe_run, config, i, cache_dir): i for i, config in enumerate(configs)}
             for future in as_completed(futures):
                 i = futures[future]
                 results[i] = future.result()
@@ -59,7 +62,8 @@ def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
 
 
 def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
-                       on_done: Callable[[int, dict], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                       on_done: Callable[[int, dict], None] | None = None,
+                       cache_dir: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Capacity search for every point and seed (config `search:`), in parallel processes.
 
     Returns:
@@ -72,7 +76,7 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
     done: dict[tuple[int, int], tuple[float, list[dict]] | str] = {}
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(_safe_search, configs[i], i, seed): (i, seed) for i, seed in tasks}
+        futures = {pool.submit(_safe_search, configs[i], i, seed, cache_dir): (i, seed) for i, seed in tasks}
         for future in as_completed(futures):
             done[futures[future]] = future.result()
             if on_done:
@@ -92,9 +96,16 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
     return pd.DataFrame(rows), pd.DataFrame(trials)
 
 
-def _safe_search(config: SweepConfig, point_id: int, seed: int):
+def _safe_search(config: SweepConfig, point_id: int, seed: int, cache_dir: Path | None = None):
+    cache = ResultsCache(cache_dir)
+    key = cache_key("capacity", config, seed)
+    cached = cache.get(key)
+    if cached is not None:
+        return cached
     try:
-        return search_capacity(config, point_id, seed)
+        result = search_capacity(config, point_id, seed)
+        cache.put(key, result)
+        return result
     except (ValueError, OSError, RuntimeError) as exc:
         return f"{type(exc).__name__}: {exc}"
 
@@ -109,9 +120,18 @@ def _unique_labels(rows: list[dict]) -> None:
             row["label"] = f"{row['label']} #{row['point_id']}"
 
 
-def _safe_run(config: SweepConfig, point_id: int) -> PointResult:
+def _safe_run(config: SweepConfig, point_id: int, cache_dir: Path | None = None) -> PointResult:
+    cache = ResultsCache(cache_dir)
+    key = cache_key("point", config, point_id)
+    cached = cache.get(key)
+    if cached is not None:
+        cached.row["cached"] = True
+        return cached
     try:
-        return run_point(config, point_id)
+        result = run_point(config, point_id)
+        result.row["cached"] = False
+        cache.put(key, result)
+        return result
     except (ValueError, OSError, RuntimeError) as exc:  # a bad point must not lose the others
         row = {"point_id": point_id, "label": describe_point(config), "error": f"{type(exc).__name__}: {exc}"}
         return PointResult(row, pd.DataFrame({"point_id": []}), pd.DataFrame({"point_id": []}))
