@@ -343,6 +343,14 @@ class SearchConfig(_Strict):
         return qps
 
 
+class FleetConfig(_Strict):
+    """Fleet sizing from a capacity search: replicas of each point needed for `target_qps`, and
+    the cost per million output tokens at `gpu_hour_usd` per GPU-hour."""
+
+    target_qps: float = Field(gt=0)
+    gpu_hour_usd: float | None = Field(default=None, gt=0)
+
+
 _SLO_KEY = re.compile(r"^(?P<metric>[a-z_]+?)_p(?P<pct>\d+(?:\.\d+)?)_s$")
 
 
@@ -359,6 +367,13 @@ class SweepConfig(_Strict):
     slo: dict[str, float] = {}
     goodput: dict[str, float] = {}
     search: SearchConfig | None = None
+    fleet: FleetConfig | None = None
+
+    @model_validator(mode="after")
+    def _fleet_needs_search(self) -> "SweepConfig":
+        if self.fleet is not None and self.search is None:
+            raise ValueError("fleet: sizing needs a capacity search; add search: {...}")
+        return self
 
     @field_validator("cost_model")
     @classmethod

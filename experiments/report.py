@@ -202,6 +202,9 @@ CAPACITY_COLUMNS = {
     "capacity_ci_high": "95 % CI high",
     "capacity_by_seed": "by seed",
     "capacity_at_bound": "at search bound",
+    "fleet_replicas": "replicas for target",
+    "fleet_gpus": "GPUs for target",
+    "usd_per_million_output_tokens": "$ / M output tokens",
 }
 
 
@@ -227,6 +230,12 @@ def write_capacity_report(points: pd.DataFrame, trials: pd.DataFrame, base: Swee
         f"{s.trim_fraction:.0%} warm-up and drain trimmed; {s.seeds} seeds give the 95 % interval.",
     ]
     table = ok[[c for c in CAPACITY_COLUMNS if c in ok]].rename(columns=CAPACITY_COLUMNS)
+    if base.fleet is not None and "fleet_gpus" in ok and ok["fleet_gpus"].notna().any():
+        cheapest = ok.loc[ok["fleet_gpus"].idxmin()]
+        price = f" at ${base.fleet.gpu_hour_usd:g}/GPU-hour" if base.fleet.gpu_hour_usd else ""
+        header.append(f"Fleet for {base.fleet.target_qps:g} QPS: fewest GPUs with **{cheapest['label']}** — "
+                      f"{int(cheapest['fleet_replicas'])} replicas, {int(cheapest['fleet_gpus'])} GPUs{price} "
+                      "(replicas assumed to add capacity linearly behind the router).")
     if len(ok) and ok["capacity_qps"].notna().any():
         best = ok.loc[ok["capacity_qps"].idxmax()]
         bound = " (at the top of the searched range: raise search.qps)" if best.get("capacity_at_bound") else ""

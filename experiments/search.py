@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import math
+
 import numpy as np
 
 from experiments.capacity import confidence_interval, default_slo, find_capacity
@@ -11,6 +13,7 @@ from experiments.point import run_point
 from profiler import get_model_spec
 
 TRIAL_COLUMNS = ("point_id", "label", "seed", "trial_qps", "passed", "offered_qps", "throughput_rps",
+                 "output_throughput_tps",
                  "ttft_s_p50", "ttft_s_p90", "ttft_s_p99", "tbt_s_p50", "tbt_s_p99", "tpot_s_p50",
                  "e2e_s_p50", "scheduling_delay_s_p50", "num_preemptions", "completed", "rejected")
 
@@ -63,3 +66,23 @@ def capacity_row(label: str, point_id: int, capacities: list[float], max_qps: fl
     return {"point_id": point_id, "label": label, "capacity_qps": mean, "capacity_ci_low": low,
             "capacity_ci_high": high, "capacity_by_seed": ", ".join(f"{c:.4g}" for c in capacities),
             "capacity_at_bound": any(c >= max_qps for c in capacities)}
+
+
+def fleet_row(point: SweepConfig, capacity_qps: float, trials: list[dict]) -> dict:
+    """Replicas of this point needed for the fleet's target QPS, GPUs, and cost per million output
+    tokens. Assumes replicas behind a router add capacity linearly (no cross-replica contention).
+    """
+    fleet = point.fleet
+    if fleet is None or not capacity_qps > 0:
+        return {}
+    e = point.engine
+    gpus_per_replica = e.tensor_parallel_size * e.pipeline_parallel_size
+    replicas = math.ceil(fleet.target_qps / capacity_qps)
+    row = {"fleet_replicas": replicas, "fleet_gpus": replicas * gpus_per_replica}
+    passing = [t for t in trials if t["passed"] and t["throughput_rps"] > 0]
+    if fleet.gpu_hour_usd is not None and passing:
+        tokens_per_request = float(np.mean([t["output_throughput_tps"] / t["throughput_rps"] for t in passing]))
+        usd_per_hour = row["fleet_gpus"] * fleet.gpu_hour_usd
+        tokens_per_hour = fleet.target_qps * tokens_per_request * 3600
+        row["usd_per_million_output_tokens"] = usd_per_hour / tokens_per_hour * 1e6
+    return row

@@ -21,7 +21,7 @@ import yaml
 from experiments.config import SweepConfig, describe_point
 from experiments.point import PointResult, run_point
 from experiments.results_cache import ResultsCache, cache_key
-from experiments.search import capacity_row, search_capacity
+from experiments.search import capacity_row, fleet_row, search_capacity
 from experiments.vllm_flags import vllm_serve_flags
 
 
@@ -90,7 +90,9 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
             row["error"] = errors[0]
         else:
             row.update(capacity_row(labels[i], i, [o[0] for o in outcomes], config.search.qps[1]))
-            trials += [t for o in outcomes for t in o[1]]
+            point_trials = [t for o in outcomes for t in o[1]]
+            row.update(fleet_row(config, row["capacity_qps"], point_trials))
+            trials += point_trials
         rows.append(row)
     _unique_labels(rows)
     return pd.DataFrame(rows), pd.DataFrame(trials)

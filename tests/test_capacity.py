@@ -77,3 +77,17 @@ def test_capacity_sweep_end_to_end(tmp_path):
     assert "Sarathi-Serve strict defaults" in report and "tbt_p99_s ≤ 0.1" in report
     assert "--enable-chunked-prefill --max-num-batched-tokens 256" in report
     assert "under `vllm_v1`" in report
+
+
+def test_fleet_sizing_arithmetic():
+    from experiments.search import fleet_row
+    point = SweepConfig.model_validate({
+        "trace": {"kind": "poisson", "qps": 1}, "engine": {"tensor_parallel_size": 2},
+        "search": {}, "fleet": {"target_qps": 40, "gpu_hour_usd": 3.0}})
+    trials = [{"passed": True, "throughput_rps": 10.0, "output_throughput_tps": 2000.0}]
+    row = fleet_row(point, 12.5, trials)
+    # ceil(40 / 12.5) = 4 replicas x TP 2 = 8 GPUs; $24/h over 40 req/s x 200 tokens x 3600 s.
+    assert row["fleet_replicas"] == 4 and row["fleet_gpus"] == 8
+    assert row["usd_per_million_output_tokens"] == pytest.approx(24 / (40 * 200 * 3600) * 1e6)
+    with pytest.raises(Exception, match="fleet: sizing needs a capacity search"):
+        SweepConfig.model_validate({"trace": {"kind": "poisson", "qps": 1}, "fleet": {"target_qps": 4}})
