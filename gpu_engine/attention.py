@@ -44,7 +44,9 @@ def paged_attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
                           meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """Causal attention of each sequence's queries over its cached keys; the reference path.
 
-    Loops over sequences: clear and exact, used to check the Triton kernel and on the CPU.
+    Single-token queries (decodes) are computed together, padded to the longest context; every
+    other sequence (prefill chunk, verify) in a loop of its own. Clear and exact: it checks the
+    Triton kernel and serves on the CPU.
 
     Args:
         q: (T, num_heads, head_dim) queries, rotary applied.
@@ -56,23 +58,47 @@ def paged_attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
     Returns:
         (T, num_heads, head_dim), in q's dtype; softmax in at least float32.
     """
-    num_heads, head_dim = q.shape[1:]
+    out = torch.empty_like(q)
+    starts = [0]
+    for q_len in meta.query_lens_list:
+        starts.append(starts[-1] + q_len)
+    decodes = [i for i, q_len in enumerate(meta.query_lens_list) if q_len == 1]
+    if decodes:
+        rows = torch.tensor([starts[i] for i in decodes], device=q.device)
+        ctx = [meta.context_lens_list[i] for i in decodes]
+        index = torch.tensor(decodes, device=q.device)
+        out[rows] = _attend(q[rows][:, None], k_cache, v_cache, meta.block_tables[index], ctx, scale)[:, 0]
+    for i, (q_len, ctx_len) in enumerate(zip(meta.query_lens_list, meta.context_lens_list)):
+        if q_len > 1:
+            rows = slice(starts[i], starts[i] + q_len)
+            out[rows] = _attend(q[rows][None], k_cache, v_cache, meta.block_tables[i : i + 1], [ctx_len], scale)[0]
+    return out
+
+
+def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+            context_lens: list[int], scale: float) -> torch.Tensor:
+    """Attention of B sequences with the same query length Q, padded to the longest.
+
+    Args:
+        q: (B, Q, num_heads, head_dim); query j of sequence b sits at position context_lens[b] + j.
+        block_tables: (B, >= blocks of the longest sequence) block ids.
+        context_lens: B cached-token counts before the queries.
+
+    Returns:
+        (B, Q, num_heads, head_dim) in q's dtype.
+    """
+    batch, q_len, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1:3]
     group = num_heads // num_kv_heads
     work_dtype = torch.promote_types(q.dtype, torch.float32)
-    out = torch.empty_like(q)
-    start = 0
-    for i, (q_len, ctx_len) in enumerate(zip(meta.query_lens_list, meta.context_lens_list)):
-        seq_len = ctx_len + q_len
-        table = meta.block_tables[i, : -(-seq_len // block_size)]
-        k = k_cache[table].reshape(-1, num_kv_heads, head_dim)[:seq_len].to(work_dtype)
-        v = v_cache[table].reshape(-1, num_kv_heads, head_dim)[:seq_len].to(work_dtype)
-        qi = q[start : start + q_len].to(work_dtype).view(q_len, num_kv_heads, group, head_dim)
-        scores = torch.einsum("qhgd,khd->hgqk", qi, k) * scale
-        query_pos = torch.arange(ctx_len, seq_len, device=q.device)
-        key_pos = torch.arange(seq_len, device=q.device)
-        scores.masked_fill_(key_pos[None, :] > query_pos[:, None], float("-inf"))
-        o = torch.einsum("hgqk,khd->qhgd", scores.softmax(dim=-1), v)
-        out[start : start + q_len] = o.reshape(q_len, num_heads, head_dim).to(q.dtype)
-        start += q_len
-    return out
+    seq_len = max(context_lens) + q_len
+    table = block_tables[:, : -(-seq_len // block_size)]
+    k = k_cache[table].flatten(1, 2)[:, :seq_len].to(work_dtype)  # (B, L, H_kv, D)
+    v = v_cache[table].flatten(1, 2)[:, :seq_len].to(work_dtype)
+    scores = torch.einsum("bqhgd,bkhd->bhgqk", q.to(work_dtype).view(batch, q_len, num_kv_heads, group, head_dim), k)
+    query_pos = torch.tensor(context_lens, device=q.device)[:, None] + torch.arange(q_len, device=q.device)
+    key_pos = torch.arange(seq_len, device=q.device)
+    hidden = key_pos[None, None, :] > query_pos[:, :, None]  # (B, Q, L): causal, and past each sequence's end
+    scores = scores.masked_fill(hidden[:, None, None], float("-inf")) * scale
+    o = torch.einsum("bhgqk,bkhd->bqhgd", scores.softmax(dim=-1), v)
+    return o.reshape(batch, q_len, num_heads, head_dim).to(q.dtype)
