@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
-from scipy import stats
 
 # Sarathi-Serve's strict P99 TBT SLOs by model size (REFERENCE.md §1.5, osdi-experiments
 # figure-5-6 configs): Mistral-7B 0.1 s, Yi-34B 0.2 s, LLaMA2-70B / Falcon-180B 1.0 s; and its
@@ -97,5 +96,7 @@ def confidence_interval(values: list[float], level: float = 0.95) -> tuple[float
     mean = float(data.mean())
     if data.size < 2:
         return mean, float("nan"), float("nan")
+    from scipy import stats  # slow to import; only capacity reports need it
+
     half = stats.t.ppf(0.5 + level / 2, data.size - 1) * data.std(ddof=1) / math.sqrt(data.size)
     return mean, max(0.0, mean - half), mean + half

@@ -10,9 +10,7 @@ import pandas as pd
 from experiments.config import ClosedLoopTrace, SweepConfig, TraceConfig, describe_point, slo_summary_key
 from experiments.deployment import (DTYPE_BYTES, build_outcome_fn, build_pricer, build_scheduler_config,
                                     build_schedulers)
-from profiler import RooflineCostModel, get_device_spec, get_model_spec
-from profiler.fitted import FittedCostModel
-from profiler.shipped import load_fitted, profile_dir_for
+from profiler import CostModel, RooflineCostModel, get_device_spec, get_model_spec
 from simulator.metrics import goodput_count
 from simulator.simulate import simulate
 from traces import Request
@@ -46,11 +44,13 @@ def load_requests(trace: TraceConfig) -> tuple[list[Request], dict]:
     return requests, info
 
 
-def build_cost_model(point: SweepConfig) -> RooflineCostModel | FittedCostModel:
+def build_cost_model(point: SweepConfig) -> CostModel:
     """The point's cost model: `profile:DIR` fits (or loads the fit of) that measured profile;
     `auto` does the same with `profiler/data/<device>/<model>/` when it is shipped, else uses the
     roofline, as does `roofline` (`profiler.shipped`)."""
     e = point.engine
+    from profiler.shipped import load_fitted, profile_dir_for  # scikit-learn: imported only when needed
+
     model = get_model_spec(point.model)
     directory = profile_dir_for(point.cost_model, point.device, point.model)
     if directory is not None:

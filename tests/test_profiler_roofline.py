@@ -109,3 +109,19 @@ def test_monotone_in_query_and_context(batch, data):
 def test_tp2_prefill_is_cheaper(prompt_tokens, context_tokens):
     args = ([prompt_tokens], [context_tokens], [True])
     assert step(model(tp=2), *args) < step(model(tp=1), *args)
+
+
+def test_fast_step_price_equals_the_breakdown_sum():
+    # predict_step_s skips building the breakdown dict; it must price every step the same.
+    import numpy as np
+
+    from profiler import RooflineCostModel, get_device_spec, get_model_spec
+    model = RooflineCostModel(get_model_spec("llama-3-8b"), get_device_spec("h100-sxm"), tensor_parallel_size=2)
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n = int(rng.integers(1, 40))
+        q = np.where(rng.random(n) < 0.7, 1, rng.integers(1, 600, n))
+        c = rng.integers(0, 8000, n)
+        prefill = (q > 1) & (rng.random(n) < 0.8)
+        assert model.predict_step_s(q, c, prefill) == pytest.approx(sum(model.breakdown(q, c, prefill).values()),
+                                                                     rel=1e-12)

@@ -91,17 +91,22 @@ class Scheduler:
         """
         entries, preempted = self._build_plan(now_s)
         table = self.block_manager.block_table
-        sequences = []
+        sequences, queries, contexts, prefills = [], [], [], []
         for seq, q, d in entries:
             if seq.first_scheduled_s != seq.first_scheduled_s:  # NaN: first time on the device
                 seq.first_scheduled_s = now_s
             computed = seq.num_computed_tokens
+            prefill = computed < seq.prefill_target_tokens
             sequences.append(ScheduledSequence(
-                seq.request_id, q, computed, computed < seq.prefill_target_tokens,
-                q == seq.num_pending_tokens + d, d, table(seq.request_id)))
-        self._executing.update(s.request_id for s in sequences)
-        plan = BatchPlan(tuple(sequences), tuple(s.request_id for s in preempted), self.block_manager.num_used,
-                         self._swap_in_tokens, self._swap_out_tokens)
+                seq.request_id, q, computed, prefill, q == seq.num_pending_tokens + d, d, table(seq.request_id)))
+            queries.append(q)
+            contexts.append(computed)
+            prefills.append(prefill)
+            self._executing.add(seq.request_id)
+        plan = BatchPlan.with_arrays(tuple(sequences), queries, contexts, prefills,
+                                     preempted_ids=tuple(s.request_id for s in preempted),
+                                     kv_blocks_used=self.block_manager.num_used,
+                                     swap_in_tokens=self._swap_in_tokens, swap_out_tokens=self._swap_out_tokens)
         self._swap_in_tokens = self._swap_out_tokens = 0
         return plan
 

@@ -63,6 +63,19 @@ class BatchPlan:
     def __len__(self) -> int:
         return len(self.sequences)
 
+    @classmethod
+    def with_arrays(cls, sequences: tuple[ScheduledSequence, ...], query_tokens: list[int],
+                    context_tokens: list[int], is_prefill: list[bool], **fields) -> "BatchPlan":
+        """A plan whose pricing arrays are built from lists the scheduler already holds (one
+        `np.array` each), instead of re-reading every sequence: this runs once per step."""
+        plan = cls(sequences, **fields)
+        plan.__dict__.update(  # what the cached properties below would compute, filled in now
+            query_tokens=np.array(query_tokens, dtype=np.int64),
+            context_tokens=np.array(context_tokens, dtype=np.int64),
+            is_prefill=np.array(is_prefill, dtype=bool),
+        )
+        return plan
+
     @property
     def is_empty(self) -> bool:
         return not self.sequences
