@@ -25,7 +25,7 @@ from gpu_engine.runner import cpu_threads  # noqa: E402
 from profiler import RooflineCostModel, get_device_spec, get_model_spec  # noqa: E402
 from simulator.acceptance import PositionalAcceptance, speculative_outcome_fn  # noqa: E402
 from simulator.pricing import StepPricer  # noqa: E402
-from simulator.scheduler import SchedulerConfig, make_scheduler  # noqa: E402
+from simulator.scheduler import SCHEDULERS, SchedulerConfig, make_scheduler  # noqa: E402
 from simulator.simulate import simulate  # noqa: E402
 from traces import Request  # noqa: E402
 
@@ -112,3 +112,13 @@ def test_plan_log_round_trips_to_the_executed_plans(model, tmp_path):
     assert first.num_context_tokens == 0 and first.is_prefill and len(first.block_table) > 0
     requests = pd.read_parquet(tmp_path / "requests.parquet")
     assert requests["generated_tokens"].tolist() == run.requests["generated_tokens"].tolist()
+
+
+@pytest.mark.parametrize("scheduler_name", sorted(SCHEDULERS))
+def test_every_scheduler_runs_on_the_engine_as_in_the_simulator(model, scheduler_name):
+    chunked = SCHEDULERS[scheduler_name].chunked
+    config = SchedulerConfig(num_gpu_blocks=48, block_size=4, max_model_len=64, max_num_seqs=8,
+                             chunk_size=24 if chunked else None, split_n=2)
+    run, sim = both(model, scheduler_name, config, acceptance_seed=5)
+    assert (run.requests["finish_reason"] == "completed").all()
+    assert_same_records(run, sim)
