@@ -109,9 +109,11 @@ class Engine:
         chosen = self.sampler(self.runner.run(list(work)))
         emitted, accepted, row = [], [], 0
         for i, (item, w, d) in enumerate(zip(plan.sequences, work, drafts)):
-            targets = chosen[row : row + w.num_logits]
+            targets = chosen[row : row + w.num_logits]  # empty for a non-final prefill chunk
             row += w.num_logits
-            a = (forced[i][0] if forced else accepted_prefix(d, targets)) if targets else 0
+            a = 0
+            if targets:
+                a = forced[i][0] if forced else accepted_prefix(d, targets)
             emitted.append(self._append(item.request_id, emitted_tokens(d, targets, a)) if targets else 0)
             accepted.append(a)
         proposed = tuple(len(d) for d in drafts) if plan.num_draft_tokens else ()
