@@ -73,14 +73,18 @@ def build_pricer(point: SweepConfig, cost_model: CostModel) -> StepPricer:
     )
 
 
-def build_outcome_fn(point: SweepConfig) -> Callable[[BatchPlan], StepOutcome]:
-    """Tokens emitted per step: one per emitting sequence, or, with split-N, the acceptance model
-    (scalar α, per-position α_k, or measured (proposed, accepted) pairs), seeded by engine.seed."""
+def build_acceptance_model(point: SweepConfig) -> PositionalAcceptance | EmpiricalAcceptance:
+    """The point's acceptance model (scalar α, per-position α_k, or measured (proposed, accepted)
+    pairs from a file), seeded by engine.seed. Shared by the simulator and the engine's forced mode."""
     e = point.engine
-    if e.split_n == 0:
-        return StepOutcome.without_speculation
     if isinstance(e.acceptance, AcceptanceFile):
-        model = EmpiricalAcceptance.from_file(e.acceptance.file, seed=e.seed)
-    else:
-        model = PositionalAcceptance(e.acceptance, seed=e.seed)
-    return speculative_outcome_fn(model)
+        return EmpiricalAcceptance.from_file(e.acceptance.file, seed=e.seed)
+    return PositionalAcceptance(e.acceptance, seed=e.seed)
+
+
+def build_outcome_fn(point: SweepConfig) -> Callable[[BatchPlan], StepOutcome]:
+    """Tokens emitted per step: one per emitting sequence, or, with split-N, drawn from the
+    point's acceptance model."""
+    if point.engine.split_n == 0:
+        return StepOutcome.without_speculation
+    return speculative_outcome_fn(build_acceptance_model(point))

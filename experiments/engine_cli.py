@@ -16,8 +16,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from experiments.config import AcceptanceFile, ConfigError, DraftModel, SweepConfig, describe_point, load_config
-from experiments.deployment import build_scheduler_config
+from experiments.config import ConfigError, DraftModel, SweepConfig, describe_point, load_config
+from experiments.deployment import build_acceptance_model, build_scheduler_config
 from experiments.point import load_requests
 
 engine_app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -99,7 +99,7 @@ def _serve(point: SweepConfig, out_dir: Path, *, realtime: bool, weights: Option
     max_kv_bytes = (torch.cuda.mem_get_info(torch_device)[0] * 0.9 if torch_device.type == "cuda"
                     else max_kv_gib * 2**30)
     engine = build_engine(model, point.engine.scheduler, build_scheduler_config(point), temperature=temperature,
-                          forced_acceptance=_acceptance_model(point) if forced else None, seed=point.engine.seed,
+                          forced_acceptance=build_acceptance_model(point) if forced else None, seed=point.engine.seed,
                           max_kv_bytes=int(max_kv_bytes))
     started = time.perf_counter()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -124,15 +124,6 @@ def _model_dir(model: str) -> Optional[Path]:
     if path.is_file():
         return path.parent
     return path if path.is_dir() else None
-
-
-def _acceptance_model(point: SweepConfig):
-    from simulator.acceptance import EmpiricalAcceptance, PositionalAcceptance
-
-    e = point.engine
-    if isinstance(e.acceptance, AcceptanceFile):
-        return EmpiricalAcceptance.from_file(e.acceptance.file, seed=e.seed)
-    return PositionalAcceptance(e.acceptance, seed=e.seed)
 
 
 def _check_supported(point: SweepConfig) -> None:
