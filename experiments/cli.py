@@ -20,6 +20,7 @@ from experiments.search import search_slo
 from experiments.sweep import run_capacity_sweep, run_sweep, write_capacity_results, write_results
 from experiments.profile_cli import fit, profile
 from experiments.trace_cli import trace_app
+from experiments.verify_cli import calibrate, verify
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Capacity planning for LLM serving: simulate chunked prefill, paged KV and schedulers.")
@@ -27,6 +28,8 @@ app.add_typer(trace_app, name="trace")
 app.add_typer(engine_app, name="engine")
 app.command()(profile)
 app.command()(fit)
+app.command()(calibrate)
+app.command()(verify)
 # Wide enough for the points table when output is piped (rich defaults to 80 columns then).
 _WIDTH = max(shutil.get_terminal_size((120, 24)).columns, 120)
 console = Console(width=_WIDTH)

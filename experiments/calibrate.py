@@ -1,0 +1,135 @@
+"""`sarathi-sim calibrate`: profile the model's ops on this machine and fit the cost model, in one
+step (the profiler's `run_profile` then `fit_directory`). The profile's `cpu_overhead` op is the
+engine's per-step host overhead (scheduling, input preparation, sampling), so the fitted model
+prices it too. The directory it writes is the calibration directory: `cost_model: profile:DIR`,
+and `sarathi-sim verify --cost-model profile:DIR` appends its ledger there (`ledger.csv`)."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import yaml
+
+LEDGER_NAME = "ledger.csv"
+
+
+def calibrate(model: str, device: str, budget_s: float, out_dir: Path, *, threads: int = 1, seed: int = 0,
+              engine_overhead: bool = False, log: Callable[[str], None] = print) -> tuple[object, pd.DataFrame]:
+    """Profile `model` on `device` within `budget_s` seconds into `out_dir`, then fit it there;
+    with `engine_overhead`, also measure the engine's per-step overhead (`measure_engine_overhead`).
+
+    Returns:
+        (the `FittedCostModel`, its held-out errors per op from `profiler.fit_report`).
+
+    Raises:
+        ValueError: unknown model or device, a budget too small, or a fit that fails (the
+            profiler's message, naming the file or op).
+    """
+    from profiler import get_model_spec
+    from profiler.fit_report import fit_directory
+    from profiler.harness import run_profile
+
+    run_profile(get_model_spec(model), device, budget_s, out_dir, num_threads=threads, seed=seed, log=log)
+    fitted, errors = fit_directory(out_dir)
+    if engine_overhead:
+        overhead = measure_engine_overhead(out_dir, model, threads=threads)
+        log(f"engine overhead per step: {overhead.per_step_s * 1e3:.3f} ms + {overhead.per_seq_s * 1e6:.1f} µs/seq "
+            f"+ {overhead.per_token_s * 1e6:.2f} µs/token")
+    return fitted, errors
+
+
+OVERHEAD_FILE = "engine_overhead.json"
+# The calibration workload the engine serves to measure its overhead: short Poisson requests at a
+# rate that keeps the batch full, on a seed the shipped configs do not use.
+OVERHEAD_TRACE = {"kind": "poisson", "qps": 200, "num_requests": 48, "prompt_tokens": [8, 96],
+                  "output_tokens": [4, 32], "seed": 101}
+OVERHEAD_ENGINE = {"scheduler": "sarathi", "chunk_size": 64, "max_num_seqs": 12, "block_size": 4,
+                   "num_gpu_blocks": 512, "max_model_len": 256}
+
+
+@dataclass(frozen=True)
+class EngineOverhead:
+    """The engine's per-step time beyond the profiled ops (scheduler call, Python dispatch, record
+    keeping): per_step_s + per_seq_s × sequences + per_token_s × query tokens, seconds.
+
+    Fitted by median (quantile 0.5) regression to measured − fitted-model step times of a
+    calibration run (`measure_engine_overhead`), so that steps slowed by other processes on a
+    shared CPU do not pull it up; the coefficients are clipped at 0.
+    """
+
+    per_step_s: float
+    per_seq_s: float
+    per_token_s: float
+
+    def step_s(self, num_seqs: int, num_tokens: int) -> float:
+        return self.per_step_s + self.per_seq_s * num_seqs + self.per_token_s * num_tokens
+
+    @classmethod
+    def fit(cls, num_seqs: np.ndarray, num_tokens: np.ndarray, residual_s: np.ndarray) -> "EngineOverhead":
+        """Median regression of residual_s (float[n], s) on [1, num_seqs, num_tokens]."""
+        from sklearn.linear_model import QuantileRegressor
+
+        features = np.column_stack([num_seqs, num_tokens]).astype(float)
+        fit = QuantileRegressor(quantile=0.5, alpha=0.0, solver="highs").fit(features, residual_s)
+        return cls(*(float(max(c, 0.0)) for c in (fit.intercept_, *fit.coef_)))
+
+    def save(self, directory: Path) -> Path:
+        path = Path(directory) / OVERHEAD_FILE
+        path.write_text(json.dumps(asdict(self), indent=2))
+        return path
+
+    @classmethod
+    def load(cls, directory: Path) -> "EngineOverhead | None":
+        """The overhead saved in `directory`, or None when there is none.
+
+        Raises:
+            ValueError: the file exists but lacks a coefficient (names the file and key).
+        """
+        path = Path(directory) / OVERHEAD_FILE
+        if not path.is_file():
+            return None
+        data = json.loads(path.read_text())
+        missing = [k for k in ("per_step_s", "per_seq_s", "per_token_s") if k not in data]
+        if missing:
+            raise ValueError(f"{path}: missing key(s) {', '.join(missing)}")
+        return cls(float(data["per_step_s"]), float(data["per_seq_s"]), float(data["per_token_s"]))
+
+
+class WithEngineOverhead:
+    """A `CostModel` (profiler protocol) plus the engine's measured per-step overhead."""
+
+    def __init__(self, cost_model, overhead: EngineOverhead):
+        self.cost_model, self.overhead = cost_model, overhead
+
+    def predict_step_s(self, query_tokens: np.ndarray, context_tokens: np.ndarray, is_prefill: np.ndarray) -> float:
+        """The wrapped model's step time plus `EngineOverhead.step_s`, seconds."""
+        return (self.cost_model.predict_step_s(query_tokens, context_tokens, is_prefill)
+                + self.overhead.step_s(len(query_tokens), int(np.sum(query_tokens))))
+
+
+def measure_engine_overhead(calibration_dir: Path, model: str, *, threads: int = 1) -> EngineOverhead:
+    """Serve `OVERHEAD_TRACE` on the engine (CPU, float32), price its executed plans with the
+    fitted model of `calibration_dir`, fit `EngineOverhead` to the residuals and save it there.
+    The run is kept in `calibration_dir/overhead_run` (its plans are the evidence)."""
+    from experiments.engine_cli import run as engine_run
+    from experiments.verify import read_measured_steps
+    from profiler.shipped import load_fitted
+
+    config = calibration_dir / "overhead_config.yaml"
+    config.write_text(yaml.safe_dump({"name": "engine-overhead", "model": str(Path(model).resolve())
+                                      if Path(model).exists() else model, "device": "h100-sxm",
+                                      "trace": OVERHEAD_TRACE, "engine": OVERHEAD_ENGINE}))
+    run_dir = calibration_dir / "overhead_run"
+    engine_run(config, out=run_dir, realtime=False, set_=[], point=0, weights=None, device="cpu", dtype="float32",
+               attention="auto", forced_acceptance=False, temperature=0.0, max_kv_gib=4.0, threads=threads)
+    plans, measured = read_measured_steps(run_dir)
+    fitted = load_fitted(calibration_dir)
+    predicted = np.array([fitted.predict_step_s(p.query_tokens, p.context_tokens, p.is_prefill) for p in plans])
+    overhead = EngineOverhead.fit(np.array([len(p) for p in plans]), np.array([int(p.query_tokens.sum()) for p in plans]),
+                                  measured - predicted)
+    overhead.save(calibration_dir)
+    return overhead

@@ -1,0 +1,181 @@
+"""The fidelity report of `sarathi-sim verify`: fidelity.json, fidelity.md, fidelity.html (PNGs
+embedded), plots/*.png, and one row appended to the calibration ledger (a CSV, so drift across
+dates, library versions and devices stays visible)."""
+from __future__ import annotations
+
+import base64
+import csv
+import datetime as dt
+import html
+import json
+import platform
+from importlib import metadata
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from experiments.report import _fmt  # noqa: E402  (the sweep report's cell format)
+from experiments.verify import STEP_KINDS, StepComparison  # noqa: E402
+
+LEDGER_LIBRARIES = ("torch", "numpy", "scikit-learn", "triton")
+LEDGER_COLUMNS = ("date", "device", "model", "config", "cost_model", "source", "python",
+                  *(f"{lib}_version" for lib in LEDGER_LIBRARIES), "step_mape_pct", "step_p95_ape_pct",
+                  "ttft_s_p50_error_pct", "tpot_s_p50_error_pct", "e2e_s_p50_error_pct", "ttft_s_p99_error_pct",
+                  "throughput_rps_error_pct", "passed")
+
+
+def write_fidelity(out_dir: Path, context: dict, steps: StepComparison | None, e2e: pd.DataFrame | None,
+                   headline: dict[str, float], failed: dict[str, float]) -> Path:
+    """Write fidelity.json / .md / .html and plots/*.png into `out_dir`; return the HTML path.
+
+    Args:
+        context: what was compared (config, engine run, cost model, device, ...), printed as is.
+        steps: the per-step comparison, or None (e.g. against vLLM, which logs no plans).
+        e2e: `experiments.verify.e2e_fidelity` rows, or None.
+        headline, failed: headline absolute errors (%) and those over the `--fail-above` limit.
+    """
+    plots = out_dir / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    figures = []
+    if steps is not None:
+        steps.frame.to_csv(out_dir / "steps_fidelity.csv", index=False)
+        figures.append(_scatter(steps.frame, plots / "step_scatter.png"))
+    if e2e is not None:
+        figures.append(_e2e_bars(e2e, plots / "e2e_errors.png"))
+    document = {"context": context, "headline_abs_error_pct": headline, "over_limit": failed,
+                "passed": not failed, "steps": steps.summary() if steps is not None else None,
+                "e2e": e2e.to_dict(orient="records") if e2e is not None else None}
+    (out_dir / "fidelity.json").write_text(json.dumps(document, indent=2, default=_json_default))
+    sections = _sections(steps, e2e)
+    (out_dir / "fidelity.md").write_text(_markdown(context, headline, failed, sections, figures, out_dir))
+    html_path = out_dir / "fidelity.html"
+    html_path.write_text(_html(context, headline, failed, sections, figures))
+    return html_path
+
+
+def append_ledger(ledger: Path, context: dict, steps: StepComparison | None, e2e: pd.DataFrame | None,
+                  passed: bool) -> dict:
+    """Append one row (`LEDGER_COLUMNS`) to the CSV `ledger` (created with a header); return it."""
+    row = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+           "device": context.get("device", ""), "model": context.get("model", ""),
+           "config": context.get("config", ""), "cost_model": context.get("cost_model", ""),
+           "source": context.get("source", ""), "python": platform.python_version(),
+           **{f"{lib}_version": _version(lib) for lib in LEDGER_LIBRARIES}, "passed": passed}
+    if steps is not None:
+        overall = steps.summary()["all"]
+        row.update(step_mape_pct=overall["mape_pct"], step_p95_ape_pct=overall["p95_ape_pct"])
+    if e2e is not None:
+        errors = dict(zip(e2e["metric"], e2e["error_pct"]))
+        for column in LEDGER_COLUMNS:
+            metric = column.removesuffix("_error_pct")
+            if column.endswith("_error_pct") and metric in errors:
+                row[column] = errors[metric]
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    new = not ledger.exists()
+    with ledger.open("a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=LEDGER_COLUMNS)
+        if new:
+            writer.writeheader()
+        writer.writerow({k: row.get(k, "") for k in LEDGER_COLUMNS})
+    return row
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def _json_default(value):
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    return str(value)
+
+
+def _sections(steps: StepComparison | None, e2e: pd.DataFrame | None) -> list[tuple[str, pd.DataFrame]]:
+    """(title, table) pairs shown in both the Markdown and the HTML."""
+    sections = []
+    if steps is not None:
+        summary = steps.summary()
+        table = pd.DataFrame([{"step kind": kind, **summary[kind]} for kind in ("all", *STEP_KINDS) if kind in summary])
+        sections.append(("Per step: the cost model prices the executed plans", table.rename(columns={
+            "n": "steps", "mape_pct": "MAPE %", "p95_ape_pct": "P95 |err| %", "max_ape_pct": "max |err| %",
+            "mean_signed_pct": "mean signed err %"})))
+    if e2e is not None:
+        sections.append(("End to end: simulator (predicted) against the run (measured)",
+                         e2e.rename(columns={"error_pct": "signed err %"})))
+    return sections
+
+
+def _scatter(frame: pd.DataFrame, path: Path) -> Path:
+    """Predicted against measured step time (ms), coloured by step kind, with the y = x line."""
+    fig, ax = plt.subplots(figsize=(6, 5))
+    for kind in STEP_KINDS:
+        part = frame[frame["kind"] == kind]
+        if len(part):
+            ax.scatter(part["measured_s"] * 1e3, part["predicted_s"] * 1e3, s=10, alpha=0.7, label=kind)
+    top = 1.05 * max(frame["measured_s"].max(), frame["predicted_s"].max()) * 1e3
+    ax.plot([0, top], [0, top], color="grey", lw=1, ls="--", label="predicted = measured")
+    ax.set_xlabel("measured step time (ms)")
+    ax.set_ylabel("predicted step time (ms)")
+    ax.set_title("Per step: predicted against measured")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _e2e_bars(e2e: pd.DataFrame, path: Path) -> Path:
+    """Signed % error per end-to-end metric (horizontal bars)."""
+    fig, ax = plt.subplots(figsize=(7, 0.3 * len(e2e) + 1.2))
+    errors = e2e["error_pct"].fillna(0.0)
+    ax.barh(e2e["metric"], errors, color=["tab:red" if e > 0 else "tab:blue" for e in errors])
+    ax.axvline(0, color="black", lw=0.8)
+    ax.invert_yaxis()
+    ax.set_xlabel("signed error, % of measured (positive: simulator slower)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _verdict(headline: dict[str, float], failed: dict[str, float]) -> str:
+    parts = ", ".join(f"{k} {v:.1f} %" for k, v in headline.items())
+    return ("FAILED: " + ", ".join(f"{k} {v:.1f} %" for k, v in failed.items()) + " over the limit"
+            if failed else f"headline |errors|: {parts}")
+
+
+def _markdown(context, headline, failed, sections, figures, out_dir: Path) -> str:
+    lines = ["# Fidelity report", ""] + [f"- {k}: {v}" for k, v in context.items()]
+    lines += ["", f"**{_verdict(headline, failed)}**", ""]
+    for title, table in sections:
+        lines += [f"## {title}", "", "| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
+        lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in table.itertuples(index=False)]
+        lines.append("")
+    lines += [f"![{p.stem}]({p.relative_to(out_dir)})" for p in figures]
+    return "\n".join(lines) + "\n"
+
+
+def _html(context, headline, failed, sections, figures) -> str:
+    items = "".join(f"<li>{html.escape(f'{k}: {v}')}</li>" for k, v in context.items())
+    body = ""
+    for title, table in sections:
+        head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)
+        rows = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
+                       for row in table.itertuples(index=False))
+        body += f"<h2>{html.escape(title)}</h2><table><tr>{head}</tr>{rows}</table>"
+    images = "".join(f'<img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
+                     for p in figures)
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>Fidelity — sarathi-sim</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}img{{max-width:100%;display:block;margin:1em 0}}</style>
+</head><body><h1>Fidelity report</h1><ul>{items}</ul><p><b>{html.escape(_verdict(headline, failed))}</b></p>
+{body}{images}</body></html>
+"""

@@ -1,0 +1,183 @@
+"""Verification (DESIGN.md, "one scheduler, two clocks"): the simulator's numbers against a run.
+
+Two comparisons:
+- per step (`step_fidelity`): a cost model prices exactly the plans an engine run executed
+  (`plans.jsonl`, paired one to one) and the prices are compared with the measured step times;
+- end to end (`e2e_fidelity`): the same trace run independently through the simulator and the
+  engine (or vLLM); request-level percentiles, throughput and makespan are compared.
+
+Errors are signed, in percent of the measured value: 100 (predicted − measured) / measured.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simulator.pricing import StepPricer
+from simulator.scheduler import BatchPlan
+
+STEP_KINDS = ("prefill-heavy", "mixed", "decode-only", "verify")
+E2E_LATENCIES = ("ttft_s", "tpot_s", "tbt_s", "e2e_s", "scheduling_delay_s")
+E2E_PERCENTILES = (50, 90, 99)
+E2E_RATES = ("throughput_rps", "output_throughput_tps", "makespan_s")
+# The headline errors `--fail-above` checks: per-step MAPE and the P50 request latencies (issue 7's targets).
+HEADLINE_E2E = ("ttft_s_p50", "tpot_s_p50", "e2e_s_p50")
+
+
+@dataclass
+class StepComparison:
+    """Per-step predictions against measurements, one row per executed step.
+
+    Attributes:
+        frame: columns step, kind, num_query_tokens, batch_size, measured_s, predicted_s, error_pct.
+    """
+
+    frame: pd.DataFrame
+
+    def summary(self) -> dict:
+        """MAPE, P95 absolute % error, mean signed % error and step count, overall and per step kind."""
+        out = {"all": error_stats(self.frame["error_pct"].to_numpy())}
+        for kind in STEP_KINDS:
+            errors = self.frame.loc[self.frame["kind"] == kind, "error_pct"].to_numpy()
+            if errors.size:
+                out[kind] = error_stats(errors)
+        return out
+
+
+def error_stats(error_pct: np.ndarray) -> dict:
+    """{n, mape_pct, p95_ape_pct, max_ape_pct, mean_signed_pct} of signed % errors (NaN when empty)."""
+    error_pct = np.asarray(error_pct, dtype=float)
+    if error_pct.size == 0:
+        return {"n": 0, "mape_pct": float("nan"), "p95_ape_pct": float("nan"), "max_ape_pct": float("nan"),
+                "mean_signed_pct": float("nan")}
+    absolute = np.abs(error_pct)
+    return {"n": int(error_pct.size), "mape_pct": float(absolute.mean()),
+            "p95_ape_pct": float(np.percentile(absolute, 95)), "max_ape_pct": float(absolute.max()),
+            "mean_signed_pct": float(error_pct.mean())}
+
+
+def signed_error_pct(predicted: float | np.ndarray, measured: float | np.ndarray) -> float | np.ndarray:
+    """100 (predicted − measured) / measured; NaN where measured is 0 or NaN."""
+    predicted = np.asarray(predicted, dtype=float)
+    measured = np.asarray(measured, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(measured > 0, 100.0 * (predicted - measured) / measured, np.nan)
+    return float(out) if out.ndim == 0 else out
+
+
+def step_kind(plan: BatchPlan) -> str:
+    """The step's kind: `verify` (any draft tokens), `decode-only` (no prefill chunk),
+    `prefill-heavy` (prefill tokens are at least half the step's query tokens), else `mixed`."""
+    if plan.num_draft_tokens:
+        return "verify"
+    prefill = plan.num_prefill_tokens
+    if prefill == 0:
+        return "decode-only"
+    return "prefill-heavy" if 2 * prefill >= prefill + plan.num_decode_tokens else "mixed"
+
+
+def read_measured_steps(run_dir: str | Path) -> tuple[list[BatchPlan], np.ndarray]:
+    """An engine run's executed plans and their measured wall times (seconds), in step order.
+
+    Raises:
+        ValueError: no `plans.jsonl` in `run_dir`, or an entry without `measured_s` (names the line).
+    """
+    from gpu_engine.records import read_plans  # the engine's reader; needs no torch
+
+    path = Path(run_dir) / "plans.jsonl"
+    if not path.is_file():
+        raise ValueError(f"{path}: no plan log; is {run_dir} the output of `sarathi-sim engine run`?")
+    measured = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        entry = json.loads(line)
+        if "measured_s" not in entry:
+            raise ValueError(f"{path}:{number}: plan entry has no measured_s")
+        measured.append(float(entry["measured_s"]))
+    return read_plans(path), np.asarray(measured)
+
+
+def step_fidelity(plans: list[BatchPlan], measured_s: np.ndarray, pricer: StepPricer) -> StepComparison:
+    """Price each executed plan with `pricer` and pair it with its measured time.
+
+    Args:
+        plans: executed plans (`read_measured_steps`), one per step.
+        measured_s: float[len(plans)], measured step times in seconds.
+        pricer: the step pricer of the point (`experiments.deployment.build_pricer`).
+    """
+    if len(plans) != len(measured_s):
+        raise ValueError(f"{len(plans)} plans but {len(measured_s)} measured step times")
+    if not plans:
+        raise ValueError("the engine run executed no steps; nothing to verify")
+    predicted = np.array([pricer.step_s(p) for p in plans])
+    measured = np.asarray(measured_s, dtype=float)
+    frame = pd.DataFrame({
+        "step": np.arange(len(plans)), "kind": [step_kind(p) for p in plans],
+        "num_query_tokens": [int(p.query_tokens.sum()) for p in plans], "batch_size": [len(p) for p in plans],
+        "measured_s": measured, "predicted_s": predicted, "error_pct": signed_error_pct(predicted, measured)})
+    return StepComparison(frame)
+
+
+def e2e_fidelity(predicted: dict, measured: dict) -> pd.DataFrame:
+    """Predicted against measured request metrics, one row per metric.
+
+    Args:
+        predicted, measured: `simulator.metrics.summarize` dicts (keys like `ttft_s_p50`).
+
+    Returns:
+        columns metric, predicted, measured, error_pct (signed), for each latency of
+        `E2E_LATENCIES` at `E2E_PERCENTILES` and each rate of `E2E_RATES` present in both.
+    """
+    keys = [f"{name}_p{p}" for name in E2E_LATENCIES for p in E2E_PERCENTILES] + list(E2E_RATES)
+    rows = [(k, float(predicted[k]), float(measured[k])) for k in keys if k in predicted and k in measured]
+    frame = pd.DataFrame(rows, columns=["metric", "predicted", "measured"])
+    frame["error_pct"] = signed_error_pct(frame["predicted"].to_numpy(), frame["measured"].to_numpy())
+    return frame
+
+
+def headline_errors(steps: StepComparison | None, e2e: pd.DataFrame | None) -> dict[str, float]:
+    """The errors `--fail-above` checks, in absolute percent: `step_mape` and the P50 TTFT,
+    TPOT and E2E of `HEADLINE_E2E` (those that are defined)."""
+    out = {}
+    if steps is not None:
+        out["step_mape"] = steps.summary()["all"]["mape_pct"]
+    if e2e is not None:
+        for _, row in e2e[e2e["metric"].isin(HEADLINE_E2E)].iterrows():
+            if not np.isnan(row["error_pct"]):
+                out[row["metric"]] = abs(float(row["error_pct"]))
+    return out
+
+
+def over_limit(headline: dict[str, float], limit_pct: float) -> dict[str, float]:
+    """The headline errors above `limit_pct` (empty when every one is within it)."""
+    return {k: v for k, v in headline.items() if v > limit_pct}
+
+
+def calibrated_cost_model(point):
+    """The point's cost model (`experiments.point.build_cost_model`) plus the engine overhead that
+    `sarathi-sim calibrate` measured into its profile directory (`engine_overhead.json`), if any."""
+    from experiments.calibrate import EngineOverhead, WithEngineOverhead
+    from experiments.point import build_cost_model
+    from profiler.shipped import profile_dir_for
+
+    cost_model = build_cost_model(point)
+    directory = profile_dir_for(point.cost_model, point.device, point.model)
+    overhead = EngineOverhead.load(directory) if directory is not None else None
+    return WithEngineOverhead(cost_model, overhead) if overhead is not None else cost_model
+
+
+def simulate_summary(point, pricer: StepPricer) -> dict:
+    """Simulate `point`'s trace with `pricer` (as `experiments.point.run_point` does, with this
+    pricer); return `simulator.metrics.summarize`'s dict."""
+    from experiments.deployment import build_outcome_fn, build_scheduler_config, build_schedulers
+    from experiments.point import load_requests
+    from simulator.simulate import simulate
+
+    requests, _ = load_requests(point.trace)
+    schedulers = build_schedulers(point, build_scheduler_config(point))
+    result = simulate(requests, schedulers, pricer, outcome_fn=build_outcome_fn(point), router=point.engine.router,
+                      seed=point.engine.seed)
+    return result.summary

@@ -1,0 +1,188 @@
+"""`sarathi-sim verify` (the simulator against an engine run or a vLLM bench result) and
+`sarathi-sim calibrate` (profile + fit); registered on the main app in `experiments/cli.py`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import pandas as pd
+import typer
+from rich.console import Console
+
+from experiments.calibrate import LEDGER_NAME, calibrate as run_calibration
+from experiments.deployment import build_pricer
+from experiments.config import ConfigError, SweepConfig, describe_point, load_config
+from experiments.fidelity_report import append_ledger, write_fidelity
+from experiments.verify import (calibrated_cost_model, e2e_fidelity, headline_errors, over_limit, read_measured_steps,
+                                simulate_summary, step_fidelity)
+
+console = Console(width=120)
+
+
+def verify(
+    config: Path = typer.Argument(..., help="Config YAML (as for `simulate` and `engine run`)."),
+    engine_run: Optional[Path] = typer.Option(None, "--engine-run", help="An `engine run` directory of CONFIG."),
+    run_engine: bool = typer.Option(False, "--run-engine", help="Run CONFIG on the engine first (OUT/engine)."),
+    cost_model: Optional[str] = typer.Option(None, "--cost-model", help="profile:DIR or roofline "
+                                             "(default: the config's cost_model)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Report directory (default: runs/<name>-verify)."),
+    fail_above: Optional[float] = typer.Option(None, "--fail-above", min=0.0, help="Exit 1 when per-step MAPE or "
+                                               "|P50 TTFT/TPOT/E2E error| exceeds PCT percent."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a config key: --set trace.qps=4."),
+    point: int = typer.Option(0, "--point", min=0, help="Which point of the config's variants."),
+    ledger: Optional[Path] = typer.Option(None, "--ledger", help="Calibration ledger CSV to append to (default: "
+                                          f"DIR/{LEDGER_NAME} for profile:DIR, else OUT/{LEDGER_NAME})."),
+    forced_acceptance: bool = typer.Option(False, "--forced-acceptance", help="With --run-engine, split-N: "
+                                           "accept drafts as engine.acceptance draws them (random weights)."),
+    threads: int = typer.Option(1, "--threads", min=1, help="torch CPU threads of --run-engine."),
+    against_vllm_bench: Optional[Path] = typer.Option(None, "--against-vllm-bench", help="A `vllm bench serve "
+                                                      "--save-result --save-detailed` JSON to compare with."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="With --against-vllm-bench: the trace file "
+                                         "the benchmark replayed (simulated instead of CONFIG's trace)."),
+) -> None:
+    """Compare the simulator with a measured run: per step (the cost model prices the engine's
+    executed plans) and end to end (the same trace simulated); write fidelity.{json,md,html}."""
+    overrides = list(set_ or [])
+    if cost_model:
+        overrides.append(f"cost_model={_absolute_cost_model(cost_model)}")
+    if against_vllm_bench is not None:
+        if trace is None:
+            _fail("--against-vllm-bench needs --trace FILE, the trace the benchmark replayed")
+        overrides.append(f"trace={{kind: file, path: '{trace.resolve()}'}}")
+    chosen = _point(config, overrides, point)
+    out_dir = out or Path("runs") / f"{chosen.name}-verify"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        if against_vllm_bench is not None:
+            steps, e2e, context = None, *_against_vllm(chosen, against_vllm_bench)
+        else:
+            run_dir = _engine_dir(config, overrides, point, engine_run, run_engine, out_dir, forced_acceptance, threads)
+            steps, e2e, context = _against_engine(chosen, run_dir, out_dir)
+    except ValueError as exc:
+        _fail(str(exc))
+    context = {"config": str(config), "point": describe_point(chosen), "model": chosen.model,
+               "cost_model": chosen.cost_model, **context}
+    headline = headline_errors(steps, e2e)
+    failed = over_limit(headline, fail_above) if fail_above is not None else {}
+    html_path = write_fidelity(out_dir, context, steps, e2e, headline, failed)
+    append_ledger(ledger or _default_ledger(chosen.cost_model, out_dir), context, steps, e2e, passed=not failed)
+    console.print(", ".join(f"{k} {v:.1f} %" for k, v in headline.items()))
+    console.print(f"wrote fidelity.json, fidelity.md and {html_path.name} in {out_dir}")
+    if failed:
+        console.print("[red]over --fail-above:[/red] " + ", ".join(f"{k} {v:.1f} %" for k, v in failed.items()))
+        raise typer.Exit(1)
+
+
+def calibrate(
+    model: str = typer.Option(..., "--model", help="Built-in model name or a path to an HF config.json."),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    budget_s: float = typer.Option(60.0, "--budget-s", min=1.0, help="Profiling budget, seconds."),
+    out: Path = typer.Option(..., "--out", help="Calibration directory (profile, fitted model, fit report)."),
+    threads: int = typer.Option(1, "--threads", min=1, help="CPU intra-op threads."),
+    engine_overhead: bool = typer.Option(True, "--engine-overhead/--no-engine-overhead", help="Also serve a short "
+                                         "trace on the engine (CPU) and fit its per-step overhead beyond the ops."),
+) -> None:
+    """Profile MODEL's ops on this machine and fit the cost model: one calibration directory."""
+    try:
+        fitted, _ = run_calibration(model, device, budget_s, out, threads=threads, log=console.print,
+                                    engine_overhead=engine_overhead and device == "cpu")
+    except ValueError as exc:
+        _fail(str(exc))
+    console.print((out / "fit_report.md").read_text())
+    console.print(f"wrote calibration {out} ({len(fitted.regressors)} ops fitted); verify with "
+                  f"`sarathi-sim verify CONFIG --run-engine --cost-model profile:{out}`")
+
+
+def _against_engine(point: SweepConfig, run_dir: Path, out_dir: Path):
+    """Per-step and end-to-end comparisons with the engine run in `run_dir`."""
+    plans, measured = read_measured_steps(run_dir)
+    pricer = build_pricer(point, calibrated_cost_model(point))
+    steps = step_fidelity(plans, measured, pricer)
+    simulated = simulate_summary(_with_measured_acceptance(point, run_dir, out_dir), pricer)
+    engine_summary = _read_json(run_dir / "summary.json")
+    settings = _read_json(run_dir / "engine.json") if (run_dir / "engine.json").is_file() else {}
+    context = {"source": f"engine run {run_dir}", "device": settings.get("device", "unknown"),
+               "dtype": settings.get("dtype", ""), "clock": settings.get("clock", "")}
+    return steps, e2e_fidelity(simulated, engine_summary), context
+
+
+def _against_vllm(point: SweepConfig, result: Path):
+    """End-to-end comparison with a vLLM bench result (vLLM logs no plans: no per-step part)."""
+    from experiments.vllm_bench import read_vllm_bench, vllm_summary
+
+    frame, duration_s = read_vllm_bench(result)
+    simulated = simulate_summary(point, build_pricer(point, calibrated_cost_model(point)))
+    if simulated["completed"] != len(frame):
+        console.print(f"[yellow]note:[/yellow] the simulation completed {simulated['completed']} requests, "
+                      f"{result} has {len(frame)}; is --trace the benchmark's workload?")
+    return e2e_fidelity(simulated, vllm_summary(frame, duration_s)), {"source": f"vLLM bench {result}",
+                                                                     "device": point.device}
+
+
+def _with_measured_acceptance(point: SweepConfig, run_dir: Path, out_dir: Path) -> SweepConfig:
+    """Split-N: the point with its acceptance replaced by the engine's measured (proposed,
+    accepted) pairs (drafts.parquet, written to OUT/acceptance.csv), so that the end-to-end
+    comparison isolates timing; other points unchanged."""
+    drafts_path = run_dir / "drafts.parquet"
+    if point.engine.split_n == 0 or not drafts_path.is_file():
+        return point
+    drafts = pd.read_parquet(drafts_path)
+    if drafts.empty:
+        return point
+    csv_path = out_dir / "acceptance.csv"
+    drafts.rename(columns={"drafts_proposed": "proposed", "drafts_accepted": "accepted"})[
+        ["proposed", "accepted"]].to_csv(csv_path, index=False)
+    data = point.model_dump(mode="json")
+    data["engine"]["acceptance"] = {"file": str(csv_path.resolve())}
+    return SweepConfig.model_validate(data)
+
+
+def _engine_dir(config: Path, overrides: list[str], point: int, engine_run: Optional[Path], run_engine: bool,
+                out_dir: Path, forced: bool, threads: int) -> Path:
+    if (engine_run is None) == (not run_engine):
+        _fail("give exactly one of --engine-run DIR or --run-engine")
+    if engine_run is not None:
+        return engine_run
+    from experiments.engine_cli import run as engine_run_command
+
+    run_dir = out_dir / "engine"
+    engine_run_command(config, out=run_dir, realtime=False, set_=overrides, point=point, weights=None, device="cpu",
+                       dtype="float32", attention="auto", forced_acceptance=forced, temperature=0.0,
+                       max_kv_gib=4.0, threads=threads)
+    return run_dir
+
+
+def _point(config: Path, overrides: list[str], point: int) -> SweepConfig:
+    try:
+        _, points = load_config(config, overrides)
+    except ConfigError as exc:
+        _fail(str(exc))
+    if point >= len(points):
+        _fail(f"--point {point} is out of range; this config has {len(points)} points")
+    return SweepConfig.model_validate(points[point])
+
+
+def _absolute_cost_model(value: str) -> str:
+    prefix = "profile:"
+    return prefix + str(Path(value[len(prefix):]).expanduser().resolve()) if value.startswith(prefix) else value
+
+
+def _default_ledger(cost_model: str, out_dir: Path) -> Path:
+    from profiler.shipped import PROFILE_PREFIX
+
+    if cost_model.startswith(PROFILE_PREFIX):
+        return Path(cost_model[len(PROFILE_PREFIX):]) / LEDGER_NAME
+    return out_dir / LEDGER_NAME
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read ({exc})") from None
+
+
+def _fail(message: str) -> None:
+    Console(stderr=True, width=120).print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(2)

@@ -1,0 +1,129 @@
+"""Per-step and end-to-end verification on a recorded engine run (tests/data/verify/tiny_run: the tiny
+config served on this CPU, one thread) priced by a recorded calibration (tests/data/verify/profile:
+`sarathi-sim calibrate` of the tiny model, with its engine overhead). Timing bounds only on this
+recorded data, never on live runs."""
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from experiments.cli import app
+from experiments.config import SweepConfig, load_config
+from experiments.deployment import build_pricer
+from experiments.verify import (calibrated_cost_model, e2e_fidelity, error_stats, headline_errors, over_limit,
+                                read_measured_steps, step_fidelity, step_kind)
+
+DATA = Path(__file__).parent / "data"
+CONFIG = DATA / "engine" / "tiny_engine.yaml"
+RUN = DATA / "verify" / "tiny_run"
+PROFILE = DATA / "verify" / "profile"
+runner = CliRunner()
+
+
+def tiny_point(cost_model: str) -> SweepConfig:
+    _, points = load_config(CONFIG, [f"cost_model=profile:{cost_model}"])
+    return SweepConfig.model_validate(points[0])
+
+
+@pytest.fixture(scope="module")
+def comparison():
+    plans, measured = read_measured_steps(RUN)
+    point = tiny_point(str(PROFILE))
+    return plans, measured, step_fidelity(plans, measured, build_pricer(point, calibrated_cost_model(point)))
+
+
+@pytest.fixture(scope="module")
+def slow_profile(tmp_path_factory) -> Path:
+    """The recorded calibration with every measured time doubled: a cost model 2x too slow."""
+    directory = tmp_path_factory.mktemp("slow") / "profile"
+    shutil.copytree(PROFILE, directory)
+    for path in directory.glob("*.csv"):
+        frame = pd.read_csv(path)
+        timed = [c for c in frame.columns if c.startswith("time_")]
+        frame[timed] *= 2
+        frame.to_csv(path, index=False)
+    overhead = json.loads((directory / "engine_overhead.json").read_text())
+    (directory / "engine_overhead.json").write_text(json.dumps({k: 2 * v for k, v in overhead.items()}))
+    return directory
+
+
+def test_every_executed_plan_is_priced_and_classified(comparison):
+    plans, measured, result = comparison
+    frame = result.frame
+    assert len(frame) == len(plans) == len(measured) == len(pd.read_parquet(RUN / "steps.parquet"))
+    np.testing.assert_allclose(frame["measured_s"], measured)
+    kinds = frame["kind"].value_counts().to_dict()
+    assert set(kinds) == {"prefill-heavy", "decode-only"}  # chunk 32 with short prompts: no mixed step here
+    assert kinds["decode-only"] == sum(p.num_prefill_tokens == 0 for p in plans)
+
+
+def test_calibrated_model_prices_the_recorded_run_within_twenty_percent(comparison):
+    summary = comparison[2].summary()
+    assert 5.0 < summary["all"]["mape_pct"] < 20.0
+    assert summary["all"]["p95_ape_pct"] < 60.0
+    assert summary["decode-only"]["n"] + summary["prefill-heavy"]["n"] == summary["all"]["n"]
+
+
+def test_a_cost_model_twice_too_slow_fails_the_check(comparison, slow_profile):
+    plans, measured, good = comparison
+    point = tiny_point(str(slow_profile))
+    slow = step_fidelity(plans, measured, build_pricer(point, calibrated_cost_model(point)))
+    np.testing.assert_allclose(slow.frame["predicted_s"], 2 * good.frame["predicted_s"], rtol=0.15)
+    assert slow.summary()["all"]["mape_pct"] > 80.0 and slow.summary()["all"]["mean_signed_pct"] > 80.0
+    assert over_limit(headline_errors(good, None), 25.0) == {}
+    assert set(over_limit(headline_errors(slow, None), 25.0)) == {"step_mape"}
+
+
+def test_verify_cli_writes_reports_and_ledger_and_gates_on_fail_above(tmp_path, slow_profile):
+    ledger = tmp_path / "ledger.csv"
+    ok = runner.invoke(app, ["verify", str(CONFIG), "--engine-run", str(RUN), "--cost-model", f"profile:{PROFILE}",
+                             "--out", str(tmp_path / "good"), "--fail-above", "25", "--ledger", str(ledger)])
+    assert ok.exit_code == 0, ok.output
+    report = json.loads((tmp_path / "good" / "fidelity.json").read_text())
+    assert report["passed"] and report["steps"]["all"]["n"] == len(read_measured_steps(RUN)[1])
+    assert {r["metric"] for r in report["e2e"]} >= {"ttft_s_p50", "tpot_s_p99", "tbt_s_p90", "e2e_s_p50",
+                                                    "scheduling_delay_s_p50", "throughput_rps", "makespan_s"}
+    assert 'src="data:image/png;base64,' in (tmp_path / "good" / "fidelity.html").read_text()
+    bad = runner.invoke(app, ["verify", str(CONFIG), "--engine-run", str(RUN), "--cost-model",
+                              f"profile:{slow_profile}", "--out", str(tmp_path / "bad"), "--fail-above", "25",
+                              "--ledger", str(ledger)])
+    assert bad.exit_code == 1, bad.output
+    assert not json.loads((tmp_path / "bad" / "fidelity.json").read_text())["passed"]
+    rows = list(csv.DictReader(ledger.open()))
+    assert [r["passed"] for r in rows] == ["True", "False"]
+    assert rows[0]["device"] == "cpu" and float(rows[1]["step_mape_pct"]) > 80.0
+
+
+def test_missing_plan_log_is_a_clear_error(tmp_path):
+    result = runner.invoke(app, ["verify", str(CONFIG), "--engine-run", str(tmp_path), "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "plans.jsonl" in result.output and "no plan log" in result.output
+
+
+def test_error_statistics_and_e2e_rows_are_signed_percentages():
+    stats = error_stats(np.array([10.0, -20.0, 30.0, -40.0]))
+    assert stats["mape_pct"] == 25.0 and stats["mean_signed_pct"] == -5.0 and stats["max_ape_pct"] == 40.0
+    rows = e2e_fidelity({"ttft_s_p50": 1.5, "makespan_s": 9.0, "tpot_s_p50": 0.1},
+                        {"ttft_s_p50": 1.0, "makespan_s": 10.0, "tpot_s_p50": 0.0}).set_index("metric")
+    assert rows.loc["ttft_s_p50", "error_pct"] == pytest.approx(50.0)
+    assert rows.loc["makespan_s", "error_pct"] == pytest.approx(-10.0)
+    assert np.isnan(rows.loc["tpot_s_p50", "error_pct"])  # measured 0: undefined, not inf
+
+
+def test_step_kinds_follow_the_token_mix():
+    from simulator.scheduler import BatchPlan, ScheduledSequence
+
+    def plan(*seqs):
+        return BatchPlan(tuple(ScheduledSequence(i, q, 0, p, True, d, ()) for i, (q, p, d) in enumerate(seqs)), (), 0)
+
+    assert step_kind(plan((1, False, 0), (1, False, 0))) == "decode-only"
+    assert step_kind(plan((8, True, 0), (1, False, 0))) == "prefill-heavy"
+    assert step_kind(plan((2, True, 0), (1, False, 0), (1, False, 0), (1, False, 0))) == "mixed"
+    assert step_kind(plan((4, False, 3), (8, True, 0))) == "verify"
