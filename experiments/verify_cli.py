@@ -12,7 +12,7 @@ from rich.console import Console
 
 from experiments.calibrate import LEDGER_NAME, calibrate as run_calibration
 from experiments.deployment import build_pricer
-from experiments.config import ConfigError, SweepConfig, describe_point, load_config
+from experiments.config import AcceptanceFile, ConfigError, SweepConfig, describe_point, load_config
 from experiments.fidelity_report import append_ledger, write_fidelity
 from experiments.verify import (calibrated_cost_model, e2e_fidelity, headline_errors, over_limit, read_measured_steps,
                                 simulate_summary, step_fidelity)
@@ -133,9 +133,8 @@ def _with_measured_acceptance(point: SweepConfig, run_dir: Path, out_dir: Path) 
     csv_path = out_dir / "acceptance.csv"
     drafts.rename(columns={"drafts_proposed": "proposed", "drafts_accepted": "accepted"})[
         ["proposed", "accepted"]].to_csv(csv_path, index=False)
-    data = point.model_dump(mode="json")
-    data["engine"]["acceptance"] = {"file": str(csv_path.resolve())}
-    return SweepConfig.model_validate(data)
+    engine = point.engine.model_copy(update={"acceptance": AcceptanceFile(file=str(csv_path.resolve()))})
+    return point.model_copy(update={"engine": engine})
 
 
 def _engine_dir(config: Path, overrides: list[str], point: int, engine_run: Optional[Path], run_engine: bool,
