@@ -1,6 +1,7 @@
 """The `sarathi-sim` command line: `simulate` one point, `sweep` all points of a config."""
 from __future__ import annotations
 
+import copy
 import shutil
 import time
 from pathlib import Path
@@ -121,16 +122,19 @@ def _run_capacity(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Op
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console) as progress:
         task = progress.add_task(f"capacity search {base.name}", total=len(points) * base.search.seeds)
-        table, trials = run_capacity_sweep(points, jobs, lambda i, row: progress.advance(task), cache_dir)
+        if base.search.loads:
+            progress.console.print(f"then {len(points) * len(base.search.loads)} runs on the QPS grid {base.search.loads}")
+        table, trials, loads = run_capacity_sweep(points, jobs, lambda i, row: progress.advance(task), cache_dir)
         policy_check = None
         best = table.loc[table["capacity_qps"].idxmax()] if table.get("capacity_qps", pd.Series()).notna().any() else None
         if best is not None and best["scheduler"] == "sarathi":
-            twin = dict(points[int(best["point_id"])])
+            twin = copy.deepcopy(points[int(best["point_id"])])
             twin["engine"] = {**twin.get("engine", {}), "scheduler": "vllm_v1"}
             progress.update(task, total=progress.tasks[0].total + base.search.seeds)
-            policy_check, _ = run_capacity_sweep([twin], jobs, lambda i, row: progress.advance(task), cache_dir)
-    write_capacity_results(table, trials, out_dir, base.model_dump(mode="json"))
-    html_path = write_capacity_report(table, trials, base, slo, out_dir, policy_check)
+            twin.setdefault("search", {})["loads"] = []
+            policy_check, _, _ = run_capacity_sweep([twin], jobs, lambda i, row: progress.advance(task), cache_dir)
+    write_capacity_results(table, trials, out_dir, base.model_dump(mode="json"), loads)
+    html_path = write_capacity_report(table, trials, base, slo, out_dir, policy_check, loads)
     view = table.reindex(columns=["label", "capacity_qps", "capacity_ci_low", "capacity_ci_high", "error"])
     console.print(view.to_string(index=False))
     console.print(f"wrote points.csv, trials.csv, report.md and {html_path.name} in {out_dir} "

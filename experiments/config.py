@@ -334,6 +334,7 @@ class SearchConfig(_Strict):
     seeds: int = Field(default=3, ge=1, le=20)
     trim_fraction: float = Field(default=0.1, ge=0, lt=0.5)
     max_trials: int = Field(default=20, ge=2, le=60)
+    loads: list[Annotated[float, Field(gt=0)]] = []  # QPS grid for the load-dependent policy table
 
     @field_validator("qps")
     @classmethod

@@ -14,6 +14,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.config import SweepConfig, slo_summary_key  # noqa: E402
+from experiments.search import pareto_frontier, policy_table  # noqa: E402
 from simulator.metrics import tbt_samples_s  # noqa: E402
 
 TABLE_COLUMNS = {
@@ -209,7 +210,8 @@ CAPACITY_COLUMNS = {
 
 
 def write_capacity_report(points: pd.DataFrame, trials: pd.DataFrame, base: SweepConfig, slo: dict[str, float],
-                          out_dir: Path, policy_check: pd.DataFrame | None = None) -> Path:
+                          out_dir: Path, policy_check: pd.DataFrame | None = None,
+                          loads: pd.DataFrame | None = None) -> Path:
     """report.md / report.html of a capacity search: capacity per point with its interval, the
     latency-vs-QPS curves of the bisection trials with the SLO lines, the recommended point and
     its `vllm serve` flags; `policy_check` is the recommended point re-searched under vllm_v1."""
@@ -217,6 +219,11 @@ def write_capacity_report(points: pd.DataFrame, trials: pd.DataFrame, base: Swee
     plots_dir.mkdir(parents=True, exist_ok=True)
     ok = points[points["error"].isna()] if "error" in points else points
     figures = [_capacity_bars(ok, plots_dir / "capacity.png")]
+    heatmap = _chunk_n_heatmap(ok, plots_dir / "capacity_chunk_x_n.png")
+    if heatmap is not None:
+        figures.append(heatmap)
+    if loads is not None and len(loads):
+        figures.append(_pareto_plot(loads, plots_dir / "pareto.png"))
     for metric, key in (("tbt_s_p99", "tbt_p99_s"), ("scheduling_delay_s_p50", "scheduling_delay_p50_s"),
                         ("ttft_s_p90", "ttft_p90_s")):
         if len(trials) and metric in trials:
@@ -248,11 +255,58 @@ def write_capacity_report(points: pd.DataFrame, trials: pd.DataFrame, base: Swee
                           f"under `vllm_v1` give a capacity of {_fmt(value)} QPS.")
     else:
         header.append("No point meets the SLOs even at the lowest load searched.")
+    if loads is not None and len(loads):
+        bands = policy_table(loads)
+        metric = "goodput" if loads["goodput_rps"].notna().any() else "throughput"
+        header.append(f"Load-dependent policy (best {metric} among points meeting every SLO, per QPS band): "
+                      + "; ".join(f"{_fmt(r['QPS from'])}–{_fmt(r['QPS to'])} QPS → {r['best point']}"
+                                  for _, r in bands.iterrows()) + ".")
     failed = points[points["error"].notna()] if "error" in points else points.iloc[0:0]
     (out_dir / "report.md").write_text(_markdown(header, table, failed, figures, out_dir))
     html_path = out_dir / "report.html"
     html_path.write_text(_html(header, table, failed, figures, base.name))
     return html_path
+
+
+def _chunk_n_heatmap(points: pd.DataFrame, path: Path) -> Path | None:
+    """Capacity over chunk size × split-N, when the points vary both (one scheduler)."""
+    if not {"chunk_size", "split_n", "capacity_qps"} <= set(points) or points["scheduler"].nunique() != 1:
+        return None
+    grid = points.pivot_table(index="split_n", columns="chunk_size", values="capacity_qps", aggfunc="max")
+    if grid.shape[0] < 2 or grid.shape[1] < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    image = ax.imshow(grid.to_numpy(dtype=float), cmap="viridis", aspect="auto", origin="lower")
+    ax.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns])
+    ax.set_yticks(range(grid.shape[0]), [str(n) for n in grid.index])
+    for (r, c), value in np.ndenumerate(grid.to_numpy(dtype=float)):
+        ax.text(c, r, _fmt(value), ha="center", va="center", color="white", fontsize=8)
+    ax.set_xlabel("chunk size (tokens)")
+    ax.set_ylabel("split-N")
+    ax.set_title("Capacity (QPS) by chunk size × split-N")
+    fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _pareto_plot(loads: pd.DataFrame, path: Path) -> Path:
+    """Throughput vs P99 TBT of every point at every grid load, with the Pareto frontier."""
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for label, group in loads.groupby("label", sort=False):
+        ax.scatter(group["tbt_s_p99"], group["throughput_rps"], label=label, s=18)
+    frontier = pareto_frontier(loads)
+    ax.plot(frontier["tbt_s_p99"], frontier["throughput_rps"], color="black", linewidth=1, label="Pareto frontier")
+    ax.set_xscale("log")
+    ax.set_xlabel("P99 TBT (s)")
+    ax.set_ylabel("throughput (req/s)")
+    ax.set_title("Throughput vs P99 TBT over the QPS grid")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def _capacity_bars(points: pd.DataFrame, path: Path) -> Path:

@@ -6,6 +6,7 @@ from typing import Any
 import math
 
 import numpy as np
+import pandas as pd
 
 from experiments.capacity import confidence_interval, default_slo, find_capacity
 from experiments.config import ClosedLoopTrace, FileTrace, SweepConfig
@@ -86,3 +87,43 @@ def fleet_row(point: SweepConfig, capacity_qps: float, trials: list[dict]) -> di
         tokens_per_hour = fleet.target_qps * tokens_per_request * 3600
         row["usd_per_million_output_tokens"] = usd_per_hour / tokens_per_hour * 1e6
     return row
+
+
+LOAD_COLUMNS = ("point_id", "label", "trial_qps", "slo_met", "throughput_rps", "output_throughput_tps",
+                "goodput_rps", "tbt_s_p99", "ttft_s_p90", "tpot_s_p50", "scheduling_delay_s_p50")
+
+
+def load_row(point: SweepConfig, point_id: int, qps: float) -> dict:
+    """One point at one QPS of the `search.loads` grid (seed 0, trimmed as the trials)."""
+    row = run_point(trial_config(point, qps, seed=0), point_id, trim_fraction=point.search.trim_fraction).row
+    out = {k: row.get(k, np.nan) for k in LOAD_COLUMNS}
+    out.update(trial_qps=qps, slo_met=bool(row["slo_met"]))
+    return out
+
+
+def policy_table(loads: pd.DataFrame) -> pd.DataFrame:
+    """For each QPS of the grid, the point with the best goodput among those meeting every SLO
+    (throughput when no goodput thresholds are set); consecutive loads with the same winner are
+    merged into one band. Loads where no point meets the SLOs say so."""
+    rows = []
+    metric = "goodput_rps" if loads["goodput_rps"].notna().any() else "throughput_rps"
+    for qps, group in loads.groupby("trial_qps", sort=True):
+        meeting = group[group["slo_met"]]
+        best = meeting.loc[meeting[metric].idxmax(), "label"] if len(meeting) else "none meets the SLOs"
+        if rows and rows[-1]["best point"] == best:
+            rows[-1]["QPS to"] = qps
+        else:
+            rows.append({"QPS from": qps, "QPS to": qps, "best point": best})
+    return pd.DataFrame(rows)
+
+
+def pareto_frontier(loads: pd.DataFrame) -> pd.DataFrame:
+    """Rows not dominated in (higher throughput, lower P99 TBT), sorted by throughput."""
+    rows = loads.dropna(subset=["throughput_rps", "tbt_s_p99"]).sort_values(
+        ["throughput_rps", "tbt_s_p99"], ascending=[False, True])
+    frontier, best_tbt = [], float("inf")
+    for index, row in rows.iterrows():
+        if row["tbt_s_p99"] < best_tbt:
+            frontier.append(index)
+            best_tbt = row["tbt_s_p99"]
+    return rows.loc[frontier].sort_values("throughput_rps")

@@ -21,11 +21,11 @@ import yaml
 from experiments.config import SweepConfig, describe_point
 from experiments.point import PointResult, run_point
 from experiments.results_cache import ResultsCache, cache_key
-from experiments.search import capacity_row, fleet_row, search_capacity
+from experiments.search import capacity_row, fleet_row, load_row, search_capacity
 from experiments.vllm_flags import vllm_serve_flags
 
 
-OUTPUT_FILES = ("points.csv", "points.parquet", "requests.parquet", "steps.parquet", "trials.csv",
+OUTPUT_FILES = ("points.csv", "points.parquet", "requests.parquet", "steps.parquet", "trials.csv", "loads.csv",
                 "trials.parquet", "config.yaml", "report.md", "report.html")
 
 
@@ -63,12 +63,13 @@ def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
 
 def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
                        on_done: Callable[[int, dict], None] | None = None,
-                       cache_dir: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                       cache_dir: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Capacity search for every point and seed (config `search:`), in parallel processes.
 
     Returns:
         (one row per point: settings, capacity mean and 95 % interval over seeds, vLLM flags, or
-        `error`; one row per trial: point, seed, QPS, pass/fail and its metrics).
+        `error`; one row per trial: point, seed, QPS, pass/fail and its metrics; one row per point
+        and QPS of `search.loads` (empty without it), for the policy table and Pareto frontier).
     """
     configs = [SweepConfig.model_validate(p) for p in points]
     labels = [describe_point(c) for c in configs]
@@ -81,6 +82,16 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
             done[futures[future]] = future.result()
             if on_done:
                 on_done(futures[future][0], {})
+    grid = [(i, qps) for i, c in enumerate(configs) for qps in c.search.loads]
+    load_rows: dict[tuple[int, float], dict | str] = {}
+    if grid:
+        with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(grid)))) as pool:
+            futures = {pool.submit(_safe_load_row, configs[i], i, qps): (i, qps) for i, qps in grid}
+            for future in as_completed(futures):
+                load_rows[futures[future]] = future.result()
+    loads = pd.DataFrame([r for r in load_rows.values() if isinstance(r, dict)])
+    if len(loads):
+        loads = loads.sort_values(["point_id", "trial_qps"]).reset_index(drop=True)
     rows, trials = [], []
     for i, config in enumerate(configs):
         outcomes = [done[(i, seed)] for seed in range(config.search.seeds)]
@@ -95,7 +106,16 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
             trials += point_trials
         rows.append(row)
     _unique_labels(rows)
-    return pd.DataFrame(rows), pd.DataFrame(trials)
+    if len(loads):
+        loads["label"] = loads["point_id"].map({r["point_id"]: r["label"] for r in rows})
+    return pd.DataFrame(rows), pd.DataFrame(trials), loads
+
+
+def _safe_load_row(config: SweepConfig, point_id: int, qps: float):
+    try:
+        return load_row(config, point_id, qps)
+    except (ValueError, OSError, RuntimeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
 
 
 def _safe_search(config: SweepConfig, point_id: int, seed: int, cache_dir: Path | None = None):
@@ -147,9 +167,13 @@ def clear_outputs(out_dir: Path) -> None:
     shutil.rmtree(out_dir / "plots", ignore_errors=True)
 
 
-def write_capacity_results(points: pd.DataFrame, trials: pd.DataFrame, out_dir: Path, raw_config: dict) -> None:
-    """points.csv/.parquet (capacity per point) and trials.csv/.parquet (every bisection trial)."""
+def write_capacity_results(points: pd.DataFrame, trials: pd.DataFrame, out_dir: Path, raw_config: dict,
+                           loads: pd.DataFrame | None = None) -> None:
+    """points.csv/.parquet (capacity per point), trials.csv/.parquet (every bisection trial) and
+    loads.csv (each point at each QPS of `search.loads`)."""
     clear_outputs(out_dir)
+    if loads is not None and len(loads):
+        loads.to_csv(out_dir / "loads.csv", index=False)
     points.to_csv(out_dir / "points.csv", index=False)
     points.to_parquet(out_dir / "points.parquet", index=False)
     trials.to_csv(out_dir / "trials.csv", index=False)

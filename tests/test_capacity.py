@@ -91,3 +91,31 @@ def test_fleet_sizing_arithmetic():
     assert row["usd_per_million_output_tokens"] == pytest.approx(24 / (40 * 200 * 3600) * 1e6)
     with pytest.raises(Exception, match="fleet: sizing needs a capacity search"):
         SweepConfig.model_validate({"trace": {"kind": "poisson", "qps": 1}, "fleet": {"target_qps": 4}})
+
+
+def test_pareto_frontier_of_a_hand_made_table():
+    import pandas as pd
+
+    from experiments.search import pareto_frontier
+    table = pd.DataFrame({"label": list("abcde"),
+                          "throughput_rps": [10.0, 12.0, 12.0, 8.0, 15.0],
+                          "tbt_s_p99": [0.05, 0.04, 0.06, 0.03, 0.09]})
+    # a is dominated by b (more throughput, lower TBT); c by b; d, b, e trade off.
+    assert pareto_frontier(table)["label"].tolist() == ["d", "b", "e"]
+
+
+def test_policy_table_merges_bands_and_says_when_none_meets():
+    import pandas as pd
+
+    from experiments.search import policy_table
+    loads = pd.DataFrame({
+        "trial_qps": [2, 2, 4, 4, 8, 8, 16, 16],
+        "label": ["x", "y"] * 4,
+        "slo_met": [True, True, True, True, False, True, False, False],
+        "goodput_rps": [2.0, 1.9, 3.5, 3.9, 1.0, 7.0, 0.5, 0.4],
+        "throughput_rps": [2, 2, 4, 4, 8, 8, 12, 12]})
+    table = policy_table(loads)
+    assert table.to_dict("records") == [
+        {"QPS from": 2, "QPS to": 2, "best point": "x"},
+        {"QPS from": 4, "QPS to": 8, "best point": "y"},
+        {"QPS from": 16, "QPS to": 16, "best point": "none meets the SLOs"}]
