@@ -628,6 +628,8 @@ def describe_point(point: SweepConfig) -> str:
         parts.append(e.router)
     if e.policy != "fcfs":
         parts.append(e.policy)
+    if getattr(point.trace, "arrival", None) == "gamma" and point.trace.burstiness is not None:
+        parts.append(f"gamma={point.trace.burstiness:g}")
     if e.preemption != "recompute":
         parts.append(e.preemption)
     return " ".join(parts)

@@ -224,6 +224,8 @@ def write_capacity_report(points: pd.DataFrame, trials: pd.DataFrame, base: Swee
         figures.append(heatmap)
     if loads is not None and len(loads):
         figures.append(_pareto_plot(loads, plots_dir / "pareto.png"))
+    if "burstiness" in ok and ok["burstiness"].nunique() > 1:
+        figures.append(_burst_headroom(ok, plots_dir / "capacity_vs_burstiness.png"))
     for metric, key in (("tbt_s_p99", "tbt_p99_s"), ("scheduling_delay_s_p50", "scheduling_delay_p50_s"),
                         ("ttft_s_p90", "ttft_p90_s")):
         if len(trials) and metric in trials:
@@ -236,6 +238,10 @@ def write_capacity_report(points: pd.DataFrame, trials: pd.DataFrame, base: Swee
         f"{s.num_requests} requests to {s.precision:.1%} precision within {list(s.qps)} QPS; "
         f"{s.trim_fraction:.0%} warm-up and drain trimmed; {s.seeds} seeds give the 95 % interval.",
     ]
+    if s.num_requests < 1000:
+        header.append(f"Caution: trials of {s.num_requests} requests are short. Overload shows as a growing queue "
+                      "(scheduling delay), which short trials rarely build, so these capacities may be overstated; "
+                      "Sarathi-Serve uses 2,048 requests per trial.")
     table = ok[[c for c in CAPACITY_COLUMNS if c in ok]].rename(columns=CAPACITY_COLUMNS)
     if base.fleet is not None and "fleet_gpus" in ok and ok["fleet_gpus"].notna().any():
         cheapest = ok.loc[ok["fleet_gpus"].idxmin()]
@@ -285,6 +291,28 @@ def _chunk_n_heatmap(points: pd.DataFrame, path: Path) -> Path | None:
     ax.set_ylabel("split-N")
     ax.set_title("Capacity (QPS) by chunk size × split-N")
     fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _burst_headroom(points: pd.DataFrame, path: Path) -> Path:
+    """Capacity against the coefficient of variation of inter-arrival gaps, CV = 1/sqrt(γ) for
+    gamma arrivals of shape γ (vLLM's --burstiness; γ = 1 is Poisson, CV 1)."""
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    data = points.assign(cv=1 / np.sqrt(points["burstiness"].astype(float)))
+    settings = [c for c in ("scheduler", "chunk_size", "split_n") if c in data]
+    for key, group in data.groupby(settings, sort=False, dropna=False):
+        group = group.sort_values("cv")
+        ax.errorbar(group["cv"], group["capacity_qps"],
+                    yerr=np.nan_to_num(np.vstack([group["capacity_qps"] - group["capacity_ci_low"],
+                                                  group["capacity_ci_high"] - group["capacity_qps"]])),
+                    marker="o", capsize=3, label=" ".join(str(k) for k in np.atleast_1d(key)))
+    ax.set_xlabel("inter-arrival CV (1 = Poisson)")
+    ax.set_ylabel("capacity (QPS)")
+    ax.set_title("Burst headroom: capacity vs burstiness")
+    ax.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

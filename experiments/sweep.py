@@ -96,7 +96,8 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
     for i, config in enumerate(configs):
         outcomes = [done[(i, seed)] for seed in range(config.search.seeds)]
         errors = [o for o in outcomes if isinstance(o, str)]
-        row = {"point_id": i, "label": labels[i], **config.engine.used_settings(), "vllm_flags": vllm_serve_flags(config)}
+        row = {"point_id": i, "label": labels[i], **config.engine.used_settings(), "vllm_flags": vllm_serve_flags(config),
+               "burstiness": getattr(config.trace, "burstiness", None) or 1.0}  # gamma shape; Poisson = 1
         if errors:
             row["error"] = errors[0]
         else:

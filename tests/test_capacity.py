@@ -119,3 +119,20 @@ def test_policy_table_merges_bands_and_says_when_none_meets():
         {"QPS from": 2, "QPS to": 2, "best point": "x"},
         {"QPS from": 4, "QPS to": 8, "best point": "y"},
         {"QPS from": 16, "QPS to": 16, "best point": "none meets the SLOs"}]
+
+
+def test_burstiness_variants_get_labels_and_a_headroom_plot(tmp_path):
+    from typer.testing import CliRunner
+
+    from experiments.cli import app
+    config = tmp_path / "b.yaml"
+    config.write_text(
+        "trace: {kind: synthetic, qps: 2, arrival: gamma, burstiness: 1.0, prompt_tokens: [50, 300], output_tokens: 20}\n"
+        "engine: {scheduler: sarathi, chunk_size: 256, max_num_seqs: 64}\n"
+        "variants:\n  - {trace.burstiness: [0.25, 4.0]}\n"
+        "search: {qps: [1, 32], num_requests: 40, seeds: 1, precision: 0.2}\n")
+    result = CliRunner().invoke(app, ["sweep", str(config), "--out", str(tmp_path / "o"), "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "o" / "plots" / "capacity_vs_burstiness.png").exists()
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert "gamma=0.25" in report and "gamma=4" in report and "Caution: trials of 40 requests" in report
