@@ -3,7 +3,6 @@ model to a profile directory); registered on the main app in `experiments/cli.py
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -29,15 +28,14 @@ def profile(
         run_profile(spec, device, budget_s, out, tensor_parallel_size=tensor_parallel_size,
                     num_threads=threads, seed=seed, log=console.print)
     except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2)
     console.print(f"wrote {out}; fit it with: sarathi-sim fit {out}")
 
 
 def fit(
     directory: Path = typer.Argument(..., help="A profile directory (from `sarathi-sim profile`)."),
-    statistic: Optional[str] = typer.Option(None, "--statistic",
-                                            help="median | min | mean (default: min on CPU, median on GPU)."),
+    statistic: str = typer.Option("median", "--statistic", help="Per-call time to fit: median | min | mean."),
 ) -> None:
     """Fit per-op regressors to DIRECTORY; write cost_model.joblib and fit_report.{md,json} there."""
     from profiler.fit_report import REPORT_MD, fit_directory
@@ -45,7 +43,7 @@ def fit(
     try:
         model, errors = fit_directory(directory, statistic)
     except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2)
     console.print((directory / REPORT_MD).read_text())
     console.print(f"wrote {directory}/cost_model.joblib ({len(model.regressors)} ops fitted); "

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from profiler.fitted import MIN_ROWS, FittedCostModel, default_statistic, fit_op, op_features
+from profiler.fitted import MIN_ROWS, FittedCostModel, fit_op, op_features
 from profiler.profile_data import Profile
 
 MODEL_FILE = "cost_model.joblib"
@@ -39,7 +39,7 @@ def percentage_errors(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray
     return np.abs(np.asarray(predicted) - np.asarray(measured)) / np.asarray(measured) * 100.0
 
 
-def held_out_errors(profile: Profile, statistic: str | None = None, **params) -> pd.DataFrame:
+def held_out_errors(profile: Profile, statistic: str = "median", **params) -> pd.DataFrame:
     """Per op with enough rows: held-out MAPE, P95 and max APE (%) of a fit on the other shapes.
 
     Returns:
@@ -47,7 +47,6 @@ def held_out_errors(profile: Profile, statistic: str | None = None, **params) ->
         the op has too few rows to hold any out).
     """
     catalogue, rates = profile.catalogue, profile.meta["rates"]
-    statistic = statistic or default_statistic(profile)
     records = []
     for op in catalogue.ops:
         rows = profile.rows(op.name)
@@ -66,7 +65,7 @@ def held_out_errors(profile: Profile, statistic: str | None = None, **params) ->
     return pd.DataFrame.from_records(records)
 
 
-def fit_directory(directory: str | Path, statistic: str | None = None) -> tuple[FittedCostModel, pd.DataFrame]:
+def fit_directory(directory: str | Path, statistic: str = "median") -> tuple[FittedCostModel, pd.DataFrame]:
     """Fit the profile in `directory`, write the model and the report there.
 
     Returns:
@@ -77,7 +76,6 @@ def fit_directory(directory: str | Path, statistic: str | None = None) -> tuple[
     """
     directory = Path(directory)
     profile = Profile.load(directory)
-    statistic = statistic or default_statistic(profile)
     errors = held_out_errors(profile, statistic)
     model = FittedCostModel.fit(profile, statistic, source=str(directory))
     model.save(directory / MODEL_FILE)

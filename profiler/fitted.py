@@ -34,16 +34,6 @@ from profiler.roofline_tuning import RooflineEfficiency, tune_roofline
 
 MIN_ROWS = 4  # fewer profiled shapes than this: the op falls back to the tuned roofline
 STATISTICS = ("median", "min", "mean")
-
-
-def default_statistic(profile: Profile) -> str:
-    """"min" for CPU profiles, "median" otherwise.
-
-    On a shared CPU other processes only ever add time, so the fastest sample of the best round is
-    the op's own cost (`harness._time_grid`); GPU kernels time steadily and the median is the
-    usual summary (Vidur, `triton.testing.do_bench`).
-    """
-    return "min" if profile.meta["device"].get("kind") == "cpu" else "median"
 _TABLE_MAX_TOKENS = 1 << 17  # step tokens tabulated; beyond, in proportion (LineTable)
 _TABLE_MAX_SEQS = 1 << 14
 _TABLE_DENSE = 1 << 14  # counts tabulated one by one (alignment effects are per count)
@@ -63,18 +53,27 @@ def alignment_features(n: np.ndarray) -> list[np.ndarray]:
     return [trailing_zeros, *padding]
 
 
+def _sequences(op: Op, keys: dict[str, np.ndarray], n: int) -> np.ndarray:
+    """Sequences one attention call walks: B for a decode batch, 1 for a prefill; 0 otherwise."""
+    if op.driver == DECODE_BATCH:
+        return np.asarray(keys["batch_size"], dtype=np.float64)
+    return np.full(n, 1.0 if op.driver == PREFILL_SEQ else 0.0)
+
+
 def op_features(catalogue: OpCatalogue, rates: dict, op: Op, keys: dict[str, np.ndarray]) -> np.ndarray:
-    """Regressor inputs of `op` at its key rows: [t_compute_s, t_memory_s, log key..., alignment...].
+    """Regressor inputs of `op` at its key rows: [t_compute_s, t_memory_s, n_seq, log key...,
+    alignment...].
 
     t_compute_s = FLOPs / rates["peak_flops"], t_memory_s = bytes / rates["mem_bandwidth_bytes_per_s"]
     (`OpCatalogue.work`); log key is log(count) for counts ≥ 1 and log(1 + c) for context tokens;
     ops with one key (sized by the step's tokens or sequences) add `alignment_features` of it.
 
     Returns:
-        (n, 2 + len(op.key)) for attention, (n, 7) for the other ops.
+        (n, 3 + len(op.key)) for attention, (n, 8) for the other ops.
     """
     flops, num_bytes = catalogue.work(op, keys)
-    columns = [flops / rates["peak_flops"], num_bytes / rates["mem_bandwidth_bytes_per_s"]]
+    columns = [flops / rates["peak_flops"], num_bytes / rates["mem_bandwidth_bytes_per_s"],
+               _sequences(op, keys, len(flops))]
     for k in op.key:
         values = np.asarray(keys[k], dtype=np.float64)
         columns.append(np.log1p(values) if k == "context_tokens" else np.log(np.maximum(values, 1.0)))
@@ -137,21 +136,20 @@ class FittedCostModel:
     # -- construction ------------------------------------------------------------------------
 
     @classmethod
-    def fit(cls, profile: Profile, statistic: str | None = None, *, device: DeviceSpec | None = None,
+    def fit(cls, profile: Profile, statistic: str = "median", *, device: DeviceSpec | None = None,
             source: str = "", **params) -> "FittedCostModel":
         """Fit every op with at least `MIN_ROWS` profiled shapes; tune the fallback roofline.
 
         Args:
             profile: the measured profile.
-            statistic: which per-call time to fit: "median", "min" or "mean"; default
-                `default_statistic(profile)`.
+            statistic: which per-call time to fit: "median" (default: the median of every sample
+                of every re-timing round, which a busy spell cannot move), "min" or "mean".
             device: datasheet figures for the all-reduce; default the profile's built-in spec.
             params: regressor hyper-parameters (`RooflineResidualRegressor`).
 
         Raises:
             ValueError: an unknown statistic.
         """
-        statistic = statistic or default_statistic(profile)
         if statistic not in STATISTICS:
             raise ValueError(f"unknown statistic {statistic!r}; valid: {', '.join(STATISTICS)}")
         catalogue, rates = profile.catalogue, profile.meta["rates"]
@@ -228,7 +226,7 @@ class FittedCostModel:
             logs = lambda a, b: np.column_stack((np.log(a), np.log1p(b)))  # noqa: E731
             self._attention[name] = (reg, GridTable(lambda a, b, r=reg: r.correction(logs(a, b)), a_max, b_max))
 
-    def _attention_s(self, name: str, pairs, kv_tokens, query_tokens, key_a, key_b):
+    def _attention_s(self, name: str, pairs, kv_tokens, query_tokens, num_seqs, key_a, key_b):
         """One layer's attention kernel time(s) from group sums (`OpCatalogue.attention_work`'s
         terms, pre-divided by the rates in `_build_tables`); scalars in, a float out, or arrays
         (n,) in and out."""
@@ -240,7 +238,7 @@ class FittedCostModel:
             return self.fallback.op_time_s(name, t_c, t_m)
         reg, grid = fitted
         w = reg.base_coef_
-        base = np.maximum(w[0] + w[1] * np.maximum(t_c, t_m) + w[2] * t_c + w[3] * t_m, 1e-9)
+        base = np.maximum(w[0] + w[1] * np.maximum(t_c, t_m) + w[2] * t_c + w[3] * t_m + w[4] * num_seqs, 1e-9)
         return base * grid(key_a, key_b)
 
     # -- per step ----------------------------------------------------------------------------
@@ -282,14 +280,14 @@ class FittedCostModel:
             qp = q[prefill]
             self._count(PREFILL_SEQ, qp.max())
             prefill_s = layers * float(self._attention_s(
-                "attention_prefill", pairs[prefill], kv_tokens[prefill], qp, qp, c[prefill]).sum())
+                "attention_prefill", pairs[prefill], kv_tokens[prefill], qp, 1.0, qp, c[prefill]).sum())
         if num_prefill < num_seqs:
             decode = ~prefill
             num_decodes = num_seqs - num_prefill
             self._count(DECODE_BATCH, num_decodes)
             decode_s = layers * float(self._attention_s(
                 "attention_decode", pairs @ decode, kv_tokens @ decode, q @ decode, num_decodes,
-                (c @ decode) / num_decodes))
+                num_decodes, (c @ decode) / num_decodes))
         self.num_predictions += 1
         return self._token_table(num_tokens), self._seq_table(num_seqs), prefill_s, decode_s
 

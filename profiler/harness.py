@@ -21,7 +21,7 @@ from profiler.model_spec import ModelSpec
 from profiler.ops import Op, OpCatalogue
 from profiler.profile_data import Profile, model_hash
 from profiler.shape_grid import GridLimits, default_limits, shape_grid
-from profiler.timing import NUM_SAMPLES, cuda_event_clock, cuda_host_clock, host_clock, thread_cpu_clock, time_op
+from profiler.timing import NUM_SAMPLES, Timing, cuda_event_clock, cuda_host_clock, host_clock, thread_cpu_clock, time_op
 
 DTYPES = {"cpu": ("float32", 4), "cuda": ("bfloat16", 2)}
 # Assumption: a shape costs its timed calls plus about 5 ms of setup (allocating and drawing its
@@ -144,10 +144,10 @@ def _time_grid(bench, grid: list[list], catalogue: OpCatalogue, rates: dict, dev
     starve the next. A shape whose estimated wall time exceeds its op's remaining share is skipped.
 
     Rounds: the rest of the budget re-times every timed shape, in a new shuffled order each round,
-    and keeps the timing with the lowest median (column `rounds` counts the timings). A busy
-    machine only ever adds time, and its busy spells last longer than one shape's samples, so
-    revisiting shapes at other moments, not more samples at once, is what removes it; shuffling
-    turns slow drift into noise rather than a bias between shapes timed early and late.
+    and pools the samples of all its rounds (column `rounds` counts them; `num_samples` is the
+    pooled count). A busy machine's spells last longer than one shape's samples, so revisiting
+    shapes at other moments, not more samples at once, is what averages them out; shuffling turns
+    slow drift into noise rather than a bias between shapes timed early and late.
 
     Returns:
         (family → rows, skipped entries {"op", "shape", "reason"}, seconds spent).
@@ -157,12 +157,14 @@ def _time_grid(bench, grid: list[list], catalogue: OpCatalogue, rates: dict, dev
     skipped: list[dict] = []
     start = time.perf_counter()
 
-    def timed_row(op: Op, shape: dict[str, int]) -> dict:
+    samples: dict[tuple[str, int], list[float]] = {}  # (family, row index) → per-call samples
+
+    def timed_row(op: Op, shape: dict[str, int]) -> tuple[dict, tuple]:
         began = time.perf_counter()
         clock = clock_for(op, device_kind, num_threads)
         timing = time_op(bench.callable(op, shape), clock, num_samples=num_samples)
         estimator.observe(op, shape, time.perf_counter() - began)
-        return {"op": op.name, **shape, **timing.as_row(), "rounds": 1}
+        return {"op": op.name, **shape, **timing.as_row(), "rounds": 1}, timing.per_call_s
 
     def fits(op: Op, shape: dict[str, int], end_s: float) -> bool:
         return time.perf_counter() + estimator.estimate_s(op, shape) <= start + end_s
@@ -174,19 +176,22 @@ def _time_grid(bench, grid: list[list], catalogue: OpCatalogue, rates: dict, dev
             op_end = time.perf_counter() - start + (start + level_end - time.perf_counter()) / (len(ops) - i)
             for _, shape in (entry for entry in shapes if entry[0] is op):
                 if fits(op, shape, op_end):
-                    rows[op.family].append(timed_row(op, shape))
+                    row, per_call = timed_row(op, shape)
+                    samples[op.family, len(rows[op.family])] = list(per_call)
+                    rows[op.family].append(row)
                 else:
                     skipped.append({"op": op.name, "shape": shape, "reason": f"budget (level {level})"})
-    _retime_rounds(rows, catalogue, timed_row, lambda op, shape: fits(op, shape, budget_s), seed)
+    _retime_rounds(rows, samples, catalogue, timed_row, lambda op, shape: fits(op, shape, budget_s), seed)
     return rows, skipped, time.perf_counter() - start
 
 
-def _retime_rounds(rows: dict[str, list], catalogue: OpCatalogue, timed_row: Callable,
+def _retime_rounds(rows: dict[str, list], samples: dict, catalogue: OpCatalogue, timed_row: Callable,
                    fits: Callable, seed: int) -> None:
-    """Re-time every row in shuffled rounds while `fits`; keep each shape's lowest-median timing."""
+    """Re-time every row in shuffled rounds while `fits`; pool each shape's samples over its rounds
+    (the row's statistics are then over all of them)."""
     import numpy as np
 
-    order = [(family, i) for family, family_rows in rows.items() for i in range(len(family_rows))]
+    order = list(samples)
     rng = np.random.default_rng(seed)
     while order:
         for k in rng.permutation(len(order)):
@@ -196,6 +201,7 @@ def _retime_rounds(rows: dict[str, list], catalogue: OpCatalogue, timed_row: Cal
             shape = {key: row[key] for key in op.key}
             if not fits(op, shape):
                 return
-            again = timed_row(op, shape)
-            best = again if again["time_median_s"] < row["time_median_s"] else row
-            rows[family][i] = {**best, "rounds": row["rounds"] + 1}
+            again, per_call = timed_row(op, shape)
+            samples[family, i].extend(per_call)
+            pooled = Timing.from_samples(samples[family, i], row["calls_per_sample"])
+            rows[family][i] = {**row, **pooled.as_row(), "rounds": row["rounds"] + 1}

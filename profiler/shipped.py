@@ -65,19 +65,17 @@ def load_fitted(directory: str | Path, model: ModelSpec | None = None,
     """
     directory = Path(directory)
     profile = Profile.load(directory)
+    measured, tp = profile.model, profile.meta["tensor_parallel_size"]
+    if model is not None and _shape(model) != _shape(measured):
+        raise ProfileError(f"{directory}: profiled for model {measured.name!r}, whose shapes differ "
+                           f"from {model.name!r}")
+    if tensor_parallel_size is not None and tensor_parallel_size != tp:
+        raise ProfileError(f"{directory}: profiled at tensor_parallel_size {tp}, the point "
+                           f"uses {tensor_parallel_size}")
     saved = directory / MODEL_FILE
     if saved.is_file() and saved.stat().st_mtime >= (directory / SIDECAR).stat().st_mtime:
-        fitted = FittedCostModel.load(saved)
-    else:
-        fitted = FittedCostModel.fit(profile, source=str(directory))
-    measured = fitted.catalogue
-    if model is not None and _shape(model) != _shape(measured.model):
-        raise ProfileError(f"{directory}: profiled for model {measured.model.name!r}, whose shapes differ "
-                           f"from {model.name!r}")
-    if tensor_parallel_size is not None and tensor_parallel_size != measured.tp:
-        raise ProfileError(f"{directory}: profiled at tensor_parallel_size {measured.tp}, the point "
-                           f"uses {tensor_parallel_size}")
-    return fitted
+        return FittedCostModel.load(saved)
+    return FittedCostModel.fit(profile, source=str(directory))
 
 
 def _shape(model: ModelSpec) -> tuple:

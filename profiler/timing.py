@@ -16,7 +16,7 @@ over about `min_sample_s` per sample rather than once at timer resolution.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -37,6 +37,7 @@ class Timing:
     Attributes:
         median_s, min_s, max_s, mean_s, std_s: per-call time statistics, seconds.
         num_samples: samples taken; calls_per_sample: calls each sample averaged.
+        per_call_s: the samples themselves (seconds per call).
     """
 
     median_s: float
@@ -46,12 +47,21 @@ class Timing:
     std_s: float
     num_samples: int
     calls_per_sample: int
+    per_call_s: tuple = field(default=(), compare=False, repr=False)
 
     def as_row(self) -> dict[str, float]:
         """Columns of a profile CSV row (`time_*_s`, `num_samples`, `calls_per_sample`)."""
         return {"time_median_s": self.median_s, "time_min_s": self.min_s, "time_max_s": self.max_s,
                 "time_mean_s": self.mean_s, "time_std_s": self.std_s, "num_samples": self.num_samples,
                 "calls_per_sample": self.calls_per_sample}
+
+    @classmethod
+    def from_samples(cls, per_call_s: np.ndarray, calls_per_sample: int) -> "Timing":
+        """Statistics of per-call sample times (seconds)."""
+        per_call = np.asarray(per_call_s, dtype=np.float64)
+        return cls(float(np.median(per_call)), float(per_call.min()), float(per_call.max()),
+                   float(per_call.mean()), float(per_call.std()), len(per_call), calls_per_sample,
+                   tuple(per_call.tolist()))
 
 
 def host_clock(fn: Callable[[], object], calls: int) -> float:
@@ -126,5 +136,4 @@ def time_op(fn: Callable[[], object], clock: Callable[[Callable[[], object], int
     one_call_s = max(clock(fn, 1), 1e-9)
     calls = max(1, int(np.ceil(min_sample_s / one_call_s * (1 - 1e-9))))  # exact ratios stay exact
     per_call = np.array([clock(fn, calls) / calls for _ in range(num_samples)])
-    return Timing(float(np.median(per_call)), float(per_call.min()), float(per_call.max()),
-                  float(per_call.mean()), float(per_call.std()), num_samples, calls)
+    return Timing.from_samples(per_call, calls)

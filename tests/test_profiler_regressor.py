@@ -11,7 +11,8 @@ def roofline_data(tokens):
     """A GEMM-like op: 4 µs launch + 1.25 × max(compute, memory), compute = 1 µs a token,
     memory = 50 µs fixed weight read."""
     t_c, t_m = tokens * 1e-6, np.full(len(tokens), 50e-6)
-    return np.column_stack((t_c, t_m, np.log(tokens))), 4e-6 + 1.25 * np.maximum(t_c, t_m)
+    no_seqs = np.zeros(len(tokens))
+    return np.column_stack((t_c, t_m, no_seqs, np.log(tokens))), 4e-6 + 1.25 * np.maximum(t_c, t_m)
 
 
 def test_base_recovers_the_roofline_and_extrapolates_linearly():

@@ -77,7 +77,7 @@ def test_roofline_tuned_on_a100_predicts_h100_layer_time_within_25_percent(a100_
     assert tokens.min() == 1 and tokens.max() == 4096
     error = mape_pct(layer_time_s(catalogue, roofline_s, tokens),
                      layer_time_s(catalogue, measured_op_time_s(h100), tokens))
-    assert error <= 25.0  # measured: 9.2 %
+    assert error <= 25.0  # measured: 9.2 % (at tp 2, 4, 8: 9.5, 7.8, 6.0 %)
 
 
 def test_fit_on_small_steps_extrapolates_to_2048_4096_within_15_percent(a100_llama2):
@@ -87,7 +87,7 @@ def test_fit_on_small_steps_extrapolates_to_2048_4096_within_15_percent(a100_lla
     tokens = tokens[(tokens >= 2048) & (tokens <= 4096)]
     error = mape_pct(fitted_layer_time_s(model, tokens),
                      layer_time_s(model.catalogue, measured_op_time_s(a100_llama2), tokens))
-    assert error <= 15.0  # measured: 1.7 %
+    assert error <= 15.0  # measured: 1.6 % (at tp 2, 4, 8: 14.1, 8.9, 5.0 %)
 
 
 def test_fit_on_llama2_predicts_llama3_within_20_percent(a100_llama2):
@@ -98,4 +98,4 @@ def test_fit_on_llama2_predicts_llama3_within_20_percent(a100_llama2):
     assert tokens.max() == 32768
     error = mape_pct(fitted_layer_time_s(model, tokens),
                      layer_time_s(model.catalogue, measured_op_time_s(llama3), tokens))
-    assert error <= 20.0  # measured: 2.8 %
+    assert error <= 20.0  # measured: 2.9 % (at tp 2, 4, 8: 2.6, 4.2, 4.0 %)

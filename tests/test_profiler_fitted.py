@@ -1,0 +1,77 @@
+"""FittedCostModel on a recorded CPU profile of the tiny model (tests/data/profiles/cpu-tiny-llama,
+taken with `sarathi-sim profile --model profiler/data/models/tiny-llama --device cpu --budget-s 900`
+on the 2-core CI machine kind): fit quality on held-out shapes, step semantics, persistence."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from profiler import CostModel, get_model_spec
+from profiler.fit_report import held_out_errors
+from profiler.fitted import FittedCostModel
+from profiler.profile_data import Profile
+
+RECORDED = Path(__file__).parent / "data" / "profiles" / "cpu-tiny-llama"
+
+
+@pytest.fixture(scope="module")
+def profile() -> Profile:
+    return Profile.load(RECORDED)
+
+
+@pytest.fixture(scope="module")
+def model(profile) -> FittedCostModel:
+    return FittedCostModel.fit(profile)
+
+
+def step(model, q, c, p):
+    return model.predict_step_s(np.array(q), np.array(c), np.array(p, dtype=bool))
+
+
+def test_every_op_predicts_held_out_shapes_within_10_percent(profile):
+    errors = held_out_errors(profile).set_index("op")
+    assert set(errors.index) == {op.name for op in profile.catalogue.ops}
+    assert (errors["held_out"] >= 7).all()
+    worst = errors["mape_pct"].idxmax()
+    assert errors["mape_pct"].max() <= 10.0, f"{worst}: {errors.loc[worst, 'mape_pct']:.1f} %"
+
+
+def test_step_is_the_sum_of_its_parts_and_grows_with_work(model):
+    assert isinstance(model, CostModel)
+    assert step(model, [], [], []) == 0.0
+    decodes = ([1] * 16, [200] * 16, [False] * 16)
+    parts = model.breakdown(*(np.array(a) for a in decodes))
+    assert sum(parts.values()) == pytest.approx(step(model, *decodes), rel=1e-12)
+    assert parts["attention_prefill_s"] == 0.0 and parts["attention_decode_s"] > 0
+    hybrid = step(model, [1] * 16 + [256], [200] * 16 + [0], [False] * 16 + [True])
+    assert hybrid > step(model, *decodes)
+    assert step(model, [512], [0], [True]) > step(model, [64], [0], [True])
+    assert step(model, [1] * 16, [1500] * 16, [False] * 16) > step(model, *decodes)
+    with pytest.raises(ValueError, match="must align"):
+        model.breakdown(np.array([1, 2]), np.array([1]), np.array([True]))
+
+
+def test_steps_beyond_the_profiled_range_are_counted(profile):
+    model = FittedCostModel.fit(profile)
+    largest = model.profiled_max["tokens"]
+    step(model, [64], [0], [True])
+    assert sum(model.out_of_range.values()) == 0
+    far = step(model, [int(largest) * 4], [0], [True])
+    assert model.out_of_range["tokens"] == 1 and model.num_predictions == 2
+    assert far > 2 * step(model, [int(largest)], [0], [True])  # the roofline base keeps growing
+
+
+def test_saved_model_reloads_and_predicts_identical_values(model, tmp_path):
+    path = model.save(tmp_path / "cost_model.joblib")
+    again = FittedCostModel.load(path)
+    for q, c, p in [([1] * 8 + [100], [300] * 8 + [0], [False] * 8 + [True]), ([700], [900], [True])]:
+        assert step(again, q, c, p) == step(model, q, c, p)
+    assert again.regressors.keys() == model.regressors.keys()
+
+
+def test_fit_transfers_to_another_model_through_the_roofline_features(model):
+    wider = get_model_spec("profiler/data/models/tiny-llama")
+    wider = type(wider)(**{**wider.__dict__, "name": "tiny-wide", "intermediate_size": 4 * 688})
+    other = model.for_model(wider)
+    assert other.catalogue.model.intermediate_size == 2752
+    assert step(other, [256], [0], [True]) > step(model, [256], [0], [True])
