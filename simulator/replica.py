@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
 import simpy
 
 from simulator.pricing import StepPricer
@@ -33,6 +34,10 @@ class Replica:
         replica_id: written into the step records.
         on_finish: called with each `FinishedRequest` (completed or rejected) as it ends; the
             closed-loop driver sends the client's next request from here.
+        next_arrival_s: the time of the next request that may still reach this replica (inf when
+            none). Given it, runs of plain decode steps between arrivals and completions are
+            taken in one go (`Scheduler.decode_window`): the same steps, times and records,
+            without scheduling each; None turns this off.
     """
 
     def __init__(
@@ -43,6 +48,7 @@ class Replica:
         outcome_fn: Callable[[BatchPlan], StepOutcome] = StepOutcome.without_speculation,
         replica_id: int = 0,
         on_finish: Callable[[FinishedRequest], None] | None = None,
+        next_arrival_s: Callable[[], float] | None = None,
     ):
         self.env = env
         self.scheduler = scheduler
@@ -50,6 +56,7 @@ class Replica:
         self.outcome_fn = outcome_fn
         self.replica_id = replica_id
         self.on_finish = on_finish
+        self.next_arrival_s = next_arrival_s
         self.finished: list[FinishedRequest] = []
         self.steps = StepLog()
         self.num_outstanding = 0  # submitted and not finished (the least-outstanding router reads it)
@@ -91,6 +98,11 @@ class Replica:
             if not self.scheduler.has_work():
                 yield self._wait()
                 continue
+            if self.next_arrival_s is not None:
+                running, window = self.scheduler.decode_window()
+                if window >= 2:
+                    yield from self._decode_window(running, window)
+                    continue
             start_s = self.env.now
             plan = self.scheduler.schedule(start_s)
             if plan.is_empty:
@@ -99,6 +111,30 @@ class Replica:
             yield self.env.timeout(duration_s)
             self._complete(plan)
             self.steps.append(start_s, duration_s, plan, self.replica_id)
+
+    def _decode_window(self, running: list, max_steps: int):
+        """Up to `max_steps` plain decode steps of every running sequence, each priced as its
+        plan would be and each its own SimPy timeout (so the clock adds the same floats), ending
+        before the first step that would start at or after the next arrival."""
+        batch = len(running)
+        query = np.ones(batch, dtype=np.int64)
+        context = np.array([seq.num_computed_tokens for seq in running], dtype=np.int64)
+        prefill = np.zeros(batch, dtype=bool)
+        next_arrival = self.next_arrival_s()
+        starts, durations, ends = [], [], []
+        for j in range(max_steps):
+            start = self.env.now
+            if j and start >= next_arrival:
+                break
+            duration = self.pricer.cost_model.predict_step_s(query, context + j, prefill)
+            yield self.env.timeout(duration)
+            starts.append(start)
+            durations.append(duration)
+            ends.append(self.env.now)
+        kv_used, finished = self.scheduler.advance_decodes(ends)
+        self.num_outstanding -= len(finished)
+        self._record(finished)
+        self.steps.extend_decodes(starts, durations, batch, kv_used, self.replica_id)
 
     def _run_pipelined(self):
         first_stage = self._stages[0]

@@ -1,6 +1,7 @@
 """Replay a trace through one or more replicas and collect their records."""
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -40,6 +41,7 @@ def simulate(
     router: str = "round_robin",
     seed: int = 0,
     trim_fraction: float = 0.0,
+    fast_forward: bool = True,
 ) -> SimulationResult:
     """Run `requests` through the replicas (one scheduler each) until every request has finished.
 
@@ -53,6 +55,8 @@ def simulate(
         outcome_fn: tokens emitted per step (speculative acceptance); default one per sequence.
         router: `round_robin`, `least_outstanding` or `random` (seeded by `seed`).
         trim_fraction: warm-up and drain trimmed from the latency statistics (`summarize`).
+        fast_forward: take runs of plain decode steps in one go (`Replica`); the records are
+            the same either way (tests check it), False only for such checks.
 
     Simulated time depends only on the inputs and seeds (no wall clock), so a run is
     reproducible. Requests that can never be served are rejected with a finish reason and
@@ -66,7 +70,8 @@ def simulate(
     replicas: list[Replica] = []
     dispatch = _Dispatcher(env, replicas, Router(router, replicas, seed), placement)
     on_finish = dispatch.closed_loop_callback(closed_loop) if closed_loop else None
-    replicas += [Replica(env, s, pricer, outcome_fn or StepOutcome.without_speculation, i, on_finish)
+    next_arrival = dispatch.next_arrival_s if fast_forward else None
+    replicas += [Replica(env, s, pricer, outcome_fn or StepOutcome.without_speculation, i, on_finish, next_arrival)
                  for i, s in enumerate(schedulers)]
     if closed_loop:
         for request in closed_loop.initial_requests():
@@ -86,6 +91,14 @@ class _Dispatcher:
 
     def __init__(self, env: simpy.Environment, replicas: list[Replica], router: Router, placement: dict):
         self.env, self.replicas, self.router, self.placement = env, replicas, router, placement
+        self._replay_s: list[float] = []  # open loop: arrival times, submitted up to _replay_next
+        self._replay_next = 0
+        self._deliveries_s: list[float] = []  # closed loop: heap of scheduled arrival times
+
+    def next_arrival_s(self) -> float:
+        """The earliest arrival not yet submitted (inf when none); any replica may get it."""
+        upcoming = self._replay_s[self._replay_next] if self._replay_next < len(self._replay_s) else math.inf
+        return min(upcoming, self._deliveries_s[0]) if self._deliveries_s else upcoming
 
     def submit(self, request: Request) -> None:
         index = self.router.pick() if len(self.replicas) > 1 else 0
@@ -94,9 +107,11 @@ class _Dispatcher:
 
     def replay(self, requests: list[Request]):
         """Open loop: submit each request at its arrival time."""
-        for request in requests:
+        self._replay_s = [r.arrival_s for r in requests]
+        for index, request in enumerate(requests):
             if request.arrival_s > self.env.now:
                 yield self.env.timeout(_delay_until(self.env.now, request.arrival_s))
+            self._replay_next = index + 1
             self.submit(request)
 
     def closed_loop_callback(self, workload: ClosedLoopWorkload):
@@ -106,12 +121,14 @@ class _Dispatcher:
             request = workload.next_request(workload.client_of(finished.request_id), self.env.now)
             if request is not None:
                 # A process, not a direct call: a rejection would otherwise recurse.
+                heapq.heappush(self._deliveries_s, request.arrival_s)
                 self.env.process(self._deliver(request))
 
         return on_finish
 
     def _deliver(self, request: Request):
         yield self.env.timeout(_delay_until(self.env.now, request.arrival_s))
+        heapq.heappop(self._deliveries_s)  # deliveries happen in time order: this one is the earliest
         self.submit(request)
 
 

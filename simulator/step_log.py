@@ -58,3 +58,20 @@ class StepLog:
 
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame(self._columns)
+
+    def extend_decodes(self, starts_s: list[float], durations_s: list[float], batch_size: int,
+                       kv_blocks_used: list[int], replica_id: int = 0) -> None:
+        """Rows for a run of plain decode steps of `batch_size` sequences (a decode window)."""
+        c = self._columns
+        n = len(starts_s)
+        c["replica_id"].extend([replica_id] * n)
+        c["start_s"].extend(starts_s)
+        c["duration_s"].extend(durations_s)
+        c["num_prefill_tokens"].extend([0] * n)
+        c["num_decode_tokens"].extend([batch_size] * n)
+        c["num_draft_tokens"].extend([0] * n)
+        c["batch_size"].extend([batch_size] * n)
+        c["num_prefill_seqs"].extend([0] * n)
+        c["kv_blocks_used"].extend(kv_blocks_used)
+        c["num_preempted"].extend([0] * n)
+        c["swap_tokens"].extend([0] * n)

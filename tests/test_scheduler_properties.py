@@ -113,3 +113,39 @@ def test_simulation_is_deterministic_and_monotone(scenario):
     assert (done["completion_s"] >= done["first_token_s"]).all()
     assert all(list(t) == sorted(t) for t in done["token_times_s"])
     assert (a.requests["finish_reason"].isin(FINISH_REASONS)).all()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_decode_windows_give_the_same_records_as_step_by_step(scenario):
+    # The replica's fast path (runs of plain decodes taken at once) must not change any record.
+    name, config, requests, seed = scenario
+
+    def run(fast_forward):
+        outcome = speculative_outcome_fn(PositionalAcceptance(0.7, seed=seed))
+        return simulate(requests, make_scheduler(name, config), ConstantCostModel(0.01), outcome_fn=outcome,
+                        fast_forward=fast_forward)
+
+    fast, slow = run(True), run(False)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps)
+
+
+def test_decode_windows_match_with_a_real_cost_model_for_every_scheduler():
+    # Durations differ per step here (the roofline prices each context), and KV pressure forces
+    # preemptions in the small pool: the fast path must still reproduce every record.
+    from profiler import RooflineCostModel, get_device_spec, get_model_spec
+    from traces import load_profile
+    requests = load_profile("azure-conv").sample(120, 6.0, seed=3)
+    cost = RooflineCostModel(get_model_spec("llama-3-8b"), get_device_spec("h100-sxm"))
+    windows_used = 0
+    for name, cls in sorted(SCHEDULERS.items()):
+        for blocks in (30_000, 600):
+            config = SchedulerConfig(num_gpu_blocks=blocks, max_model_len=8192, max_num_seqs=64,
+                                     **({"chunk_size": 512} if cls.chunked else {}))
+            fast = simulate(requests, make_scheduler(name, config), cost, fast_forward=True)
+            slow = simulate(requests, make_scheduler(name, config), cost, fast_forward=False)
+            pd.testing.assert_frame_equal(fast.requests, slow.requests)
+            pd.testing.assert_frame_equal(fast.steps, slow.steps)
+            windows_used += fast.summary["num_steps"]
+    assert windows_used > 0

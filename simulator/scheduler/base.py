@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from bisect import insort
 
+import numpy as np
+
 from simulator.scheduler.block_manager import BlockManager, blocks_for
 from simulator.scheduler.config import SchedulerConfig
 from simulator.scheduler.plan import (
@@ -138,6 +140,80 @@ class Scheduler:
                 if seq.num_generated_tokens >= seq.request.output_tokens:
                     finished.append(self._finish(seq, now_s))
         return finished
+
+    # ----- decode windows (the simulator's fast path) ---------------------------------------
+    def decode_window(self) -> tuple[list[Sequence], int]:
+        """Running sequences and the most steps that are certain to be plain decodes of all of
+        them, with no scheduling decision in between: nothing waiting or in flight, no drafts,
+        every running sequence decoding, no completion before the last of those steps, and free KV
+        blocks for every token. (0 steps when any of that fails; the caller also stops a window at
+        the next arrival.) Applying it with `advance_decodes` gives exactly the state the same
+        number of `schedule`/`complete_step` calls would, bar which physical block ids are used.
+        """
+        running = self.running
+        if (self.waiting or self._executing or not running or self.config.split_n
+                or not self._decodes_all_run(len(running))):
+            return running, 0
+        steps = min(seq.remaining_output_tokens for seq in running)
+        for seq in running:
+            if seq.is_prefill:
+                return running, 0
+        return running, self._kv_limited_steps(running, steps)
+
+    def _decodes_all_run(self, num_decodes: int) -> bool:
+        """Whether a step with only these decodes runs all of them (a budget may cap them)."""
+        return True
+
+    def _kv_limited_steps(self, running: list[Sequence], steps: int) -> int:
+        """Largest m <= steps such that m more tokens per sequence fit the free blocks."""
+        bm = self.block_manager
+        size = bm.block_size
+        computed = [seq.num_computed_tokens for seq in running]
+        held = [bm.blocks_held(seq.request_id) for seq in running]
+
+        def extra_blocks(m: int) -> int:
+            return sum(max(0, -(-(c + m) // size) - h) for c, h in zip(computed, held))
+
+        if extra_blocks(steps) <= bm.num_free:
+            return steps
+        low, high = 0, steps  # extra_blocks is non-decreasing in m: bisect the last m that fits
+        while low < high:
+            mid = (low + high + 1) // 2
+            if extra_blocks(mid) <= bm.num_free:
+                low = mid
+            else:
+                high = mid - 1
+        return low
+
+    def advance_decodes(self, step_end_s: list[float]) -> tuple[list[int], list[FinishedRequest]]:
+        """Apply len(step_end_s) decode steps of every running sequence (from `decode_window`),
+        ending at the given times.
+
+        Returns:
+            (KV blocks in use during each step, as its plan would report; requests finished at
+            the last step).
+        """
+        bm = self.block_manager
+        steps = len(step_end_s)
+        running = list(self.running)
+        computed = np.array([seq.num_computed_tokens for seq in running])
+        held = np.array([bm.blocks_held(seq.request_id) for seq in running])
+        tokens = computed[None, :] + np.arange(1, steps + 1)[:, None]  # (steps, seqs) after step j
+        extra = np.maximum(-(-tokens // bm.block_size) - held[None, :], 0).sum(axis=1)
+        kv_used = (bm.num_used + extra).tolist()
+        finished = []
+        for seq in running:
+            seq.num_computed_tokens += steps
+            bm.grow_to(seq.request_id, seq.num_computed_tokens)
+            seq.num_generated_tokens += steps
+            seq.token_times_s.extend(step_end_s)
+            if seq.num_generated_tokens >= seq.request.output_tokens:
+                finished.append(self._finish(seq, step_end_s[-1]))
+        self._after_decode_window()
+        return kv_used, finished
+
+    def _after_decode_window(self) -> None:
+        """State a subclass updates after decode-only steps (simple_chunking's turn)."""
 
     # ----- for subclasses: policy decisions -------------------------------------------------
     def _build_plan(self, now_s: float) -> tuple[list[Entry], list[Sequence]]:

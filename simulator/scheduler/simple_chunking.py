@@ -21,6 +21,9 @@ class SimpleChunkingScheduler(Scheduler):
         super().__init__(config)
         self._prefill_turn = True
 
+    def _after_decode_window(self) -> None:
+        self._prefill_turn = True  # as after any decode-only step
+
     def _build_plan(self, now_s: float) -> tuple[list[Entry], list[Sequence]]:
         preempted: list[Sequence] = []
         entries: list[Entry] = []

@@ -21,6 +21,9 @@ class VllmV1Scheduler(Scheduler):
     name = "vllm_v1"
     chunked = True
 
+    def _decodes_all_run(self, num_decodes: int) -> bool:
+        return num_decodes <= self.token_budget  # loop 1 stops when the budget is spent
+
     def _admission_tokens(self, seq: Sequence, num_query_tokens: int) -> int:
         return seq.num_computed_tokens + num_query_tokens
 
