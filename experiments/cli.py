@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-import numpy as np
 import pandas as pd
 import typer
 from rich.console import Console
@@ -16,7 +15,7 @@ from rich.table import Table
 
 from experiments.config import ConfigError, SweepConfig, describe_point, load_config
 from experiments.engine_cli import engine_app
-from experiments.report import recommend, write_capacity_report, write_report
+from experiments.report import format_cell, recommend, write_capacity_report, write_report
 from experiments.search import search_slo
 from experiments.sweep import run_capacity_sweep, run_sweep, write_capacity_results, write_results
 from experiments.profile_cli import fit, profile
@@ -148,7 +147,7 @@ def _print_table(points: pd.DataFrame, base: SweepConfig) -> None:
         table.add_column(c, no_wrap=True)
     failed = points[points["error"].notna()] if "error" in points else points.iloc[0:0]
     for _, row in points.drop(index=failed.index).iterrows():
-        table.add_row(*[_cell(row[c]) for c in columns])
+        table.add_row(*[format_cell(row[c]) for c in columns])
     console.print(table)
     for _, row in failed.iterrows():  # in full, not squeezed into a table cell
         err_console.print(f"[red]point {row['point_id']} ({row['label']}) failed:[/red] {row['error']}",
@@ -160,14 +159,6 @@ def _print_table(points: pd.DataFrame, base: SweepConfig) -> None:
     best = recommend(points, base.slo)
     if best is not None:
         console.print(f"recommended at this load: [bold]{best['label']}[/bold] (meets every SLO with the most headroom)")
-
-
-def _cell(value) -> str:
-    if isinstance(value, (bool, np.bool_)):
-        return "yes" if value else "no"
-    if isinstance(value, (float, np.floating)):
-        return "n/a" if np.isnan(value) else f"{value:.4g}"
-    return str(value)
 
 
 def _fail(message: str) -> None:

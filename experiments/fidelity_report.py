@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.report import _fmt  # noqa: E402  (the sweep report's cell format)
+from experiments.report import format_cell  # noqa: E402  (the sweep report's cell format)
 from experiments.verify import STEP_KINDS, StepComparison  # noqa: E402
 
 LEDGER_LIBRARIES = ("torch", "numpy", "scikit-learn", "triton")
@@ -157,7 +157,7 @@ def _markdown(context, headline, failed, sections, figures, out_dir: Path) -> st
     lines += ["", f"**{_verdict(headline, failed)}**", ""]
     for title, table in sections:
         lines += [f"## {title}", "", "| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
-        lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in table.itertuples(index=False)]
+        lines += ["| " + " | ".join(format_cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
         lines.append("")
     lines += [f"![{p.stem}]({p.relative_to(out_dir)})" for p in figures]
     return "\n".join(lines) + "\n"
@@ -168,7 +168,7 @@ def _html(context, headline, failed, sections, figures) -> str:
     body = ""
     for title, table in sections:
         head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)
-        rows = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
+        rows = "".join("<tr>" + "".join(f"<td>{html.escape(format_cell(v))}</td>" for v in row) + "</tr>"
                        for row in table.itertuples(index=False))
         body += f"<h2>{html.escape(title)}</h2><table><tr>{head}</tr>{rows}</table>"
     images = "".join(f'<img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'

@@ -95,7 +95,7 @@ def _header_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
         return lines + ["Every point failed: see the errors below."]
     first = ok.iloc[0]
     lines.append(f"Trace: {first.get('trace_source', base.trace.kind)}; {int(first['num_requests'])} requests, "
-                 f"offered {_fmt(first.get('offered_qps', float('nan')))} QPS (measured over the arrivals: "
+                 f"offered {format_cell(first.get('offered_qps', float('nan')))} QPS (measured over the arrivals: "
                  "(n − 1) / span; a sampled Poisson trace differs slightly from its nominal rate).")
     skipped = int(first.get("trace_rows_rejected", 0) or 0)
     if skipped:
@@ -130,10 +130,7 @@ def _bar(points: pd.DataFrame, column: str, ylabel: str, slo: float | None, path
     ax.set_ylabel(ylabel)
     ax.set_title(f"{ylabel} per point")
     ax.tick_params(axis="x", rotation=20)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def _tbt_cdf(points: pd.DataFrame, requests: pd.DataFrame, slo: float | None, path: Path) -> Path:
@@ -150,13 +147,19 @@ def _tbt_cdf(points: pd.DataFrame, requests: pd.DataFrame, slo: float | None, pa
     ax.set_ylabel("fraction of gaps")
     ax.set_title("CDF of time between tokens")
     ax.legend(fontsize=8, loc="lower right")
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> Path:
+    """Write a figure as PNG (110 dpi, tight layout) and release it."""
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
-def _fmt(value) -> str:
+def format_cell(value) -> str:
+    """A table cell: yes/no for booleans, 4 significant digits, 'n/a' for NaN (undefined)."""
     if isinstance(value, (bool, np.bool_)):
         return "yes" if value else "no"
     if isinstance(value, (float, np.floating)):
@@ -169,7 +172,7 @@ def _markdown(header, table, failed, figures, out_dir: Path) -> str:
     lines.append("| " + " | ".join(table.columns) + " |")
     lines.append("|" + "---|" * len(table.columns))
     for _, row in table.iterrows():
-        lines.append("| " + " | ".join(_fmt(v) for v in row) + " |")
+        lines.append("| " + " | ".join(format_cell(v) for v in row) + " |")
     for _, row in failed.iterrows():
         lines.append(f"\n**Point {row['label']} failed:** {row['error']}")
     lines.append("")
@@ -178,7 +181,7 @@ def _markdown(header, table, failed, figures, out_dir: Path) -> str:
 
 
 def _html(header, table, failed, figures, title: str) -> str:
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in r) + "</tr>"
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(format_cell(v))}</td>" for v in r) + "</tr>"
                    for _, r in table.iterrows())
     head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
     items = "".join(f"<li>{html.escape(line).replace('**', '')}</li>" for line in header)
@@ -258,14 +261,14 @@ def write_capacity_report(points: pd.DataFrame, trials: pd.DataFrame, base: Swee
             check = policy_check.iloc[0]
             value = check.get("capacity_qps", float("nan"))
             header.append(f"vLLM runs its own (v1) policy, not `{best['scheduler']}`: the same flags simulated "
-                          f"under `vllm_v1` give a capacity of {_fmt(value)} QPS.")
+                          f"under `vllm_v1` give a capacity of {format_cell(value)} QPS.")
     else:
         header.append("No point meets the SLOs even at the lowest load searched.")
     if loads is not None and len(loads):
         bands = policy_table(loads)
         metric = "goodput" if loads["goodput_rps"].notna().any() else "throughput"
         header.append(f"Load-dependent policy (best {metric} among points meeting every SLO, per QPS band): "
-                      + "; ".join(f"{_fmt(r['QPS from'])}–{_fmt(r['QPS to'])} QPS → {r['best point']}"
+                      + "; ".join(f"{format_cell(r['QPS from'])}–{format_cell(r['QPS to'])} QPS → {r['best point']}"
                                   for _, r in bands.iterrows()) + ".")
     failed = points[points["error"].notna()] if "error" in points else points.iloc[0:0]
     (out_dir / "report.md").write_text(_markdown(header, table, failed, figures, out_dir))
@@ -286,15 +289,12 @@ def _chunk_n_heatmap(points: pd.DataFrame, path: Path) -> Path | None:
     ax.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns])
     ax.set_yticks(range(grid.shape[0]), [str(n) for n in grid.index])
     for (r, c), value in np.ndenumerate(grid.to_numpy(dtype=float)):
-        ax.text(c, r, _fmt(value), ha="center", va="center", color="white", fontsize=8)
+        ax.text(c, r, format_cell(value), ha="center", va="center", color="white", fontsize=8)
     ax.set_xlabel("chunk size (tokens)")
     ax.set_ylabel("split-N")
     ax.set_title("Capacity (QPS) by chunk size × split-N")
     fig.colorbar(image, ax=ax)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def _burst_headroom(points: pd.DataFrame, path: Path) -> Path:
@@ -305,18 +305,21 @@ def _burst_headroom(points: pd.DataFrame, path: Path) -> Path:
     settings = [c for c in ("scheduler", "chunk_size", "split_n") if c in data]
     for key, group in data.groupby(settings, sort=False, dropna=False):
         group = group.sort_values("cv")
-        ax.errorbar(group["cv"], group["capacity_qps"],
-                    yerr=np.nan_to_num(np.vstack([group["capacity_qps"] - group["capacity_ci_low"],
-                                                  group["capacity_ci_high"] - group["capacity_qps"]])),
+        ax.errorbar(group["cv"], group["capacity_qps"], yerr=_capacity_errors(group),
                     marker="o", capsize=3, label=" ".join(str(k) for k in np.atleast_1d(key)))
     ax.set_xlabel("inter-arrival CV (1 = Poisson)")
     ax.set_ylabel("capacity (QPS)")
     ax.set_title("Burst headroom: capacity vs burstiness")
     ax.legend(fontsize=7, loc="upper right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
+
+
+def _capacity_errors(points: pd.DataFrame) -> np.ndarray:
+    """(2, n) error-bar lengths below and above each capacity from its interval (0 where undefined)."""
+    values = points["capacity_qps"].astype(float).to_numpy()
+    low = values - points["capacity_ci_low"].astype(float).to_numpy()
+    high = points["capacity_ci_high"].astype(float).to_numpy() - values
+    return np.nan_to_num(np.vstack([low, high]))
 
 
 def _pareto_plot(loads: pd.DataFrame, path: Path) -> Path:
@@ -331,26 +334,17 @@ def _pareto_plot(loads: pd.DataFrame, path: Path) -> Path:
     ax.set_ylabel("throughput (req/s)")
     ax.set_title("Throughput vs P99 TBT over the QPS grid")
     ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def _capacity_bars(points: pd.DataFrame, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     values = points["capacity_qps"].astype(float).to_numpy()
-    low = values - points["capacity_ci_low"].astype(float).to_numpy()
-    high = points["capacity_ci_high"].astype(float).to_numpy() - values
-    err = np.nan_to_num(np.vstack([low, high]))
-    ax.bar(points["label"], np.nan_to_num(values), yerr=err, capsize=4, color="#4C72B0")
+    ax.bar(points["label"], np.nan_to_num(values), yerr=_capacity_errors(points), capsize=4, color="#4C72B0")
     ax.set_ylabel("capacity (QPS)")
     ax.set_title("Capacity per point (95 % interval over seeds)")
     ax.tick_params(axis="x", rotation=20)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def _latency_vs_qps(trials: pd.DataFrame, metric: str, slo: float | None, path: Path) -> Path:
@@ -366,7 +360,4 @@ def _latency_vs_qps(trials: pd.DataFrame, metric: str, slo: float | None, path: 
     ax.set_yscale("log")
     ax.set_title(f"{metric} of the bisection trials (first seed)")
     ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
