@@ -284,6 +284,7 @@ class EngineConfig(_Strict):
     acceptance: Annotated[float, Field(ge=0, le=1)] | list[Annotated[float, Field(ge=0, le=1)]] | AcceptanceFile = 0.7
     draft: Literal["ngram"] | DraftModel = "ngram"
     seed: int = 0
+    on_too_long: Literal["reject", "truncate"] = "reject"  # prompt + output > max_model_len
 
     @field_validator("scheduler")
     @classmethod

@@ -43,7 +43,7 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
         chunk_size=e.chunk_size if chunked else None,
         max_num_batched_tokens=None if chunked else e.max_num_batched_tokens,
         policy=e.policy, preemption=e.preemption, split_n=e.split_n,
-        long_prefill_token_threshold=e.long_prefill_token_threshold)
+        long_prefill_token_threshold=e.long_prefill_token_threshold, on_too_long=e.on_too_long)
 
 
 def build_schedulers(point: SweepConfig, config: SchedulerConfig) -> list[Scheduler]:

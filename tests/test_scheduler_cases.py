@@ -175,3 +175,20 @@ def test_no_request_is_scheduled_before_it_arrives_despite_float_rounding():
     r = result.requests
     assert (r["first_scheduled_s"] >= r["arrival_s"]).all()
     assert r.loc[1, "first_scheduled_s"] == pytest.approx(0.99999, abs=1e-12)
+
+
+def test_truncate_policy_caps_output_at_max_model_len_and_counts_it():
+    # max_model_len 8192: 8000 + 300 does not fit. Rejected by default; under `truncate` it
+    # generates 192 tokens (8000 + 192 = 8192) and ends as `truncated`. A prompt that fills the
+    # context alone is still rejected.
+    rows = [(0.0, 8000, 300), (0.0, 8192, 10), (0.0, 100, 5)]
+    default = run("sarathi", rows, num_gpu_blocks=2000, chunk_size=512)
+    assert reasons(default) == ["rejected_too_long", "rejected_too_long", "completed"]
+    truncated = run("sarathi", rows, num_gpu_blocks=2000, chunk_size=512, on_too_long="truncate")
+    assert reasons(truncated) == ["truncated", "rejected_too_long", "completed"]
+    r = truncated.requests
+    assert r.loc[0, "generated_tokens"] == 192 and r.loc[0, "output_tokens"] == 300
+    assert truncated.summary["truncated"] == 1 and truncated.summary["completed"] == 1
+    # Its tokens count in throughput and its latencies in the percentiles (case 11).
+    s = truncated.summary
+    assert s["output_throughput_tps"] * s["makespan_s"] == pytest.approx(192 + 5)

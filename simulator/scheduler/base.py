@@ -18,6 +18,7 @@ from simulator.scheduler.plan import (
     REJECTED_BUDGET,
     REJECTED_KV_CAPACITY,
     REJECTED_TOO_LONG,
+    TRUNCATED,
     BatchPlan,
     FinishedRequest,
     ScheduledSequence,
@@ -69,13 +70,25 @@ class Scheduler:
         Returns:
             None when queued; a `FinishedRequest` with a `rejected_*` finish reason otherwise.
         """
-        reason = self._rejection_reason(request)
+        output_tokens = self._output_limit(request)
+        reason = self._rejection_reason(request, output_tokens)
         if reason is not None:
             return FinishedRequest(
                 request.request_id, request.arrival_s, request.prompt_tokens, request.output_tokens, reason
             )
-        self.waiting.add_arrival(Sequence(request))
+        seq = Sequence(request)
+        seq.max_output_tokens = output_tokens
+        self.waiting.add_arrival(seq)
         return None
+
+    def _output_limit(self, request: Request) -> int:
+        """Tokens the request will generate: all it asks for, or, under the opt-in `truncate`
+        policy, only up to max_model_len (vLLM stops a sequence there with finish reason
+        "length"); the request then ends as `truncated`, its tokens counted."""
+        room = self.config.max_model_len - request.prompt_tokens
+        if self.config.on_too_long == "truncate" and 0 < room < request.output_tokens:
+            return room
+        return request.output_tokens
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -132,12 +145,12 @@ class Scheduler:
             else:
                 seq.num_computed_tokens += item.num_query_tokens
             if emitted:
-                emitted = min(emitted, seq.request.output_tokens - seq.num_generated_tokens)
+                emitted = min(emitted, seq.max_output_tokens - seq.num_generated_tokens)
                 if seq.num_generated_tokens == 0:
                     seq.first_token_s = now_s
                 seq.num_generated_tokens += emitted
                 seq.token_times_s.extend([now_s] * emitted)
-                if seq.num_generated_tokens >= seq.request.output_tokens:
+                if seq.num_generated_tokens >= seq.max_output_tokens:
                     finished.append(self._finish(seq, now_s))
         return finished
 
@@ -207,7 +220,7 @@ class Scheduler:
             bm.grow_to(seq.request_id, seq.num_computed_tokens)
             seq.num_generated_tokens += steps
             seq.token_times_s.extend(step_end_s)
-            if seq.num_generated_tokens >= seq.request.output_tokens:
+            if seq.num_generated_tokens >= seq.max_output_tokens:
                 finished.append(self._finish(seq, step_end_s[-1]))
         self._after_decode_window()
         return kv_used, finished
@@ -233,23 +246,26 @@ class Scheduler:
         release below it): the prefill target for whole-prompt reservation."""
         return seq.prefill_target_tokens
 
-    def _rejection_reason(self, request: Request) -> str | None:
-        """Finish reason for a request that can never be served alone, else None.
+    def _rejection_reason(self, request: Request, output_tokens: int) -> str | None:
+        """Finish reason for a request that can never be served alone (generating
+        `output_tokens`), else None.
 
         Usable pool = num_gpu_blocks − floor(watermark × num_gpu_blocks): a request is rejected
         when the most it will ever hold (`_peak_kv_tokens`) needs more blocks than that.
         """
-        if request.prompt_tokens + request.output_tokens > self.config.max_model_len:
+        if request.prompt_tokens + output_tokens > self.config.max_model_len:
             return REJECTED_TOO_LONG
-        if blocks_for(self._peak_kv_tokens(request), self.config.block_size) > self.block_manager.usable_blocks:
+        peak_tokens = self._peak_kv_tokens(request.prompt_tokens + output_tokens - 1)
+        if blocks_for(peak_tokens, self.config.block_size) > self.block_manager.usable_blocks:
             return REJECTED_KV_CAPACITY
         if not self.chunked and request.prompt_tokens > self.token_budget:
             return REJECTED_BUDGET
         return None
 
-    def _peak_kv_tokens(self, request: Request) -> int:
-        """Most KV tokens the request holds: prompt + output − 1 (the last token is never cached)."""
-        return request.prompt_tokens + request.output_tokens - 1
+    def _peak_kv_tokens(self, final_kv_tokens: int) -> int:
+        """Most KV tokens a request holds, given its final footprint prompt + output − 1 (the
+        last token is never cached): that footprint, unless the policy reserves more."""
+        return final_kv_tokens
 
     # ----- helpers ----------------------------------------------------------------------------
     def _idle_running(self) -> list[Sequence]:
@@ -426,7 +442,7 @@ class Scheduler:
             arrival_s=r.arrival_s,
             prompt_tokens=r.prompt_tokens,
             output_tokens=r.output_tokens,
-            finish_reason=COMPLETED,
+            finish_reason=COMPLETED if seq.max_output_tokens == r.output_tokens else TRUNCATED,
             generated_tokens=seq.num_generated_tokens,
             first_scheduled_s=seq.first_scheduled_s,
             first_token_s=seq.first_token_s,

@@ -24,6 +24,9 @@ class SchedulerConfig:
             memory and back; the replica prices the transfer).
         split_n: speculative depth N: each decode may verify up to N draft tokens per step.
         long_prefill_token_threshold: vllm_v1 only: cap on one request's chunk per step (None = off).
+        on_too_long: "reject" a request whose prompt + output exceeds max_model_len
+            (`rejected_too_long`), or "truncate" its output to fit (`truncated`, vLLM's "length"
+            finish; a prompt that alone fills max_model_len is still rejected).
     """
 
     num_gpu_blocks: int
@@ -37,11 +40,14 @@ class SchedulerConfig:
     preemption: str = "recompute"
     split_n: int = 0
     long_prefill_token_threshold: int | None = None
+    on_too_long: str = "reject"
 
     def __post_init__(self) -> None:
         if self.policy not in ("fcfs", "priority"):
             raise ValueError(f"policy must be 'fcfs' or 'priority', got {self.policy!r}")
         if self.preemption not in ("recompute", "swap"):
             raise ValueError(f"preemption must be 'recompute' or 'swap', got {self.preemption!r}")
+        if self.on_too_long not in ("reject", "truncate"):
+            raise ValueError(f"on_too_long must be 'reject' or 'truncate', got {self.on_too_long!r}")
         if self.split_n < 0:
             raise ValueError(f"split_n must be >= 0, got {self.split_n}")

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from simulator.scheduler.base import Entry, Scheduler
 from simulator.scheduler.sequence import Sequence
-from traces import Request
 
 
 class OrcaScheduler(Scheduler):
@@ -24,7 +23,7 @@ class OrcaScheduler(Scheduler):
     def _reserved_floor_tokens(self, seq: Sequence) -> int:
         return self.config.max_model_len
 
-    def _peak_kv_tokens(self, request: Request) -> int:
+    def _peak_kv_tokens(self, final_kv_tokens: int) -> int:
         return self.config.max_model_len
 
     def _build_plan(self, now_s: float) -> tuple[list[Entry], list[Sequence]]:

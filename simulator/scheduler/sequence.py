@@ -23,6 +23,7 @@ class Sequence:
 
     request: Request
     request_id: int = field(init=False)  # copied from the request: read several times per step
+    max_output_tokens: int = 0  # what it will generate: output_tokens, or less when truncated
     num_computed_tokens: int = 0
     num_generated_tokens: int = 0
     prefill_target_tokens: int = 0
@@ -36,6 +37,7 @@ class Sequence:
     def __post_init__(self) -> None:
         self.request_id = self.request.request_id
         self.prefill_target_tokens = self.request.prompt_tokens
+        self.max_output_tokens = self.max_output_tokens or self.request.output_tokens
 
     @property
     def num_tokens(self) -> int:
@@ -54,11 +56,11 @@ class Sequence:
     @property
     def final_kv_tokens(self) -> int:
         """KV entries held when the last token is sampled: prompt + output - 1."""
-        return self.request.prompt_tokens + self.request.output_tokens - 1
+        return self.request.prompt_tokens + self.max_output_tokens - 1
 
     @property
     def remaining_output_tokens(self) -> int:
-        return self.request.output_tokens - self.num_generated_tokens
+        return self.max_output_tokens - self.num_generated_tokens
 
     def reset_for_recompute(self) -> None:
         """Recompute preemption: drop the cache; prefill prompt + generated tokens again."""
