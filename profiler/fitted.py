@@ -224,21 +224,25 @@ class FittedCostModel:
                 continue
             a_max, b_max = np.exp(reg.key_range_[1, 0]), np.expm1(reg.key_range_[1, 1])
             logs = lambda a, b: np.column_stack((np.log(a), np.log1p(b)))  # noqa: E731
-            self._attention[name] = (reg, GridTable(lambda a, b, r=reg: r.correction(logs(a, b)), a_max, b_max))
+            self._attention[name] = (reg.base_coef_.tolist(),
+                                     GridTable(lambda a, b, r=reg: r.correction(logs(a, b)), a_max, b_max))
 
     def _attention_s(self, name: str, pairs, kv_tokens, query_tokens, num_seqs, key_a, key_b):
         """One layer's attention kernel time(s) from group sums (`OpCatalogue.attention_work`'s
-        terms, pre-divided by the rates in `_build_tables`); scalars in, a float out, or arrays
+        terms, pre-divided by the rates in `_build_tables`); floats in, a float out, or arrays
         (n,) in and out."""
         s_per_pair, s_per_kv_token, s_per_query_token = self._attention_s_per_unit
         t_c = s_per_pair * pairs
         t_m = s_per_kv_token * kv_tokens + s_per_query_token * query_tokens
         fitted = self._attention[name]
         if fitted is None:
-            return self.fallback.op_time_s(name, t_c, t_m)
-        reg, grid = fitted
-        w = reg.base_coef_
-        base = np.maximum(w[0] + w[1] * np.maximum(t_c, t_m) + w[2] * t_c + w[3] * t_m + w[4] * num_seqs, 1e-9)
+            out = self.fallback.op_time_s(name, t_c, t_m)
+            return float(out) if np.ndim(out) == 0 else out
+        w, grid = fitted
+        if np.ndim(t_c) == 0:
+            base = max(w[0] + w[1] * max(t_c, t_m) + w[2] * t_c + w[3] * t_m + w[4] * num_seqs, 1e-9)
+        else:
+            base = np.maximum(w[0] + w[1] * np.maximum(t_c, t_m) + w[2] * t_c + w[3] * t_m + w[4] * num_seqs, 1e-9)
         return base * grid(key_a, key_b)
 
     # -- per step ----------------------------------------------------------------------------
@@ -269,25 +273,35 @@ class FittedCostModel:
         return sum(self._parts(q, np.asarray(context_tokens, dtype=np.float64), np.asarray(is_prefill, dtype=bool)))
 
     def _parts(self, q: np.ndarray, c: np.ndarray, prefill: np.ndarray) -> tuple[float, float, float, float]:
+        """(token ops, sequence ops, prefill attention, decode attention) seconds of one step.
+
+        Scalar arithmetic where a group is one sequence or a sum (the common steps: one prefill
+        chunk, any number of decodes), numpy only for several prefill sequences.
+        """
         layers = self.catalogue.model.num_layers
-        num_tokens, num_seqs = float(q.sum()), q.size
-        num_prefill = int(np.count_nonzero(prefill))
-        pairs, kv_tokens = q * (c + (q + 1) * 0.5), c + q  # per sequence: q c + q (q + 1) / 2, c + q
+        num_seqs, num_tokens = q.size, float(q.sum())
+        prefill_index = np.flatnonzero(prefill)
+        num_prefill = prefill_index.size
         self._count(TOKENS, num_tokens)
         self._count(SEQS, num_seqs)
         prefill_s = decode_s = 0.0
-        if num_prefill:
-            qp = q[prefill]
+        if num_prefill == 1:
+            qp, cp = float(q[prefill_index[0]]), float(c[prefill_index[0]])
+            self._count(PREFILL_SEQ, qp)
+            prefill_s = layers * self._attention_s("attention_prefill", qp * (cp + (qp + 1) * 0.5), cp + qp,
+                                                   qp, 1.0, qp, cp)
+        elif num_prefill:
+            qp, cp = q[prefill_index], c[prefill_index]
             self._count(PREFILL_SEQ, qp.max())
             prefill_s = layers * float(self._attention_s(
-                "attention_prefill", pairs[prefill], kv_tokens[prefill], qp, 1.0, qp, c[prefill]).sum())
+                "attention_prefill", qp * (cp + (qp + 1) * 0.5), cp + qp, qp, 1.0, qp, cp).sum())
         if num_prefill < num_seqs:
-            decode = ~prefill
-            num_decodes = num_seqs - num_prefill
+            qd, cd = (q, c) if num_prefill == 0 else (q[~prefill], c[~prefill])
+            num_decodes, sum_q, sum_c = qd.size, float(qd.sum()), float(cd.sum())
             self._count(DECODE_BATCH, num_decodes)
-            decode_s = layers * float(self._attention_s(
-                "attention_decode", pairs @ decode, kv_tokens @ decode, q @ decode, num_decodes,
-                num_decodes, (c @ decode) / num_decodes))
+            pairs = float(qd @ cd) + (float(qd @ qd) + sum_q) * 0.5  # Σ q c + q (q + 1) / 2
+            decode_s = layers * self._attention_s("attention_decode", pairs, sum_c + sum_q, sum_q,
+                                                  num_decodes, num_decodes, sum_c / num_decodes)
         self.num_predictions += 1
         return self._token_table(num_tokens), self._seq_table(num_seqs), prefill_s, decode_s
 

@@ -34,11 +34,14 @@ class LineTable:
         self.x = np.unique(np.concatenate((dense, np.round(sparse)))).astype(np.float64)
         self.y = np.asarray(fn(self.x.astype(np.int64)), dtype=np.float64)
         self.max_value = float(self.x[-1])
+        self._dense = self.y[:len(dense)].tolist()  # f(1..len) as floats, for integer look-ups
 
     def __call__(self, n: float) -> float:
         """f(n) (interpolated between grid points; in proportion to n beyond the grid)."""
         if n > self.max_value:
             return float(self.y[-1] * n / self.max_value)
+        if n <= len(self._dense) and n == int(n) and n >= 1:
+            return self._dense[int(n) - 1]
         return float(np.interp(n, self.x, self.y))
 
 
@@ -57,6 +60,7 @@ class GridTable:
         self.log_b = np.linspace(0.0, np.log1p(max(b_max, 0.0)) + 1e-9, points)
         a, b = np.meshgrid(np.exp(self.log_a), np.expm1(self.log_b), indexing="ij")
         self.values = np.asarray(fn(a.ravel(), b.ravel()), dtype=np.float64).reshape(a.shape)
+        self._rows = self.values.tolist()  # the same values as floats, for scalar look-ups
 
     def __call__(self, a, b):
         """g at each (a[i], b[i]): arrays (n,) in and out, or two scalars in and a float out;
@@ -69,13 +73,17 @@ class GridTable:
         return self._at(u, v)
 
     def _at(self, u, v):
-        g = self.values
         if np.ndim(u) == 0:
-            i, j = min(int(u), g.shape[0] - 2), min(int(v), g.shape[1] - 2)
+            g = self._rows
+            i, j = min(int(u), len(g) - 2), min(int(v), len(g[0]) - 2)
         else:
+            g = self.values
             i = np.minimum(u.astype(int), g.shape[0] - 2)
             j = np.minimum(v.astype(int), g.shape[1] - 2)
         fu, fv = u - i, v - j
+        if np.ndim(u) == 0:
+            return ((1 - fu) * (1 - fv) * g[i][j] + fu * (1 - fv) * g[i + 1][j]
+                    + (1 - fu) * fv * g[i][j + 1] + fu * fv * g[i + 1][j + 1])
         return ((1 - fu) * (1 - fv) * g[i, j] + fu * (1 - fv) * g[i + 1, j]
                 + (1 - fu) * fv * g[i, j + 1] + fu * fv * g[i + 1, j + 1])
 

@@ -94,15 +94,18 @@ def _two_d_levels(op: Op, limits: GridLimits, seed: int) -> list[list[tuple[int,
     rng = np.random.default_rng(seed)
     if op.driver == PREFILL_SEQ:
         first, context_low = limits.max_tokens, 0
-        limit = max(limits.max_context, limits.max_tokens)
-        fits = [lambda q, c: q + c <= limit]
         coarse = (_powers(16, first, 4), [0] + _powers(256, limits.max_context, 4))
         fine = (_powers(8, first), [0] + _powers(128, limits.max_context))
     else:
         first, context_low = limits.max_seqs, 16
-        fits = [lambda b, c: b * (c + 1) <= limits.max_kv_tokens]
         coarse = (_powers(1, first, 4), _powers(16, limits.max_context, 8))
         fine = (_powers(1, first), _powers(16, limits.max_context))
+
+    def fits(a: int, b: int) -> bool:
+        if op.driver == PREFILL_SEQ:
+            return a + b <= max(limits.max_context, limits.max_tokens)
+        return a * (b + 1) <= limits.max_kv_tokens
+
     levels, seen = [], set()
     candidates = (
         [(a, b) for a in coarse[0] for b in coarse[1]],
@@ -110,7 +113,7 @@ def _two_d_levels(op: Op, limits: GridLimits, seed: int) -> list[list[tuple[int,
         _pairs(rng, first, context_low, limits.max_context, _PAIR_POINTS),
     )
     for values in candidates:
-        fresh = sorted({v for v in values if fits[0](*v)} - seen)
+        fresh = sorted({v for v in values if fits(*v)} - seen)
         seen.update(fresh)
         levels.append(fresh)
     return levels

@@ -47,6 +47,9 @@ def test_step_is_the_sum_of_its_parts_and_grows_with_work(model):
     assert hybrid > step(model, *decodes)
     assert step(model, [512], [0], [True]) > step(model, [64], [0], [True])
     assert step(model, [1] * 16, [1500] * 16, [False] * 16) > step(model, *decodes)
+    one = model.breakdown(np.array([100]), np.array([40]), np.array([True]))["attention_prefill_s"]
+    two = model.breakdown(np.array([100, 100]), np.array([40, 40]), np.array([True, True]))
+    assert two["attention_prefill_s"] == pytest.approx(2 * one, rel=1e-12)  # scalar and array paths agree
     with pytest.raises(ValueError, match="must align"):
         model.breakdown(np.array([1, 2]), np.array([1]), np.array([True]))
 
