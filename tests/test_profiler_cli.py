@@ -1,6 +1,7 @@
 """The real `sarathi-sim profile` and `sarathi-sim fit` on a tiny model in CI: they run within the
 budget and write a valid profile, a fitted model and a report (no assertion on the live timings)."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -64,3 +65,24 @@ def test_profile_and_fit_errors_exit_2_with_a_message(tmp_path):
     assert result.exit_code == 2 and "not a profile directory" in result.output
     with pytest.raises(ProfileError, match="not a profile directory"):
         Profile.load(tmp_path)
+
+
+def test_cuda_path_is_wired_but_refused_without_a_gpu(tmp_path):
+    """What a GPU run would use (not exercised here: no GPU in CI): CUDA events for kernels, the
+    synchronised host clock for input preparation, the engine's Triton kernel, bf16, larger grids."""
+    from profiler.harness import DTYPES, clock_for, run_profile
+    from profiler.ops import OpCatalogue
+    from profiler.shape_grid import default_limits
+    from profiler.timing import cuda_event_clock, cuda_host_clock
+    from profiler.torch_ops import attention_backend
+    from profiler import get_model_spec
+
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # as the engine's kernel tests: no GPU here
+    catalogue = OpCatalogue(get_model_spec("llama-3-8b"))
+    assert clock_for(catalogue.op("qkv_proj"), "cuda", 1) is cuda_event_clock
+    assert clock_for(catalogue.op("cpu_overhead"), "cuda", 1) is cuda_host_clock
+    assert DTYPES["cuda"] == ("bfloat16", 2)
+    assert default_limits(8192, "cuda").max_tokens == 8192 and default_limits(32768, "cuda").max_tokens == 16384
+    assert attention_backend("cuda")[1] == "gpu_engine.triton_attention.paged_attention_triton"
+    with pytest.raises(ValueError, match="no CUDA device"):
+        run_profile(get_model_spec(TINY), "cuda", 5, tmp_path / "x")
