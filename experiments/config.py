@@ -501,7 +501,7 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> tuple[SweepConfi
 
 # Keys holding file paths: relative paths in a config file are relative to the file's folder;
 # those given with --set are relative to the working directory (as a shell user expects).
-_PATH_KEYS = ("trace.path", "engine.acceptance.file", "model", "engine.draft.model")
+_PATH_KEYS = ("trace.path", "engine.acceptance.file", "model", "engine.draft.model", "cost_model")
 
 
 def _resolve_paths(tree: dict, folder: Path) -> None:
@@ -514,9 +514,13 @@ def _resolve_paths(tree: dict, folder: Path) -> None:
         value = node.get(key) if isinstance(node, dict) else None
         if not isinstance(value, str):
             continue
-        is_path = not dotted.endswith("model") or value.endswith(".json") or "/" in value
+        prefix = "profile:" if dotted == "cost_model" and value.startswith("profile:") else ""
+        value = value[len(prefix):]
+        if dotted == "cost_model" and not prefix:
+            continue  # auto / roofline
+        is_path = not dotted.endswith("model") or value.endswith(".json") or "/" in value or prefix
         if is_path and not Path(value).expanduser().is_absolute():
-            node[key] = str(folder / Path(value).expanduser())
+            node[key] = prefix + str(folder / Path(value).expanduser())
 
 
 def _get_dotted(tree: dict, dotted: str):

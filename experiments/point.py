@@ -71,7 +71,8 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0)
     """
     requests, info = load_requests(point.trace)
     sched_config = build_scheduler_config(point)
-    result = simulate(requests, build_schedulers(point, sched_config), build_pricer(point, build_cost_model(point)),
+    cost_model = build_cost_model(point)
+    result = simulate(requests, build_schedulers(point, sched_config), build_pricer(point, cost_model),
                       outcome_fn=build_outcome_fn(point), router=point.engine.router, seed=point.engine.seed,
                       trim_fraction=trim_fraction)
 
@@ -80,6 +81,9 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0)
     row.update(num_gpu_blocks=sched_config.num_gpu_blocks, max_model_len=sched_config.max_model_len,
                offered_qps=_offered_qps(result.requests["arrival_s"].to_numpy()), **info)
     row.update(result.summary)
+    # A fitted model counts the steps it priced beyond its profiled shapes (extrapolated).
+    out_of_range = getattr(cost_model, "out_of_range", None)
+    row["cost_model_steps_out_of_range"] = sum(out_of_range.values()) if out_of_range is not None else 0
     row.update(slo_verdicts(result.summary, point.slo))
     if point.goodput:
         good = goodput_count(result.requests, point.goodput)

@@ -131,3 +131,13 @@ def test_relative_paths_resolve_against_the_config_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path / "data")
     base, _ = load_config(config, ["trace.path=t.csv"])  # --set paths: relative to the working directory
     assert base.trace.path == str(tmp_path / "data" / "t.csv")
+
+
+def test_profile_cost_model_path_resolves_against_the_config_file(tmp_path):
+    from experiments.config import _resolve_paths
+    tree = {"cost_model": "profile:prof", "model": "llama-3-8b"}
+    _resolve_paths(tree, tmp_path)
+    assert tree == {"cost_model": f"profile:{tmp_path / 'prof'}", "model": "llama-3-8b"}
+    tree = {"cost_model": "auto"}
+    _resolve_paths(tree, tmp_path)
+    assert tree == {"cost_model": "auto"}
