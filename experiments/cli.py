@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from experiments.config import ConfigError, SweepConfig, describe_point, load_config
+from experiments.console import fail
 from experiments.engine_cli import engine_app
 from experiments.report import format_cell, recommend, write_capacity_report, write_report
 from experiments.search import search_slo
@@ -70,7 +71,7 @@ def simulate(
     base, points = _load(config, set_)
     if point >= len(points):
         labels = ", ".join(f"{i}: {describe_point(SweepConfig.model_validate(p))}" for i, p in enumerate(points))
-        _fail(f"--point {point} is out of range; this config has {len(points)} points ({labels})")
+        fail(f"--point {point} is out of range; this config has {len(points)} points ({labels})")
     _run(base, [points[point]], out or Path("runs") / f"{base.name}-point{point}", jobs=1)
 
 
@@ -78,7 +79,7 @@ def _load(config: Path, overrides: Optional[List[str]]):
     try:
         return load_config(config, overrides or [])
     except ConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 def _run(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Optional[int],
@@ -86,7 +87,7 @@ def _run(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Optional[in
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        _fail(f"--out {out_dir}: cannot create the run folder ({exc.strerror or exc})")
+        fail(f"--out {out_dir}: cannot create the run folder ({exc.strerror or exc})")
     if base.search is not None:
         _run_capacity(base, points, out_dir, jobs, cache_dir)
         return
@@ -161,9 +162,6 @@ def _print_table(points: pd.DataFrame, base: SweepConfig) -> None:
         console.print(f"recommended at this load: [bold]{best['label']}[/bold] (meets every SLO with the most headroom)")
 
 
-def _fail(message: str) -> None:
-    err_console.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
-    raise typer.Exit(2)
 
 
 def main() -> None:  # pragma: no cover - console-script shim

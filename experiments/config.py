@@ -286,6 +286,19 @@ class EngineConfig(_Strict):
     seed: int = 0
     on_too_long: Literal["reject", "truncate"] = "reject"  # prompt + output > max_model_len
 
+    @field_validator("acceptance", mode="before")
+    @classmethod
+    def _acceptance_shape(cls, value: Any) -> Any:
+        # Checked here so the error names what is valid instead of pydantic's union branches.
+        valid = "a probability α in [0, 1], a list [α_1, ..., α_N] of them, or {file: CSV with proposed,accepted}"
+        if isinstance(value, dict):
+            return value
+        values = value if isinstance(value, list) else [value]
+        if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1
+                             for v in values):
+            raise ValueError(f"acceptance must be {valid}; got {value!r}")
+        return value
+
     @field_validator("scheduler")
     @classmethod
     def _known_scheduler(cls, value: str) -> str:
@@ -301,6 +314,9 @@ class EngineConfig(_Strict):
                 raise ValueError(
                     f"engine.{key} is not used by scheduler {self.scheduler!r} (only by {', '.join(users)})"
                 )
+        if self.split_n and isinstance(self.acceptance, list) and len(self.acceptance) != self.split_n:
+            raise ValueError(f"engine.acceptance lists {len(self.acceptance)} per-position probabilities but "
+                             f"split_n is {self.split_n}: give exactly one per draft position")
         if self.scheduler in CHUNKING_SCHEDULERS and self.max_num_seqs > self.chunk_size:
             raise ValueError(
                 f"max_num_seqs ({self.max_num_seqs}) must be <= chunk_size ({self.chunk_size}): "
@@ -403,6 +419,20 @@ class SweepConfig(_Strict):
         if e.pipeline_parallel_size > model.num_layers:
             raise ValueError(f"engine.pipeline_parallel_size ({e.pipeline_parallel_size}) exceeds "
                              f"{model.name}'s {model.num_layers} layers")
+        if e.split_n and isinstance(e.acceptance, AcceptanceFile):
+            from simulator.acceptance import EmpiricalAcceptance
+            try:
+                EmpiricalAcceptance.from_file(e.acceptance.file)
+            except ValueError as exc:
+                raise ValueError(f"engine.acceptance.file: {exc}") from None
+        if e.split_n and isinstance(e.draft, DraftModel):
+            try:
+                get_model_spec(e.draft.model)
+            except (ValueError, OSError) as exc:
+                raise ValueError(f"engine.draft.model: {exc}") from None
+        if self.search is not None and isinstance(self.trace, ClosedLoopTrace):
+            raise ValueError("search: a closed-loop trace sets a number of clients, not a QPS; "
+                             "search capacity with an open-loop trace (profile, synthetic, file)")
         if e.max_model_len is not None and e.max_model_len > model.max_model_len:
             raise ValueError(f"engine.max_model_len ({e.max_model_len}) exceeds {model.name}'s context of "
                              f"{model.max_model_len} tokens (vLLM refuses this too)")

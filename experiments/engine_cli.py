@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from experiments.config import ConfigError, DraftModel, SweepConfig, describe_point, load_config
+from experiments.console import fail
 from experiments.deployment import build_acceptance_model, build_scheduler_config
 from experiments.point import load_requests
 
@@ -54,9 +55,9 @@ def run(
     try:
         _, points = load_config(config, set_ or [])
     except ConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if point >= len(points):
-        _fail(f"--point {point} is out of range; this config has {len(points)} points")
+        fail(f"--point {point} is out of range; this config has {len(points)} points")
     chosen = SweepConfig.model_validate(points[point])
     _check_supported(chosen)
     try:
@@ -64,7 +65,7 @@ def run(
                          device=device, dtype=dtype, attention=attention, forced=forced_acceptance,
                          temperature=temperature, max_kv_gib=max_kv_gib, threads=threads)
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     console.print(f"wrote {run_dir}/requests.parquet, steps.parquet, drafts.parquet, plans.jsonl, outputs.jsonl, "
                   "summary.json, engine.json")
 
@@ -133,7 +134,7 @@ def _check_supported(point: SweepConfig) -> None:
                    "draft": isinstance(e.draft, DraftModel)}
     bad = [key for key, is_bad in unsupported.items() if is_bad]
     if bad:
-        _fail(f"the engine runs one replica on one device with n-gram drafting and a bf16-class KV cache; "
+        fail(f"the engine runs one replica on one device with n-gram drafting and a bf16-class KV cache; "
               f"engine.{', engine.'.join(bad)} not supported (set them to their defaults)")
 
 
@@ -142,6 +143,3 @@ def _print_summary(summary: dict, wall_s: float) -> None:
     console.print(f"engine run in {wall_s:.1f} s wall: " + ", ".join(parts))
 
 
-def _fail(message: str) -> None:
-    err_console.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
-    raise typer.Exit(2)

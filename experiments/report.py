@@ -221,6 +221,8 @@ def write_capacity_report(points: pd.DataFrame, trials: pd.DataFrame, base: Swee
     plots_dir = out_dir / "plots"
     plots_dir.mkdir(parents=True, exist_ok=True)
     ok = points[points["error"].isna()] if "error" in points else points
+    if "capacity_qps" not in ok:  # every point failed: the report lists the errors only
+        ok = ok.assign(capacity_qps=np.nan, capacity_ci_low=np.nan, capacity_ci_high=np.nan)
     figures = [_capacity_bars(ok, plots_dir / "capacity.png")]
     heatmap = _chunk_n_heatmap(ok, plots_dir / "capacity_chunk_x_n.png")
     if heatmap is not None:
@@ -249,9 +251,13 @@ def write_capacity_report(points: pd.DataFrame, trials: pd.DataFrame, base: Swee
     if base.fleet is not None and "fleet_gpus" in ok and ok["fleet_gpus"].notna().any():
         cheapest = ok.loc[ok["fleet_gpus"].idxmin()]
         price = f" at ${base.fleet.gpu_hour_usd:g}/GPU-hour" if base.fleet.gpu_hour_usd else ""
+        bound = cheapest.get("capacity_at_bound") == True  # noqa: E712 (numpy bool or NaN)
+        most = "at most " if bound else ""
         header.append(f"Fleet for {base.fleet.target_qps:g} QPS: fewest GPUs with **{cheapest['label']}** — "
-                      f"{int(cheapest['fleet_replicas'])} replicas, {int(cheapest['fleet_gpus'])} GPUs{price} "
-                      "(replicas assumed to add capacity linearly behind the router).")
+                      f"{most}{int(cheapest['fleet_replicas'])} replicas, {most}{int(cheapest['fleet_gpus'])} GPUs{price} "
+                      "(replicas assumed to add capacity linearly behind the router)"
+                      + ("; its capacity is only a lower bound (it passed at the top of search.qps), so the fleet "
+                         "may be smaller" if bound else "") + ".")
     if len(ok) and ok["capacity_qps"].notna().any():
         best = ok.loc[ok["capacity_qps"].idxmax()]
         bound = " (at the top of the searched range: raise search.qps)" if best.get("capacity_at_bound") else ""

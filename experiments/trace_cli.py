@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from experiments.console import fail
 from traces import (LengthsLoadResult, TraceFormatError, TraceLoadResult, TraceSummary, cut, lengths_with_arrivals,
                     read_lengths, read_trace, scale_to_qps, summarize_lengths, summarize_requests, write_canonical)
 from traces.readers.formats import detect_format, format_by_name
@@ -18,7 +19,6 @@ trace_app = typer.Typer(add_completion=False, no_args_is_help=True,
                         help="Inspect a trace or lengths file (stats) or write it as a canonical trace (convert).")
 _WIDTH = max(shutil.get_terminal_size((120, 24)).columns, 120)
 console = Console(width=_WIDTH)
-err_console = Console(stderr=True, width=_WIDTH)
 
 FileArgument = typer.Argument(..., exists=True, dir_okay=False, help="Trace or lengths file (format from its header).")
 FormatOption = typer.Option("auto", "--format", help="Override the detected format (canonical, azure, vidur, "
@@ -65,19 +65,19 @@ def convert(
 ) -> None:
     """Write FILE as a canonical trace (arrival_s in seconds from 0, prompt_tokens, output_tokens)."""
     if to.resolve() == file.resolve():
-        _fail(f"--to {to} is the input file; choose another path")
+        fail(f"--to {to} is the input file; choose another path")
     loaded = _read(file, format, strict)
     try:
         if isinstance(loaded, TraceLoadResult):
             requests = cut(loaded.requests, max_requests=max_requests)
             requests = requests if qps is None else scale_to_qps(requests, qps)
         elif qps is None:
-            _fail(f"{file} has lengths only (no arrivals): give --qps for Poisson arrivals at that rate")
+            fail(f"{file} has lengths only (no arrivals): give --qps for Poisson arrivals at that rate")
         else:
             rows = slice(None, max_requests)
             requests = lengths_with_arrivals(loaded.prompt_tokens[rows], loaded.output_tokens[rows], qps, seed)
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     write_canonical(requests, to)
     console.print(loaded.summary(), highlight=False)
     console.print(f"wrote {len(requests)} requests to {to}")
@@ -91,7 +91,7 @@ def _read(file: Path, format: str, strict: bool) -> TraceLoadResult | LengthsLoa
             return read_trace(file, format=spec.name, strict=strict)
         return read_lengths(file, format=spec.name, strict=strict)
     except (TraceFormatError, ValueError, OSError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 def _print_stats(loaded: TraceLoadResult | LengthsLoadResult, summary: TraceSummary) -> None:
@@ -139,6 +139,3 @@ def _plot(loaded: TraceLoadResult | LengthsLoadResult, arrivals_s: np.ndarray | 
     plt.close(fig)
 
 
-def _fail(message: str) -> None:
-    err_console.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
-    raise typer.Exit(2)

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from experiments.calibrate import LEDGER_NAME, calibrate as run_calibration
+from experiments.console import fail
 from experiments.deployment import build_pricer
 from experiments.config import AcceptanceFile, ConfigError, SweepConfig, describe_point, load_config
 from experiments.fidelity_report import append_ledger, write_fidelity
@@ -48,7 +49,7 @@ def verify(
         overrides.append(f"cost_model={_absolute_cost_model(cost_model)}")
     if against_vllm_bench is not None:
         if trace is None:
-            _fail("--against-vllm-bench needs --trace FILE, the trace the benchmark replayed")
+            fail("--against-vllm-bench needs --trace FILE, the trace the benchmark replayed")
         overrides.append(f"trace={{kind: file, path: '{trace.resolve()}'}}")
     chosen = _point(config, overrides, point)
     out_dir = out or Path("runs") / f"{chosen.name}-verify"
@@ -60,7 +61,7 @@ def verify(
             run_dir = _engine_dir(config, overrides, point, engine_run, run_engine, out_dir, forced_acceptance, threads)
             steps, e2e, context = _against_engine(chosen, run_dir, out_dir)
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     context = {"config": str(config), "point": describe_point(chosen), "model": chosen.model,
                "cost_model": chosen.cost_model, **context}
     headline = headline_errors(steps, e2e)
@@ -88,7 +89,7 @@ def calibrate(
         fitted, _ = run_calibration(model, device, budget_s, out, threads=threads, log=console.print,
                                     engine_overhead=engine_overhead and device == "cpu")
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     console.print((out / "fit_report.md").read_text())
     console.print(f"wrote calibration {out} ({len(fitted.regressors)} ops fitted); verify with "
                   f"`sarathi-sim verify CONFIG --run-engine --cost-model profile:{out}`")
@@ -140,7 +141,7 @@ def _with_measured_acceptance(point: SweepConfig, run_dir: Path, out_dir: Path) 
 def _engine_dir(config: Path, overrides: list[str], point: int, engine_run: Optional[Path], run_engine: bool,
                 out_dir: Path, forced: bool, threads: int) -> Path:
     if (engine_run is None) == (not run_engine):
-        _fail("give exactly one of --engine-run DIR or --run-engine")
+        fail("give exactly one of --engine-run DIR or --run-engine")
     if engine_run is not None:
         return engine_run
     from experiments.engine_cli import run as engine_run_command
@@ -156,9 +157,9 @@ def _point(config: Path, overrides: list[str], point: int) -> SweepConfig:
     try:
         _, points = load_config(config, overrides)
     except ConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if point >= len(points):
-        _fail(f"--point {point} is out of range; this config has {len(points)} points")
+        fail(f"--point {point} is out of range; this config has {len(points)} points")
     return SweepConfig.model_validate(points[point])
 
 
@@ -182,6 +183,3 @@ def _read_json(path: Path) -> dict:
         raise ValueError(f"{path}: cannot read ({exc})") from None
 
 
-def _fail(message: str) -> None:
-    Console(stderr=True, width=120).print(f"[red]error:[/red] {message}", highlight=False)
-    raise typer.Exit(2)

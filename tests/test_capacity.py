@@ -136,3 +136,26 @@ def test_burstiness_variants_get_labels_and_a_headroom_plot(tmp_path):
     assert (tmp_path / "o" / "plots" / "capacity_vs_burstiness.png").exists()
     report = (tmp_path / "o" / "report.md").read_text()
     assert "gamma=0.25" in report and "gamma=4" in report and "Caution: trials of 40 requests" in report
+
+
+def test_capacity_search_where_every_point_fails_still_reports(tmp_path):
+    from typer.testing import CliRunner
+
+    from experiments.cli import app
+    config = tmp_path / "c.yaml"
+    config.write_text("model: llama-2-70b\ndevice: h100-sxm\ntrace: {kind: poisson, qps: 1}\n"
+                      "search: {qps: [1, 4], num_requests: 20, seeds: 1}\n")
+    result = CliRunner().invoke(app, ["sweep", str(config), "--out", str(tmp_path / "o"), "--jobs", "1"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert "does not fit" in report and "No point meets the SLOs" in report
+
+
+def test_error_text_in_brackets_is_printed_as_written(tmp_path):
+    from typer.testing import CliRunner
+
+    from experiments.cli import app
+    config = tmp_path / "c.yaml"
+    config.write_text("trace: {kind: poisson, qps: 1}\nsearch: {qps: [5, 1]}\n")
+    result = CliRunner().invoke(app, ["sweep", str(config)])
+    assert result.exit_code == 2 and "[low, high]" in result.output and "[5.0, 1.0]" in result.output

@@ -141,3 +141,21 @@ def test_profile_cost_model_path_resolves_against_the_config_file(tmp_path):
     tree = {"cost_model": "auto"}
     _resolve_paths(tree, tmp_path)
     assert tree == {"cost_model": "auto"}
+
+
+def test_speculative_settings_checked_before_running(tmp_path):
+    spec = BASE.replace("chunk_size: 512", "chunk_size: 512, split_n: 2")
+    assert "acceptance must be a probability" in error_of(tmp_path, spec.replace("split_n: 2", "split_n: 2, acceptance: 1.5"))
+    assert "acceptance must be a probability" in error_of(tmp_path, spec.replace("split_n: 2", "split_n: 2, acceptance: []"))
+    message = error_of(tmp_path, spec.replace("split_n: 2", "split_n: 2, acceptance: [0.5, 0.5, 0.5]"))
+    assert "lists 3 per-position probabilities but split_n is 2" in message
+    message = error_of(tmp_path, spec.replace("split_n: 2", "split_n: 2, acceptance: {file: missing.csv}"))
+    assert "engine.acceptance.file" in message and "missing.csv" in message
+    message = error_of(tmp_path, spec.replace("split_n: 2", "split_n: 2, draft: {model: llama-9}"))
+    assert "engine.draft.model" in message
+
+
+def test_search_refuses_a_closed_loop_trace(tmp_path):
+    text = ("trace: {kind: closed_loop, clients: 4, num_requests: 20}\n"
+            "search: {qps: [1, 8], num_requests: 20, seeds: 1}\n")
+    assert "closed-loop trace sets a number of clients" in error_of(tmp_path, text)
