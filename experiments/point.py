@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,6 +12,7 @@ from experiments.deployment import (DTYPE_BYTES, build_outcome_fn, build_pricer,
 from profiler import CostModel, RooflineCostModel, get_device_spec, get_model_spec
 from simulator.metrics import goodput_count
 from simulator.simulate import simulate
+from traces.trace_stats import mean_rate_qps
 from traces import Request
 
 
@@ -60,10 +60,6 @@ def build_cost_model(point: SweepConfig) -> CostModel:
                              dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=DTYPE_BYTES[e.kv_cache_dtype])
 
 
-def tuple_or_int(value):
-    return tuple(value) if isinstance(value, (list, tuple)) else value
-
-
 def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0) -> PointResult:
     """Simulate one point; the row holds its settings, summary metrics, SLO verdicts and goodput.
 
@@ -79,7 +75,7 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0)
     row = {"point_id": point_id, "label": describe_point(point), "model": point.model, "device": point.device}
     row.update(point.engine.used_settings())
     row.update(num_gpu_blocks=sched_config.num_gpu_blocks, max_model_len=sched_config.max_model_len,
-               offered_qps=_offered_qps(result.requests["arrival_s"].to_numpy()), **info)
+               offered_qps=mean_rate_qps(result.requests["arrival_s"].to_numpy()), **info)
     row.update(result.summary)
     # A fitted model counts the steps it priced beyond its profiled shapes (extrapolated).
     out_of_range = getattr(cost_model, "out_of_range", None)
@@ -98,10 +94,3 @@ def slo_verdicts(summary: dict, slo: dict[str, float]) -> dict:
     verdicts = {f"slo_{key}": bool(summary[slo_summary_key(key)] <= limit) for key, limit in slo.items()}
     verdicts["slo_met"] = all(verdicts.values()) if slo else np.nan
     return verdicts
-
-
-def _offered_qps(arrivals_s: np.ndarray) -> float:
-    """Arrival rate (n − 1) / span; NaN when the span is zero (undefined, never inf)."""
-    if arrivals_s.size < 2 or arrivals_s.max() <= arrivals_s.min():
-        return float("nan")
-    return (arrivals_s.size - 1) / float(arrivals_s.max() - arrivals_s.min())

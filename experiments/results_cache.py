@@ -14,7 +14,7 @@ import pickle
 import tempfile
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from experiments.config import SweepConfig
 
@@ -48,6 +48,16 @@ class ResultsCache:
                 return pickle.load(f)
         except (OSError, EOFError, pickle.UnpicklingError):
             return None
+
+    def get_or_compute(self, key: str, compute: Callable[[], Any]) -> tuple[Any, bool]:
+        """(the stored value, True), or (compute(), False) after storing it. An exception from
+        `compute` propagates and nothing is stored."""
+        cached = self.get(key)
+        if cached is not None:
+            return cached, True
+        value = compute()
+        self.put(key, value)
+        return value, False
 
     def put(self, key: str, value: Any) -> None:
         """Store atomically: write a temporary file beside the entry, then rename it into place."""

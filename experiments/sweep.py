@@ -112,25 +112,30 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
     return pd.DataFrame(rows), pd.DataFrame(trials), loads
 
 
+# A point's own failure (bad input, a model that does not fit) becomes its error text, so the
+# other points still finish; anything else is a bug and propagates.
+POINT_ERRORS = (ValueError, OSError, RuntimeError)
+
+
+def _error_text(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _safe_load_row(config: SweepConfig, point_id: int, qps: float):
     try:
         return load_row(config, point_id, qps)
-    except (ValueError, OSError, RuntimeError) as exc:
-        return f"{type(exc).__name__}: {exc}"
+    except POINT_ERRORS as exc:
+        return _error_text(exc)
 
 
 def _safe_search(config: SweepConfig, point_id: int, seed: int, cache_dir: Path | None = None):
     cache = ResultsCache(cache_dir)
-    key = cache_key("capacity", config, seed)
-    cached = cache.get(key)
-    if cached is not None:
-        return cached
     try:
-        result = search_capacity(config, point_id, seed)
-        cache.put(key, result)
+        result, _ = cache.get_or_compute(cache_key("capacity", config, seed),
+                                         lambda: search_capacity(config, point_id, seed))
         return result
-    except (ValueError, OSError, RuntimeError) as exc:
-        return f"{type(exc).__name__}: {exc}"
+    except POINT_ERRORS as exc:
+        return _error_text(exc)
 
 
 def _unique_labels(rows: list[dict]) -> None:
@@ -145,19 +150,14 @@ def _unique_labels(rows: list[dict]) -> None:
 
 def _safe_run(config: SweepConfig, point_id: int, cache_dir: Path | None = None) -> PointResult:
     cache = ResultsCache(cache_dir)
-    key = cache_key("point", config, point_id)
-    cached = cache.get(key)
-    if cached is not None:
-        cached.row["cached"] = True
-        return cached
     try:
-        result = run_point(config, point_id)
-        result.row["cached"] = False
-        cache.put(key, result)
-        return result
-    except (ValueError, OSError, RuntimeError) as exc:  # a bad point must not lose the others
-        row = {"point_id": point_id, "label": describe_point(config), "error": f"{type(exc).__name__}: {exc}"}
+        result, cached = cache.get_or_compute(cache_key("point", config, point_id),
+                                              lambda: run_point(config, point_id))
+    except POINT_ERRORS as exc:
+        row = {"point_id": point_id, "label": describe_point(config), "error": _error_text(exc)}
         return PointResult(row, pd.DataFrame({"point_id": []}), pd.DataFrame({"point_id": []}))
+    result.row["cached"] = cached
+    return result
 
 
 def clear_outputs(out_dir: Path) -> None:

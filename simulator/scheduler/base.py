@@ -307,8 +307,7 @@ class Scheduler:
                 continue
             n = min(seq.num_pending_tokens, budget)
             if per_chunk_kv:
-                capacity = (bm.blocks_held(seq.request_id) + bm.num_free) * bm.block_size
-                n = min(n, capacity - seq.num_computed_tokens)
+                n = min(n, bm.capacity_tokens(seq.request_id) - seq.num_computed_tokens)
                 if n <= 0:
                     continue
                 bm.grow_to(seq.request_id, seq.num_computed_tokens + n)
@@ -427,8 +426,7 @@ class Scheduler:
         if drafts <= 0:
             return 0
         bm = self.block_manager
-        capacity = (bm.blocks_held(seq.request_id) + bm.num_free) * bm.block_size
-        drafts = max(0, min(drafts, capacity - seq.num_computed_tokens - 1))
+        drafts = max(0, min(drafts, bm.capacity_tokens(seq.request_id) - seq.num_computed_tokens - 1))
         bm.grow_to(seq.request_id, seq.num_computed_tokens + 1 + drafts)
         return drafts
 

@@ -70,6 +70,10 @@ class BlockManager:
         self.grow_to(request_id, num_tokens)
         return True
 
+    def capacity_tokens(self, request_id: int) -> int:
+        """Most KV tokens `request_id` could hold now: its blocks plus every free one."""
+        return (self.blocks_held(request_id) + self.num_free) * self.block_size
+
     def can_admit(self, num_tokens: int) -> bool:
         """True if a new sequence can reserve `num_tokens` and leave the watermark free."""
         return self.num_free - blocks_for(num_tokens, self.block_size) >= self.watermark_blocks
