@@ -163,6 +163,31 @@ class RooflineCostModel:
         return (self._linear_s(num_tokens) + self._lm_head_s(num_seqs) + attention_s
                 + self._all_reduce_s(num_tokens) + self.step_overhead_s)
 
+    def predict_decode_steps_s(self, context_tokens: np.ndarray, num_steps: int) -> np.ndarray:
+        """Durations (s) of `num_steps` consecutive plain-decode steps of the same sequences.
+
+        Step j (0-based) is the step `predict_step_s(ones, context_tokens + j, zeros)` would
+        price, and each entry equals that float exactly (same operations in the same order,
+        elementwise): the simulator's decode windows price a run of steps in one call.
+
+        Args:
+            context_tokens: int array, shape (num_seqs,): KV tokens of each sequence before
+                the first step.
+
+        Returns:
+            float64 array, shape (num_steps,).
+        """
+        num_seqs = len(context_tokens)
+        if num_seqs == 0:
+            return np.zeros(num_steps)
+        context = float(np.asarray(context_tokens).sum()) + num_seqs * np.arange(num_steps, dtype=np.float64)
+        flops = self._attn_flops_per_pair * (context + num_seqs)
+        num_bytes = (self._kv_bytes_per_token_layer * (context + 2 * num_seqs)
+                     + self._qo_bytes_per_token * float(num_seqs))
+        attention_s = self.model.num_layers * np.maximum(flops / self._attn_flops_per_s, num_bytes / self._bytes_per_s)
+        return (self._linear_s(num_seqs) + self._lm_head_s(num_seqs) + attention_s
+                + self._all_reduce_s(num_seqs) + self.step_overhead_s)
+
     def breakdown(self, query_tokens: np.ndarray, context_tokens: np.ndarray,
                   is_prefill: np.ndarray) -> dict[str, float]:
         """Seconds per part of one step: keys `linear_s`, `lm_head_s`, `attention_prefill_s`,

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profiler.fit_report import MODEL_FILE
-from profiler.fitted import FittedCostModel
+from typing import TYPE_CHECKING
+
 from profiler.model_spec import ModelSpec
 from profiler.profile_data import SIDECAR, Profile, ProfileError
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 PROFILE_PREFIX = "profile:"
+
+if TYPE_CHECKING:
+    from profiler.fitted import FittedCostModel
 
 
 def parse_cost_model(value: str) -> str:
@@ -63,6 +66,10 @@ def load_fitted(directory: str | Path, model: ModelSpec | None = None,
     Raises:
         ProfileError: not a profile directory, or a model / tp the profile was not measured for.
     """
+    # scikit-learn (≈3 CPU-s to import) only when a profile is really used, not for `auto` on the roofline.
+    from profiler.fit_report import MODEL_FILE
+    from profiler.fitted import FittedCostModel
+
     directory = Path(directory)
     profile = Profile.load(directory)
     measured, tp = profile.model, profile.meta["tensor_parallel_size"]

@@ -1,6 +1,7 @@
 """One serving replica as a SimPy process: schedule, price the plan, advance time, complete."""
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -61,6 +62,7 @@ class Replica:
         self.steps = StepLog()
         self.num_outstanding = 0  # submitted and not finished (the least-outstanding router reads it)
         self._wake: simpy.Event = env.event()
+        self._window_open = False  # inside a decode window's timeout (`_decode_window`)
         stages = pricer.pipeline_stages
         self._stages = [simpy.Resource(env, capacity=1) for _ in range(stages)]
         self.process = env.process(self._run() if stages == 1 else self._run_pipelined())
@@ -72,6 +74,9 @@ class Replica:
             self._record([rejection])
             return
         self.num_outstanding += 1
+        if self._window_open:  # the scheduler must see it at the end of the step under way
+            self._window_open = False
+            self.process.interrupt("arrival")
         self._signal()
 
     def _signal(self) -> None:
@@ -113,28 +118,37 @@ class Replica:
             self.steps.append(start_s, duration_s, plan, self.replica_id)
 
     def _decode_window(self, running: list, max_steps: int):
-        """Up to `max_steps` plain decode steps of every running sequence, each priced as its
-        plan would be and each its own SimPy timeout (so the clock adds the same floats), ending
-        before the first step that would start at or after the next arrival."""
-        batch = len(running)
-        query = np.ones(batch, dtype=np.int64)
-        context = np.array([seq.num_computed_tokens for seq in running], dtype=np.int64)
-        prefill = np.zeros(batch, dtype=bool)
-        next_arrival = self.next_arrival_s()
-        starts, durations, ends = [], [], []
-        for j in range(max_steps):
-            start = self.env.now
-            if j and start >= next_arrival:
-                break
-            duration = self.pricer.cost_model.predict_step_s(query, context + j, prefill)
-            yield self.env.timeout(duration)
-            starts.append(start)
-            durations.append(duration)
-            ends.append(self.env.now)
-        kv_used, finished = self.scheduler.advance_decodes(ends)
+        """Up to `max_steps` plain decode steps of every running sequence as one SimPy timeout,
+        ending before the first step that would start at or after the next arrival.
+
+        Each step is priced as its plan would be and the clock adds the same floats in the same
+        order, so the step times equal the step-by-step path's. A request submitted to this
+        replica mid-window (a closed-loop client served by another replica) interrupts it: the
+        step under way runs to its end and the window stops there, as the step-by-step loop
+        would have scheduled the newcomer at that step's end.
+        """
+        start_s = self.env.now
+        batch = len(running)  # `running` is the scheduler's list: finishes shrink it
+        context = np.fromiter((seq.num_computed_tokens for seq in running), np.int64, batch)
+        durations = decode_steps_s(self.pricer.cost_model, context, max_steps)
+        ends = np.cumsum(np.r_[start_s, durations])  # sequential sums: SimPy's clock arithmetic
+        starts = ends[:-1]
+        steps = max(1, int(np.searchsorted(starts, self.next_arrival_s(), side="left")))
+        self._window_open = True
+        try:
+            yield self.env.timeout(_exact_delay(start_s, ends[steps]))
+        except simpy.Interrupt:
+            steps = int(np.searchsorted(starts[:steps], self.env.now, side="left"))
+            if steps:
+                yield self.env.timeout(_exact_delay(self.env.now, ends[steps]))
+        self._window_open = False
+        if not steps:
+            return
+        kv_used, finished = self.scheduler.advance_decodes(ends[1:steps + 1].tolist())
         self.num_outstanding -= len(finished)
         self._record(finished)
-        self.steps.extend_decodes(starts, durations, batch, kv_used, self.replica_id)
+        self.steps.extend_decodes(starts[:steps].tolist(), durations[:steps].tolist(), batch,
+                                  kv_used, self.replica_id)
 
     def _run_pipelined(self):
         first_stage = self._stages[0]
@@ -170,3 +184,28 @@ class Replica:
     def _stall_message(self, now_s: float) -> str:
         return (f"{self.scheduler.name}: {len(self.scheduler.waiting)} waiting and "
                 f"{len(self.scheduler.running)} running requests but nothing schedulable at t={now_s:.6f}s")
+
+
+def decode_steps_s(cost_model, context_tokens: np.ndarray, num_steps: int) -> np.ndarray:
+    """Durations (s) of `num_steps` plain-decode steps of sequences with these KV contexts
+    (int array, shape (num_seqs,)), the context growing by one per step: the cost model's
+    vectorised `predict_decode_steps_s` when it has one, else one `predict_step_s` per step."""
+    vectorised = getattr(cost_model, "predict_decode_steps_s", None)
+    if vectorised is not None:
+        return vectorised(context_tokens, num_steps)
+    batch = len(context_tokens)
+    query, prefill = np.ones(batch, dtype=np.int64), np.zeros(batch, dtype=bool)
+    return np.array([cost_model.predict_step_s(query, context_tokens + j, prefill) for j in range(num_steps)])
+
+
+def _exact_delay(now_s: float, at_s: float) -> float:
+    """A delay d with now_s + d == at_s in floating point (SimPy adds delays to its clock, and
+    at − now can be an ulp off), so a window ends on exactly the time the step-by-step path
+    reaches. Falls back to the nearest d found if no exact one is within a few ulps."""
+    delay = at_s - now_s
+    for _ in range(8):
+        total = now_s + delay
+        if total == at_s:
+            break
+        delay = math.nextafter(delay, math.inf if total < at_s else -math.inf)
+    return max(delay, 0.0)

@@ -125,3 +125,18 @@ def test_fast_step_price_equals_the_breakdown_sum():
         prefill = (q > 1) & (rng.random(n) < 0.8)
         assert model.predict_step_s(q, c, prefill) == pytest.approx(sum(model.breakdown(q, c, prefill).values()),
                                                                      rel=1e-12)
+
+
+def test_decode_steps_vectorised_equal_one_step_at_a_time():
+    # The simulator's decode windows price k steps in one call; each must be the exact float
+    # predict_step_s gives for that step (records must not depend on the fast path).
+    from profiler import RooflineCostModel, get_device_spec, get_model_spec
+    cost = RooflineCostModel(get_model_spec("llama-2-70b"), get_device_spec("h100-sxm"), tensor_parallel_size=4)
+    rng = np.random.default_rng(0)
+    for batch in (1, 7, 120):
+        context = rng.integers(0, 6000, batch)
+        steps = cost.predict_decode_steps_s(context, 40)
+        one_by_one = [cost.predict_step_s(np.ones(batch, np.int64), context + j, np.zeros(batch, bool))
+                      for j in range(40)]
+        assert steps.shape == (40,) and steps.tolist() == one_by_one
+        assert np.all(np.diff(steps) >= 0)  # longer contexts never price cheaper

@@ -150,3 +150,29 @@ def test_decode_windows_match_with_a_real_cost_model_for_every_scheduler(monkeyp
             pd.testing.assert_frame_equal(fast.requests, slow.requests)
             pd.testing.assert_frame_equal(fast.steps, slow.steps)
     assert len(windows) > 100 and max(windows) > 5  # the fast path really ran, in long windows
+
+
+def test_decode_windows_stop_for_a_closed_loop_request_routed_mid_window(monkeypatch):
+    # Closed loop over several replicas: one replica's completion makes its client send a request
+    # that another replica receives in the middle of a decode window. The window must stop at the
+    # end of the step under way (an interrupt), exactly where the step-by-step loop schedules it.
+    import simpy
+
+    from profiler import RooflineCostModel, get_device_spec, get_model_spec
+    from traces import ClosedLoopWorkload
+    cost = RooflineCostModel(get_model_spec("llama-3-8b"), get_device_spec("h100-sxm"))
+    interrupts = []
+    original = simpy.Process.interrupt
+    monkeypatch.setattr(simpy.Process, "interrupt", lambda self, cause=None: interrupts.append(cause) or original(self, cause))
+    config = SchedulerConfig(num_gpu_blocks=30_000, max_model_len=8192, max_num_seqs=64, chunk_size=512)
+
+    def run(fast_forward):
+        workload = ClosedLoopWorkload(num_clients=12, think_time_s=0.05, prompt=(50, 800), output=(20, 200),
+                                      num_requests=150, seed=4)
+        return simulate(workload, [make_scheduler("sarathi", config) for _ in range(3)], cost,
+                        router="least_outstanding", fast_forward=fast_forward)
+
+    fast, slow = run(True), run(False)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps)
+    assert len(interrupts) > 10
