@@ -15,7 +15,7 @@ import pandas as pd  # noqa: E402
 
 from experiments.config import SweepConfig, slo_summary_key  # noqa: E402
 from experiments.search import pareto_frontier, policy_table  # noqa: E402
-from simulator.metrics import tbt_samples_s  # noqa: E402
+from simulator.metrics import gap_samples_s  # noqa: E402
 
 TABLE_COLUMNS = {
     "label": "point",
@@ -137,7 +137,7 @@ def _tbt_cdf(points: pd.DataFrame, requests: pd.DataFrame, slo: float | None, pa
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for _, point in points.iterrows():
         times = requests.loc[requests["point_id"] == point["point_id"], "token_times_s"]
-        samples = np.sort(np.concatenate([tbt_samples_s(t) for t in times] or [np.zeros(0)]))
+        samples = np.sort(gap_samples_s(times)[0])
         if samples.size:
             ax.plot(samples, np.arange(1, samples.size + 1) / samples.size, label=point["label"])
     if slo is not None:

@@ -9,6 +9,8 @@ REFERENCE.md §1.6, §2.5.) Every percentile of an empty sample is NaN, never mi
 """
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 import pandas as pd
 
@@ -47,6 +49,32 @@ def itl_samples_s(token_times_s) -> np.ndarray:
     times, counts = emissions(token_times_s)
     gaps = np.diff(times)
     return np.repeat(gaps / counts[1:], counts[1:])
+
+
+def gap_samples_s(token_times_per_request) -> tuple[np.ndarray, np.ndarray]:
+    """TBT and ITL samples of many requests at once: the concatenation of `tbt_samples_s` and of
+    `itl_samples_s` over the requests, in order, with a few numpy passes over all their tokens
+    instead of several calls per request (a run has ~20k requests and millions of tokens).
+
+    Args:
+        token_times_per_request: iterable of per-token time sequences (as `emissions` takes).
+
+    Returns:
+        (tbt_s, itl_s): float64 arrays.
+    """
+    lists = list(token_times_per_request)
+    lengths = np.fromiter((len(t) for t in lists), np.int64, len(lists))
+    times = np.fromiter(chain.from_iterable(lists), np.float64, int(lengths.sum()))
+    if times.size == 0:
+        return np.zeros(0), np.zeros(0)
+    owner = np.repeat(np.arange(lengths.size), lengths)  # request index of each token
+    first_of_request = np.r_[True, owner[1:] != owner[:-1]]
+    starts = np.flatnonzero(first_of_request | np.r_[True, np.diff(times) != 0])  # emission starts
+    counts = np.diff(np.r_[starts, times.size])
+    same_request = owner[starts[1:]] == owner[starts[:-1]]  # gap i is between emissions i and i + 1
+    gaps = np.diff(times[starts])[same_request]
+    tokens = counts[1:][same_request]
+    return gaps, np.repeat(gaps / tokens, tokens)
 
 
 def tpot_s(token_times_s) -> float:
@@ -119,11 +147,11 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, num_gpu_blocks: int,
         margin = trim_fraction * (last - first)
         done = done[(done["arrival_s"] >= first + margin) & (done["arrival_s"] <= last - margin)]
     out["num_measured"] = len(done)
-    times = done["token_times_s"]
+    tbt, itl = gap_samples_s(done["token_times_s"])
     samples = {
         "ttft_s": done["ttft_s"].to_numpy(),
-        "tbt_s": _concat(tbt_samples_s(t) for t in times),
-        "itl_s": _concat(itl_samples_s(t) for t in times),
+        "tbt_s": tbt,
+        "itl_s": itl,
         "tpot_s": done["tpot_s"].to_numpy(),
         "e2e_s": done["e2e_s"].to_numpy(),
         "scheduling_delay_s": done["scheduling_delay_s"].to_numpy(),
@@ -141,11 +169,6 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, num_gpu_blocks: int,
     else:
         out["kv_usage_mean"] = out["kv_usage_max"] = float("nan")
     return out
-
-
-def _concat(arrays) -> np.ndarray:
-    arrays = list(arrays)
-    return np.concatenate(arrays) if arrays else np.zeros(0)
 
 
 def goodput_count(requests: pd.DataFrame, thresholds_s: dict[str, float]) -> int:

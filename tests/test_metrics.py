@@ -54,3 +54,25 @@ def test_one_token_output_has_ttft_but_no_tpot_or_tbt():
     s = summary_of(record([0.3]))
     assert s["ttft_s_p50"] == pytest.approx(0.3)
     assert math.isnan(s["tpot_s_p50"]) and math.isnan(s["tbt_s_p99"])
+
+
+def test_gap_samples_of_many_requests_equal_the_per_request_samples():
+    # The vectorised pass over every request's tokens must give exactly the per-request
+    # TBT and ITL samples, concatenated: emissions never span two requests, and a request that
+    # starts at the time the previous one ended still begins a new emission.
+    from simulator.metrics import gap_samples_s
+    rng = np.random.default_rng(5)
+    requests = [[], [1.0], [2.0, 2.0, 2.5], [2.5, 3.0, 3.0, 3.0, 3.75], [3.75], [4.0, 4.5]]
+    for _ in range(200):
+        n = int(rng.integers(0, 12))
+        gaps = rng.choice([0.0, 0.01, 0.02, 0.05], n)
+        requests.append(list(np.cumsum(gaps) + rng.uniform(0, 10)))
+    tbt, itl = gap_samples_s(requests)
+    expected_tbt = np.concatenate([tbt_samples_s(t) for t in requests])
+    expected_itl = np.concatenate([itl_samples_s(t) for t in requests])
+    np.testing.assert_array_equal(tbt, expected_tbt)
+    np.testing.assert_array_equal(itl, expected_itl)
+    head_tbt, head_itl = gap_samples_s(requests[:6])
+    assert head_tbt.tolist() == [0.5, 0.5, 0.75, 0.5]
+    assert head_itl.tolist() == [0.5, 0.5 / 3, 0.5 / 3, 0.5 / 3, 0.75, 0.5]
+    assert gap_samples_s([])[0].size == 0 and gap_samples_s([[], []])[1].size == 0
