@@ -22,6 +22,9 @@ class CostModel(Protocol):
     ) -> float:
         """Duration of one step in seconds.
 
+        The three arguments are aligned numpy arrays or plain lists (the simulator passes each
+        plan's lists; a model may convert them with `step_arrays`).
+
         Args:
             query_tokens: int array, shape (num_seqs,): tokens each sequence computes this step
                 (a prefill chunk, 1 for a decode, 1 + drafts for a speculative verify).

@@ -79,6 +79,11 @@ def ring_all_reduce_time_s(num_bytes: float, device: DeviceSpec, tp: int) -> flo
             + device.interconnect_latency_s)
 
 
+# Steps with at most this many sequences given as lists are summed in plain Python (cheaper
+# than numpy's per-call overhead at that size; the sums are the same integers either way).
+_PYTHON_SUMS_MAX_SEQS = 256
+
+
 class RooflineCostModel:
     """Prices one step of a Llama-family model on a device from datasheet figures.
 
@@ -150,18 +155,45 @@ class RooflineCostModel:
             return sum(self.breakdown(query_tokens, context_tokens, is_prefill).values())  # raises, naming shapes
         if num_seqs == 0:
             return 0.0
-        query_tokens = np.asarray(query_tokens)
-        num_tokens = int(query_tokens.sum())
-        if num_tokens == num_seqs and not np.any(is_prefill):
-            # Plain decodes (q = 1 each): q c + q (q + 1) / 2 = c + 1 pairs, c + 2 q KV tokens.
-            context = float(context_tokens.sum())
-            attention_s = self._attention_group_s(context + num_seqs, context + 2 * num_seqs, num_seqs)
+        if isinstance(query_tokens, list) and num_seqs <= _PYTHON_SUMS_MAX_SEQS:
+            num_tokens, attention_s = self._attention_from_lists(query_tokens, context_tokens, is_prefill)
         else:
-            q = np.asarray(query_tokens, dtype=np.float64)
-            c = np.asarray(context_tokens, dtype=np.float64)
-            attention_s = sum(self._attention_s(q, c, np.asarray(is_prefill, dtype=bool)))
+            query_tokens = np.asarray(query_tokens)
+            num_tokens = int(query_tokens.sum())
+            if num_tokens == num_seqs and not np.any(is_prefill):
+                # Plain decodes (q = 1 each): q c + q (q + 1) / 2 = c + 1 pairs, c + 2 q KV tokens.
+                context = float(np.asarray(context_tokens).sum())
+                attention_s = self._attention_group_s(context + num_seqs, context + 2 * num_seqs, num_seqs)
+            else:
+                q = np.asarray(query_tokens, dtype=np.float64)
+                c = np.asarray(context_tokens, dtype=np.float64)
+                attention_s = sum(self._attention_s(q, c, np.asarray(is_prefill, dtype=bool)))
         return (self._linear_s(num_tokens) + self._lm_head_s(num_seqs) + attention_s
                 + self._all_reduce_s(num_tokens) + self.step_overhead_s)
+
+    def _attention_from_lists(self, query_tokens: list, context_tokens: list, is_prefill: list) -> tuple[int, float]:
+        """(tokens in the step, attention seconds) from plain lists with integer sums, which
+        equal the numpy path's float sums exactly (every term is an integer below 2**53): for a
+        step's few dozen sequences, cheaper than a dozen small-array numpy calls."""
+        num_seqs = len(query_tokens)
+        num_tokens = sum(query_tokens)
+        if num_tokens == num_seqs and not any(is_prefill):
+            context = float(sum(context_tokens))
+            return num_tokens, self._attention_group_s(context + num_seqs, context + 2 * num_seqs, num_seqs)
+        prefill_pairs = prefill_kv = prefill_q = decode_pairs = decode_kv = decode_q = 0
+        for q, c, prefill in zip(query_tokens, context_tokens, is_prefill):
+            if prefill:
+                prefill_pairs += q * c + q * (q + 1) // 2
+                prefill_kv += c + 2 * q
+                prefill_q += q
+            else:
+                decode_pairs += q * c + q * (q + 1) // 2
+                decode_kv += c + 2 * q
+                decode_q += q
+        if not prefill_q:
+            return num_tokens, self._attention_group_s(decode_pairs, decode_kv, decode_q)
+        return num_tokens, (self._attention_group_s(prefill_pairs, prefill_kv, prefill_q)
+                            + self._attention_group_s(decode_pairs, decode_kv, decode_q))
 
     def predict_decode_steps_s(self, context_tokens: np.ndarray, num_steps: int) -> np.ndarray:
         """Durations (s) of `num_steps` consecutive plain-decode steps of the same sequences.

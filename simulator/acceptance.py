@@ -103,11 +103,11 @@ def speculative_outcome_fn(model: PositionalAcceptance | EmpiricalAcceptance) ->
     """Outcome of a plan: plain entries emit 1 token if they catch up, verifies accepted + 1."""
 
     def outcome(plan: BatchPlan) -> StepOutcome:
-        drafts = np.fromiter((s.num_draft_tokens for s in plan.sequences), np.int64, len(plan.sequences))
-        if not drafts.any():
+        columns = plan.columns
+        if not any(columns.draft_tokens):
             return StepOutcome.without_speculation(plan)
-        accepted, proposed = model.sample(drafts)
-        emitted = [(1 + int(a)) if s.emits_token else 0 for s, a in zip(plan.sequences, accepted)]
+        accepted, proposed = model.sample(np.array(columns.draft_tokens, dtype=np.int64))
+        emitted = [(1 + a) if emits else 0 for emits, a in zip(columns.emits_token, accepted.tolist())]
         return StepOutcome(tuple(emitted), tuple(int(p) for p in proposed))
 
     return outcome

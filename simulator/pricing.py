@@ -40,21 +40,21 @@ class StepPricer:
 
     def stage_s(self, plan: BatchPlan) -> float:
         """Time one micro-batch spends in one pipeline stage, seconds (= step time when P = 1)."""
-        q, c, prefill = plan.query_tokens, plan.context_tokens, plan.is_prefill
-        compute_s = self.cost_model.predict_step_s(q, c, prefill)
+        columns = plan.columns  # lists: the roofline sums a step's few dozen entries in plain Python
+        compute_s = self.cost_model.predict_step_s(columns.query_tokens, columns.context_tokens, columns.is_prefill)
         if self.draft_cost_model is not None and plan.num_draft_tokens:
             compute_s += self._draft_s(plan)
         swap_s = (plan.swap_in_tokens + plan.swap_out_tokens) * self.swap_s_per_token
         if self.pipeline_stages == 1:
             return compute_s + swap_s
-        send_s = int(q.sum()) * self.p2p_s_per_token
+        send_s = sum(columns.query_tokens) * self.p2p_s_per_token
         return (compute_s + swap_s) / self.pipeline_stages + send_s
 
     def _draft_s(self, plan: BatchPlan) -> float:
         """Draft model: the step's prefill chunks, then one step per draft position for the
         sequences drafting at least that many tokens (context grows by one each position)."""
         q, c, prefill = plan.query_tokens, plan.context_tokens, plan.is_prefill
-        drafts = np.fromiter((s.num_draft_tokens for s in plan.sequences), np.int64, len(plan.sequences))
+        drafts = np.array(plan.columns.draft_tokens, dtype=np.int64)
         total_s = self.draft_cost_model.predict_step_s(q[prefill], c[prefill], prefill[prefill]) if prefill.any() else 0.0
         for k in range(int(drafts.max())):
             drafting = drafts > k

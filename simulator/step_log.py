@@ -37,20 +37,21 @@ class StepLog:
 
     def append(self, start_s: float, duration_s: float, plan: BatchPlan, replica_id: int = 0) -> None:
         c = self._columns
+        cols = plan.columns
         prefill_tokens = prefill_seqs = decode_tokens = 0
-        for s in plan.sequences:
-            if s.is_prefill:
-                prefill_tokens += s.num_query_tokens
+        for q, prefill in zip(cols.query_tokens, cols.is_prefill):
+            if prefill:
+                prefill_tokens += q
                 prefill_seqs += 1
             else:
-                decode_tokens += s.num_query_tokens
+                decode_tokens += q
         c["replica_id"].append(replica_id)
         c["start_s"].append(start_s)
         c["duration_s"].append(duration_s)
         c["num_prefill_tokens"].append(prefill_tokens)
         c["num_decode_tokens"].append(decode_tokens)
-        c["num_draft_tokens"].append(plan.num_draft_tokens)
-        c["batch_size"].append(len(plan.sequences))
+        c["num_draft_tokens"].append(sum(cols.draft_tokens))
+        c["batch_size"].append(len(cols.request_ids))
         c["num_prefill_seqs"].append(prefill_seqs)
         c["kv_blocks_used"].append(plan.kv_blocks_used)
         c["num_preempted"].append(len(plan.preempted_ids))

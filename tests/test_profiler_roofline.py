@@ -140,3 +140,18 @@ def test_decode_steps_vectorised_equal_one_step_at_a_time():
                       for j in range(40)]
         assert steps.shape == (40,) and steps.tolist() == one_by_one
         assert np.all(np.diff(steps) >= 0)  # longer contexts never price cheaper
+
+
+def test_lists_and_arrays_price_a_step_identically():
+    # The simulator passes plan lists (summed in plain Python); engines and tools pass arrays.
+    from profiler import RooflineCostModel, get_device_spec, get_model_spec
+    cost = RooflineCostModel(get_model_spec("llama-3-8b"), get_device_spec("h100-sxm"))
+    rng = np.random.default_rng(2)
+    for _ in range(200):
+        n = int(rng.integers(1, 80))
+        prefill = (rng.random(n) < rng.choice([0.0, 0.1, 1.0])).tolist()
+        q = [int(rng.integers(1, 900)) if p else int(rng.choice([1, 1, 3])) for p in prefill]
+        c = rng.integers(0, 8000, n).tolist()
+        as_arrays = cost.predict_step_s(np.array(q), np.array(c), np.array(prefill))
+        assert cost.predict_step_s(q, c, prefill) == as_arrays
+        assert sum(cost.breakdown(np.array(q), np.array(c), np.array(prefill)).values()) == pytest.approx(as_arrays, rel=1e-12)

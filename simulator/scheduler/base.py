@@ -21,7 +21,7 @@ from simulator.scheduler.plan import (
     TRUNCATED,
     BatchPlan,
     FinishedRequest,
-    ScheduledSequence,
+    PlanColumns,
     StepOutcome,
 )
 from simulator.scheduler.sequence import Sequence
@@ -105,23 +105,24 @@ class Scheduler:
         several micro-batches in flight) are not scheduled again until it is.
         """
         entries, preempted = self._build_plan(now_s)
-        table = self.block_manager.block_table
-        sequences, queries, contexts, prefills = [], [], [], []
-        for seq, q, d in entries:
+        seqs = [e[0] for e in entries]
+        for seq in seqs:
             if seq.first_scheduled_s != seq.first_scheduled_s:  # NaN: first time on the device
                 seq.first_scheduled_s = now_s
-            computed = seq.num_computed_tokens
-            prefill = computed < seq.prefill_target_tokens
-            sequences.append(ScheduledSequence(
-                seq.request_id, q, computed, prefill, q == seq.num_pending_tokens + d, d, table(seq.request_id)))
-            queries.append(q)
-            contexts.append(computed)
-            prefills.append(prefill)
-            self._executing.add(seq.request_id)
-        plan = BatchPlan.with_arrays(tuple(sequences), queries, contexts, prefills,
-                                     preempted_ids=tuple(s.request_id for s in preempted),
-                                     kv_blocks_used=self.block_manager.num_used,
-                                     swap_in_tokens=self._swap_in_tokens, swap_out_tokens=self._swap_out_tokens)
+        ids = [seq.request_id for seq in seqs]
+        queries = [e[1] for e in entries]
+        drafts = [e[2] for e in entries]
+        contexts = [seq.num_computed_tokens for seq in seqs]
+        prefills = [seq.num_computed_tokens < seq.prefill_target_tokens for seq in seqs]
+        # The step samples when it computes every pending token (+ its drafts): q == pending + d.
+        emits = [q + seq.num_computed_tokens == seq.request.prompt_tokens + seq.num_generated_tokens + d
+                 for seq, q, d in entries]
+        table = self.block_manager.block_table
+        self._executing.update(ids)
+        plan = BatchPlan.from_columns(
+            PlanColumns(ids, queries, contexts, prefills, emits, drafts, [table(i) for i in ids]), seqs,
+            preempted_ids=tuple(s.request_id for s in preempted), kv_blocks_used=self.block_manager.num_used,
+            swap_in_tokens=self._swap_in_tokens, swap_out_tokens=self._swap_out_tokens)
         self._swap_in_tokens = self._swap_out_tokens = 0
         return plan
 
@@ -132,25 +133,28 @@ class Scheduler:
         rejected drafts are released.
         """
         finished = []
-        in_flight = self._in_flight
-        for item, emitted in zip(plan.sequences, outcome.tokens_emitted):
-            rid = item.request_id
-            self._executing.discard(rid)
-            seq = in_flight[rid]
-            drafts = item.num_draft_tokens
+        c = plan.columns
+        seqs = plan.scheduled or [self._in_flight[rid] for rid in c.request_ids]
+        self._executing.difference_update(c.request_ids)
+        for seq, q, drafts, emitted in zip(seqs, c.query_tokens, c.draft_tokens, outcome.tokens_emitted):
             if drafts:
                 rejected = drafts - max(0, emitted - 1)
-                seq.num_computed_tokens += item.num_query_tokens - rejected
-                self.block_manager.shrink_to(rid, max(seq.num_computed_tokens, self._reserved_floor_tokens(seq)))
+                seq.num_computed_tokens += q - rejected
+                self.block_manager.shrink_to(seq.request_id, max(seq.num_computed_tokens,
+                                                                 self._reserved_floor_tokens(seq)))
             else:
-                seq.num_computed_tokens += item.num_query_tokens
+                seq.num_computed_tokens += q
             if emitted:
-                emitted = min(emitted, seq.max_output_tokens - seq.num_generated_tokens)
-                if seq.num_generated_tokens == 0:
+                generated = seq.num_generated_tokens
+                emitted = min(emitted, seq.max_output_tokens - generated)
+                if generated == 0:
                     seq.first_token_s = now_s
-                seq.num_generated_tokens += emitted
-                seq.token_times_s.extend([now_s] * emitted)
-                if seq.num_generated_tokens >= seq.max_output_tokens:
+                seq.num_generated_tokens = generated = generated + emitted
+                if emitted == 1:
+                    seq.token_times_s.append(now_s)
+                else:
+                    seq.token_times_s.extend([now_s] * emitted)
+                if generated >= seq.max_output_tokens:
                     finished.append(self._finish(seq, now_s))
         return finished
 

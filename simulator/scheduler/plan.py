@@ -6,7 +6,6 @@ These types are the contract between the pure scheduler and its two clocks: the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -41,71 +40,130 @@ class ScheduledSequence(NamedTuple):
     block_table: Sequence[int] = ()
 
 
-@dataclass(frozen=True)
+class PlanColumns(NamedTuple):
+    """A plan's sequences as aligned lists (one entry per scheduled sequence, in order): the
+    `ScheduledSequence` fields column-wise. The simulator's hot loop reads these; building one
+    tuple per sequence per step only happens when something asks for `BatchPlan.sequences`."""
+
+    request_ids: list[int]
+    query_tokens: list[int]
+    context_tokens: list[int]
+    is_prefill: list[bool]
+    emits_token: list[bool]
+    draft_tokens: list[int]
+    block_tables: list[Sequence[int]]
+
+
 class BatchPlan:
     """One iteration of the serving engine (DESIGN.md, "Core types and interfaces").
 
     Attributes:
-        sequences: scheduled sequences in scheduling order.
+        sequences: scheduled sequences (`ScheduledSequence`) in scheduling order.
+        columns: the same as aligned lists (`PlanColumns`).
         preempted_ids: request ids preempted (blocks freed) while building this plan.
         kv_blocks_used: KV blocks allocated in the pool after this plan's allocations.
         swap_in_tokens: KV tokens copied back from host memory for swapped requests admitted in
             this step (swap preemption); the step pays host-link time for them.
         swap_out_tokens: KV tokens copied to host memory for requests preempted in this step.
+
+    Build one from `ScheduledSequence`s (`BatchPlan(sequences, ...)`, as the plan log reader
+    does) or from columns (`BatchPlan.from_columns`, as the scheduler does once per step); either
+    view is derived from the other on first use. Treat a plan as immutable.
     """
 
-    sequences: tuple[ScheduledSequence, ...]
-    preempted_ids: tuple[int, ...] = ()
-    kv_blocks_used: int = 0
-    swap_in_tokens: int = 0
-    swap_out_tokens: int = 0
+    __slots__ = ("_sequences", "_columns", "_arrays", "preempted_ids", "kv_blocks_used",
+                 "swap_in_tokens", "swap_out_tokens", "scheduled")
 
-    def __len__(self) -> int:
-        return len(self.sequences)
+    def __init__(self, sequences: tuple[ScheduledSequence, ...] = (), preempted_ids: tuple[int, ...] = (),
+                 kv_blocks_used: int = 0, swap_in_tokens: int = 0, swap_out_tokens: int = 0):
+        self._sequences = tuple(sequences)
+        self._columns: PlanColumns | None = None
+        self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self.preempted_ids = tuple(preempted_ids)
+        self.kv_blocks_used = kv_blocks_used
+        self.swap_in_tokens = swap_in_tokens
+        self.swap_out_tokens = swap_out_tokens
+        self.scheduled: list | None = None  # the scheduler's own sequence objects, aligned (its fast path)
 
     @classmethod
-    def with_arrays(cls, sequences: tuple[ScheduledSequence, ...], query_tokens: list[int],
-                    context_tokens: list[int], is_prefill: list[bool], **fields) -> "BatchPlan":
-        """A plan whose pricing arrays are built from lists the scheduler already holds (one
-        `np.array` each), instead of re-reading every sequence: this runs once per step."""
-        plan = cls(sequences, **fields)
-        plan.__dict__.update(  # what the cached properties below would compute, filled in now
-            query_tokens=np.array(query_tokens, dtype=np.int64),
-            context_tokens=np.array(context_tokens, dtype=np.int64),
-            is_prefill=np.array(is_prefill, dtype=bool),
-        )
+    def from_columns(cls, columns: PlanColumns, scheduled: list | None = None, **fields) -> "BatchPlan":
+        """A plan from aligned lists the scheduler already holds (no per-sequence tuples)."""
+        plan = cls((), **fields)
+        plan._sequences = None
+        plan._columns = columns
+        plan.scheduled = scheduled
         return plan
 
     @property
-    def is_empty(self) -> bool:
-        return not self.sequences
+    def sequences(self) -> tuple[ScheduledSequence, ...]:
+        if self._sequences is None:
+            self._sequences = tuple(map(ScheduledSequence, *self._columns))
+        return self._sequences
 
-    @cached_property
+    @property
+    def columns(self) -> PlanColumns:
+        if self._columns is None:
+            seqs = self._sequences
+            self._columns = PlanColumns(*(list(column) for column in zip(*seqs))) if seqs else PlanColumns(
+                [], [], [], [], [], [], [])
+        return self._columns
+
+    def __len__(self) -> int:
+        return len(self.columns.request_ids)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BatchPlan):
+            return NotImplemented
+        return (self.sequences, self.preempted_ids, self.kv_blocks_used, self.swap_in_tokens,
+                self.swap_out_tokens) == (other.sequences, other.preempted_ids, other.kv_blocks_used,
+                                          other.swap_in_tokens, other.swap_out_tokens)
+
+    __hash__ = None  # mutable caches inside; equality is by value
+
+    def __repr__(self) -> str:
+        return (f"BatchPlan(sequences={self.sequences!r}, preempted_ids={self.preempted_ids!r}, "
+                f"kv_blocks_used={self.kv_blocks_used}, swap_in_tokens={self.swap_in_tokens}, "
+                f"swap_out_tokens={self.swap_out_tokens})")
+
+    @property
+    def is_empty(self) -> bool:
+        return len(self) == 0
+
+    def _step_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._arrays is None:
+            c = self.columns
+            self._arrays = (np.array(c.query_tokens, dtype=np.int64), np.array(c.context_tokens, dtype=np.int64),
+                            np.array(c.is_prefill, dtype=bool))
+        return self._arrays
+
+    @property
     def query_tokens(self) -> np.ndarray:
         """int64 array, shape (num_seqs,): query tokens per sequence, for `CostModel`."""
-        return np.fromiter((s.num_query_tokens for s in self.sequences), np.int64, len(self.sequences))
+        return self._step_arrays()[0]
 
-    @cached_property
+    @property
     def context_tokens(self) -> np.ndarray:
         """int64 array, shape (num_seqs,): KV-cache tokens before the step, for `CostModel`."""
-        return np.fromiter((s.num_context_tokens for s in self.sequences), np.int64, len(self.sequences))
+        return self._step_arrays()[1]
 
-    @cached_property
+    @property
     def is_prefill(self) -> np.ndarray:
         """bool array, shape (num_seqs,)."""
-        return np.fromiter((s.is_prefill for s in self.sequences), bool, len(self.sequences))
+        return self._step_arrays()[2]
 
     @property
     def num_prefill_tokens(self) -> int:
-        return sum(s.num_query_tokens for s in self.sequences if s.is_prefill)
+        c = self.columns
+        return sum(q for q, p in zip(c.query_tokens, c.is_prefill) if p)
 
     @property
     def num_decode_tokens(self) -> int:
-        return sum(s.num_query_tokens for s in self.sequences if not s.is_prefill)
+        c = self.columns
+        return sum(q for q, p in zip(c.query_tokens, c.is_prefill) if not p)
 
     @property
     def num_draft_tokens(self) -> int:
-        return sum(s.num_draft_tokens for s in self.sequences)
+        return sum(self.columns.draft_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +183,7 @@ class StepOutcome:
     @classmethod
     def without_speculation(cls, plan: BatchPlan) -> "StepOutcome":
         """Outcome of a plan with no draft tokens: one token per sequence that emits."""
-        return cls(tuple(1 if s.emits_token else 0 for s in plan.sequences))
+        return cls(tuple(map(int, plan.columns.emits_token)))
 
 
 # Finish reasons (DESIGN.md): exactly one per request.
