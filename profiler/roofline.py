@@ -195,30 +195,41 @@ class RooflineCostModel:
         return num_tokens, (self._attention_group_s(prefill_pairs, prefill_kv, prefill_q)
                             + self._attention_group_s(decode_pairs, decode_kv, decode_q))
 
-    def predict_decode_steps_s(self, context_tokens: np.ndarray, num_steps: int) -> np.ndarray:
-        """Durations (s) of `num_steps` consecutive plain-decode steps of the same sequences.
+    def predict_decode_steps_s(self, context_tokens, num_steps: int, first_step: int = 0) -> list[float]:
+        """Durations (s) of consecutive plain-decode steps of the same sequences.
 
-        Step j (0-based) is the step `predict_step_s(ones, context_tokens + j, zeros)` would
-        price, and each entry equals that float exactly (same operations in the same order,
-        elementwise): the simulator's decode windows price a run of steps in one call.
+        Entry j is the step `predict_step_s(ones, context_tokens + first_step + j, zeros)`
+        would price, and equals that float exactly (the same operations in the same order): the
+        simulator's decode windows price a run of steps in one call.
 
         Args:
-            context_tokens: int array, shape (num_seqs,): KV tokens of each sequence before
-                the first step.
+            context_tokens: ints, shape (num_seqs,): KV tokens of each sequence at step 0.
+            num_steps: how many steps to price, from `first_step`.
 
         Returns:
-            float64 array, shape (num_steps,).
+            A list of `num_steps` floats.
         """
         num_seqs = len(context_tokens)
         if num_seqs == 0:
-            return np.zeros(num_steps)
-        context = float(np.asarray(context_tokens).sum()) + num_seqs * np.arange(num_steps, dtype=np.float64)
-        flops = self._attn_flops_per_pair * (context + num_seqs)
-        num_bytes = (self._kv_bytes_per_token_layer * (context + 2 * num_seqs)
-                     + self._qo_bytes_per_token * float(num_seqs))
-        attention_s = self.model.num_layers * np.maximum(flops / self._attn_flops_per_s, num_bytes / self._bytes_per_s)
-        return (self._linear_s(num_seqs) + self._lm_head_s(num_seqs) + attention_s
-                + self._all_reduce_s(num_seqs) + self.step_overhead_s)
+            return [0.0] * num_steps
+        base_s = self._linear_s(num_seqs) + self._lm_head_s(num_seqs)
+        after_s = self._all_reduce_s(num_seqs)
+        context0 = float(sum(context_tokens) if isinstance(context_tokens, list) else np.asarray(context_tokens).sum())
+        layers, per_pair, flops_per_s = self.model.num_layers, self._attn_flops_per_pair, self._attn_flops_per_s
+        kv_per_token, bytes_per_s = self._kv_bytes_per_token_layer, self._bytes_per_s
+        qo_bytes = self._qo_bytes_per_token * float(num_seqs)
+        if num_steps > 64:  # long runs: the same arithmetic elementwise in numpy
+            context = context0 + num_seqs * np.arange(first_step, first_step + num_steps, dtype=np.float64)
+            attention_s = layers * np.maximum(per_pair * (context + num_seqs) / flops_per_s,
+                                              (kv_per_token * (context + 2 * num_seqs) + qo_bytes) / bytes_per_s)
+            return (base_s + attention_s + after_s + self.step_overhead_s).tolist()
+        durations = []
+        for j in range(first_step, first_step + num_steps):
+            context = context0 + num_seqs * j  # exact: integers
+            attention_s = layers * max(per_pair * (context + num_seqs) / flops_per_s,
+                                       (kv_per_token * (context + 2 * num_seqs) + qo_bytes) / bytes_per_s)
+            durations.append(base_s + attention_s + after_s + self.step_overhead_s)
+        return durations
 
     def breakdown(self, query_tokens: np.ndarray, context_tokens: np.ndarray,
                   is_prefill: np.ndarray) -> dict[str, float]:

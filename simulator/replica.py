@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from typing import Callable
 
 import numpy as np
@@ -11,6 +12,10 @@ from simulator.pricing import StepPricer
 from simulator.scheduler import BatchPlan, FinishedRequest, Scheduler, StepOutcome
 from simulator.step_log import StepLog
 from traces import Request
+
+
+# Steps priced per call in a decode window (`Replica._decode_window`).
+_WINDOW_CHUNK_STEPS = 16
 
 
 class SimulationStalled(RuntimeError):
@@ -129,26 +134,36 @@ class Replica:
         """
         start_s = self.env.now
         batch = len(running)  # `running` is the scheduler's list: finishes shrink it
-        context = np.fromiter((seq.num_computed_tokens for seq in running), np.int64, batch)
-        durations = decode_steps_s(self.pricer.cost_model, context, max_steps)
-        ends = np.cumsum(np.r_[start_s, durations])  # sequential sums: SimPy's clock arithmetic
-        starts = ends[:-1]
-        steps = max(1, int(np.searchsorted(starts, self.next_arrival_s(), side="left")))
+        context = [seq.num_computed_tokens for seq in running]
+        next_arrival_s = self.next_arrival_s()
+        starts, durations, ends = [], [], []
+        now_s = start_s
+        while len(starts) < max_steps and not (starts and now_s >= next_arrival_s):
+            # Priced a few steps at a time: the next arrival usually ends a window long before
+            # its last possible step.
+            chunk = min(_WINDOW_CHUNK_STEPS, max_steps - len(starts))
+            for duration in decode_steps_s(self.pricer.cost_model, context, len(starts), chunk):
+                if starts and now_s >= next_arrival_s:
+                    break
+                starts.append(now_s)
+                durations.append(duration)
+                now_s = now_s + duration  # SimPy's clock arithmetic, step by step
+                ends.append(now_s)
+        steps = len(starts)
         self._window_open = True
         try:
-            yield self.env.timeout(_exact_delay(start_s, ends[steps]))
+            yield self.env.timeout(_exact_delay(start_s, ends[-1]))
         except simpy.Interrupt:
-            steps = int(np.searchsorted(starts[:steps], self.env.now, side="left"))
+            steps = bisect_left(starts, self.env.now)  # the steps already under way finish
             if steps:
-                yield self.env.timeout(_exact_delay(self.env.now, ends[steps]))
+                yield self.env.timeout(_exact_delay(self.env.now, ends[steps - 1]))
         self._window_open = False
         if not steps:
             return
-        kv_used, finished = self.scheduler.advance_decodes(ends[1:steps + 1].tolist())
+        kv_used, finished = self.scheduler.advance_decodes(ends[:steps])
         self.num_outstanding -= len(finished)
         self._record(finished)
-        self.steps.extend_decodes(starts[:steps].tolist(), durations[:steps].tolist(), batch,
-                                  kv_used, self.replica_id)
+        self.steps.extend_decodes(starts[:steps], durations[:steps], batch, kv_used, self.replica_id)
 
     def _run_pipelined(self):
         first_stage = self._stages[0]
@@ -186,16 +201,16 @@ class Replica:
                 f"{len(self.scheduler.running)} running requests but nothing schedulable at t={now_s:.6f}s")
 
 
-def decode_steps_s(cost_model, context_tokens: np.ndarray, num_steps: int) -> np.ndarray:
-    """Durations (s) of `num_steps` plain-decode steps of sequences with these KV contexts
-    (int array, shape (num_seqs,)), the context growing by one per step: the cost model's
-    vectorised `predict_decode_steps_s` when it has one, else one `predict_step_s` per step."""
+def decode_steps_s(cost_model, context_tokens: list[int], first_step: int, num_steps: int) -> list[float]:
+    """Durations (s) of plain-decode steps `first_step` .. `first_step + num_steps - 1` of
+    sequences whose KV contexts are `context_tokens` at step 0 (growing by one per step): the
+    cost model's `predict_decode_steps_s` when it has one, else one `predict_step_s` per step."""
     vectorised = getattr(cost_model, "predict_decode_steps_s", None)
     if vectorised is not None:
-        return vectorised(context_tokens, num_steps)
-    batch = len(context_tokens)
-    query, prefill = np.ones(batch, dtype=np.int64), np.zeros(batch, dtype=bool)
-    return np.array([cost_model.predict_step_s(query, context_tokens + j, prefill) for j in range(num_steps)])
+        return vectorised(context_tokens, num_steps, first_step)
+    context = np.asarray(context_tokens, dtype=np.int64)
+    query, prefill = np.ones(context.size, dtype=np.int64), np.zeros(context.size, dtype=bool)
+    return [cost_model.predict_step_s(query, context + j, prefill) for j in range(first_step, first_step + num_steps)]
 
 
 def _exact_delay(now_s: float, at_s: float) -> float:

@@ -135,11 +135,12 @@ def test_decode_steps_vectorised_equal_one_step_at_a_time():
     rng = np.random.default_rng(0)
     for batch in (1, 7, 120):
         context = rng.integers(0, 6000, batch)
-        steps = cost.predict_decode_steps_s(context, 40)
         one_by_one = [cost.predict_step_s(np.ones(batch, np.int64), context + j, np.zeros(batch, bool))
-                      for j in range(40)]
-        assert steps.shape == (40,) and steps.tolist() == one_by_one
-        assert np.all(np.diff(steps) >= 0)  # longer contexts never price cheaper
+                      for j in range(200)]
+        assert cost.predict_decode_steps_s(context, 40) == one_by_one[:40]  # plain Python path
+        assert cost.predict_decode_steps_s(context.tolist(), 10, first_step=30) == one_by_one[30:40]
+        assert cost.predict_decode_steps_s(context, 150, first_step=50) == one_by_one[50:]  # numpy path
+        assert np.all(np.diff(one_by_one) >= 0)  # longer contexts never price cheaper
 
 
 def test_lists_and_arrays_price_a_step_identically():

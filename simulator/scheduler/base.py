@@ -171,10 +171,13 @@ class Scheduler:
         if (self.waiting or self._executing or not running or self.config.split_n
                 or not self._decodes_all_run(len(running))):
             return running, 0
-        steps = min(seq.remaining_output_tokens for seq in running)
+        steps = None
         for seq in running:
-            if seq.is_prefill:
+            if seq.num_computed_tokens < seq.prefill_target_tokens:
                 return running, 0
+            remaining = seq.max_output_tokens - seq.num_generated_tokens
+            if steps is None or remaining < steps:
+                steps = remaining
         return running, self._kv_limited_steps(running, steps)
 
     def _decodes_all_run(self, num_decodes: int) -> bool:
@@ -185,11 +188,10 @@ class Scheduler:
         """Largest m <= steps such that m more tokens per sequence fit the free blocks."""
         bm = self.block_manager
         size = bm.block_size
-        computed = [seq.num_computed_tokens for seq in running]
-        held = [bm.blocks_held(seq.request_id) for seq in running]
+        room = [bm.blocks_held(seq.request_id) * size - seq.num_computed_tokens for seq in running]  # tokens before a new block
 
         def extra_blocks(m: int) -> int:
-            return sum(max(0, -(-(c + m) // size) - h) for c, h in zip(computed, held))
+            return sum(-(-(m - r) // size) for r in room if m > r)
 
         if extra_blocks(steps) <= bm.num_free:
             return steps
@@ -211,21 +213,28 @@ class Scheduler:
             the last step).
         """
         bm = self.block_manager
+        size = bm.block_size
         steps = len(step_end_s)
-        running = list(self.running)
-        computed = np.array([seq.num_computed_tokens for seq in running])
-        held = np.array([bm.blocks_held(seq.request_id) for seq in running])
-        tokens = computed[None, :] + np.arange(1, steps + 1)[:, None]  # (steps, seqs) after step j
-        extra = np.maximum(-(-tokens // bm.block_size) - held[None, :], 0).sum(axis=1)
-        kv_used = (bm.num_used + extra).tolist()
+        new_blocks = [0] * steps  # blocks first needed at each step
+        used = bm.num_used  # before this window's growth and the finishes' frees
         finished = []
-        for seq in running:
-            seq.num_computed_tokens += steps
-            bm.grow_to(seq.request_id, seq.num_computed_tokens)
+        for seq in list(self.running):
+            rid = seq.request_id
+            computed = seq.num_computed_tokens
+            room = bm.blocks_held(rid) * size - computed  # tokens that fit before a new block
+            if room < steps:
+                for j in range(room, steps, size):  # step j writes token computed + j + 1
+                    new_blocks[j] += 1
+                bm.grow_to(rid, computed + steps)
+            seq.num_computed_tokens = computed + steps
             seq.num_generated_tokens += steps
             seq.token_times_s.extend(step_end_s)
             if seq.num_generated_tokens >= seq.max_output_tokens:
                 finished.append(self._finish(seq, step_end_s[-1]))
+        kv_used = []
+        for n in new_blocks:
+            used += n
+            kv_used.append(used)
         self._after_decode_window()
         return kv_used, finished
 
@@ -399,10 +408,15 @@ class Scheduler:
             The decodes that got their slot (each costs one budget token).
         """
         decodes = []
+        in_flight = self._in_flight
+        size = self.block_manager.block_size
         for seq in self._idle_running():
-            if seq.is_prefill or seq.request_id not in self._in_flight:  # preempted as a victim
+            computed = seq.num_computed_tokens
+            if computed < seq.prefill_target_tokens or seq.request_id not in in_flight:  # prefill, or a victim
                 continue
-            if self._ensure_kv(seq, seq.num_computed_tokens + 1, preempted):
+            # Blocks for the computed tokens are always held, so the next token's slot is held
+            # unless it starts a new block: only then can the pool be asked (and preempt).
+            if computed % size or self._ensure_kv(seq, computed + 1, preempted):
                 decodes.append(seq)
         return decodes
 
