@@ -117,10 +117,9 @@ class Scheduler:
         # The step samples when it computes every pending token (+ its drafts): q == pending + d.
         emits = [q + seq.num_computed_tokens == seq.request.prompt_tokens + seq.num_generated_tokens + d
                  for seq, q, d in entries]
-        table = self.block_manager.block_table
         self._executing.update(ids)
         plan = BatchPlan.from_columns(
-            PlanColumns(ids, queries, contexts, prefills, emits, drafts, [table(i) for i in ids]), seqs,
+            PlanColumns(ids, queries, contexts, prefills, emits, drafts, self.block_manager.block_tables(ids)), seqs,
             preempted_ids=tuple(s.request_id for s in preempted), kv_blocks_used=self.block_manager.num_used,
             swap_in_tokens=self._swap_in_tokens, swap_out_tokens=self._swap_out_tokens)
         self._swap_in_tokens = self._swap_out_tokens = 0
@@ -146,14 +145,16 @@ class Scheduler:
                 seq.num_computed_tokens += q
             if emitted:
                 generated = seq.num_generated_tokens
-                emitted = min(emitted, seq.max_output_tokens - generated)
                 if generated == 0:
                     seq.first_token_s = now_s
-                seq.num_generated_tokens = generated = generated + emitted
-                if emitted == 1:
+                if emitted == 1:  # a running sequence always has at least one token to go
                     seq.token_times_s.append(now_s)
-                else:
+                    generated += 1
+                else:  # a verify may accept past the request's end: count only what it wants
+                    emitted = min(emitted, seq.max_output_tokens - generated)
                     seq.token_times_s.extend([now_s] * emitted)
+                    generated += emitted
+                seq.num_generated_tokens = generated
                 if generated >= seq.max_output_tokens:
                     finished.append(self._finish(seq, now_s))
         return finished
@@ -313,11 +314,12 @@ class Scheduler:
         preemption); otherwise the whole prompt was reserved at admission. Returns the budget left.
         """
         bm = self.block_manager
+        in_flight = self._in_flight
         for seq in self._idle_running():
             if budget <= 0:
                 break
-            if not seq.is_prefill or seq.request_id not in self._in_flight:
-                continue
+            if seq.num_computed_tokens >= seq.prefill_target_tokens or seq.request_id not in in_flight:
+                continue  # a decode, or preempted as a victim this step
             n = min(seq.num_pending_tokens, budget)
             if per_chunk_kv:
                 n = min(n, bm.capacity_tokens(seq.request_id) - seq.num_computed_tokens)

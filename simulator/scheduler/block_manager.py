@@ -57,6 +57,11 @@ class BlockManager:
         """The live list of physical block ids of `request_id` (do not modify it)."""
         return self._tables.get(request_id, _EMPTY)
 
+    def block_tables(self, request_ids: list[int]) -> list[list[int]]:
+        """`block_table` of each request id, in order (one call per step instead of one per sequence)."""
+        get = self._tables.get
+        return [get(rid, _EMPTY) for rid in request_ids]
+
     def try_grow_to(self, request_id: int, num_tokens: int) -> bool:
         """Reserve blocks so `request_id` holds `num_tokens`; False (nothing changed) if too few are free.
 
