@@ -63,6 +63,9 @@ def gap_samples_s(token_times_per_request) -> tuple[np.ndarray, np.ndarray]:
         (tbt_s, itl_s): float64 arrays.
     """
     lists = list(token_times_per_request)
+    if len(lists) > _GAP_CHUNK_REQUESTS:  # bounded temporaries: a run holds millions of tokens
+        parts = [gap_samples_s(lists[i:i + _GAP_CHUNK_REQUESTS]) for i in range(0, len(lists), _GAP_CHUNK_REQUESTS)]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
     lengths = np.fromiter((len(t) for t in lists), np.int64, len(lists))
     times = np.fromiter(chain.from_iterable(lists), np.float64, int(lengths.sum()))
     if times.size == 0:
@@ -75,6 +78,9 @@ def gap_samples_s(token_times_per_request) -> tuple[np.ndarray, np.ndarray]:
     gaps = np.diff(times[starts])[same_request]
     tokens = counts[1:][same_request]
     return gaps, np.repeat(gaps / tokens, tokens)
+
+
+_GAP_CHUNK_REQUESTS = 2048
 
 
 def tpot_s(token_times_s) -> float:

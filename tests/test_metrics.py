@@ -56,7 +56,7 @@ def test_one_token_output_has_ttft_but_no_tpot_or_tbt():
     assert math.isnan(s["tpot_s_p50"]) and math.isnan(s["tbt_s_p99"])
 
 
-def test_gap_samples_of_many_requests_equal_the_per_request_samples():
+def test_gap_samples_of_many_requests_equal_the_per_request_samples(monkeypatch):
     # The vectorised pass over every request's tokens must give exactly the per-request
     # TBT and ITL samples, concatenated: emissions never span two requests, and a request that
     # starts at the time the previous one ended still begins a new emission.
@@ -72,6 +72,11 @@ def test_gap_samples_of_many_requests_equal_the_per_request_samples():
     expected_itl = np.concatenate([itl_samples_s(t) for t in requests])
     np.testing.assert_array_equal(tbt, expected_tbt)
     np.testing.assert_array_equal(itl, expected_itl)
+    import simulator.metrics as metrics
+    monkeypatch.setattr(metrics, "_GAP_CHUNK_REQUESTS", 7)  # chunks split the requests: same samples
+    chunked = gap_samples_s(requests)
+    np.testing.assert_array_equal(chunked[0], expected_tbt)
+    np.testing.assert_array_equal(chunked[1], expected_itl)
     head_tbt, head_itl = gap_samples_s(requests[:6])
     assert head_tbt.tolist() == [0.5, 0.5, 0.75, 0.5]
     assert head_itl.tolist() == [0.5, 0.5 / 3, 0.5 / 3, 0.5 / 3, 0.75, 0.5]
