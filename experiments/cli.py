@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from experiments.backends import BACKENDS, BackendError
 from experiments.config import ConfigError, SweepConfig, describe_point, load_config
 from experiments.console import fail
 from experiments.engine_cli import engine_app
@@ -47,15 +48,26 @@ def sweep(
     jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Worker processes (default: CPUs)."),
     no_cache: bool = typer.Option(False, "--no-cache",
                                   help="Recompute every point instead of reusing finished ones from OUT/.cache."),
+    backend: str = typer.Option("local", "--backend",
+                                help="Where points run: local (worker processes) or ray (a Ray cluster; "
+                                     "pip install 'sarathi-sim[ray]')."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address",
+                                              help="Ray cluster to join (e.g. auto, ray://head:10001); "
+                                                   "default: start Ray on this machine."),
 ) -> None:
     """Simulate every point of CONFIG in parallel; write tables and a report.
 
     Finished points are cached in OUT/.cache, so a sweep that was interrupted resumes where it
     stopped; a point whose config changed is recomputed.
     """
+    if backend not in BACKENDS:
+        fail(f"--backend {backend!r}: valid values are {', '.join(BACKENDS)}")
     base, points = _load(config, set_)
     out_dir = out or Path("runs") / base.name
-    _run(base, points, out_dir, jobs, None if no_cache else out_dir / ".cache")
+    try:
+        _run(base, points, out_dir, jobs, None if no_cache else out_dir / ".cache", backend, ray_address)
+    except BackendError as exc:
+        fail(str(exc))
 
 
 @app.command()
@@ -83,19 +95,20 @@ def _load(config: Path, overrides: Optional[List[str]]):
 
 
 def _run(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Optional[int],
-         cache_dir: Optional[Path] = None) -> None:
+         cache_dir: Optional[Path] = None, backend: str = "local", ray_address: Optional[str] = None) -> None:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         fail(f"--out {out_dir}: cannot create the run folder ({exc.strerror or exc})")
     if base.search is not None:
-        _run_capacity(base, points, out_dir, jobs, cache_dir)
+        _run_capacity(base, points, out_dir, jobs, cache_dir, backend, ray_address)
         return
     started = time.perf_counter()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console, transient=False) as progress:
         task = progress.add_task(f"simulating {base.name}", total=len(points))
-        results = run_sweep(points, jobs=jobs, on_done=lambda i, row: progress.advance(task), cache_dir=cache_dir)
+        results = run_sweep(points, jobs=jobs, on_done=lambda i, row: progress.advance(task), cache_dir=cache_dir,
+                            backend=backend, ray_address=ray_address)
     table = write_results(results, out_dir, base.model_dump(mode="json"))
     requests_path = out_dir / "requests.parquet"
     requests = pd.read_parquet(requests_path) if requests_path.exists() else None
@@ -115,7 +128,7 @@ SHORT_COLUMNS = {"label": "point", "completed": "completed", "rejected": "reject
 
 
 def _run_capacity(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Optional[int],
-                  cache_dir: Optional[Path]) -> None:
+                  cache_dir: Optional[Path], backend: str = "local", ray_address: Optional[str] = None) -> None:
     """`search:` in the config: capacity per point by bisection, then the report."""
     started = time.perf_counter()
     slo = search_slo(base)
@@ -124,7 +137,8 @@ def _run_capacity(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Op
         task = progress.add_task(f"capacity search {base.name}", total=len(points) * base.search.seeds)
         if base.search.loads:
             progress.console.print(f"then {len(points) * len(base.search.loads)} runs on the QPS grid {base.search.loads}")
-        table, trials, loads = run_capacity_sweep(points, jobs, lambda i, row: progress.advance(task), cache_dir)
+        table, trials, loads = run_capacity_sweep(points, jobs, lambda i, row: progress.advance(task), cache_dir,
+                                                  backend, ray_address)
         policy_check = None
         best = table.loc[table["capacity_qps"].idxmax()] if table.get("capacity_qps", pd.Series()).notna().any() else None
         if best is not None and best["scheduler"] == "sarathi":
@@ -132,7 +146,8 @@ def _run_capacity(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Op
             twin["engine"] = {**twin.get("engine", {}), "scheduler": "vllm_v1"}
             progress.update(task, total=progress.tasks[0].total + base.search.seeds)
             twin.setdefault("search", {})["loads"] = []
-            policy_check, _, _ = run_capacity_sweep([twin], jobs, lambda i, row: progress.advance(task), cache_dir)
+            policy_check, _, _ = run_capacity_sweep([twin], jobs, lambda i, row: progress.advance(task), cache_dir,
+                                                    backend, ray_address)
     write_capacity_results(table, trials, out_dir, base.model_dump(mode="json"), loads)
     html_path = write_capacity_report(table, trials, base, slo, out_dir, policy_check, loads)
     view = table.reindex(columns=["label", "capacity_qps", "capacity_ci_low", "capacity_ci_high", "error"])

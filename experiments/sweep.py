@@ -1,4 +1,4 @@
-"""Run every point of a config in parallel processes and write the tables.
+"""Run every point of a config in parallel (local processes or Ray) and write the tables.
 
 Outputs in the run directory:
   points.csv, points.parquet   one row per point (settings, summary metrics, SLO verdicts)
@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import shutil
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
 import yaml
 
+from experiments.backends import make_pool
 from experiments.config import SweepConfig, describe_point
 from experiments.point import PointResult, run_point
 from experiments.results_cache import ResultsCache, cache_key
@@ -30,7 +31,8 @@ OUTPUT_FILES = ("points.csv", "points.parquet", "requests.parquet", "steps.parqu
 
 
 def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
-              on_done: Callable[[int, dict], None] | None = None, cache_dir: Path | None = None) -> list[PointResult]:
+              on_done: Callable[[int, dict], None] | None = None, cache_dir: Path | None = None,
+              backend: str = "local", ray_address: str | None = None) -> list[PointResult]:
     """Simulate each point dict (validated here); results in point order, whatever the finish order.
 
     Args:
@@ -39,17 +41,18 @@ def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
         on_done: called with (point_id, row) as each point finishes (progress bars).
         cache_dir: results cache folder (`experiments.results_cache`): finished points are
             loaded from it instead of recomputed (their row says `cached`); None disables it.
+        backend, ray_address: where points run (`experiments.backends.make_pool`).
     """
     configs = [SweepConfig.model_validate(p) for p in points]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs)))
     results: dict[int, PointResult] = {}
-    if jobs == 1:
+    if jobs == 1 and backend == "local":
         for i, config in enumerate(configs):
             results[i] = _safe_run(config, i, cache_dir)
             if on_done:
                 on_done(i, results[i].row)
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        with make_pool(backend, jobs, ray_address) as pool:
             futures = {pool.submit(_safe_run, config, i, cache_dir): i for i, config in enumerate(configs)}
             for future in as_completed(futures):
                 i = futures[future]
@@ -63,8 +66,10 @@ def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
 
 def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
                        on_done: Callable[[int, dict], None] | None = None,
-                       cache_dir: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Capacity search for every point and seed (config `search:`), in parallel processes.
+                       cache_dir: Path | None = None, backend: str = "local",
+                       ray_address: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Capacity search for every point and seed (config `search:`), in parallel processes or on
+    a Ray cluster (`backend`, `ray_address`: `experiments.backends.make_pool`).
 
     Returns:
         (one row per point: settings, capacity mean and 95 % interval over seeds, vLLM flags, or
@@ -76,7 +81,7 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
     tasks = [(i, seed) for i, c in enumerate(configs) for seed in range(c.search.seeds)]
     done: dict[tuple[int, int], tuple[float, list[dict]] | str] = {}
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    with make_pool(backend, jobs, ray_address) as pool:
         futures = {pool.submit(_safe_search, configs[i], i, seed, cache_dir): (i, seed) for i, seed in tasks}
         for future in as_completed(futures):
             done[futures[future]] = future.result()
@@ -85,7 +90,7 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
     grid = [(i, qps) for i, c in enumerate(configs) for qps in c.search.loads]
     load_rows: dict[tuple[int, float], dict | str] = {}
     if grid:
-        with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(grid)))) as pool:
+        with make_pool(backend, max(1, min(jobs, len(grid))), ray_address) as pool:
             futures = {pool.submit(_safe_load_row, configs[i], i, qps): (i, qps) for i, qps in grid}
             for future in as_completed(futures):
                 load_rows[futures[future]] = future.result()

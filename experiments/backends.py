@@ -1,0 +1,77 @@
+"""Where a sweep's points run: worker processes on this machine, or tasks on a Ray cluster.
+
+Both give the part of `concurrent.futures.Executor` the sweep uses: `submit(fn, *args)` returning
+a `concurrent.futures.Future`, and a context manager that waits for (or releases) the workers.
+The work functions are the same either way (`experiments.sweep._safe_run` and friends), so a
+point's result does not depend on the backend.
+"""
+from __future__ import annotations
+
+import atexit
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any, Callable
+
+BACKENDS = ("local", "ray")
+
+
+class BackendError(RuntimeError):
+    """A backend that cannot start (Ray missing, or its cluster unreachable); the message says how to fix it."""
+
+
+def make_pool(backend: str, jobs: int, ray_address: str | None = None):
+    """An executor for `backend`.
+
+    Args:
+        backend: `local` (a `ProcessPoolExecutor` of `jobs` processes) or `ray` (`RayPool`).
+        jobs: local worker processes; Ray places tasks on the cluster's CPUs itself.
+        ray_address: Ray cluster to join (`ray.init(address=...)`, e.g. `auto` or
+            `ray://head:10001`); None starts a Ray instance on this machine.
+
+    Raises:
+        BackendError: an unknown backend, or Ray missing or unreachable.
+    """
+    if backend == "local":
+        return ProcessPoolExecutor(max_workers=jobs)
+    if backend == "ray":
+        return RayPool(ray_address)
+    raise BackendError(f"backend {backend!r}: valid values are {', '.join(BACKENDS)}")
+
+
+class RayPool:
+    """Runs submitted calls as Ray tasks (one CPU each, no retries: a point's own error is its
+    result, and a crashed worker should fail the sweep loudly rather than run a point twice).
+
+    Every node needs sarathi-sim installed at the same version as the driver (the results
+    cache key includes the version). The results cache folder is written by the workers, so on a
+    multi-node cluster put `--out` on a shared filesystem for an interrupted sweep to resume;
+    results themselves always come back to the driver.
+    """
+
+    def __init__(self, address: str | None = None):
+        try:
+            import ray
+        except ImportError as exc:
+            raise BackendError("--backend ray needs Ray: pip install 'sarathi-sim[ray]' "
+                               "(or pip install 'ray>=2.9')") from exc
+        self._ray = ray
+        if not ray.is_initialized():  # once per process: a capacity run opens several pools
+            try:
+                ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                         configure_logging=False)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                where = address or "a new local instance"
+                raise BackendError(f"--backend ray: cannot start or reach Ray at {where} ({exc})") from exc
+            atexit.register(ray.shutdown)
+        self._remotes: dict[Callable, Any] = {}
+
+    def submit(self, fn: Callable, *args: Any) -> Future:
+        remote = self._remotes.get(fn)
+        if remote is None:
+            remote = self._remotes[fn] = self._ray.remote(num_cpus=1, max_retries=0)(fn)
+        return remote.remote(*args).future()
+
+    def __enter__(self) -> "RayPool":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        """Nothing to wait for: the sweep collects every future before leaving the block."""
