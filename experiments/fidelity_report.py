@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.report import format_cell  # noqa: E402  (the sweep report's cell format)
+from experiments.report import format_cell, markdown_table  # noqa: E402  (the sweep report's cell format)
 from experiments.verify import STEP_KINDS, StepComparison  # noqa: E402
 
 LEDGER_LIBRARIES = ("torch", "numpy", "scikit-learn", "triton")
@@ -156,9 +156,7 @@ def _markdown(context, headline, failed, sections, figures, out_dir: Path) -> st
     lines = ["# Fidelity report", ""] + [f"- {k}: {v}" for k, v in context.items()]
     lines += ["", f"**{_verdict(headline, failed)}**", ""]
     for title, table in sections:
-        lines += [f"## {title}", "", "| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
-        lines += ["| " + " | ".join(format_cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
-        lines.append("")
+        lines += [f"## {title}", "", *markdown_table(table), ""]
     lines += [f"![{p.stem}]({p.relative_to(out_dir)})" for p in figures]
     return "\n".join(lines) + "\n"
 

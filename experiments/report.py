@@ -167,12 +167,15 @@ def format_cell(value) -> str:
     return str(value)
 
 
+def markdown_table(table: pd.DataFrame) -> list[str]:
+    """A frame as Markdown table lines, cells by `format_cell`."""
+    lines = ["| " + " | ".join(map(str, table.columns)) + " |", "|" + "---|" * len(table.columns)]
+    return lines + ["| " + " | ".join(format_cell(v) for v in row) + " |" for _, row in table.iterrows()]
+
+
 def _markdown(header, table, failed, figures, out_dir: Path) -> str:
     lines = ["# Sweep report", ""] + [f"- {line}" for line in header] + [""]
-    lines.append("| " + " | ".join(table.columns) + " |")
-    lines.append("|" + "---|" * len(table.columns))
-    for _, row in table.iterrows():
-        lines.append("| " + " | ".join(format_cell(v) for v in row) + " |")
+    lines += markdown_table(table)
     for _, row in failed.iterrows():
         lines.append(f"\n**Point {row['label']} failed:** {row['error']}")
     lines.append("")

@@ -41,18 +41,41 @@ def verify(
                                                       "--save-result --save-detailed` JSON to compare with."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="With --against-vllm-bench: the trace file "
                                          "the benchmark replayed (simulated instead of CONFIG's trace)."),
+    top: Optional[int] = typer.Option(None, "--top", min=1, help="With --run-engine: verify the K best points "
+                                      "of the config's sweep (ranked in simulation), each in OUT/point<i>/."),
 ) -> None:
     """Compare the simulator with a measured run: per step (the cost model prices the engine's
-    executed plans) and end to end (the same trace simulated); write fidelity.{json,md,html}."""
+    executed plans) and end to end (the same trace simulated); write fidelity.{json,md,html}.
+
+    With --top K (and --run-engine), the config's points are simulated first and the K best
+    (meeting the SLOs, then by goodput and throughput) are each run on the engine and verified,
+    in OUT/point<i>/, with a summary in OUT/top.{json,md}."""
     overrides = list(set_ or [])
     if cost_model:
         overrides.append(f"cost_model={_absolute_cost_model(cost_model)}")
     if against_vllm_bench is not None:
         if trace is None:
             fail("--against-vllm-bench needs --trace FILE, the trace the benchmark replayed")
+        if top is not None:
+            fail("--top runs the best points on the engine; it cannot be combined with --against-vllm-bench")
         overrides.append(f"trace={{kind: file, path: '{trace.resolve()}'}}")
+    if top is not None:
+        if not run_engine or engine_run is not None:
+            fail("--top K needs --run-engine (each chosen point is run on the engine), not --engine-run")
+        _verify_top(config, overrides, top, out, fail_above, ledger, forced_acceptance, threads)
+        return
     chosen = _point(config, overrides, point)
     out_dir = out or Path("runs") / f"{chosen.name}-verify"
+    failed = _verify_point(config, overrides, point, chosen, out_dir, engine_run, run_engine, fail_above, ledger,
+                           forced_acceptance, threads, against_vllm_bench)[1]
+    if failed:
+        raise typer.Exit(1)
+
+
+def _verify_point(config: Path, overrides: list[str], point: int, chosen: SweepConfig, out_dir: Path,
+                  engine_run: Optional[Path], run_engine: bool, fail_above: Optional[float], ledger: Optional[Path],
+                  forced_acceptance: bool, threads: int, against_vllm_bench: Optional[Path] = None):
+    """One point's comparison and reports; returns (headline errors in %, the ones over --fail-above)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
         if against_vllm_bench is not None:
@@ -72,7 +95,56 @@ def verify(
     console.print(f"wrote fidelity.json, fidelity.md and {html_path.name} in {out_dir}")
     if failed:
         console.print("[red]over --fail-above:[/red] " + ", ".join(f"{k} {v:.1f} %" for k, v in failed.items()))
+    return headline, failed
+
+
+def _verify_top(config: Path, overrides: list[str], top: int, out: Optional[Path], fail_above: Optional[float],
+                ledger: Optional[Path], forced_acceptance: bool, threads: int) -> None:
+    """Simulate every point, verify the `top` best on the engine, write OUT/top.{json,md}."""
+    from experiments.report import markdown_table
+    from experiments.sweep import run_sweep
+
+    try:
+        base, points = load_config(config, overrides)
+    except ConfigError as exc:
+        fail(str(exc))
+    out_dir = out or Path("runs") / f"{base.name}-verify"
+    plain = [{**p, "search": None} for p in points]  # rank on one simulated run per point
+    rows = pd.DataFrame([r.row for r in run_sweep(plain)])
+    ranked = rank_points(rows)
+    if ranked.empty:
+        fail(f"{config}: every point failed in simulation; nothing to verify")
+    chosen_rows = []
+    for _, row in ranked.head(top).iterrows():
+        index = int(row["point_id"])
+        console.print(f"[bold]point {index}[/bold]: {row['label']}")
+        headline, failed = _verify_point(config, overrides, index, SweepConfig.model_validate(points[index]),
+                                         out_dir / f"point{index}", None, True, fail_above, ledger,
+                                         forced_acceptance, threads)
+        chosen_rows.append({"point_id": index, "label": row["label"], "slo_met": row.get("slo_met"),
+                            "goodput_rps": row.get("goodput_rps"), "throughput_rps": row.get("throughput_rps"),
+                            **{f"{k}_error_pct": v for k, v in headline.items()}, "passed": not failed})
+    summary = pd.DataFrame(chosen_rows)
+    (out_dir / "top.json").write_text(summary.to_json(orient="records", indent=2))
+    (out_dir / "top.md").write_text(f"# Verification of the {len(summary)} best points of {config}\n\n"
+                                    "Ranked in simulation (meeting the SLOs first, then goodput, then "
+                                    "throughput); signed errors are simulated vs measured, percent. "
+                                    "Each point's full report is in point<i>/fidelity.md.\n\n"
+                                    + "\n".join(markdown_table(summary)) + "\n")
+    console.print(f"wrote top.json and top.md in {out_dir}")
+    if not summary["passed"].all():
         raise typer.Exit(1)
+
+
+def rank_points(rows: pd.DataFrame) -> pd.DataFrame:
+    """Points that ran, best first: those meeting every SLO (or with no SLO set) before the others,
+    then by goodput (requests/s meeting the per-request thresholds), then throughput."""
+    ok = rows[rows["error"].isna()] if "error" in rows else rows
+    meets = ok["slo_met"].map(lambda v: True if v is None or v != v else bool(v)) if "slo_met" in ok else True
+    ok = ok.assign(_meets=meets,
+                   _goodput=ok["goodput_rps"] if "goodput_rps" in ok else 0.0)
+    return ok.sort_values(["_meets", "_goodput", "throughput_rps", "point_id"],
+                          ascending=[False, False, False, True]).drop(columns=["_meets", "_goodput"])
 
 
 def calibrate(

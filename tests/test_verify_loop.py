@@ -38,3 +38,45 @@ def test_calibrate_then_verify_on_the_engine_writes_parseable_reports(tmp_path):
     assert "## End to end" in (out / "fidelity.md").read_text() and (out / "plots" / "step_scatter.png").is_file()
     ledger = list(csv.DictReader((calibration / "ledger.csv").open()))  # profile:DIR: the ledger lives there
     assert len(ledger) == 1 and ledger[0]["device"] == "cpu" and ledger[0]["torch_version"]
+
+
+def test_verify_top_runs_the_best_simulated_points_on_the_engine(tmp_path):
+    config = tmp_path / "tiny_top.yaml"
+    config.write_text((DATA / "engine" / "tiny_engine.yaml").read_text().replace(
+        "model: tiny/config.json", f"model: {DATA / 'engine' / 'tiny' / 'config.json'}")
+        + "variants:\n  - {engine.chunk_size: [8, 32, 64]}\n")
+    out = tmp_path / "top"
+    with cpu_threads(1):
+        done = runner.invoke(app, ["verify", str(config), "--run-engine", "--top", "2", "--cost-model", "roofline",
+                                   "--set", "trace.num_requests=6", "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    top = json.loads((out / "top.json").read_text())
+    assert len(top) == 2 and len({row["point_id"] for row in top}) == 2
+    for row in top:  # each chosen point has its own engine run and fidelity report
+        point_dir = out / f"point{row['point_id']}"
+        assert json.loads((point_dir / "fidelity.json").read_text())["context"]["point"] == row["label"]
+        assert (point_dir / "engine" / "plans.jsonl").is_file()
+    assert top[0]["throughput_rps"] >= top[1]["throughput_rps"] or top[0]["goodput_rps"] > top[1]["goodput_rps"]
+    assert "| point_id | label |" in (out / "top.md").read_text()
+
+
+def test_verify_top_needs_an_engine_run(tmp_path):
+    done = runner.invoke(app, ["verify", str(DATA / "engine" / "tiny_engine.yaml"), "--top", "2",
+                               "--engine-run", str(tmp_path)])
+    assert done.exit_code == 2
+    assert "--top K needs --run-engine" in done.output
+
+
+def test_rank_points_puts_slo_passing_points_first_then_goodput_then_throughput():
+    import pandas as pd
+
+    from experiments.verify_cli import rank_points
+    rows = pd.DataFrame({
+        "point_id": [0, 1, 2, 3, 4],
+        "label": ["a", "b", "c", "d", "e"],
+        "slo_met": [False, True, True, True, None],
+        "goodput_rps": [9.0, 2.0, 3.0, 3.0, 0.0],
+        "throughput_rps": [9.0, 5.0, 4.0, 6.0, 1.0],
+        "error": [None, None, None, None, "ValueError: does not fit"],
+    })
+    assert rank_points(rows)["point_id"].tolist() == [3, 2, 1, 0]  # the failed point is dropped
