@@ -125,7 +125,8 @@ def measure_engine_overhead(calibration_dir: Path, model: str, *, threads: int =
                                       "trace": OVERHEAD_TRACE, "engine": OVERHEAD_ENGINE}))
     run_dir = calibration_dir / "overhead_run"
     engine_run(config, out=run_dir, realtime=False, set_=[], point=0, weights=None, device="cpu", dtype="float32",
-               attention="auto", forced_acceptance=False, temperature=0.0, max_kv_gib=4.0, threads=threads)
+               attention="auto", forced_acceptance=False, temperature=0.0, max_kv_gib=4.0, threads=threads,
+               timing="auto")
     plans, measured = read_measured_steps(run_dir)
     fitted = load_fitted(calibration_dir)
     predicted = np.array([fitted.predict_step_s(p.query_tokens, p.context_tokens, p.is_prefill) for p in plans])

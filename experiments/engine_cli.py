@@ -20,6 +20,7 @@ from experiments.config import ConfigError, DraftModel, SweepConfig, describe_po
 from experiments.console import fail
 from experiments.deployment import build_acceptance_model, build_scheduler_config
 from experiments.point import load_requests
+from gpu_engine.clock import TIMINGS
 
 engine_app = typer.Typer(add_completion=False, no_args_is_help=True,
                          help="Run a config's trace on the real torch engine (gpu_engine).")
@@ -37,6 +38,10 @@ def run(
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<name>-engine)."),
     realtime: bool = typer.Option(False, "--realtime/--fast",
                                   help="Requests arrive on the wall clock, or as fast as possible (idle gaps skipped)."),
+    timing: str = typer.Option("auto", "--timing",
+                               help="--fast step times: wall, cpu (the serving thread's CPU time: steady on a shared "
+                                    "machine, as the profiler times CPU ops) or auto (cpu on the CPU with one torch "
+                                    "thread, else wall)."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a config key: --set trace.qps=4."),
     point: int = typer.Option(0, "--point", min=0, help="Which point of the config's variants to run."),
     weights: Optional[Path] = typer.Option(None, "--weights", help="HF checkpoint directory (config.json + "
@@ -60,10 +65,12 @@ def run(
         fail(f"--point {point} is out of range; this config has {len(points)} points")
     chosen = SweepConfig.model_validate(points[point])
     _check_supported(chosen)
+    if timing not in ("auto", *TIMINGS):
+        fail(f"--timing {timing!r}: valid values are auto, {', '.join(TIMINGS)}")
     try:
         run_dir = _serve(chosen, out or Path("runs") / f"{chosen.name}-engine", realtime=realtime, weights=weights,
                          device=device, dtype=dtype, attention=attention, forced=forced_acceptance,
-                         temperature=temperature, max_kv_gib=max_kv_gib, threads=threads)
+                         temperature=temperature, max_kv_gib=max_kv_gib, threads=threads, timing=timing)
     except ValueError as exc:
         fail(str(exc))
     console.print(f"wrote {run_dir}/requests.parquet, steps.parquet, drafts.parquet, plans.jsonl, outputs.jsonl, "
@@ -72,7 +79,7 @@ def run(
 
 def _serve(point: SweepConfig, out_dir: Path, *, realtime: bool, weights: Optional[Path], device: str,
            dtype: Optional[str], attention: str, forced: bool, temperature: float, max_kv_gib: float,
-           threads: Optional[int]) -> Path:
+           threads: Optional[int], timing: str = "auto") -> Path:
     import torch
 
     from gpu_engine.build import DTYPES, build_engine, build_model
@@ -102,17 +109,20 @@ def _serve(point: SweepConfig, out_dir: Path, *, realtime: bool, weights: Option
     engine = build_engine(model, point.engine.scheduler, build_scheduler_config(point), temperature=temperature,
                           forced_acceptance=build_acceptance_model(point) if forced else None, seed=point.engine.seed,
                           max_kv_bytes=int(max_kv_bytes))
+    if timing == "auto":  # CPU time is the step's own work only when torch computes on this thread
+        timing = "cpu" if torch_device.type == "cpu" and torch.get_num_threads() == 1 else "wall"
     started = time.perf_counter()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console) as progress:
         task = progress.add_task(f"engine {describe_point(point)} on {torch_device}", total=len(requests))
-        result = run_trace(engine, requests, WallClock() if realtime else FastClock(),
+        result = run_trace(engine, requests, WallClock() if realtime else FastClock(timing),
                            on_finished=lambda _: progress.advance(task))
     wall_s = time.perf_counter() - started
     result.write(out_dir)
     settings = {"config": point.model_dump(mode="json"), "device": str(torch_device), "dtype": dtype_name,
                 "weights": str(checkpoint) if checkpoint else f"random (seed {point.engine.seed})",
-                "attention": attention, "clock": "wall" if realtime else "fast", "forced_acceptance": forced,
+                "attention": attention, "clock": "wall" if realtime else "fast",
+                "timing": "wall" if realtime else timing, "forced_acceptance": forced,
                 "temperature": temperature, "wall_s": wall_s, "torch": torch.__version__, **info}
     (out_dir / "engine.json").write_text(json.dumps(settings, indent=2, default=str))
     _print_summary(result.summary, wall_s)

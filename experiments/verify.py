@@ -81,22 +81,27 @@ def step_kind(plan: BatchPlan) -> str:
 
 
 def read_measured_steps(run_dir: str | Path) -> tuple[list[BatchPlan], np.ndarray]:
-    """An engine run's executed plans and their measured wall times (seconds), in step order.
+    """An engine run's executed plans and their measured times (seconds), in step order: the
+    measure the run's clock used (`engine.json` "timing": the serving thread's CPU time,
+    `measured_cpu_s`, for `cpu`; else the wall time, `measured_s`).
 
     Raises:
-        ValueError: no `plans.jsonl` in `run_dir`, or an entry without `measured_s` (names the line).
+        ValueError: no `plans.jsonl` in `run_dir`, or an entry without that time (names the line).
     """
     from gpu_engine.records import read_plans  # the engine's reader; needs no torch
 
     path = Path(run_dir) / "plans.jsonl"
     if not path.is_file():
         raise ValueError(f"{path}: no plan log; is {run_dir} the output of `sarathi-sim engine run`?")
+    settings_path = Path(run_dir) / "engine.json"
+    timing = json.loads(settings_path.read_text()).get("timing", "wall") if settings_path.is_file() else "wall"
+    key = "measured_cpu_s" if timing == "cpu" else "measured_s"
     measured = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         entry = json.loads(line)
-        if "measured_s" not in entry:
-            raise ValueError(f"{path}:{number}: plan entry has no measured_s")
-        measured.append(float(entry["measured_s"]))
+        if key not in entry:
+            raise ValueError(f"{path}:{number}: plan entry has no {key} (engine.json says timing {timing!r})")
+        measured.append(float(entry[key]))
     return read_plans(path), np.asarray(measured)
 
 

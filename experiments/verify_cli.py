@@ -221,7 +221,7 @@ def _engine_dir(config: Path, overrides: list[str], point: int, engine_run: Opti
     run_dir = out_dir / "engine"
     engine_run_command(config, out=run_dir, realtime=False, set_=overrides, point=point, weights=None, device="cpu",
                        dtype="float32", attention="auto", forced_acceptance=forced, temperature=0.0,
-                       max_kv_gib=4.0, threads=threads)
+                       max_kv_gib=4.0, threads=threads, timing="auto")
     return run_dir
 
 

@@ -3,7 +3,9 @@
 - `WallClock` (real time): arrivals wait for the wall clock; a step ends when it ends.
 - `FastClock` (as fast as possible): time is the sum of measured step durations and jumps over
   idle gaps to the next arrival, so a trace with long quiet periods replays quickly while every
-  request still sees the queueing that the measured step times imply.
+  request still sees the queueing that the measured step times imply. A step is measured in
+  wall time, or (`timing="cpu"`, for CPU runs) in the CPU time of the serving thread: on a shared
+  machine that is what the step would take alone, and it is how the profiler times CPU ops.
 - `PricedClock`: steps take what a cost model predicts (measured times are still recorded in the
   plan log). The engine then makes exactly the simulator's plans, step for step.
 """
@@ -30,15 +32,27 @@ class WallClock:
         if delay_s > 0:
             time.sleep(delay_s)
 
-    def end_step(self, start_s: float, plan: BatchPlan, measured_s: float) -> float:
+    def end_step(self, start_s: float, plan: BatchPlan, measured_s: float, measured_cpu_s: float = 0.0) -> float:
         """The step's end time: now."""
         return self.now_s()
 
 
-class FastClock:
-    """Virtual time: advanced by each step's measured duration; idle gaps are skipped."""
+TIMINGS = ("wall", "cpu")
 
-    def __init__(self) -> None:
+
+class FastClock:
+    """Virtual time: advanced by each step's measured duration; idle gaps are skipped.
+
+    Args:
+        timing: `wall` (time.perf_counter around the step) or `cpu` (time.thread_time: the
+            serving thread's CPU time; only meaningful when the device is this CPU and torch
+            computes on the calling thread, i.e. one intra-op thread).
+    """
+
+    def __init__(self, timing: str = "wall") -> None:
+        if timing not in TIMINGS:
+            raise ValueError(f"timing {timing!r}: valid values are {', '.join(TIMINGS)}")
+        self.timing = timing
         self._now_s = 0.0
 
     def now_s(self) -> float:
@@ -47,8 +61,8 @@ class FastClock:
     def wait_until(self, t_s: float) -> None:
         self._now_s = max(self._now_s, t_s)
 
-    def end_step(self, start_s: float, plan: BatchPlan, measured_s: float) -> float:
-        self._now_s = start_s + self._duration_s(plan, measured_s)
+    def end_step(self, start_s: float, plan: BatchPlan, measured_s: float, measured_cpu_s: float = 0.0) -> float:
+        self._now_s = start_s + self._duration_s(plan, measured_cpu_s if self.timing == "cpu" else measured_s)
         return self._now_s
 
     def _duration_s(self, plan: BatchPlan, measured_s: float) -> float:

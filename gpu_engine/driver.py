@@ -65,16 +65,16 @@ def run_trace(engine: Engine, requests: list[Request], clock=None,
             if pending:
                 clock.wait_until(pending[0].arrival_s)
             continue
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         plan = scheduler.schedule(start_s)
         if plan.is_empty:
             raise EngineStalled(f"{scheduler.name}: {len(scheduler.waiting)} waiting and {len(scheduler.running)} "
                                 f"running requests but nothing schedulable at t={start_s:.6f}s")
         result = engine.execute(plan)
-        measured_s = time.perf_counter() - t0
-        end_s = clock.end_step(start_s, plan, measured_s)
+        measured_s, measured_cpu_s = time.perf_counter() - t0, time.thread_time() - cpu0
+        end_s = clock.end_step(start_s, plan, measured_s, measured_cpu_s)
         # Recorded before complete_step, which may shrink the live block tables the plan shares.
-        plans.append(plan_record(len(steps), start_s, end_s - start_s, measured_s, plan, result))
+        plans.append(plan_record(len(steps), start_s, end_s - start_s, measured_s, plan, result, measured_cpu_s))
         done(scheduler.complete_step(plan, result.outcome, end_s))
         drafts += draft_rows(len(steps), plan, result)
         steps.append(start_s, end_s - start_s, plan)

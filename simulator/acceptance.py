@@ -5,6 +5,7 @@ All models are seeded and vectorised over the verifying sequences of a step.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from pathlib import Path
 from typing import Callable
 
@@ -40,16 +41,43 @@ class PositionalAcceptance:
             raise ValueError(f"acceptance probabilities must be in [0, 1], got {alphas!r}")
         self.alphas = np.asarray(values, dtype=float)
         self.rng = np.random.default_rng(seed)
+        self._survival_cache: dict[int, np.ndarray] = {}
 
     def sample(self, drafts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Accepted and proposed drafts for verifies granted `drafts` (int array, shape (n,))."""
+        """Accepted and proposed drafts for verifies granted `drafts` (int array, shape (n,)).
+
+        One uniform u per verify: the run of accepted drafts is the number of positions k with
+        u < P(drafts 1..k all accepted) = α_1 ⋯ α_k (inverse-CDF sampling of the run length),
+        capped at the drafts granted; the same law as accepting draft by draft.
+        """
+        drafts = np.asarray(drafts, dtype=np.int64)
         width = int(drafts.max(initial=0))
         if width == 0:
             return np.zeros_like(drafts), drafts
-        alphas = self.alphas[np.minimum(np.arange(width), len(self.alphas) - 1)]
-        accepted_at = self.rng.random((len(drafts), width)) < alphas
-        accepted_at &= np.arange(width) < drafts[:, None]
-        return np.cumprod(accepted_at, axis=1).sum(axis=1), drafts
+        u = self.rng.random(len(drafts))
+        run = (u[:, None] < self._survival(width)[None, :]).sum(axis=1)
+        return np.minimum(run, drafts), drafts
+
+    def sample_lists(self, drafts: list[int]) -> tuple[list[int], list[int]]:
+        """`sample` on plain lists, with the same draws and results (the simulator calls this
+        once per verify step; a few dozen entries are cheaper in Python than in numpy)."""
+        width = max(drafts, default=0)
+        if width == 0:
+            return [0] * len(drafts), list(drafts)
+        below = self._negated_survival(width)  # ascending: count of -c_k < -u = count of u < c_k
+        u = self.rng.random(len(drafts)).tolist()
+        return [min(bisect_left(below, -x), d) for x, d in zip(u, drafts)], list(drafts)
+
+    def _survival(self, width: int) -> np.ndarray:
+        """P(drafts 1..k all accepted) for k = 1..width (non-increasing), cached."""
+        cached = self._survival_cache.get(width)
+        if cached is None:
+            alphas = self.alphas[np.minimum(np.arange(width), len(self.alphas) - 1)]
+            cached = self._survival_cache[width] = np.cumprod(alphas)
+        return cached
+
+    def _negated_survival(self, width: int) -> list[float]:
+        return [-c for c in self._survival(width).tolist()]
 
 
 class EmpiricalAcceptance:
@@ -94,9 +122,15 @@ class EmpiricalAcceptance:
             raise ValueError(f"{path}: {exc}") from None
 
     def sample(self, drafts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Accepted and proposed drafts for verifies granted `drafts` (int array, shape (n,))."""
         rows = self.rng.integers(0, self.proposed.size, size=len(drafts))
         proposed = np.minimum(self.proposed[rows], drafts)
         return np.minimum(self.accepted[rows], proposed), proposed
+
+    def sample_lists(self, drafts: list[int]) -> tuple[list[int], list[int]]:
+        """`sample` on plain lists."""
+        accepted, proposed = self.sample(np.asarray(drafts, dtype=np.int64))
+        return accepted.tolist(), proposed.tolist()
 
 
 def speculative_outcome_fn(model: PositionalAcceptance | EmpiricalAcceptance) -> Callable[[BatchPlan], StepOutcome]:
@@ -106,8 +140,8 @@ def speculative_outcome_fn(model: PositionalAcceptance | EmpiricalAcceptance) ->
         columns = plan.columns
         if not any(columns.draft_tokens):
             return StepOutcome.without_speculation(plan)
-        accepted, proposed = model.sample(np.array(columns.draft_tokens, dtype=np.int64))
-        emitted = [(1 + a) if emits else 0 for emits, a in zip(columns.emits_token, accepted.tolist())]
-        return StepOutcome(tuple(emitted), tuple(int(p) for p in proposed))
+        accepted, proposed = model.sample_lists(columns.draft_tokens)
+        emitted = [(1 + a) if emits else 0 for emits, a in zip(columns.emits_token, accepted)]
+        return StepOutcome(tuple(emitted), tuple(proposed))
 
     return outcome

@@ -111,3 +111,16 @@ def test_draft_model_costs_time_ngram_does_not():
     three_draft_steps = sum(draft.predict_step_s(np.array([1]), np.array([10 + k]), np.array([False]))
                             for k in range(3))
     assert with_draft_s == pytest.approx(ngram_s + three_draft_steps)
+
+
+def test_list_and_array_sampling_draw_the_same_acceptances():
+    # The simulator samples on lists, the engine's forced acceptance on arrays: with the same seed
+    # they must agree exactly, step after step, or engine and simulator runs would diverge.
+    rng = np.random.default_rng(4)
+    for alphas in (0.7, [0.9, 0.5, 0.2], [1.0, 0.0]):
+        on_arrays, on_lists = PositionalAcceptance(alphas, seed=3), PositionalAcceptance(alphas, seed=3)
+        for _ in range(50):
+            drafts = rng.integers(0, 6, int(rng.integers(1, 30)))
+            accepted, proposed = on_arrays.sample(drafts)
+            assert on_lists.sample_lists(drafts.tolist()) == (accepted.tolist(), proposed.tolist())
+            assert (accepted <= drafts).all()

@@ -35,6 +35,10 @@ def test_calibrate_then_verify_on_the_engine_writes_parseable_reports(tmp_path):
     report = json.loads((out / "fidelity.json").read_text())
     assert report["steps"]["all"]["n"] == len((out / "engine" / "plans.jsonl").read_text().splitlines())
     assert report["passed"] and "step_mape" in report["headline_abs_error_pct"]
+    # One torch thread on the CPU: steps are timed by the serving thread's CPU time, and recorded both ways.
+    assert json.loads((out / "engine" / "engine.json").read_text())["timing"] == "cpu"
+    first = json.loads((out / "engine" / "plans.jsonl").read_text().splitlines()[0])
+    assert 0 < first["measured_cpu_s"] and 0 < first["measured_s"] and first["duration_s"] == first["measured_cpu_s"]
     assert "## End to end" in (out / "fidelity.md").read_text() and (out / "plots" / "step_scatter.png").is_file()
     ledger = list(csv.DictReader((calibration / "ledger.csv").open()))  # profile:DIR: the ledger lives there
     assert len(ledger) == 1 and ledger[0]["device"] == "cpu" and ledger[0]["torch_version"]

@@ -128,3 +128,36 @@ def test_step_kinds_follow_the_token_mix():
     assert step_kind(plan((8, True, 0), (1, False, 0))) == "prefill-heavy"
     assert step_kind(plan((2, True, 0), (1, False, 0), (1, False, 0), (1, False, 0))) == "mixed"
     assert step_kind(plan((4, False, 3), (8, True, 0))) == "verify"
+
+
+def test_measured_steps_follow_the_runs_timing(tmp_path):
+    # A run timed by CPU time (engine.json "timing": "cpu") is compared on measured_cpu_s; older
+    # runs without the key, or wall-timed ones, on measured_s.
+    import json
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    entries = [json.loads(line) for line in (run / "plans.jsonl").read_text().splitlines()]
+    for i, entry in enumerate(entries):
+        entry["measured_cpu_s"] = 0.001 * (i + 1)
+    (run / "plans.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
+    wall = [e["measured_s"] for e in entries]
+    assert read_measured_steps(run)[1].tolist() == wall  # no "timing" in the recorded engine.json
+    settings = json.loads((run / "engine.json").read_text())
+    (run / "engine.json").write_text(json.dumps({**settings, "timing": "cpu"}))
+    assert read_measured_steps(run)[1].tolist() == [0.001 * (i + 1) for i in range(len(entries))]
+    del entries[2]["measured_cpu_s"]
+    (run / "plans.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
+    with pytest.raises(ValueError, match=r"plans.jsonl:3: plan entry has no measured_cpu_s"):
+        read_measured_steps(run)
+
+
+def test_fast_clock_advances_by_the_chosen_measure():
+    from gpu_engine.clock import FastClock
+
+    wall, cpu = FastClock("wall"), FastClock("cpu")
+    assert wall.end_step(1.0, None, measured_s=0.5, measured_cpu_s=0.2) == 1.5
+    assert cpu.end_step(1.0, None, measured_s=0.5, measured_cpu_s=0.2) == 1.2
+    with pytest.raises(ValueError, match="valid values are wall, cpu"):
+        FastClock("gpu")

@@ -139,8 +139,9 @@ class Scheduler:
             if drafts:
                 rejected = drafts - max(0, emitted - 1)
                 seq.num_computed_tokens += q - rejected
-                self.block_manager.shrink_to(seq.request_id, max(seq.num_computed_tokens,
-                                                                 self._reserved_floor_tokens(seq)))
+                if rejected:  # their KV slots go back (never below what the policy keeps reserved)
+                    self.block_manager.shrink_to(seq.request_id, max(seq.num_computed_tokens,
+                                                                     self._reserved_floor_tokens(seq)))
             else:
                 seq.num_computed_tokens += q
             if emitted:
@@ -442,12 +443,14 @@ class Scheduler:
         """Draft tokens for a decode whose own token slot is reserved: at most `split_n`, the
         `budget`, what the request still has to generate after this token, and the KV slots that
         are free (drafts never preempt). Reserves their slots."""
-        drafts = min(self.config.split_n, budget, seq.remaining_output_tokens - 1)
+        drafts = min(self.config.split_n, budget, seq.max_output_tokens - seq.num_generated_tokens - 1)
         if drafts <= 0:
             return 0
         bm = self.block_manager
-        drafts = max(0, min(drafts, bm.capacity_tokens(seq.request_id) - seq.num_computed_tokens - 1))
-        bm.grow_to(seq.request_id, seq.num_computed_tokens + 1 + drafts)
+        computed = seq.num_computed_tokens
+        if not bm.try_grow_to(seq.request_id, computed + 1 + drafts):  # else: as many as the free blocks hold
+            drafts = max(0, min(drafts, bm.capacity_tokens(seq.request_id) - computed - 1))
+            bm.grow_to(seq.request_id, computed + 1 + drafts)
         return drafts
 
     def _finish(self, seq: Sequence, now_s: float) -> FinishedRequest:

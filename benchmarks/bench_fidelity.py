@@ -1,0 +1,86 @@
+"""Fidelity on this CPU at 30, 60 and 90 % of the simulator's predicted capacity (issue 7's targets).
+
+Run from the repo root after `make test` (which installs torch):
+    .venv/bin/python benchmarks/bench_fidelity.py [--budget-s 30] [--out runs/bench_fidelity]
+
+1. `sarathi-sim calibrate` the tiny Llama of tests/data/engine/tiny (profile + fit + engine overhead).
+2. For each point (sarathi chunk 32, chunk 64, and chunk 32 with split-N 3 at α = 0.5, drafts
+   accepted as that model draws them), a capacity search in the simulator with that calibration,
+   under the SLO below (P50 scheduling delay: a queueing knee, since the tiny model's steps are
+   milliseconds).
+3. `sarathi-sim verify --run-engine` of each point at 30, 60 and 90 % of its capacity.
+Prints one Markdown row per (point, load): per-step MAPE and the signed P50 TTFT, TPOT, E2E errors
+(simulated vs measured). Steps are timed by the serving thread's CPU time (`engine run --timing
+auto` on the CPU), as the profiler times ops.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "tests" / "data" / "engine" / "tiny_engine.yaml"
+SLO = {"scheduling_delay_p50_s": 0.05}
+POINTS = {
+    "sarathi chunk 32": {"engine.chunk_size": 32},
+    "sarathi chunk 64": {"engine.chunk_size": 64},
+    "split-N 3, α 0.5 (chunk 32)": {"engine.chunk_size": 32, "engine.split_n": 3, "engine.acceptance": 0.5},
+}
+LOADS = (0.3, 0.6, 0.9)
+
+
+def cli(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "experiments.cli", *args], cwd=REPO, check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def capacity_qps(settings: dict, calibration: Path, out: Path) -> float:
+    config = yaml.safe_load(TINY.read_text())
+    config["model"] = str(TINY.parent / config["model"])
+    config["slo"] = SLO
+    config["search"] = {"qps": [1, 2000], "precision": 0.05, "num_requests": 300, "seeds": 1}
+    path = out / "search.yaml"
+    path.write_text(yaml.safe_dump(config))
+    cli("sweep", str(path), "--out", str(out), "--no-cache", "--set", f"cost_model=profile:{calibration}",
+        *[x for k, v in settings.items() for x in ("--set", f"{k}={v}")])
+    return float(pd.read_csv(out / "points.csv")["capacity_qps"].iloc[0])
+
+
+def verify(settings: dict, calibration: Path, qps: float, out: Path) -> dict:
+    forced = ["--forced-acceptance"] if "engine.split_n" in settings else []
+    cli("verify", str(TINY), "--run-engine", "--cost-model", f"profile:{calibration}", "--out", str(out),
+        "--set", f"trace.qps={qps:.4g}", "--set", "trace.num_requests=48", *forced,
+        *[x for k, v in settings.items() for x in ("--set", f"{k}={v}")])
+    report = json.loads((out / "fidelity.json").read_text())
+    signed = {row["metric"]: row["error_pct"] for row in report["e2e"]}
+    return {"step_mape": report["steps"]["all"]["mape_pct"], **{m: signed.get(m) for m in
+                                                               ("ttft_s_p50", "tpot_s_p50", "e2e_s_p50")}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget-s", type=float, default=30.0)
+    parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench_fidelity")
+    args = parser.parse_args()
+    calibration = args.out / "calibration"
+    cli("calibrate", "--model", str(TINY.parent / "tiny" / "config.json"), "--device", "cpu",
+        "--budget-s", str(args.budget_s), "--out", str(calibration))
+    print("| point | capacity QPS (sim) | load | step MAPE % | P50 TTFT % | P50 TPOT % | P50 E2E % |")
+    print("|---|---|---|---|---|---|---|")
+    for index, (label, settings) in enumerate(POINTS.items()):
+        capacity = capacity_qps(settings, calibration, args.out / f"search{index}")
+        for load in LOADS:
+            row = verify(settings, calibration, load * capacity, args.out / f"point{index}-{int(load * 100)}")
+            cells = [f"{row['step_mape']:.1f}"] + [f"{row[m]:+.1f}" if row[m] is not None else "n/a"
+                                                   for m in ("ttft_s_p50", "tpot_s_p50", "e2e_s_p50")]
+            print(f"| {label} | {capacity:.4g} | {load:.0%} | " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
