@@ -1,7 +1,7 @@
 """Fidelity on this CPU at 30, 60 and 90 % of the simulator's predicted capacity (issue 7's targets).
 
 Run from the repo root after `make test` (which installs torch):
-    .venv/bin/python benchmarks/bench_fidelity.py [--budget-s 30] [--out runs/bench_fidelity]
+    .venv/bin/python benchmarks/bench_fidelity.py [--budget-s 30] [--out runs/bench_fidelity] [--reuse-calibration]
 
 1. `sarathi-sim calibrate` the tiny Llama of tests/data/engine/tiny (profile + fit + engine overhead).
 2. For each point (sarathi chunk 32, chunk 64, and chunk 32 with split-N 3 at α = 0.5, drafts
@@ -45,6 +45,7 @@ def capacity_qps(settings: dict, calibration: Path, out: Path) -> float:
     config["model"] = str(TINY.parent / config["model"])
     config["slo"] = SLO
     config["search"] = {"qps": [1, 2000], "precision": 0.05, "num_requests": 300, "seeds": 1}
+    out.mkdir(parents=True, exist_ok=True)
     path = out / "search.yaml"
     path.write_text(yaml.safe_dump(config))
     cli("sweep", str(path), "--out", str(out), "--no-cache", "--set", f"cost_model=profile:{calibration}",
@@ -67,10 +68,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget-s", type=float, default=30.0)
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench_fidelity")
+    parser.add_argument("--reuse-calibration", action="store_true", help="Keep OUT/calibration if it exists.")
     args = parser.parse_args()
     calibration = args.out / "calibration"
-    cli("calibrate", "--model", str(TINY.parent / "tiny" / "config.json"), "--device", "cpu",
-        "--budget-s", str(args.budget_s), "--out", str(calibration))
+    if not (args.reuse_calibration and (calibration / "engine_overhead.json").is_file()):
+        cli("calibrate", "--model", str(TINY.parent / "tiny" / "config.json"), "--device", "cpu",
+            "--budget-s", str(args.budget_s), "--out", str(calibration))
     print("| point | capacity QPS (sim) | load | step MAPE % | P50 TTFT % | P50 TPOT % | P50 E2E % |")
     print("|---|---|---|---|---|---|---|")
     for index, (label, settings) in enumerate(POINTS.items()):

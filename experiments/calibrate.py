@@ -38,7 +38,7 @@ def calibrate(model: str, device: str, budget_s: float, out_dir: Path, *, thread
     if engine_overhead:
         overhead = measure_engine_overhead(out_dir, model, threads=threads)
         log(f"engine overhead per step: {overhead.per_step_s * 1e3:.3f} ms + {overhead.per_seq_s * 1e6:.1f} µs/seq "
-            f"+ {overhead.per_token_s * 1e6:.2f} µs/token")
+            f"+ {overhead.per_token_s * 1e6:.2f} µs/token + {overhead.per_draft_s * 1e6:.1f} µs/draft token")
     return fitted, errors
 
 
@@ -51,30 +51,40 @@ OVERHEAD_ENGINE = {"scheduler": "sarathi", "chunk_size": 64, "max_num_seqs": 12,
                    "num_gpu_blocks": 512, "max_model_len": 256}
 
 
+# The same workload with split-N 3 (drafts proposed and accepted as α = 0.5 draws them): its
+# verify steps measure the host work per draft token (proposing, checking, bookkeeping).
+OVERHEAD_SPLIT_N = {"split_n": 3, "acceptance": 0.5}
+
+
 @dataclass(frozen=True)
 class EngineOverhead:
     """The engine's per-step time beyond the profiled ops (scheduler call, Python dispatch, record
-    keeping): per_step_s + per_seq_s × sequences + per_token_s × query tokens, seconds.
+    keeping, draft handling): per_step_s + per_seq_s × sequences + per_token_s × query tokens +
+    per_draft_s × draft tokens, seconds.
 
-    Fitted by median (quantile 0.5) regression to measured − fitted-model step times of a
-    calibration run (`measure_engine_overhead`), so that steps slowed by other processes on a
+    Fitted by median (quantile 0.5) regression to measured − fitted-model step times of
+    calibration runs (`measure_engine_overhead`), so that steps slowed by other processes on a
     shared CPU do not pull it up; the coefficients are clipped at 0.
     """
 
     per_step_s: float
     per_seq_s: float
     per_token_s: float
+    per_draft_s: float = 0.0  # absent from calibrations made before split-N was calibrated
 
-    def step_s(self, num_seqs: int, num_tokens: int) -> float:
-        return self.per_step_s + self.per_seq_s * num_seqs + self.per_token_s * num_tokens
+    def step_s(self, num_seqs: int, num_tokens: int, num_drafts: int = 0) -> float:
+        return self.per_step_s + self.per_seq_s * num_seqs + self.per_token_s * num_tokens + self.per_draft_s * num_drafts
 
     @classmethod
-    def fit(cls, num_seqs: np.ndarray, num_tokens: np.ndarray, residual_s: np.ndarray) -> "EngineOverhead":
-        """Median regression of residual_s (float[n], s) on [1, num_seqs, num_tokens]."""
+    def fit(cls, num_seqs: np.ndarray, num_tokens: np.ndarray, residual_s: np.ndarray,
+            num_drafts: np.ndarray | None = None) -> "EngineOverhead":
+        """Median regression of residual_s (float[n], s) on [1, num_seqs, num_tokens, num_drafts]
+        (without drafts, per_draft_s is 0)."""
         from sklearn.linear_model import QuantileRegressor
 
-        features = np.column_stack([num_seqs, num_tokens]).astype(float)
-        fit = QuantileRegressor(quantile=0.5, alpha=0.0, solver="highs").fit(features, residual_s)
+        columns = [num_seqs, num_tokens] + ([num_drafts] if num_drafts is not None and np.any(num_drafts) else [])
+        fit = QuantileRegressor(quantile=0.5, alpha=0.0, solver="highs").fit(
+            np.column_stack(columns).astype(float), residual_s)
         return cls(*(float(max(c, 0.0)) for c in (fit.intercept_, *fit.coef_)))
 
     def save(self, directory: Path) -> Path:
@@ -96,7 +106,8 @@ class EngineOverhead:
         missing = [k for k in ("per_step_s", "per_seq_s", "per_token_s") if k not in data]
         if missing:
             raise ValueError(f"{path}: missing key(s) {', '.join(missing)}")
-        return cls(float(data["per_step_s"]), float(data["per_seq_s"]), float(data["per_token_s"]))
+        return cls(float(data["per_step_s"]), float(data["per_seq_s"]), float(data["per_token_s"]),
+                   float(data.get("per_draft_s", 0.0)))
 
 
 class WithEngineOverhead:
@@ -106,31 +117,45 @@ class WithEngineOverhead:
         self.cost_model, self.overhead = cost_model, overhead
 
     def predict_step_s(self, query_tokens: np.ndarray, context_tokens: np.ndarray, is_prefill: np.ndarray) -> float:
-        """The wrapped model's step time plus `EngineOverhead.step_s`, seconds."""
+        """The wrapped model's step time plus `EngineOverhead.step_s`, seconds. A decode entry
+        computing q > 1 tokens is a verify of q − 1 drafts."""
         return (self.cost_model.predict_step_s(query_tokens, context_tokens, is_prefill)
-                + self.overhead.step_s(len(query_tokens), int(np.sum(query_tokens))))
+                + self.overhead.step_s(len(query_tokens), int(np.sum(query_tokens)),
+                                       draft_tokens(query_tokens, is_prefill)))
+
+
+def draft_tokens(query_tokens, is_prefill) -> int:
+    """Draft tokens in a step: sum of q − 1 over its non-prefill entries (a plain decode has q = 1)."""
+    return sum(q - 1 for q, prefill in zip(np.asarray(query_tokens).tolist(), np.asarray(is_prefill).tolist())
+               if not prefill)
 
 
 def measure_engine_overhead(calibration_dir: Path, model: str, *, threads: int = 1) -> EngineOverhead:
-    """Serve `OVERHEAD_TRACE` on the engine (CPU, float32), price its executed plans with the
-    fitted model of `calibration_dir`, fit `EngineOverhead` to the residuals and save it there.
-    The run is kept in `calibration_dir/overhead_run` (its plans are the evidence)."""
+    """Serve `OVERHEAD_TRACE` on the engine (CPU, float32), plainly and with split-N
+    (`OVERHEAD_SPLIT_N`), price the executed plans with the fitted model of `calibration_dir`,
+    fit `EngineOverhead` to the residuals and save it there. The runs are kept in
+    `calibration_dir/overhead_run` and `overhead_run_split_n` (their plans are the evidence)."""
     from experiments.engine_cli import run as engine_run
     from experiments.verify import read_measured_steps
     from profiler.shipped import load_fitted
 
-    config = calibration_dir / "overhead_config.yaml"
-    config.write_text(yaml.safe_dump({"name": "engine-overhead", "model": str(Path(model).resolve())
-                                      if Path(model).exists() else model, "device": "h100-sxm",
-                                      "trace": OVERHEAD_TRACE, "engine": OVERHEAD_ENGINE}))
-    run_dir = calibration_dir / "overhead_run"
-    engine_run(config, out=run_dir, realtime=False, set_=[], point=0, weights=None, device="cpu", dtype="float32",
-               attention="auto", forced_acceptance=False, temperature=0.0, max_kv_gib=4.0, threads=threads,
-               timing="auto")
-    plans, measured = read_measured_steps(run_dir)
     fitted = load_fitted(calibration_dir)
-    predicted = np.array([fitted.predict_step_s(p.query_tokens, p.context_tokens, p.is_prefill) for p in plans])
-    overhead = EngineOverhead.fit(np.array([len(p) for p in plans]), np.array([int(p.query_tokens.sum()) for p in plans]),
-                                  measured - predicted)
+    seqs, tokens, drafts, residuals = [], [], [], []
+    for name, extra, forced in (("overhead_run", {}, False), ("overhead_run_split_n", OVERHEAD_SPLIT_N, True)):
+        config = calibration_dir / f"{name}.yaml"
+        config.write_text(yaml.safe_dump({"name": "engine-overhead", "model": str(Path(model).resolve())
+                                          if Path(model).exists() else model, "device": "h100-sxm",
+                                          "trace": OVERHEAD_TRACE, "engine": {**OVERHEAD_ENGINE, **extra}}))
+        run_dir = calibration_dir / name
+        engine_run(config, out=run_dir, realtime=False, set_=[], point=0, weights=None, device="cpu",
+                   dtype="float32", attention="auto", forced_acceptance=forced, temperature=0.0, max_kv_gib=4.0,
+                   threads=threads, timing="auto")
+        plans, measured = read_measured_steps(run_dir)
+        predicted = np.array([fitted.predict_step_s(p.query_tokens, p.context_tokens, p.is_prefill) for p in plans])
+        seqs += [len(p) for p in plans]
+        tokens += [int(p.query_tokens.sum()) for p in plans]
+        drafts += [draft_tokens(p.query_tokens, p.is_prefill) for p in plans]
+        residuals.append(measured - predicted)
+    overhead = EngineOverhead.fit(np.array(seqs), np.array(tokens), np.concatenate(residuals), np.array(drafts))
     overhead.save(calibration_dir)
     return overhead

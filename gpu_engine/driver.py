@@ -55,6 +55,7 @@ def run_trace(engine: Engine, requests: list[Request], clock=None,
         for record in records if on_finished else ():
             on_finished(record)
 
+    engine.warm_up()  # before the clock matters: the first steps would otherwise be slow once
     while pending or scheduler.has_work():
         start_s = clock.now_s()
         while pending and pending[0].arrival_s <= start_s:

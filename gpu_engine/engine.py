@@ -74,6 +74,24 @@ class Engine:
         self._tokens: dict[int, list[int]] = {}  # live request id -> prompt + generated ids
         self._remaining: dict[int, int] = {}  # live request id -> output tokens still to produce
 
+    def warm_up(self, rounds: int = 3) -> None:
+        """A few throwaway steps (a short prefill, then decodes) before serving, as vLLM warms up
+        before taking requests: otherwise the first real steps pay one-time costs (allocator
+        growth, lazy initialisation, cold caches) that no later step pays and no profile measured.
+
+        Only call it while no request holds KV blocks (before serving): it writes the first
+        blocks of the pool, which every request overwrites before reading. The scheduler and the
+        request state are untouched.
+        """
+        cache = self.runner.kv_cache
+        tokens = min(16, cache.block_size * cache.num_blocks - rounds)
+        if tokens < 1:
+            return
+        blocks = list(range(-(-(tokens + rounds) // cache.block_size)))
+        self.runner.run([SequenceWork(-1, [0] * tokens, 0, blocks, 1)])  # no sampling: its RNG stays untouched
+        for i in range(rounds):
+            self.runner.run([SequenceWork(-1, [0], tokens + i, blocks, 1)])
+
     def add_request(self, request: Request, prompt_ids: list[int] | None = None) -> FinishedRequest | None:
         """Hand `request` to the scheduler with its prompt ids (seeded random ids if None).
 

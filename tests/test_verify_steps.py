@@ -161,3 +161,25 @@ def test_fast_clock_advances_by_the_chosen_measure():
     assert cpu.end_step(1.0, None, measured_s=0.5, measured_cpu_s=0.2) == 1.2
     with pytest.raises(ValueError, match="valid values are wall, cpu"):
         FastClock("gpu")
+
+
+def test_engine_overhead_fit_recovers_known_coefficients_including_drafts():
+    from experiments.calibrate import EngineOverhead, WithEngineOverhead
+    from tests.conftest import ConstantCostModel
+
+    rng = np.random.default_rng(0)
+    seqs = rng.integers(1, 12, 400)
+    tokens = seqs + rng.integers(0, 64, 400)
+    drafts = np.where(rng.random(400) < 0.5, rng.integers(0, 3 * seqs + 1), 0)
+    residual = 1e-3 + 20e-6 * seqs + 2e-6 * tokens + 50e-6 * drafts
+    residual[::17] += 0.01  # steps slowed by another process: the median fit ignores them
+    fit = EngineOverhead.fit(seqs, tokens, residual, drafts)
+    assert fit.per_step_s == pytest.approx(1e-3, rel=1e-3) and fit.per_seq_s == pytest.approx(20e-6, rel=1e-3)
+    assert fit.per_token_s == pytest.approx(2e-6, rel=1e-3) and fit.per_draft_s == pytest.approx(50e-6, rel=1e-3)
+    plain = EngineOverhead.fit(seqs, tokens, 1e-3 + 20e-6 * seqs + 2e-6 * tokens)
+    assert plain.per_draft_s == 0.0
+    # A verify of 3 drafts (q = 4) and a decode (q = 1) beside a 10-token prefill chunk: 3 drafts.
+    priced = WithEngineOverhead(ConstantCostModel(0.002), fit).predict_step_s(
+        np.array([4, 1, 10]), np.array([50, 60, 0]), np.array([False, False, True]))
+    assert priced == pytest.approx(0.002 + fit.step_s(3, 15, 3))
+    assert fit.step_s(3, 15, 3) == pytest.approx(1e-3 + 60e-6 + 30e-6 + 150e-6, rel=1e-3)
