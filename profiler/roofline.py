@@ -180,16 +180,25 @@ class RooflineCostModel:
         if num_tokens == num_seqs and not any(is_prefill):
             context = float(sum(context_tokens))
             return num_tokens, self._attention_group_s(context + num_seqs, context + 2 * num_seqs, num_seqs)
-        prefill_pairs = prefill_kv = prefill_q = decode_pairs = decode_kv = decode_q = 0
-        for q, c, prefill in zip(query_tokens, context_tokens, is_prefill):
-            if prefill:
-                prefill_pairs += q * c + q * (q + 1) // 2
-                prefill_kv += c + 2 * q
-                prefill_q += q
-            else:
-                decode_pairs += q * c + q * (q + 1) // 2
-                decode_kv += c + 2 * q
-                decode_q += q
+        prefill_pairs = prefill_kv = prefill_q = prefill_c = 0
+        prefills = [i for i, prefill in enumerate(is_prefill) if prefill]  # a mixed step: usually one
+        for i in prefills:
+            q, c = query_tokens[i], context_tokens[i]
+            prefill_pairs += q * c + q * (q + 1) // 2
+            prefill_kv += c + 2 * q
+            prefill_q += q
+            prefill_c += c
+        num_decodes = num_seqs - len(prefills)
+        decode_q = num_tokens - prefill_q
+        if decode_q == num_decodes:  # plain decodes (q = 1): c + 1 pairs and c + 2 KV tokens each
+            decode_c = sum(context_tokens) - prefill_c
+            decode_pairs, decode_kv = decode_c + num_decodes, decode_c + 2 * num_decodes
+        else:  # verifies among them
+            decode_pairs = decode_kv = 0
+            for q, c, prefill in zip(query_tokens, context_tokens, is_prefill):
+                if not prefill:
+                    decode_pairs += q * c + q * (q + 1) // 2
+                    decode_kv += c + 2 * q
         if not prefill_q:
             return num_tokens, self._attention_group_s(decode_pairs, decode_kv, decode_q)
         return num_tokens, (self._attention_group_s(prefill_pairs, prefill_kv, prefill_q)

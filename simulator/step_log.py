@@ -1,6 +1,8 @@
 """Per-step records (DESIGN.md, "Records"), collected column-wise so logging stays cheap."""
 from __future__ import annotations
 
+from itertools import compress
+
 import pandas as pd
 
 from simulator.scheduler import BatchPlan
@@ -38,13 +40,9 @@ class StepLog:
     def append(self, start_s: float, duration_s: float, plan: BatchPlan, replica_id: int = 0) -> None:
         c = self._columns
         cols = plan.columns
-        prefill_tokens = prefill_seqs = decode_tokens = 0
-        for q, prefill in zip(cols.query_tokens, cols.is_prefill):
-            if prefill:
-                prefill_tokens += q
-                prefill_seqs += 1
-            else:
-                decode_tokens += q
+        prefill_tokens = sum(compress(cols.query_tokens, cols.is_prefill))  # C-level passes, no Python loop
+        decode_tokens = sum(cols.query_tokens) - prefill_tokens
+        prefill_seqs = sum(cols.is_prefill)
         c["replica_id"].append(replica_id)
         c["start_s"].append(start_s)
         c["duration_s"].append(duration_s)
