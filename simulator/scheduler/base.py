@@ -8,6 +8,7 @@ SimPy replica and the real engine drive the same object.
 from __future__ import annotations
 
 from bisect import insort
+from operator import add, attrgetter, eq, lt
 
 import numpy as np
 
@@ -30,6 +31,12 @@ from traces import Request
 
 # One scheduled entry: (sequence, query tokens, draft tokens among them).
 Entry = tuple[Sequence, int, int]
+
+_REQUEST_ID = attrgetter("request_id")
+_COMPUTED = attrgetter("num_computed_tokens")
+_PREFILL_TARGET = attrgetter("prefill_target_tokens")
+_GENERATED = attrgetter("num_generated_tokens")
+_PROMPT = attrgetter("request.prompt_tokens")
 
 
 class Scheduler:
@@ -54,6 +61,7 @@ class Scheduler:
         self.token_budget = self._token_budget()
         self._swap_in_tokens = 0
         self._swap_out_tokens = 0
+        self._now_s = 0.0  # time of the schedule() call under way
 
     def _token_budget(self) -> int:
         c = self.config
@@ -104,19 +112,20 @@ class Scheduler:
         Sequences inside a plan that has not been completed yet (pipeline parallelism keeps
         several micro-batches in flight) are not scheduled again until it is.
         """
+        self._now_s = now_s  # admissions stamp first_scheduled_s with it (`_admit_head`)
         entries, preempted = self._build_plan(now_s)
-        seqs = [e[0] for e in entries]
-        for seq in seqs:
-            if seq.first_scheduled_s != seq.first_scheduled_s:  # NaN: first time on the device
-                seq.first_scheduled_s = now_s
-        ids = [seq.request_id for seq in seqs]
-        queries = [e[1] for e in entries]
-        drafts = [e[2] for e in entries]
-        contexts = [seq.num_computed_tokens for seq in seqs]
-        prefills = [seq.num_computed_tokens < seq.prefill_target_tokens for seq in seqs]
-        # The step samples when it computes every pending token (+ its drafts): q == pending + d.
-        emits = [q + seq.num_computed_tokens == seq.request.prompt_tokens + seq.num_generated_tokens + d
-                 for seq, q, d in entries]
+        if entries:
+            # Column-wise with C-level maps: this runs once per step over every scheduled sequence.
+            seqs, queries, drafts = map(list, zip(*entries))
+            ids = list(map(_REQUEST_ID, seqs))
+            contexts = list(map(_COMPUTED, seqs))
+            prefills = list(map(lt, contexts, map(_PREFILL_TARGET, seqs)))
+            # The step samples when it computes every pending token (+ its drafts):
+            # q + computed == prompt + generated + d.
+            emits = list(map(eq, map(add, queries, contexts),
+                             map(add, map(add, map(_PROMPT, seqs), map(_GENERATED, seqs)), drafts)))
+        else:
+            seqs, queries, drafts, ids, contexts, prefills, emits = [], [], [], [], [], [], []
         self._executing.update(ids)
         plan = BatchPlan.from_columns(
             PlanColumns(ids, queries, contexts, prefills, emits, drafts, self.block_manager.block_tables(ids)), seqs,
@@ -344,6 +353,8 @@ class Scheduler:
         if not self.block_manager.can_admit(reserve):
             return None
         self.waiting.pop_head()
+        if seq.first_scheduled_s != seq.first_scheduled_s:  # NaN: its first time on the device
+            seq.first_scheduled_s = self._now_s  # every admitted sequence runs in this step
         self.block_manager.grow_to(seq.request_id, reserve)
         insort(self.running, seq, key=self.waiting.key)
         self._in_flight[seq.request_id] = seq
