@@ -40,7 +40,8 @@ class CapacityResult:
 
 
 def find_capacity(passes: Callable[[float], bool], low_qps: float, high_qps: float,
-                  precision: float = 0.025, max_qps: float | None = None, max_trials: int = 24) -> CapacityResult:
+                  precision: float = 0.025, max_qps: float | None = None, max_trials: int = 24,
+                  served_qps: Callable[[float], float | None] | None = None) -> CapacityResult:
     """Bisection for the highest QPS at which `passes(qps)` is True.
 
     Args:
@@ -49,6 +50,12 @@ def find_capacity(passes: Callable[[float], bool], low_qps: float, high_qps: flo
         precision: stop when (high − low) / high ≤ precision (relative; 2.5 % as Sarathi-Serve).
         max_qps: `high` is doubled while it passes, up to this (default 64 × high_qps).
         max_trials: a hard cap on trials.
+        served_qps: given the QPS of a trial already run, the request rate it actually served
+            (completed / makespan), or None. After the first failing trial, an overloaded one, that
+            rate μ is about the most the point can serve; the search then tries 0.95 μ and 1.1 μ
+            before bisecting, which usually brackets the capacity within ~15 % in two trials
+            instead of five or six. The bracket is still only narrowed by trials that pass or fail,
+            so a wrong guess costs at most two trials and never the result.
 
     Returns:
         `CapacityResult`; capacity is NaN when `low_qps` already fails (say so, don't guess),
@@ -73,6 +80,8 @@ def find_capacity(passes: Callable[[float], bool], low_qps: float, high_qps: flo
             result.capacity_qps = high
             return result
         high = min(2 * high, max_qps)
+    if served_qps is not None:
+        low, high = _narrow_by_saturation(trial, low, high, served_qps(high), max_trials - len(result.trials))
     while (high - low) / high > precision and len(result.trials) < max_trials:
         # Geometric midpoint while the bracket spans orders of magnitude, then arithmetic.
         mid = (low * high) ** 0.5 if high > 4 * low else (low + high) / 2
@@ -82,6 +91,27 @@ def find_capacity(passes: Callable[[float], bool], low_qps: float, high_qps: flo
             high = mid
     result.capacity_qps = low
     return result
+
+
+def _narrow_by_saturation(trial: Callable[[float], bool], low: float, high: float, served: float | None,
+                          trials_left: int) -> tuple[float, float]:
+    """Try 0.95 μ and 1.1 μ (μ = `served`, the rate an overloaded trial at `high` served) where they
+    fall inside (low, high); each trial moves one end of the bracket, as bisection would."""
+    if served is None or not served > 0:
+        return low, high
+    for guess in (0.95 * served, 1.1 * served):
+        if trials_left <= 0 or not low < guess < high or (high - low) / high <= SATURATION_MIN_BRACKET:
+            continue
+        trials_left -= 1
+        if trial(guess):
+            low = guess
+        else:
+            high = guess
+    return low, high
+
+
+# Below this relative bracket width plain bisection is as quick as guessing from saturation.
+SATURATION_MIN_BRACKET = 0.2
 
 
 def confidence_interval(values: list[float], level: float = 0.95) -> tuple[float, float, float]:

@@ -48,15 +48,19 @@ def search_capacity(point: SweepConfig, point_id: int, seed: int) -> tuple[float
     search = point.search
     rows: list[dict] = []
 
+    served: dict[float, float] = {}
+
     def passes(qps: float) -> bool:
         row = run_point(trial_config(point, qps, seed), point_id, trim_fraction=search.trim_fraction).row
         passed = bool(row["slo_met"])
         rows.append({**{k: row.get(k, np.nan) for k in TRIAL_COLUMNS}, "seed": seed, "trial_qps": qps,
                      "passed": passed})
+        served[qps] = row.get("throughput_rps", np.nan)
         return passed
 
     low, high = search.qps
-    result = find_capacity(passes, low, high, search.precision, max_qps=high, max_trials=search.max_trials)
+    result = find_capacity(passes, low, high, search.precision, max_qps=high, max_trials=search.max_trials,
+                           served_qps=lambda qps: served.get(qps) if served.get(qps, 0) > 0 else None)
     return result.capacity_qps, rows
 
 

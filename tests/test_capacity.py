@@ -159,3 +159,19 @@ def test_error_text_in_brackets_is_printed_as_written(tmp_path):
     config.write_text("trace: {kind: poisson, qps: 1}\nsearch: {qps: [5, 1]}\n")
     result = CliRunner().invoke(app, ["sweep", str(config)])
     assert result.exit_code == 2 and "[low, high]" in result.output and "[5.0, 1.0]" in result.output
+
+
+@pytest.mark.parametrize("true_capacity,served", [(20.3, 21.0), (20.3, 30.0), (5.0, 21.0), (20.3, None)])
+def test_saturation_guess_narrows_the_bracket_without_changing_the_answer(true_capacity, served):
+    # An overloaded trial serves about μ requests/s; trying 0.95 μ and 1.1 μ first brackets the
+    # capacity quickly when μ is close to it, and costs at most two trials when it is not
+    # (a TBT-bound point, capacity far below μ). The answer keeps the bisection's guarantee.
+    plain = find_capacity(lambda q: q <= true_capacity, 2.0, 40.0, precision=0.025, max_qps=40.0)
+    guided = find_capacity(lambda q: q <= true_capacity, 2.0, 40.0, precision=0.025, max_qps=40.0,
+                           served_qps=lambda q: served)
+    for result in (plain, guided):
+        assert true_capacity * (1 - 0.025) <= result.capacity_qps <= true_capacity
+    if served == 21.0 and true_capacity == 20.3:
+        assert [q for q, _ in guided.trials[:4]] == [2.0, 40.0, pytest.approx(19.95), pytest.approx(23.1)]
+        assert len(guided.trials) <= len(plain.trials) - 3
+    assert len(guided.trials) <= len(plain.trials) + 2
