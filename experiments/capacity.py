@@ -3,7 +3,9 @@
 Method (Sarathi-Serve `sarathi/benchmark/capacity_search/capacity_search.py`, REFERENCE.md §1.6):
 each trial simulates a fixed-size trace at one QPS; a trial passes when every percentile SLO holds
 on the trimmed statistics. Start from [low, high]; while `high` passes, double it (up to
-`max_qps`); then bisect until (high − low) / high ≤ precision. Capacity = the highest passing QPS.
+`max_qps`); optionally try 0.95 and 1.1 times the rate the overloaded `high` trial served (our
+addition: a cheap first guess); then bisect until (high − low) / high ≤ precision. Capacity = the
+highest passing QPS.
 Repeating the search with other seeds gives a confidence interval.
 """
 from __future__ import annotations
