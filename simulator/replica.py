@@ -68,12 +68,19 @@ class Replica:
         self.num_outstanding = 0  # submitted and not finished (the least-outstanding router reads it)
         self._wake: simpy.Event = env.event()
         self._window_open = False  # inside a decode window's timeout (`_decode_window`)
+        self._arrival_sent_at_s = -math.inf  # send time of the arrival that interrupted a window
+        self._last_step_start_s = -math.inf  # start of the latest step begun
         stages = pricer.pipeline_stages
         self._stages = [simpy.Resource(env, capacity=1) for _ in range(stages)]
         self.process = env.process(self._run() if stages == 1 else self._run_pipelined())
 
-    def submit(self, request: Request) -> None:
-        """Hand an arriving request to the scheduler (called at its arrival time)."""
+    def submit(self, request: Request, sent_at_s: float = -math.inf) -> None:
+        """Hand an arriving request to the scheduler (called at its arrival time).
+
+        `sent_at_s`: when the arrival was scheduled (a closed-loop client's send time); it
+        decides, for a decode window interrupted exactly at a step boundary, which of the two
+        same-instant events SimPy would have processed first on the step-by-step path.
+        """
         rejection = self.scheduler.add_request(request)
         if rejection is not None:
             self._record([rejection])
@@ -81,6 +88,7 @@ class Replica:
         self.num_outstanding += 1
         if self._window_open:  # the scheduler must see it at the end of the step under way
             self._window_open = False
+            self._arrival_sent_at_s = sent_at_s
             self.process.interrupt("arrival")
         self._signal()
 
@@ -113,7 +121,7 @@ class Replica:
                 if window >= 2:
                     yield from self._decode_window(running, window)
                     continue
-            start_s = self.env.now
+            start_s = self._last_step_start_s = self.env.now
             plan = self.scheduler.schedule(start_s)
             if plan.is_empty:
                 raise SimulationStalled(self._stall_message(start_s))
@@ -150,20 +158,37 @@ class Replica:
                 now_s = now_s + duration  # SimPy's clock arithmetic, step by step
                 ends.append(now_s)
         steps = len(starts)
+        previous_start_s = self._last_step_start_s
         self._window_open = True
         try:
             yield self.env.timeout(_exact_delay(start_s, ends[-1]))
         except simpy.Interrupt:
-            steps = bisect_left(starts, self.env.now)  # the steps already under way finish
+            steps = self._steps_begun(starts, previous_start_s)
             if steps:
                 yield self.env.timeout(_exact_delay(self.env.now, ends[steps - 1]))
         self._window_open = False
+        self._last_step_start_s = starts[steps - 1] if steps else previous_start_s
         if not steps:
             return
         kv_used, finished = self.scheduler.advance_decodes(ends[:steps])
         self.num_outstanding -= len(finished)
         self._record(finished)
         self.steps.extend_decodes(starts[:steps], durations[:steps], batch, kv_used, self.replica_id)
+
+    def _steps_begun(self, starts: list[float], previous_start_s: float) -> int:
+        """Steps of an interrupted window that the step-by-step path would have begun before
+        the arrival reached the scheduler: those starting before now, and the one starting
+        exactly now if its start event was queued first. That event was queued when the step
+        before it began (SimPy breaks same-time ties by queueing order), the arrival's when it
+        was sent: a client answering a completion at once (think time 0) sends at that instant,
+        after the replica queued its next step, so the newcomer waits a step."""
+        now_s = self.env.now
+        steps = bisect_left(starts, now_s)
+        if steps < len(starts) and starts[steps] == now_s:
+            predecessor_start_s = starts[steps - 1] if steps else previous_start_s
+            if self._arrival_sent_at_s >= predecessor_start_s:
+                steps += 1
+        return steps
 
     def _run_pipelined(self):
         first_stage = self._stages[0]

@@ -100,10 +100,10 @@ class _Dispatcher:
         upcoming = self._replay_s[self._replay_next] if self._replay_next < len(self._replay_s) else math.inf
         return min(upcoming, self._deliveries_s[0]) if self._deliveries_s else upcoming
 
-    def submit(self, request: Request) -> None:
+    def submit(self, request: Request, sent_at_s: float = -math.inf) -> None:
         index = self.router.pick() if len(self.replicas) > 1 else 0
         self.placement[request.request_id] = index
-        self.replicas[index].submit(request)
+        self.replicas[index].submit(request, sent_at_s)
 
     def replay(self, requests: list[Request]):
         """Open loop: submit each request at its arrival time."""
@@ -122,14 +122,14 @@ class _Dispatcher:
             if request is not None:
                 # A process, not a direct call: a rejection would otherwise recurse.
                 heapq.heappush(self._deliveries_s, request.arrival_s)
-                self.env.process(self._deliver(request))
+                self.env.process(self._deliver(request, self.env.now))
 
         return on_finish
 
-    def _deliver(self, request: Request):
+    def _deliver(self, request: Request, sent_at_s: float):
         yield self.env.timeout(_delay_until(self.env.now, request.arrival_s))
         heapq.heappop(self._deliveries_s)  # deliveries happen in time order: this one is the earliest
-        self.submit(request)
+        self.submit(request, sent_at_s)
 
 
 def _delay_until(now_s: float, at_s: float) -> float:

@@ -166,13 +166,17 @@ def test_decode_windows_stop_for_a_closed_loop_request_routed_mid_window(monkeyp
     monkeypatch.setattr(simpy.Process, "interrupt", lambda self, cause=None: interrupts.append(cause) or original(self, cause))
     config = SchedulerConfig(num_gpu_blocks=30_000, max_model_len=8192, max_num_seqs=64, chunk_size=512)
 
-    def run(fast_forward):
-        workload = ClosedLoopWorkload(num_clients=12, think_time_s=0.05, prompt=(50, 800), output=(20, 200),
-                                      num_requests=150, seed=4)
-        return simulate(workload, [make_scheduler("sarathi", config) for _ in range(3)], cost,
+    def run(fast_forward, think_time_s, replicas, scheduler="sarathi"):
+        workload = ClosedLoopWorkload(num_clients=12, think_time_s=think_time_s, prompt=(50, 800),
+                                      output=(20, 200), num_requests=150, seed=4)
+        return simulate(workload, [make_scheduler(scheduler, config) for _ in range(replicas)], cost,
                         router="least_outstanding", fast_forward=fast_forward)
 
-    fast, slow = run(True), run(False)
-    pd.testing.assert_frame_equal(fast.requests, slow.requests)
-    pd.testing.assert_frame_equal(fast.steps, slow.steps)
+    # Think time 0: a client answers a completion at that very instant, a step boundary, where
+    # SimPy's same-time ordering decides whether the newcomer joins the next step.
+    for think_time_s, replicas, scheduler in [(0.05, 3, "sarathi"), (0.0, 1, "sarathi"), (0.0, 3, "sarathi"),
+                                              (0.0, 2, "vllm_v1")]:
+        fast, slow = run(True, think_time_s, replicas, scheduler), run(False, think_time_s, replicas, scheduler)
+        pd.testing.assert_frame_equal(fast.requests, slow.requests)
+        pd.testing.assert_frame_equal(fast.steps, slow.steps)
     assert len(interrupts) > 10
