@@ -8,6 +8,7 @@ point's result does not depend on the backend.
 from __future__ import annotations
 
 import atexit
+import socket
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Callable
 
@@ -37,6 +38,40 @@ def make_pool(backend: str, jobs: int, ray_address: str | None = None):
     raise BackendError(f"backend {backend!r}: valid values are {', '.join(BACKENDS)}")
 
 
+def check_available(backend: str, ray_address: str | None = None) -> None:
+    """Fail early (before any output is written) when `backend` cannot run here.
+
+    Raises:
+        BackendError: an unknown backend, `--ray-address` without Ray, Ray not installed, or a
+            `host:port` address nothing listens on (Ray itself would retry it for minutes).
+    """
+    if backend not in BACKENDS:
+        raise BackendError(f"--backend {backend!r}: valid values are {', '.join(BACKENDS)}")
+    if backend != "ray":
+        if ray_address is not None:
+            raise BackendError("--ray-address is only used with --backend ray")
+        return
+    _import_ray()
+    if ray_address and not ray_address.startswith("ray://") and ray_address != "auto":
+        host, _, port = ray_address.rpartition(":")
+        if not port.isdigit():
+            raise BackendError(f"--ray-address {ray_address!r}: expected auto, HOST:PORT or ray://HOST:PORT")
+        try:
+            socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
+        except OSError as exc:
+            raise BackendError(f"--ray-address {ray_address}: nothing reachable there ({exc}); "
+                               "is the Ray head node running (`ray start --head`)?") from None
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError as exc:
+        raise BackendError("--backend ray needs Ray: pip install 'sarathi-sim[ray]' "
+                           "(or pip install 'ray>=2.9')") from exc
+    return ray
+
+
 class RayPool:
     """Runs submitted calls as Ray tasks (one CPU each, no retries: a point's own error is its
     result, and a crashed worker should fail the sweep loudly rather than run a point twice).
@@ -48,11 +83,7 @@ class RayPool:
     """
 
     def __init__(self, address: str | None = None):
-        try:
-            import ray
-        except ImportError as exc:
-            raise BackendError("--backend ray needs Ray: pip install 'sarathi-sim[ray]' "
-                               "(or pip install 'ray>=2.9')") from exc
+        ray = _import_ray()
         self._ray = ray
         if not ray.is_initialized():  # once per process: a capacity run opens several pools
             try:

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from experiments.backends import BACKENDS, BackendError
+from experiments.backends import BackendError, check_available
 from experiments.config import ConfigError, SweepConfig, describe_point, load_config
 from experiments.console import fail
 from experiments.engine_cli import engine_app
@@ -50,7 +50,7 @@ def sweep(
                                   help="Recompute every point instead of reusing finished ones from OUT/.cache."),
     backend: str = typer.Option("local", "--backend",
                                 help="Where points run: local (worker processes) or ray (a Ray cluster; "
-                                     "pip install 'sarathi-sim[ray]')."),
+                                     "pip install 'sarathi-sim\\[ray]')."),  # \\[: literal bracket in rich help
     ray_address: Optional[str] = typer.Option(None, "--ray-address",
                                               help="Ray cluster to join (e.g. auto, ray://head:10001); "
                                                    "default: start Ray on this machine."),
@@ -60,8 +60,10 @@ def sweep(
     Finished points are cached in OUT/.cache, so a sweep that was interrupted resumes where it
     stopped; a point whose config changed is recomputed.
     """
-    if backend not in BACKENDS:
-        fail(f"--backend {backend!r}: valid values are {', '.join(BACKENDS)}")
+    try:
+        check_available(backend, ray_address)
+    except BackendError as exc:
+        fail(str(exc))
     base, points = _load(config, set_)
     out_dir = out or Path("runs") / base.name
     try:

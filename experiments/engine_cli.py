@@ -67,6 +67,8 @@ def run(
     _check_supported(chosen)
     if timing not in ("auto", *TIMINGS):
         fail(f"--timing {timing!r}: valid values are auto, {', '.join(TIMINGS)}")
+    if realtime and timing == "cpu":
+        fail("--timing cpu applies to --fast runs; a --realtime run lives on the wall clock")
     try:
         run_dir = _serve(chosen, out or Path("runs") / f"{chosen.name}-engine", realtime=realtime, weights=weights,
                          device=device, dtype=dtype, attention=attention, forced=forced_acceptance,

@@ -94,11 +94,19 @@ def read_measured_steps(run_dir: str | Path) -> tuple[list[BatchPlan], np.ndarra
     if not path.is_file():
         raise ValueError(f"{path}: no plan log; is {run_dir} the output of `sarathi-sim engine run`?")
     settings_path = Path(run_dir) / "engine.json"
-    timing = json.loads(settings_path.read_text()).get("timing", "wall") if settings_path.is_file() else "wall"
+    try:
+        timing = json.loads(settings_path.read_text()).get("timing", "wall") if settings_path.is_file() else "wall"
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{settings_path}: cannot read ({exc})") from None
+    if timing not in ("wall", "cpu"):
+        raise ValueError(f"{settings_path}: timing {timing!r} is not one of wall, cpu")
     key = "measured_cpu_s" if timing == "cpu" else "measured_s"
     measured = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
-        entry = json.loads(line)
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{number}: not a JSON plan entry ({exc}); is the file truncated?") from None
         if key not in entry:
             raise ValueError(f"{path}:{number}: plan entry has no {key} (engine.json says timing {timing!r})")
         measured.append(float(entry[key]))

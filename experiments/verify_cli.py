@@ -15,8 +15,8 @@ from experiments.console import fail
 from experiments.deployment import build_pricer
 from experiments.config import AcceptanceFile, ConfigError, SweepConfig, describe_point, load_config
 from experiments.fidelity_report import append_ledger, write_fidelity
-from experiments.verify import (calibrated_cost_model, e2e_fidelity, headline_errors, over_limit, read_measured_steps,
-                                simulate_summary, step_fidelity)
+from experiments.verify import (HEADLINE_E2E, calibrated_cost_model, e2e_fidelity, headline_errors, over_limit,
+                                read_measured_steps, simulate_summary, step_fidelity)
 
 console = Console(width=120)
 
@@ -31,7 +31,8 @@ def verify(
     fail_above: Optional[float] = typer.Option(None, "--fail-above", min=0.0, help="Exit 1 when per-step MAPE or "
                                                "|P50 TTFT/TPOT/E2E error| exceeds PCT percent."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a config key: --set trace.qps=4."),
-    point: int = typer.Option(0, "--point", min=0, help="Which point of the config's variants."),
+    point: Optional[int] = typer.Option(None, "--point", min=0, help="Which point of the config's variants "
+                                        "(default 0)."),
     ledger: Optional[Path] = typer.Option(None, "--ledger", help="Calibration ledger CSV to append to (default: "
                                           f"DIR/{LEDGER_NAME} for profile:DIR, else OUT/{LEDGER_NAME})."),
     forced_acceptance: bool = typer.Option(False, "--forced-acceptance", help="With --run-engine, split-N: "
@@ -42,7 +43,8 @@ def verify(
     trace: Optional[Path] = typer.Option(None, "--trace", help="With --against-vllm-bench: the trace file "
                                          "the benchmark replayed (simulated instead of CONFIG's trace)."),
     top: Optional[int] = typer.Option(None, "--top", min=1, help="With --run-engine: verify the K best points "
-                                      "of the config's sweep (ranked in simulation), each in OUT/point<i>/."),
+                                      "of the config's sweep (each simulated once at its trace's load, no "
+                                      "`search:`), each in OUT/point<i>/."),
 ) -> None:
     """Compare the simulator with a measured run: per step (the cost model prices the engine's
     executed plans) and end to end (the same trace simulated); write fidelity.{json,md,html}.
@@ -62,12 +64,18 @@ def verify(
     if top is not None:
         if not run_engine or engine_run is not None:
             fail("--top K needs --run-engine (each chosen point is run on the engine), not --engine-run")
+        if point is not None:
+            fail("--top K chooses the points itself; drop --point")
         _verify_top(config, overrides, top, out, fail_above, ledger, forced_acceptance, threads)
         return
+    point = point or 0
     chosen = _point(config, overrides, point)
     out_dir = out or Path("runs") / f"{chosen.name}-verify"
-    failed = _verify_point(config, overrides, point, chosen, out_dir, engine_run, run_engine, fail_above, ledger,
-                           forced_acceptance, threads, against_vllm_bench)[1]
+    try:
+        failed = _verify_point(config, overrides, point, chosen, out_dir, engine_run, run_engine, fail_above, ledger,
+                               forced_acceptance, threads, against_vllm_bench)[1]
+    except ValueError as exc:
+        fail(str(exc))
     if failed:
         raise typer.Exit(1)
 
@@ -75,16 +83,18 @@ def verify(
 def _verify_point(config: Path, overrides: list[str], point: int, chosen: SweepConfig, out_dir: Path,
                   engine_run: Optional[Path], run_engine: bool, fail_above: Optional[float], ledger: Optional[Path],
                   forced_acceptance: bool, threads: int, against_vllm_bench: Optional[Path] = None):
-    """One point's comparison and reports; returns (headline errors in %, the ones over --fail-above)."""
+    """One point's comparison and reports; returns (headline errors in %, the ones over
+    --fail-above, the end-to-end table with signed errors).
+
+    Raises:
+        ValueError: the run cannot be compared (no steps, a run of another config, unreadable files).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        if against_vllm_bench is not None:
-            steps, e2e, context = None, *_against_vllm(chosen, against_vllm_bench)
-        else:
-            run_dir = _engine_dir(config, overrides, point, engine_run, run_engine, out_dir, forced_acceptance, threads)
-            steps, e2e, context = _against_engine(chosen, run_dir, out_dir)
-    except ValueError as exc:
-        fail(str(exc))
+    if against_vllm_bench is not None:
+        steps, e2e, context = None, *_against_vllm(chosen, against_vllm_bench)
+    else:
+        run_dir = _engine_dir(config, overrides, point, engine_run, run_engine, out_dir, forced_acceptance, threads)
+        steps, e2e, context = _against_engine(chosen, run_dir, out_dir)
     context = {"config": str(config), "point": describe_point(chosen), "model": chosen.model,
                "cost_model": chosen.cost_model, **context}
     headline = headline_errors(steps, e2e)
@@ -95,7 +105,7 @@ def _verify_point(config: Path, overrides: list[str], point: int, chosen: SweepC
     console.print(f"wrote fidelity.json, fidelity.md and {html_path.name} in {out_dir}")
     if failed:
         console.print("[red]over --fail-above:[/red] " + ", ".join(f"{k} {v:.1f} %" for k, v in failed.items()))
-    return headline, failed
+    return headline, failed, e2e
 
 
 def _verify_top(config: Path, overrides: list[str], top: int, out: Optional[Path], fail_above: Optional[float],
@@ -118,12 +128,20 @@ def _verify_top(config: Path, overrides: list[str], top: int, out: Optional[Path
     for _, row in ranked.head(top).iterrows():
         index = int(row["point_id"])
         console.print(f"[bold]point {index}[/bold]: {row['label']}")
-        headline, failed = _verify_point(config, overrides, index, SweepConfig.model_validate(points[index]),
-                                         out_dir / f"point{index}", None, True, fail_above, ledger,
-                                         forced_acceptance, threads)
-        chosen_rows.append({"point_id": index, "label": row["label"], "slo_met": row.get("slo_met"),
-                            "goodput_rps": row.get("goodput_rps"), "throughput_rps": row.get("throughput_rps"),
-                            **{f"{k}_error_pct": v for k, v in headline.items()}, "passed": not failed})
+        result = {"point_id": index, "label": row["label"], "slo_met": row.get("slo_met"),
+                  "goodput_rps": row.get("goodput_rps"), "throughput_rps": row.get("throughput_rps")}
+        try:
+            headline, failed, e2e = _verify_point(config, overrides, index, SweepConfig.model_validate(points[index]),
+                                                  out_dir / f"point{index}", None, True, fail_above, ledger,
+                                                  forced_acceptance, threads)
+        except (ValueError, typer.Exit) as exc:  # this point only: the engine refused or ran nothing
+            reason = str(exc) if isinstance(exc, ValueError) else "the engine refused this point (see above)"
+            console.print(f"[yellow]point {index} not verified:[/yellow] {reason}")
+            chosen_rows.append({**result, "passed": False, "error": reason})
+            continue
+        signed = dict(zip(e2e["metric"], e2e["error_pct"])) if e2e is not None else {}
+        chosen_rows.append({**result, **({"step_mape_pct": headline["step_mape"]} if "step_mape" in headline else {}),
+                            **{f"{m}_error_pct": signed.get(m) for m in HEADLINE_E2E}, "passed": not failed})
     summary = pd.DataFrame(chosen_rows)
     (out_dir / "top.json").write_text(summary.to_json(orient="records", indent=2))
     (out_dir / "top.md").write_text(f"# Verification of the {len(summary)} best points of {config}\n\n"
@@ -138,8 +156,11 @@ def _verify_top(config: Path, overrides: list[str], top: int, out: Optional[Path
 
 def rank_points(rows: pd.DataFrame) -> pd.DataFrame:
     """Points that ran, best first: those meeting every SLO (or with no SLO set) before the others,
-    then by goodput (requests/s meeting the per-request thresholds), then throughput."""
+    then by goodput (requests/s meeting the per-request thresholds), then throughput. Empty when
+    no point ran."""
     ok = rows[rows["error"].isna()] if "error" in rows else rows
+    if ok.empty or "throughput_rps" not in ok:
+        return ok.iloc[0:0]
     meets = ok["slo_met"].map(lambda v: True if v is None or v != v else bool(v)) if "slo_met" in ok else True
     ok = ok.assign(_meets=meets,
                    _goodput=ok["goodput_rps"] if "goodput_rps" in ok else 0.0)
@@ -168,7 +189,13 @@ def calibrate(
 
 
 def _against_engine(point: SweepConfig, run_dir: Path, out_dir: Path):
-    """Per-step and end-to-end comparisons with the engine run in `run_dir`."""
+    """Per-step and end-to-end comparisons with the engine run in `run_dir`.
+
+    Raises:
+        ValueError: the run was made with other engine, trace or model settings than `point`
+            (its `engine.json` names them), or its files cannot be read.
+    """
+    _check_same_point(point, run_dir)
     plans, measured = read_measured_steps(run_dir)
     pricer = build_pricer(point, calibrated_cost_model(point))
     steps = step_fidelity(plans, measured, pricer)
@@ -191,6 +218,31 @@ def _against_vllm(point: SweepConfig, result: Path):
                       f"{result} has {len(frame)}; is --trace the benchmark's workload?")
     return e2e_fidelity(simulated, vllm_summary(frame, duration_s)), {"source": f"vLLM bench {result}",
                                                                      "device": point.device}
+
+
+def _check_same_point(point: SweepConfig, run_dir: Path) -> None:
+    """Refuse to compare a run with a config it was not made from: the errors would describe
+    another comparison. Runs without a recorded config (older runs) are not checked."""
+    settings_path = run_dir / "engine.json"
+    recorded = _read_json(settings_path).get("config") if settings_path.is_file() else None
+    if not isinstance(recorded, dict):
+        return
+    wanted = point.model_dump(mode="json")
+    differ = [f"{section}.{key}" if key else section
+              for section in ("model", "trace", "engine")
+              for key, mine, theirs in _differences(wanted.get(section), recorded.get(section))]
+    if differ:
+        shown = ", ".join(differ[:6]) + (" ..." if len(differ) > 6 else "")
+        raise ValueError(f"{settings_path}: the engine run was made with other settings than this point "
+                         f"({shown} differ); give verify the config and --set overrides of that run")
+
+
+def _differences(mine, theirs):
+    """(key, mine, theirs) for the keys of two config sections that differ ('' for scalars).
+    Keys the recorded run lacks (settings added after it was made) are not compared."""
+    if isinstance(mine, dict) and isinstance(theirs, dict):
+        return [(k, mine[k], theirs[k]) for k in sorted(set(mine) & set(theirs)) if mine[k] != theirs[k]]
+    return [] if mine == theirs else [("", mine, theirs)]
 
 
 def _with_measured_acceptance(point: SweepConfig, run_dir: Path, out_dir: Path) -> SweepConfig:

@@ -31,6 +31,7 @@ def test_ray_missing_is_a_clear_error_naming_the_extra(monkeypatch, tmp_path):
     result = CliRunner().invoke(app, ["sweep", str(config), "--out", str(tmp_path / "o"), "--backend", "ray"])
     assert result.exit_code == 2  # an input error, as every CLI error
     assert "sarathi-sim[ray]" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "o").exists()  # refused before anything was written
 
 
 def test_unknown_backend_is_refused_before_running(tmp_path):
@@ -61,3 +62,16 @@ def test_ray_backend_gives_the_rows_local_processes_give(tmp_path):
     capacity = ["label", "capacity_qps", "capacity_ci_low", "capacity_ci_high"]
     pd.testing.assert_frame_equal(local_cap[capacity], ray_cap[capacity])
     assert len(ray_trials) == len(local_trials) > 4
+
+
+def test_ray_address_is_checked_before_running(tmp_path):
+    from experiments.backends import check_available
+
+    with pytest.raises(BackendError, match="only used with --backend ray"):
+        check_available("local", "auto")
+    pytest.importorskip("ray")
+    with pytest.raises(BackendError, match="nothing reachable there"):  # Ray would retry for minutes
+        check_available("ray", "127.0.0.1:1")
+    with pytest.raises(BackendError, match="expected auto, HOST:PORT"):
+        check_available("ray", "head-node")
+    check_available("ray", None)  # a local instance: nothing to check

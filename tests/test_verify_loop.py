@@ -63,6 +63,67 @@ def test_verify_top_runs_the_best_simulated_points_on_the_engine(tmp_path):
         assert (point_dir / "engine" / "plans.jsonl").is_file()
     assert top[0]["throughput_rps"] >= top[1]["throughput_rps"] or top[0]["goodput_rps"] > top[1]["goodput_rps"]
     assert "| point_id | label |" in (out / "top.md").read_text()
+    for row in top:  # the summary keeps the sign of each error (simulated - measured)
+        e2e = json.loads((out / f"point{row['point_id']}" / "fidelity.json").read_text())["e2e"]
+        signed = {r["metric"]: r["error_pct"] for r in e2e}
+        assert row["ttft_s_p50_error_pct"] == pytest.approx(signed["ttft_s_p50"])
+        assert row["e2e_s_p50_error_pct"] == pytest.approx(signed["e2e_s_p50"])
+
+
+def test_verify_top_reports_a_point_the_engine_cannot_run_and_goes_on(tmp_path):
+    # One variant's pool holds no request (every request rejected, no step to compare): its row
+    # says why, the other point is still verified, and the exit status says not everything passed.
+    config = tmp_path / "tiny_top.yaml"
+    config.write_text((DATA / "engine" / "tiny_engine.yaml").read_text().replace(
+        "model: tiny/config.json", f"model: {DATA / 'engine' / 'tiny' / 'config.json'}")
+        + "variants:\n  - {}\n  - {engine.num_gpu_blocks: 1}\n")
+    out = tmp_path / "top"
+    with cpu_threads(1):
+        done = runner.invoke(app, ["verify", str(config), "--run-engine", "--top", "2", "--cost-model", "roofline",
+                                   "--set", "trace.num_requests=6", "--out", str(out)])
+    assert done.exit_code == 1, done.output
+    top = {row["point_id"]: row for row in json.loads((out / "top.json").read_text())}
+    assert set(top) == {0, 1}
+    assert top[0]["passed"] and (out / "point0" / "fidelity.json").is_file()
+    assert not top[1]["passed"] and "executed no steps" in top[1]["error"]
+
+
+def test_verify_top_with_every_point_failing_in_simulation_is_a_clear_error(tmp_path):
+    config = tmp_path / "big.yaml"
+    config.write_text("name: big\nmodel: llama-2-70b\ndevice: h100-sxm\n"
+                      "trace: {kind: poisson, qps: 1, num_requests: 10, prompt_tokens: 100, output_tokens: 10}\n"
+                      "engine: {scheduler: sarathi, chunk_size: 512}\nvariants:\n  - {engine.chunk_size: [256, 512]}\n")
+    done = runner.invoke(app, ["verify", str(config), "--run-engine", "--top", "2", "--out", str(tmp_path / "o")])
+    assert done.exit_code == 2
+    assert "every point failed in simulation" in done.output and "Traceback" not in done.output
+
+
+def test_verify_refuses_an_engine_run_of_another_config(tmp_path):
+    run_dir = tmp_path / "run"
+    with cpu_threads(1):
+        done = runner.invoke(app, ["engine", "run", str(DATA / "engine" / "tiny_engine.yaml"), "--out", str(run_dir),
+                                   "--set", "trace.num_requests=4", "--dtype", "float32"])
+        assert done.exit_code == 0, done.output
+    done = runner.invoke(app, ["verify", str(DATA / "engine" / "tiny_engine.yaml"), "--engine-run", str(run_dir),
+                               "--cost-model", "roofline", "--set", "trace.num_requests=4",
+                               "--set", "engine.chunk_size=64", "--out", str(tmp_path / "v")])
+    assert done.exit_code == 2
+    assert "engine.chunk_size differ" in done.output
+    plans = run_dir / "plans.jsonl"
+    plans.write_text(plans.read_text()[:-40])  # a truncated log names its file and line
+    done = runner.invoke(app, ["verify", str(DATA / "engine" / "tiny_engine.yaml"), "--engine-run", str(run_dir),
+                               "--cost-model", "roofline", "--set", "trace.num_requests=4", "--out", str(tmp_path / "v")])
+    assert done.exit_code == 2
+    lines = len(plans.read_text().splitlines())
+    assert f"plans.jsonl:{lines}: not a JSON plan entry" in done.output.replace("\n", "")
+
+
+def test_verify_top_and_engine_timing_flag_conflicts_are_refused(tmp_path):
+    tiny = str(DATA / "engine" / "tiny_engine.yaml")
+    done = runner.invoke(app, ["verify", tiny, "--run-engine", "--top", "2", "--point", "1"])
+    assert done.exit_code == 2 and "drop --point" in done.output
+    done = runner.invoke(app, ["engine", "run", tiny, "--realtime", "--timing", "cpu", "--out", str(tmp_path / "e")])
+    assert done.exit_code == 2 and "--timing cpu applies to --fast runs" in done.output
 
 
 def test_verify_top_needs_an_engine_run(tmp_path):
