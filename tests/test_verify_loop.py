@@ -45,15 +45,19 @@ def test_calibrate_then_verify_on_the_engine_writes_parseable_reports(tmp_path):
     assert len(ledger) == 1 and ledger[0]["device"] == "cpu" and ledger[0]["torch_version"]
 
 
-def test_verify_top_runs_the_best_simulated_points_on_the_engine(tmp_path):
+def verify_top_of_tiny(tmp_path, variants: str, out):
+    """`verify --top 2 --run-engine` of the tiny engine config with these variants (YAML text)."""
     config = tmp_path / "tiny_top.yaml"
     config.write_text((DATA / "engine" / "tiny_engine.yaml").read_text().replace(
-        "model: tiny/config.json", f"model: {DATA / 'engine' / 'tiny' / 'config.json'}")
-        + "variants:\n  - {engine.chunk_size: [8, 32, 64]}\n")
-    out = tmp_path / "top"
+        "model: tiny/config.json", f"model: {DATA / 'engine' / 'tiny' / 'config.json'}") + variants)
     with cpu_threads(1):
-        done = runner.invoke(app, ["verify", str(config), "--run-engine", "--top", "2", "--cost-model", "roofline",
+        return runner.invoke(app, ["verify", str(config), "--run-engine", "--top", "2", "--cost-model", "roofline",
                                    "--set", "trace.num_requests=6", "--out", str(out)])
+
+
+def test_verify_top_runs_the_best_simulated_points_on_the_engine(tmp_path):
+    out = tmp_path / "top"
+    done = verify_top_of_tiny(tmp_path, "variants:\n  - {engine.chunk_size: [8, 32, 64]}\n", out)
     assert done.exit_code == 0, done.output
     top = json.loads((out / "top.json").read_text())
     assert len(top) == 2 and len({row["point_id"] for row in top}) == 2
@@ -73,14 +77,8 @@ def test_verify_top_runs_the_best_simulated_points_on_the_engine(tmp_path):
 def test_verify_top_reports_a_point_the_engine_cannot_run_and_goes_on(tmp_path):
     # One variant's pool holds no request (every request rejected, no step to compare): its row
     # says why, the other point is still verified, and the exit status says not everything passed.
-    config = tmp_path / "tiny_top.yaml"
-    config.write_text((DATA / "engine" / "tiny_engine.yaml").read_text().replace(
-        "model: tiny/config.json", f"model: {DATA / 'engine' / 'tiny' / 'config.json'}")
-        + "variants:\n  - {}\n  - {engine.num_gpu_blocks: 1}\n")
     out = tmp_path / "top"
-    with cpu_threads(1):
-        done = runner.invoke(app, ["verify", str(config), "--run-engine", "--top", "2", "--cost-model", "roofline",
-                                   "--set", "trace.num_requests=6", "--out", str(out)])
+    done = verify_top_of_tiny(tmp_path, "variants:\n  - {}\n  - {engine.num_gpu_blocks: 1}\n", out)
     assert done.exit_code == 1, done.output
     top = {row["point_id"]: row for row in json.loads((out / "top.json").read_text())}
     assert set(top) == {0, 1}
