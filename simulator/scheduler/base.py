@@ -421,17 +421,20 @@ class Scheduler:
         Returns:
             The decodes that got their slot (each costs one budget token).
         """
-        decodes = []
-        in_flight = self._in_flight
+        decodes = [seq for seq in self._idle_running() if seq.num_computed_tokens >= seq.prefill_target_tokens]
+        # Blocks for the computed tokens are always held, so the next token's slot is held unless
+        # it starts a new block: only those decodes ask the pool (and may preempt), in order.
         size = self.block_manager.block_size
-        for seq in self._idle_running():
-            computed = seq.num_computed_tokens
-            if computed < seq.prefill_target_tokens or seq.request_id not in in_flight:  # prefill, or a victim
-                continue
-            # Blocks for the computed tokens are always held, so the next token's slot is held
-            # unless it starts a new block: only then can the pool be asked (and preempt).
-            if computed % size or self._ensure_kv(seq, computed + 1, preempted):
-                decodes.append(seq)
+        starting_a_block = [seq for seq in decodes if not seq.num_computed_tokens % size]
+        if not starting_a_block:
+            return decodes
+        in_flight = self._in_flight
+        without_slot = set()
+        for seq in starting_a_block:
+            if seq.request_id in in_flight and not self._ensure_kv(seq, seq.num_computed_tokens + 1, preempted):
+                without_slot.add(seq.request_id)  # preempted itself, or no victim left
+        if preempted or without_slot:
+            decodes = [seq for seq in decodes if seq.request_id in in_flight and seq.request_id not in without_slot]
         return decodes
 
     def _grant_drafts(self, decodes: list[Sequence], budget: int) -> tuple[list[Entry], int]:
