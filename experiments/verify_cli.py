@@ -239,10 +239,18 @@ def _check_same_point(point: SweepConfig, run_dir: Path) -> None:
 
 def _differences(mine, theirs):
     """(key, mine, theirs) for the keys of two config sections that differ ('' for scalars).
-    Keys the recorded run lacks (settings added after it was made) are not compared."""
+    Keys the recorded run lacks (settings added after it was made) are not compared; paths are
+    compared by their last two parts (a run recorded on another machine or checkout)."""
     if isinstance(mine, dict) and isinstance(theirs, dict):
-        return [(k, mine[k], theirs[k]) for k in sorted(set(mine) & set(theirs)) if mine[k] != theirs[k]]
-    return [] if mine == theirs else [("", mine, theirs)]
+        return [(k, mine[k], theirs[k]) for k in sorted(set(mine) & set(theirs))
+                if _comparable(mine[k]) != _comparable(theirs[k])]
+    return [] if _comparable(mine) == _comparable(theirs) else [("", mine, theirs)]
+
+
+def _comparable(value):
+    if isinstance(value, str) and "/" in value:
+        return Path(value).parts[-2:]
+    return value
 
 
 def _with_measured_acceptance(point: SweepConfig, run_dir: Path, out_dir: Path) -> SweepConfig:

@@ -183,3 +183,21 @@ def test_engine_overhead_fit_recovers_known_coefficients_including_drafts():
         np.array([4, 1, 10]), np.array([50, 60, 0]), np.array([False, False, True]))
     assert priced == pytest.approx(0.002 + fit.step_s(3, 15, 3))
     assert fit.step_s(3, 15, 3) == pytest.approx(1e-3 + 60e-6 + 30e-6 + 150e-6, rel=1e-3)
+
+
+def test_a_run_recorded_in_another_checkout_is_still_the_same_point(tmp_path):
+    # engine.json records absolute paths (model, trace files) of the machine that made the run;
+    # the same files elsewhere must not count as other settings, while a real change still does.
+    import json
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    settings = json.loads((run / "engine.json").read_text())
+    settings["config"]["model"] = "/elsewhere/checkout/tests/data/engine/tiny/config.json"
+    (run / "engine.json").write_text(json.dumps(settings))
+    args = ["verify", str(CONFIG), "--engine-run", str(run), "--cost-model", "roofline"]
+    done = runner.invoke(app, args + ["--out", str(tmp_path / "v"), "--ledger", str(tmp_path / "l.csv")])
+    assert done.exit_code == 0, done.output
+    done = runner.invoke(app, args + ["--set", "engine.max_num_seqs=4", "--out", str(tmp_path / "w")])
+    assert done.exit_code == 2 and "engine.max_num_seqs differ" in done.output
