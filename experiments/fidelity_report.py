@@ -107,6 +107,10 @@ def _sections(steps: StepComparison | None, e2e: pd.DataFrame | None) -> list[tu
         sections.append(("Per step: the cost model prices the executed plans", table.rename(columns={
             "n": "steps", "mape_pct": "MAPE %", "p95_ape_pct": "P95 |err| %", "max_ape_pct": "max |err| %",
             "mean_signed_pct": "mean signed err %"})))
+        scale = summary["run_scale"]
+        sections.append(("Per step: how much one speed factor for the whole run explains (diagnostic)",
+                         pd.DataFrame([{"median measured / predicted": scale["measured_over_predicted"],
+                                        "MAPE % after that factor": scale["mape_after_scale_pct"]}])))
     if e2e is not None:
         sections.append(("End to end: simulator (predicted) against the run (measured)",
                          e2e.rename(columns={"error_pct": "signed err %"})))

@@ -45,7 +45,23 @@ class StepComparison:
             errors = self.frame.loc[self.frame["kind"] == kind, "error_pct"].to_numpy()
             if errors.size:
                 out[kind] = error_stats(errors)
+        out["run_scale"] = self.run_scale()
         return out
+
+    def run_scale(self) -> dict:
+        """How much of the error one factor for the whole run explains: `measured_over_predicted`
+        (the median ratio) and `mape_after_scale_pct` (the MAPE once every prediction is
+        multiplied by it). A run on a host that was uniformly slower or faster than at
+        calibration shows a ratio far from 1 and a small remainder; errors in the shape of the
+        cost model (by batch, chunk, context) remain after the scale. A diagnostic only: the
+        headline MAPE is never rescaled."""
+        measured, predicted = self.frame["measured_s"].to_numpy(), self.frame["predicted_s"].to_numpy()
+        valid = (measured > 0) & (predicted > 0)
+        if not valid.any():
+            return {"measured_over_predicted": float("nan"), "mape_after_scale_pct": float("nan")}
+        scale = float(np.median(measured[valid] / predicted[valid]))
+        remainder = signed_error_pct(predicted[valid] * scale, measured[valid])
+        return {"measured_over_predicted": scale, "mape_after_scale_pct": float(np.abs(remainder).mean())}
 
 
 def error_stats(error_pct: np.ndarray) -> dict:

@@ -201,3 +201,21 @@ def test_a_run_recorded_in_another_checkout_is_still_the_same_point(tmp_path):
     assert done.exit_code == 0, done.output
     done = runner.invoke(app, args + ["--set", "engine.max_num_seqs=4", "--out", str(tmp_path / "w")])
     assert done.exit_code == 2 and "engine.max_num_seqs differ" in done.output
+
+
+def test_run_scale_separates_a_uniformly_slow_run_from_shape_errors():
+    import pandas as pd
+
+    from experiments.verify import StepComparison
+
+    measured = np.array([1.0, 2.0, 3.0, 4.0]) * 1e-3
+    uniform = StepComparison(pd.DataFrame({"kind": "decode-only", "measured_s": measured,
+                                           "predicted_s": measured / 1.25, "error_pct": -20.0}))
+    scale = uniform.summary()["run_scale"]
+    assert scale["measured_over_predicted"] == pytest.approx(1.25)
+    assert scale["mape_after_scale_pct"] == pytest.approx(0.0, abs=1e-9)  # all of it one factor
+    shaped = StepComparison(pd.DataFrame({"kind": "decode-only", "measured_s": measured,
+                                          "predicted_s": measured * [0.5, 1.0, 1.0, 1.5], "error_pct": 0.0}))
+    scale = shaped.summary()["run_scale"]
+    assert scale["measured_over_predicted"] == pytest.approx(1.0)
+    assert scale["mape_after_scale_pct"] == pytest.approx(25.0)  # |−50| + 0 + 0 + |+50|, over 4
