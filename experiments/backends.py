@@ -29,13 +29,12 @@ def make_pool(backend: str, jobs: int, ray_address: str | None = None):
             `ray://head:10001`); None starts a Ray instance on this machine.
 
     Raises:
-        BackendError: an unknown backend, or Ray missing or unreachable.
+        BackendError: an unknown backend, or Ray missing or unreachable (`check_available`).
     """
+    check_available(backend, ray_address)
     if backend == "local":
         return ProcessPoolExecutor(max_workers=jobs)
-    if backend == "ray":
-        return RayPool(ray_address)
-    raise BackendError(f"backend {backend!r}: valid values are {', '.join(BACKENDS)}")
+    return RayPool(ray_address)
 
 
 def check_available(backend: str, ray_address: str | None = None) -> None:

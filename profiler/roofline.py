@@ -227,11 +227,6 @@ class RooflineCostModel:
         layers, per_pair, flops_per_s = self.model.num_layers, self._attn_flops_per_pair, self._attn_flops_per_s
         kv_per_token, bytes_per_s = self._kv_bytes_per_token_layer, self._bytes_per_s
         qo_bytes = self._qo_bytes_per_token * float(num_seqs)
-        if num_steps > 64:  # long runs: the same arithmetic elementwise in numpy
-            context = context0 + num_seqs * np.arange(first_step, first_step + num_steps, dtype=np.float64)
-            attention_s = layers * np.maximum(per_pair * (context + num_seqs) / flops_per_s,
-                                              (kv_per_token * (context + 2 * num_seqs) + qo_bytes) / bytes_per_s)
-            return (base_s + attention_s + after_s + self.step_overhead_s).tolist()
         durations = []
         for j in range(first_step, first_step + num_steps):
             context = context0 + num_seqs * j  # exact: integers

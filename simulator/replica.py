@@ -161,11 +161,11 @@ class Replica:
         previous_start_s = self._last_step_start_s
         self._window_open = True
         try:
-            yield self.env.timeout(_exact_delay(start_s, ends[-1]))
+            yield self.env.timeout(delay_until_s(start_s, ends[-1]))
         except simpy.Interrupt:
             steps = self._steps_begun(starts, previous_start_s)
             if steps:
-                yield self.env.timeout(_exact_delay(self.env.now, ends[steps - 1]))
+                yield self.env.timeout(delay_until_s(self.env.now, ends[steps - 1]))
         self._window_open = False
         self._last_step_start_s = starts[steps - 1] if steps else previous_start_s
         if not steps:
@@ -238,14 +238,23 @@ def decode_steps_s(cost_model, context_tokens: list[int], first_step: int, num_s
     return [cost_model.predict_step_s(query, context + j, prefill) for j in range(first_step, first_step + num_steps)]
 
 
-def _exact_delay(now_s: float, at_s: float) -> float:
-    """A delay d with now_s + d == at_s in floating point (SimPy adds delays to its clock, and
-    at − now can be an ulp off), so a window ends on exactly the time the step-by-step path
-    reaches. Falls back to the nearest d found if no exact one is within a few ulps."""
+def delay_until_s(now_s: float, at_s: float) -> float:
+    """A delay d >= 0 with now_s + d == at_s in floating point when a sum within a few ulps of
+    the first guess lands there, and otherwise the first d with now_s + d > at_s; 0 when at_s is
+    not in the future.
+
+    SimPy adds a delay to its clock, and now + (at − now) can fall an ulp short (a request would
+    be on the device before it arrived) or an ulp long (a decode window would end off the time
+    the step-by-step path reaches).
+    """
+    if at_s <= now_s:
+        return 0.0
     delay = at_s - now_s
     for _ in range(8):
         total = now_s + delay
         if total == at_s:
-            break
+            return delay
         delay = math.nextafter(delay, math.inf if total < at_s else -math.inf)
-    return max(delay, 0.0)
+    while now_s + delay < at_s:  # never before at_s
+        delay = math.nextafter(delay, math.inf)
+    return delay

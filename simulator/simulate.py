@@ -12,7 +12,7 @@ import simpy
 from profiler.cost_model import CostModel
 from simulator.metrics import requests_frame, summarize
 from simulator.pricing import StepPricer
-from simulator.replica import Replica
+from simulator.replica import Replica, delay_until_s
 from simulator.router import Router
 from simulator.scheduler import BatchPlan, Scheduler, StepOutcome
 from traces import ClosedLoopWorkload, Request
@@ -110,7 +110,7 @@ class _Dispatcher:
         self._replay_s = [r.arrival_s for r in requests]
         for index, request in enumerate(requests):
             if request.arrival_s > self.env.now:
-                yield self.env.timeout(_delay_until(self.env.now, request.arrival_s))
+                yield self.env.timeout(delay_until_s(self.env.now, request.arrival_s))
             self._replay_next = index + 1
             self.submit(request)
 
@@ -127,16 +127,6 @@ class _Dispatcher:
         return on_finish
 
     def _deliver(self, request: Request, sent_at_s: float):
-        yield self.env.timeout(_delay_until(self.env.now, request.arrival_s))
+        yield self.env.timeout(delay_until_s(self.env.now, request.arrival_s))
         heapq.heappop(self._deliveries_s)  # deliveries happen in time order: this one is the earliest
         self.submit(request, sent_at_s)
-
-
-def _delay_until(now_s: float, at_s: float) -> float:
-    """A delay d >= 0 with now_s + d >= at_s in floating point: SimPy adds delays to the clock,
-    and now + (at − now) can fall one ulp short, which would put a request on the device before
-    it arrived."""
-    delay = max(0.0, at_s - now_s)
-    while now_s + delay < at_s:
-        delay = math.nextafter(delay, math.inf)
-    return delay

@@ -1,8 +1,6 @@
 """Per-step records (DESIGN.md, "Records"), collected column-wise so logging stays cheap."""
 from __future__ import annotations
 
-from itertools import compress
-
 import pandas as pd
 
 from simulator.scheduler import BatchPlan
@@ -39,18 +37,15 @@ class StepLog:
 
     def append(self, start_s: float, duration_s: float, plan: BatchPlan, replica_id: int = 0) -> None:
         c = self._columns
-        cols = plan.columns
-        prefill_tokens = sum(compress(cols.query_tokens, cols.is_prefill))  # C-level passes, no Python loop
-        decode_tokens = sum(cols.query_tokens) - prefill_tokens
-        prefill_seqs = sum(cols.is_prefill)
+        prefill_tokens = plan.num_prefill_tokens
         c["replica_id"].append(replica_id)
         c["start_s"].append(start_s)
         c["duration_s"].append(duration_s)
         c["num_prefill_tokens"].append(prefill_tokens)
-        c["num_decode_tokens"].append(decode_tokens)
-        c["num_draft_tokens"].append(sum(cols.draft_tokens))
-        c["batch_size"].append(len(cols.request_ids))
-        c["num_prefill_seqs"].append(prefill_seqs)
+        c["num_decode_tokens"].append(sum(plan.columns.query_tokens) - prefill_tokens)
+        c["num_draft_tokens"].append(plan.num_draft_tokens)
+        c["batch_size"].append(len(plan))
+        c["num_prefill_seqs"].append(plan.num_prefill_seqs)
         c["kv_blocks_used"].append(plan.kv_blocks_used)
         c["num_preempted"].append(len(plan.preempted_ids))
         c["swap_tokens"].append(plan.swap_in_tokens + plan.swap_out_tokens)

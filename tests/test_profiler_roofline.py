@@ -137,9 +137,9 @@ def test_decode_steps_vectorised_equal_one_step_at_a_time():
         context = rng.integers(0, 6000, batch)
         one_by_one = [cost.predict_step_s(np.ones(batch, np.int64), context + j, np.zeros(batch, bool))
                       for j in range(200)]
-        assert cost.predict_decode_steps_s(context, 40) == one_by_one[:40]  # plain Python path
+        assert cost.predict_decode_steps_s(context, 40) == one_by_one[:40]
         assert cost.predict_decode_steps_s(context.tolist(), 10, first_step=30) == one_by_one[30:40]
-        assert cost.predict_decode_steps_s(context, 150, first_step=50) == one_by_one[50:]  # numpy path
+        assert cost.predict_decode_steps_s(context, 150, first_step=50) == one_by_one[50:]  # a long run
         assert np.all(np.diff(one_by_one) >= 0)  # longer contexts never price cheaper
 
 

@@ -6,6 +6,7 @@ These types are the contract between the pure scheduler and its two clocks: the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -154,12 +155,15 @@ class BatchPlan:
     @property
     def num_prefill_tokens(self) -> int:
         c = self.columns
-        return sum(q for q, p in zip(c.query_tokens, c.is_prefill) if p)
+        return sum(compress(c.query_tokens, c.is_prefill))  # C-level passes: the step log reads this every step
 
     @property
     def num_decode_tokens(self) -> int:
-        c = self.columns
-        return sum(q for q, p in zip(c.query_tokens, c.is_prefill) if not p)
+        return sum(self.columns.query_tokens) - self.num_prefill_tokens
+
+    @property
+    def num_prefill_seqs(self) -> int:
+        return sum(self.columns.is_prefill)
 
     @property
     def num_draft_tokens(self) -> int:
