@@ -10,8 +10,10 @@ Run from the repo root after `make test` (which installs torch):
    milliseconds).
 3. `sarathi-sim verify --run-engine` of each point at 30, 60 and 90 % of its capacity.
 Prints one Markdown row per (point, load): per-step MAPE and the signed P50 TTFT, TPOT, E2E errors
-(simulated vs measured). Steps are timed by the serving thread's CPU time (`engine run --timing
-auto` on the CPU), as the profiler times ops.
+(simulated vs measured), then the step MAPE the raw CPU times would give and how much slower the
+host ran than during the calibration (median probe time over the calibration's). Steps are timed
+by the serving thread's CPU time scaled to the calibration's host speed (`engine run --timing
+auto` = `cpu-normalized` on the CPU with a calibration), as the profiler times ops.
 """
 from __future__ import annotations
 
@@ -60,8 +62,10 @@ def verify(settings: dict, calibration: Path, qps: float, out: Path) -> dict:
         *[x for k, v in settings.items() for x in ("--set", f"{k}={v}")])
     report = json.loads((out / "fidelity.json").read_text())
     signed = {row["metric"]: row["error_pct"] for row in report["e2e"]}
+    context = report["context"]
     return {"step_mape": report["steps"]["all"]["mape_pct"], **{m: signed.get(m) for m in
-                                                               ("ttft_s_p50", "tpot_s_p50", "e2e_s_p50")}}
+                                                               ("ttft_s_p50", "tpot_s_p50", "e2e_s_p50")},
+            "raw_mape": context.get("step_mape_unnormalized_pct"), "slowdown": context.get("host_slowdown")}
 
 
 def main() -> None:
@@ -74,14 +78,17 @@ def main() -> None:
     if not (args.reuse_calibration and (calibration / "engine_overhead.json").is_file()):
         cli("calibrate", "--model", str(TINY.parent / "tiny" / "config.json"), "--device", "cpu",
             "--budget-s", str(args.budget_s), "--out", str(calibration))
-    print("| point | capacity QPS (sim) | load | step MAPE % | P50 TTFT % | P50 TPOT % | P50 E2E % |")
-    print("|---|---|---|---|---|---|---|")
+    print("| point | capacity QPS (sim) | load | step MAPE % | P50 TTFT % | P50 TPOT % | P50 E2E % "
+          "| raw-CPU step MAPE % | host slowdown |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for index, (label, settings) in enumerate(POINTS.items()):
         capacity = capacity_qps(settings, calibration, args.out / f"search{index}")
         for load in LOADS:
             row = verify(settings, calibration, load * capacity, args.out / f"point{index}-{int(load * 100)}")
             cells = [f"{row['step_mape']:.1f}"] + [f"{row[m]:+.1f}" if row[m] is not None else "n/a"
                                                    for m in ("ttft_s_p50", "tpot_s_p50", "e2e_s_p50")]
+            cells += [f"{row['raw_mape']:.1f}" if row["raw_mape"] is not None else "n/a",
+                      f"{row['slowdown']:.2f}×" if row["slowdown"] is not None else "n/a"]
             print(f"| {label} | {capacity:.4g} | {load:.0%} | " + " | ".join(cells) + " |", flush=True)
 
 

@@ -143,8 +143,11 @@ def measure_engine_overhead(calibration_dir: Path, model: str, *, threads: int =
     seqs, tokens, drafts, residuals = [], [], [], []
     for name, extra, forced in (("overhead_run", {}, False), ("overhead_run_split_n", OVERHEAD_SPLIT_N, True)):
         config = calibration_dir / f"{name}.yaml"
+        # cost_model names this calibration: on one CPU thread the engine then times its steps at
+        # the calibration's host speed (`cpu-normalized`), as the profile's ops were.
         config.write_text(yaml.safe_dump({"name": "engine-overhead", "model": str(Path(model).resolve())
                                           if Path(model).exists() else model, "device": "h100-sxm",
+                                          "cost_model": f"profile:{Path(calibration_dir).resolve()}",
                                           "trace": OVERHEAD_TRACE, "engine": {**OVERHEAD_ENGINE, **extra}}))
         run_dir = calibration_dir / name
         engine_run(config, out=run_dir, realtime=False, set_=[], point=0, weights=None, device="cpu",

@@ -40,8 +40,9 @@ def run(
                                   help="Requests arrive on the wall clock, or as fast as possible (idle gaps skipped)."),
     timing: str = typer.Option("auto", "--timing",
                                help="--fast step times: wall, cpu (the serving thread's CPU time: steady on a shared "
-                                    "machine, as the profiler times CPU ops) or auto (cpu on the CPU with one torch "
-                                    "thread, else wall)."),
+                                    "machine, as the profiler times CPU ops), cpu-normalized (CPU time at the host "
+                                    "speed of the calibration named by cost_model: profile:DIR) or auto "
+                                    "(cpu-normalized, else cpu, on the CPU with one torch thread; else wall)."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a config key: --set trace.qps=4."),
     point: int = typer.Option(0, "--point", min=0, help="Which point of the config's variants to run."),
     weights: Optional[Path] = typer.Option(None, "--weights", help="HF checkpoint directory (config.json + "
@@ -67,8 +68,8 @@ def run(
     _check_supported(chosen)
     if timing not in ("auto", *TIMINGS):
         fail(f"--timing {timing!r}: valid values are auto, {', '.join(TIMINGS)}")
-    if realtime and timing == "cpu":
-        fail("--timing cpu applies to --fast runs; a --realtime run lives on the wall clock")
+    if realtime and timing.startswith("cpu"):
+        fail(f"--timing {timing} applies to --fast runs; a --realtime run lives on the wall clock")
     try:
         run_dir = _serve(chosen, out or Path("runs") / f"{chosen.name}-engine", realtime=realtime, weights=weights,
                          device=device, dtype=dtype, attention=attention, forced=forced_acceptance,
@@ -90,6 +91,7 @@ def _serve(point: SweepConfig, out_dir: Path, *, realtime: bool, weights: Option
     from gpu_engine.driver import run_trace
     from gpu_engine.model import ModelArgs
     from profiler import get_model_spec
+    from profiler.host_speed import calibration_probe_s
 
     if threads:
         torch.set_num_threads(threads)
@@ -111,24 +113,41 @@ def _serve(point: SweepConfig, out_dir: Path, *, realtime: bool, weights: Option
     engine = build_engine(model, point.engine.scheduler, build_scheduler_config(point), temperature=temperature,
                           forced_acceptance=build_acceptance_model(point) if forced else None, seed=point.engine.seed,
                           max_kv_bytes=int(max_kv_bytes))
+    reference_probe_s = calibration_probe_s(point.cost_model)
     if timing == "auto":  # CPU time is the step's own work only when torch computes on this thread
-        timing = "cpu" if torch_device.type == "cpu" and torch.get_num_threads() == 1 else "wall"
+        one_cpu_thread = torch_device.type == "cpu" and torch.get_num_threads() == 1
+        timing = ("cpu-normalized" if reference_probe_s else "cpu") if one_cpu_thread else "wall"
+    if timing == "cpu-normalized" and not reference_probe_s:
+        raise ValueError(f"--timing cpu-normalized needs cost_model: profile:DIR of a calibration that recorded "
+                         f"host_probe_s (sarathi-sim calibrate on the CPU, one thread); cost_model is "
+                         f"{point.cost_model!r}")
+    clock = WallClock() if realtime else FastClock(timing, reference_probe_s=reference_probe_s)
     started = time.perf_counter()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console) as progress:
         task = progress.add_task(f"engine {describe_point(point)} on {torch_device}", total=len(requests))
-        result = run_trace(engine, requests, WallClock() if realtime else FastClock(timing),
-                           on_finished=lambda _: progress.advance(task))
+        result = run_trace(engine, requests, clock, on_finished=lambda _: progress.advance(task))
     wall_s = time.perf_counter() - started
     result.write(out_dir)
     settings = {"config": point.model_dump(mode="json"), "device": str(torch_device), "dtype": dtype_name,
                 "weights": str(checkpoint) if checkpoint else f"random (seed {point.engine.seed})",
                 "attention": attention, "clock": "wall" if realtime else "fast",
-                "timing": "wall" if realtime else timing, "forced_acceptance": forced,
+                "timing": "wall" if realtime else timing, **_host_speed(clock), "forced_acceptance": forced,
                 "temperature": temperature, "wall_s": wall_s, "torch": torch.__version__, **info}
     (out_dir / "engine.json").write_text(json.dumps(settings, indent=2, default=str))
     _print_summary(result.summary, wall_s)
     return out_dir
+
+
+def _host_speed(clock) -> dict:
+    """engine.json's record of a cpu-normalized run: the calibration's probe time and this run's
+    (median, min, max over its probes), seconds; their ratio is how much slower the host ran."""
+    tracker = getattr(clock, "host_speed", None)
+    if tracker is None:
+        return {}
+    return {"reference_probe_s": clock.reference_probe_s, "host_probe_s_median": tracker.median_s(),
+            "host_probe_s_min": min(tracker.samples_s), "host_probe_s_max": max(tracker.samples_s),
+            "host_probes": len(tracker.samples_s)}
 
 
 def _model_dir(model: str) -> Optional[Path]:

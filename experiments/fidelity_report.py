@@ -26,7 +26,7 @@ LEDGER_LIBRARIES = ("torch", "numpy", "scikit-learn", "triton")
 LEDGER_COLUMNS = ("date", "device", "model", "config", "cost_model", "source", "python",
                   *(f"{lib}_version" for lib in LEDGER_LIBRARIES), "step_mape_pct", "step_p95_ape_pct",
                   "ttft_s_p50_error_pct", "tpot_s_p50_error_pct", "e2e_s_p50_error_pct", "ttft_s_p99_error_pct",
-                  "throughput_rps_error_pct", "passed")
+                  "throughput_rps_error_pct", "passed", "timing", "reference_probe_s", "host_probe_s_median")
 
 
 def write_fidelity(out_dir: Path, context: dict, steps: StepComparison | None, e2e: pd.DataFrame | None,
@@ -75,14 +75,22 @@ def append_ledger(ledger: Path, context: dict, steps: StepComparison | None, e2e
             metric = column.removesuffix("_error_pct")
             if column.endswith("_error_pct") and metric in errors:
                 row[column] = errors[metric]
+    row.update({k: context[k] for k in ("timing", "reference_probe_s", "host_probe_s_median") if k in context})
     ledger.parent.mkdir(parents=True, exist_ok=True)
-    new = not ledger.exists()
+    columns = _existing_header(ledger) or LEDGER_COLUMNS  # a ledger begun by an older version keeps its columns
     with ledger.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=LEDGER_COLUMNS)
-        if new:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        if f.tell() == 0:
             writer.writeheader()
-        writer.writerow({k: row.get(k, "") for k in LEDGER_COLUMNS})
+        writer.writerow({k: row.get(k, "") for k in columns})
     return row
+
+
+def _existing_header(ledger: Path) -> list[str] | None:
+    if not ledger.is_file() or ledger.stat().st_size == 0:
+        return None
+    with ledger.open(newline="") as f:
+        return next(csv.reader(f), None)
 
 
 def _version(package: str) -> str:

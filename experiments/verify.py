@@ -96,13 +96,16 @@ def step_kind(plan: BatchPlan) -> str:
     return "prefill-heavy" if 2 * prefill >= prefill + plan.num_decode_tokens else "mixed"
 
 
-def read_measured_steps(run_dir: str | Path) -> tuple[list[BatchPlan], np.ndarray]:
+def read_measured_steps(run_dir: str | Path, normalized: bool = True) -> tuple[list[BatchPlan], np.ndarray]:
     """An engine run's executed plans and their measured times (seconds), in step order: the
     measure the run's clock used (`engine.json` "timing": the serving thread's CPU time,
-    `measured_cpu_s`, for `cpu`; else the wall time, `measured_s`).
+    `measured_cpu_s`, for `cpu`; that time × `reference_probe_s` / the step's `host_probe_s` for
+    `cpu-normalized` (`profiler.host_speed`), or the CPU time alone if not `normalized`; else
+    the wall time, `measured_s`).
 
     Raises:
-        ValueError: no `plans.jsonl` in `run_dir`, or an entry without that time (names the line).
+        ValueError: no `plans.jsonl` in `run_dir`, an unknown timing, or an entry without the
+            times it needs (names the line).
     """
     from gpu_engine.records import read_plans  # the engine's reader; needs no torch
 
@@ -111,21 +114,31 @@ def read_measured_steps(run_dir: str | Path) -> tuple[list[BatchPlan], np.ndarra
         raise ValueError(f"{path}: no plan log; is {run_dir} the output of `sarathi-sim engine run`?")
     settings_path = Path(run_dir) / "engine.json"
     try:
-        timing = json.loads(settings_path.read_text()).get("timing", "wall") if settings_path.is_file() else "wall"
+        settings = json.loads(settings_path.read_text()) if settings_path.is_file() else {}
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{settings_path}: cannot read ({exc})") from None
-    if timing not in ("wall", "cpu"):
-        raise ValueError(f"{settings_path}: timing {timing!r} is not one of wall, cpu")
-    key = "measured_cpu_s" if timing == "cpu" else "measured_s"
+    timing = settings.get("timing", "wall")
+    if timing not in ("wall", "cpu", "cpu-normalized"):
+        raise ValueError(f"{settings_path}: timing {timing!r} is not one of wall, cpu, cpu-normalized")
+    keys = {"wall": ("measured_s",), "cpu": ("measured_cpu_s",),
+            "cpu-normalized": ("measured_cpu_s", "host_probe_s")}[timing]
+    reference_s = float(settings.get("reference_probe_s", "nan"))
+    if timing == "cpu-normalized" and not normalized:
+        timing, keys = "cpu", ("measured_cpu_s",)
+    if timing == "cpu-normalized" and not reference_s > 0:
+        raise ValueError(f"{settings_path}: timing cpu-normalized without a positive reference_probe_s")
     measured = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         try:
             entry = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}:{number}: not a JSON plan entry ({exc}); is the file truncated?") from None
-        if key not in entry:
-            raise ValueError(f"{path}:{number}: plan entry has no {key} (engine.json says timing {timing!r})")
-        measured.append(float(entry[key]))
+        missing = [k for k in keys if k not in entry]
+        if missing:
+            raise ValueError(f"{path}:{number}: plan entry has no {', '.join(missing)} "
+                             f"(engine.json says timing {timing!r})")
+        value = float(entry[keys[0]])
+        measured.append(value * reference_s / float(entry["host_probe_s"]) if timing == "cpu-normalized" else value)
     return read_plans(path), np.asarray(measured)
 
 

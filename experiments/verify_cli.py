@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import List, Optional
 
+import numpy as np
 import pandas as pd
 import typer
 from rich.console import Console
@@ -16,7 +17,7 @@ from experiments.deployment import build_pricer
 from experiments.config import AcceptanceFile, ConfigError, SweepConfig, describe_point, load_config
 from experiments.fidelity_report import append_ledger, write_fidelity
 from experiments.verify import (HEADLINE_E2E, calibrated_cost_model, e2e_fidelity, headline_errors, over_limit,
-                                read_measured_steps, simulate_summary, step_fidelity)
+                                read_measured_steps, signed_error_pct, simulate_summary, step_fidelity)
 
 console = Console(width=120)
 
@@ -203,8 +204,23 @@ def _against_engine(point: SweepConfig, run_dir: Path, out_dir: Path):
     engine_summary = _read_json(run_dir / "summary.json")
     settings = _read_json(run_dir / "engine.json") if (run_dir / "engine.json").is_file() else {}
     context = {"source": f"engine run {run_dir}", "device": settings.get("device", "unknown"),
-               "dtype": settings.get("dtype", ""), "clock": settings.get("clock", "")}
+               "dtype": settings.get("dtype", ""), "clock": settings.get("clock", ""),
+               "timing": settings.get("timing", "wall"), **_host_speed_context(settings, run_dir, steps)}
     return steps, e2e_fidelity(simulated, engine_summary), context
+
+
+def _host_speed_context(settings: dict, run_dir: Path, steps) -> dict:
+    """For a `cpu-normalized` run: the calibration's and the run's probe times, how much slower the
+    host ran (their ratio), and the step MAPE the raw CPU times would have given (so the effect of
+    the normalisation is in the report, not hidden by it)."""
+    if settings.get("timing") != "cpu-normalized":
+        return {}
+    _, raw = read_measured_steps(run_dir, normalized=False)
+    raw_error = signed_error_pct(steps.frame["predicted_s"].to_numpy(), raw)
+    reference, median = settings.get("reference_probe_s"), settings.get("host_probe_s_median")
+    return {"reference_probe_s": reference, "host_probe_s_median": median,
+            "host_slowdown": median / reference if reference and median else None,
+            "step_mape_unnormalized_pct": float(np.nanmean(np.abs(raw_error)))}
 
 
 def _against_vllm(point: SweepConfig, result: Path):

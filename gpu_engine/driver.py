@@ -75,7 +75,8 @@ def run_trace(engine: Engine, requests: list[Request], clock=None,
         measured_s, measured_cpu_s = time.perf_counter() - t0, time.thread_time() - cpu0
         end_s = clock.end_step(start_s, plan, measured_s, measured_cpu_s)
         # Recorded before complete_step, which may shrink the live block tables the plan shares.
-        plans.append(plan_record(len(steps), start_s, end_s - start_s, measured_s, plan, result, measured_cpu_s))
+        plans.append(plan_record(len(steps), start_s, end_s - start_s, measured_s, plan, result, measured_cpu_s,
+                                 clock.host_probe_s))
         done(scheduler.complete_step(plan, result.outcome, end_s))
         drafts += draft_rows(len(steps), plan, result)
         steps.append(start_s, end_s - start_s, plan)

@@ -56,17 +56,19 @@ class EngineRun:
 
 
 def plan_record(step: int, start_s: float, duration_s: float, measured_s: float, plan: BatchPlan,
-                result: StepResult, measured_cpu_s: float = float("nan")) -> dict:
+                result: StepResult, measured_cpu_s: float = float("nan"), host_probe_s: float = float("nan")) -> dict:
     """One plan-log entry: the plan (block tables copied), its outcome and timings (seconds).
 
     `duration_s` is the step's length on the run's clock; `measured_s` the wall time from
     `schedule()` to the sampled tokens and `measured_cpu_s` the serving thread's CPU time over
-    the same span (`duration_s` is one of them, except under a `PricedClock`).
+    the same span (`duration_s` is one of them, except under a `PricedClock` and with
+    `cpu-normalized` timing, where it is measured_cpu_s × reference / `host_probe_s`, the host-speed
+    probe's time when the step ran; NaN without one).
     """
     sequences = [dict(s._asdict(), block_table=list(s.block_table)) for s in plan.sequences]
     return {
         "step": step, "start_s": start_s, "duration_s": duration_s, "measured_s": measured_s,
-        "measured_cpu_s": measured_cpu_s,
+        "measured_cpu_s": measured_cpu_s, "host_probe_s": host_probe_s,
         "kv_blocks_used": plan.kv_blocks_used, "preempted_ids": list(plan.preempted_ids), "sequences": sequences,
         "tokens_emitted": list(result.outcome.tokens_emitted),
         "drafts_proposed": list(result.outcome.drafts_proposed), "drafts_accepted": list(result.drafts_accepted),

@@ -109,8 +109,12 @@ def run_profile(model: ModelSpec, device_kind: str, budget_s: float, out_dir: st
     rates = measure_rates(device_kind, dtype_name)
     bench = TorchOpBench(catalogue, device_kind, dtype_name, block_size, seed)
     ops = tuple(op for op in catalogue.ops if op.family != "all_reduce")
+    host_speed = None
+    if device_kind == "cpu" and num_threads == 1:  # thread CPU clocks: see profiler.host_speed
+        from profiler.host_speed import HostSpeedTracker
+        host_speed = HostSpeedTracker()
     rows, skipped, elapsed_s = _time_grid(bench, shape_grid(ops, limits, seed), catalogue, rates,
-                                          device_kind, budget_s, num_samples, num_threads, seed)
+                                          device_kind, budget_s, num_samples, num_threads, seed, host_speed)
     bench.release()
     if tensor_parallel_size > 1:
         skipped.append({"op": "all_reduce", "reason": "needs tensor_parallel_size devices; "
@@ -126,6 +130,7 @@ def run_profile(model: ModelSpec, device_kind: str, budget_s: float, out_dir: st
         "attention_backend": bench.attention_backend, "seed": seed, "num_samples": num_samples,
         "clock": sorted({clock_for(op, device_kind, num_threads).__name__ for op in ops}),
         "skipped": skipped,
+        **_host_speed_meta(host_speed),
     }
     profile = Profile(meta, tables)
     profile.save(out_dir)
@@ -134,9 +139,19 @@ def run_profile(model: ModelSpec, device_kind: str, budget_s: float, out_dir: st
     return profile
 
 
+def _host_speed_meta(host_speed) -> dict:
+    """Sidecar keys of the host-speed probe: `host_probe_s` (the median probe time, the speed every
+    timing was scaled to and the reference of `cpu-normalized` engine runs) and its spread."""
+    if host_speed is None:
+        return {}
+    return {"host_probe_s": host_speed.median_s(), "host_probe": {
+        "probes": len(host_speed.samples_s), "min_s": min(host_speed.samples_s), "max_s": max(host_speed.samples_s),
+        "model": "profiler.host_speed.REFERENCE_MODEL"}}
+
+
 def _time_grid(bench, grid: list[list], catalogue: OpCatalogue, rates: dict, device_kind: str,
-               budget_s: float, num_samples: int, num_threads: int,
-               seed: int = 0) -> tuple[dict[str, list], list[dict], float]:
+               budget_s: float, num_samples: int, num_threads: int, seed: int = 0,
+               host_speed=None) -> tuple[dict[str, list], list[dict], float]:
     """Time the grid level by level within the budget, then re-time it in rounds.
 
     First timing: level k may spend `LEVEL_SHARES[k]` of the budget plus what earlier levels
@@ -148,6 +163,10 @@ def _time_grid(bench, grid: list[list], catalogue: OpCatalogue, rates: dict, dev
     pooled count). A busy machine's spells last longer than one shape's samples, so revisiting
     shapes at other moments, not more samples at once, is what averages them out; shuffling turns
     slow drift into noise rather than a bias between shapes timed early and late.
+
+    With a `host_speed` tracker (CPU, one thread), the probe step is timed between shapes and each
+    shape's samples are scaled to the speed of the median probe, so that a spell of a slow core
+    (up to 2× on the shared CI machine, lasting seconds) does not end up in the profile.
 
     Returns:
         (family → rows, skipped entries {"op", "shape", "reason"}, seconds spent).
@@ -161,10 +180,15 @@ def _time_grid(bench, grid: list[list], catalogue: OpCatalogue, rates: dict, dev
 
     def timed_row(op: Op, shape: dict[str, int]) -> tuple[dict, tuple]:
         fn = bench.callable(op, shape)  # allocates the op's weights once: not part of the estimate
+        if host_speed is not None:
+            host_speed.maybe_probe()
         began = time.perf_counter()
         timing = time_op(fn, clock_for(op, device_kind, num_threads), num_samples=num_samples)
         estimator.observe(op, shape, time.perf_counter() - began + _SETUP_S)
-        return {"op": op.name, **shape, **timing.as_row(), "rounds": 1}, timing.per_call_s
+        per_call = timing.per_call_s
+        if host_speed is not None:  # in units of the probe's current time until the end
+            per_call = tuple(t / host_speed.current_s() for t in per_call)
+        return {"op": op.name, **shape, **timing.as_row(), "rounds": 1}, per_call
 
     def fits(op: Op, shape: dict[str, int], end_s: float) -> bool:
         return time.perf_counter() + estimator.estimate_s(op, shape) <= start + end_s
@@ -182,6 +206,12 @@ def _time_grid(bench, grid: list[list], catalogue: OpCatalogue, rates: dict, dev
                 else:
                     skipped.append({"op": op.name, "shape": shape, "reason": f"budget (level {level})"})
     _retime_rounds(rows, samples, catalogue, timed_row, lambda op, shape: fits(op, shape, budget_s), seed)
+    if host_speed is not None:
+        reference_s = host_speed.median_s()
+        for (family, i), per_call in samples.items():
+            row = rows[family][i]
+            scaled = Timing.from_samples([t * reference_s for t in per_call], row["calls_per_sample"])
+            rows[family][i] = {**row, **scaled.as_row()}
     return rows, skipped, time.perf_counter() - start
 
 

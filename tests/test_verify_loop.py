@@ -36,13 +36,22 @@ def test_calibrate_then_verify_on_the_engine_writes_parseable_reports(tmp_path):
     report = json.loads((out / "fidelity.json").read_text())
     assert report["steps"]["all"]["n"] == len((out / "engine" / "plans.jsonl").read_text().splitlines())
     assert report["passed"] and "step_mape" in report["headline_abs_error_pct"]
-    # One torch thread on the CPU: steps are timed by the serving thread's CPU time, and recorded both ways.
-    assert json.loads((out / "engine" / "engine.json").read_text())["timing"] == "cpu"
+    # One torch thread on the CPU with a calibration that recorded the host-speed probe: steps are
+    # timed by the serving thread's CPU time scaled to the calibration's host speed, raw times kept.
+    reference_s = json.loads((calibration / "profile.json").read_text())["host_probe_s"]
+    settings = json.loads((out / "engine" / "engine.json").read_text())
+    assert settings["timing"] == "cpu-normalized" and settings["reference_probe_s"] == reference_s
+    assert settings["host_probe_s_min"] <= settings["host_probe_s_median"] <= settings["host_probe_s_max"]
     first = json.loads((out / "engine" / "plans.jsonl").read_text().splitlines()[0])
-    assert 0 < first["measured_cpu_s"] and 0 < first["measured_s"] and first["duration_s"] == first["measured_cpu_s"]
+    assert 0 < first["measured_cpu_s"] and 0 < first["measured_s"] and 0 < first["host_probe_s"]
+    assert first["duration_s"] == pytest.approx(first["measured_cpu_s"] * reference_s / first["host_probe_s"])
+    assert report["context"]["reference_probe_s"] == reference_s and report["context"]["step_mape_unnormalized_pct"] > 0
+    # the calibration's own engine runs (the overhead fit) were normalised to it too
+    assert json.loads((calibration / "overhead_run" / "engine.json").read_text())["timing"] == "cpu-normalized"
     assert "## End to end" in (out / "fidelity.md").read_text() and (out / "plots" / "step_scatter.png").is_file()
     ledger = list(csv.DictReader((calibration / "ledger.csv").open()))  # profile:DIR: the ledger lives there
     assert len(ledger) == 1 and ledger[0]["device"] == "cpu" and ledger[0]["torch_version"]
+    assert ledger[0]["timing"] == "cpu-normalized" and float(ledger[0]["reference_probe_s"]) == pytest.approx(reference_s)
 
 
 def verify_top_of_tiny(tmp_path, variants: str, out):

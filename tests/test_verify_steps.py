@@ -159,7 +159,7 @@ def test_fast_clock_advances_by_the_chosen_measure():
     wall, cpu = FastClock("wall"), FastClock("cpu")
     assert wall.end_step(1.0, None, measured_s=0.5, measured_cpu_s=0.2) == 1.5
     assert cpu.end_step(1.0, None, measured_s=0.5, measured_cpu_s=0.2) == 1.2
-    with pytest.raises(ValueError, match="valid values are wall, cpu"):
+    with pytest.raises(ValueError, match="valid values are wall, cpu, cpu-normalized"):
         FastClock("gpu")
 
 
