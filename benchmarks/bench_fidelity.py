@@ -1,7 +1,8 @@
 """Fidelity on this CPU at 30, 60 and 90 % of the simulator's predicted capacity (issue 7's targets).
 
 Run from the repo root after `make test` (which installs torch):
-    .venv/bin/python benchmarks/bench_fidelity.py [--budget-s 30] [--out runs/bench_fidelity] [--reuse-calibration]
+    .venv/bin/python benchmarks/bench_fidelity.py [--budget-s 30] [--num-requests 48] [--out runs/bench_fidelity]
+        [--reuse-calibration]
 
 1. `sarathi-sim calibrate` the tiny Llama of tests/data/engine/tiny (profile + fit + engine overhead).
 2. For each point (sarathi chunk 32, chunk 64, and chunk 32 with split-N 3 at α = 0.5, drafts
@@ -55,10 +56,10 @@ def capacity_qps(settings: dict, calibration: Path, out: Path) -> float:
     return float(pd.read_csv(out / "points.csv")["capacity_qps"].iloc[0])
 
 
-def verify(settings: dict, calibration: Path, qps: float, out: Path) -> dict:
+def verify(settings: dict, calibration: Path, qps: float, out: Path, num_requests: int) -> dict:
     forced = ["--forced-acceptance"] if "engine.split_n" in settings else []
     cli("verify", str(TINY), "--run-engine", "--cost-model", f"profile:{calibration}", "--out", str(out),
-        "--set", f"trace.qps={qps:.4g}", "--set", "trace.num_requests=48", *forced,
+        "--set", f"trace.qps={qps:.4g}", "--set", f"trace.num_requests={num_requests}", *forced,
         *[x for k, v in settings.items() for x in ("--set", f"{k}={v}")])
     report = json.loads((out / "fidelity.json").read_text())
     signed = {row["metric"]: row["error_pct"] for row in report["e2e"]}
@@ -72,6 +73,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget-s", type=float, default=30.0)
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench_fidelity")
+    parser.add_argument("--num-requests", type=int, default=48, help="Poisson requests per engine run.")
     parser.add_argument("--reuse-calibration", action="store_true", help="Keep OUT/calibration if it exists.")
     args = parser.parse_args()
     calibration = args.out / "calibration"
@@ -84,7 +86,8 @@ def main() -> None:
     for index, (label, settings) in enumerate(POINTS.items()):
         capacity = capacity_qps(settings, calibration, args.out / f"search{index}")
         for load in LOADS:
-            row = verify(settings, calibration, load * capacity, args.out / f"point{index}-{int(load * 100)}")
+            row = verify(settings, calibration, load * capacity, args.out / f"point{index}-{int(load * 100)}",
+                         args.num_requests)
             cells = [f"{row['step_mape']:.1f}"] + [f"{row[m]:+.1f}" if row[m] is not None else "n/a"
                                                    for m in ("ttft_s_p50", "tpot_s_p50", "e2e_s_p50")]
             cells += [f"{row['raw_mape']:.1f}" if row["raw_mape"] is not None else "n/a",

@@ -7,8 +7,8 @@
   wall time, or (`timing="cpu"`, for CPU runs) in the CPU time of the serving thread: on a shared
   machine that is what the step would take alone, and it is how the profiler times CPU ops.
   `timing="cpu-normalized"` also divides out the host's speed changes: each step's CPU time is
-  scaled by reference / current time of a fixed probe step (`profiler.host_speed`), i.e. to the
-  speed of the calibration that recorded the reference.
+  scaled by reference / current time of a fixed probe step timed just before and just after it
+  (`profiler.host_speed`), i.e. to the speed of the calibration that recorded the reference.
 - `PricedClock`: steps take what a cost model predicts (measured times are still recorded in the
   plan log). The engine then makes exactly the simulator's plans, step for step.
 """
@@ -89,9 +89,9 @@ class FastClock:
         if self.host_speed is None:
             measured = measured_cpu_s if self.timing == "cpu" else measured_s
         else:
-            self.host_probe_s = self.host_speed.current_s()
+            self.host_speed.maybe_probe()  # after the step was timed: the probe is in no step
+            self.host_probe_s = self.host_speed.current_s()  # the probes around the step
             measured = measured_cpu_s * self.reference_probe_s / self.host_probe_s
-            self.host_speed.maybe_probe()  # after the step's timing: the probe is in no step
         self._now_s = start_s + self._duration_s(plan, measured)
         return self._now_s
 

@@ -164,8 +164,8 @@ def _time_grid(bench, grid: list[list], catalogue: OpCatalogue, rates: dict, dev
     shapes at other moments, not more samples at once, is what averages them out; shuffling turns
     slow drift into noise rather than a bias between shapes timed early and late.
 
-    With a `host_speed` tracker (CPU, one thread), the probe step is timed between shapes and each
-    shape's samples are scaled to the speed of the median probe, so that a spell of a slow core
+    With a `host_speed` tracker (CPU, one thread), the probe step is timed after every shape and
+    each shape's samples are scaled by the probes around it to the speed of the median probe, so that a spell of a slow core
     (up to 2× on the shared CI machine, lasting seconds) does not end up in the profile.
 
     Returns:
@@ -180,13 +180,12 @@ def _time_grid(bench, grid: list[list], catalogue: OpCatalogue, rates: dict, dev
 
     def timed_row(op: Op, shape: dict[str, int]) -> tuple[dict, tuple]:
         fn = bench.callable(op, shape)  # allocates the op's weights once: not part of the estimate
-        if host_speed is not None:
-            host_speed.maybe_probe()
         began = time.perf_counter()
         timing = time_op(fn, clock_for(op, device_kind, num_threads), num_samples=num_samples)
         estimator.observe(op, shape, time.perf_counter() - began + _SETUP_S)
         per_call = timing.per_call_s
-        if host_speed is not None:  # in units of the probe's current time until the end
+        if host_speed is not None:  # in units of the probes around the shape until the end
+            host_speed.maybe_probe()
             per_call = tuple(t / host_speed.current_s() for t in per_call)
         return {"op": op.name, **shape, **timing.as_row(), "rounds": 1}, per_call
 

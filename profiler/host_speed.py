@@ -31,10 +31,14 @@ REFERENCE_MODEL = ModelSpec("host-speed-probe", 2, 64, 4, 2, 16, 128, 256, 256)
 _BLOCK_SIZE = 4
 _PROBE_SEQUENCES = ((20, tuple(range(0, 6))), (30, tuple(range(6, 14))))
 _WARMUP_CALLS = 5
-# Probe when this much CPU time has passed since the last probe (the host's speed holds for
-# seconds), and estimate the current speed as the median of this many latest probes.
-PROBE_INTERVAL_S = 0.02
-PROBE_WINDOW = 3
+# Probe after every timed piece of work and scale it by the mean of the probes just before and just
+# after it (the median of a window of 2). The speed changes on the scale of a step: on the CI
+# machine (BENCHMARKS.md, "host speed"), alternating two fixed steps with the probe for 60 s, the
+# steps' dispersion around their medians was 23.5 % raw; 4.6 % scaled this way; 6.0 % by the probe
+# before alone; 8.3-10.6 % probing every 3-6 steps with a window of 3. A probe costs about one
+# small step of wall time (not of the engine's clock).
+PROBE_INTERVAL_S = 0.0
+PROBE_WINDOW = 2
 
 
 class HostSpeedProbe:
@@ -68,10 +72,12 @@ class HostSpeedProbe:
 class HostSpeedTracker:
     """The host's current speed, as the reference step's recent time.
 
-    Call `maybe_probe` between timed pieces of work (never inside one): it times the probe when
-    `interval_s` of the thread's CPU time has passed since the last probe. `current_s` is the
-    median of the last `window` probe times; `scale(reference_s)` converts a CPU time measured now
-    into one at the speed where the probe took `reference_s`.
+    Call `maybe_probe` after each timed piece of work (never inside one): it times the probe when
+    `interval_s` of the thread's CPU time has passed since the last probe (with the default 0,
+    always). `current_s` is the median of the last `window` probe times (by default the mean of
+    the probes just before and just after the work); `scale(reference_s)` converts a CPU time
+    measured now into one at the speed where the probe took `reference_s`. Construction takes the
+    first probe.
 
     Args:
         probe: a `HostSpeedProbe` (or anything with `measure_s()`).

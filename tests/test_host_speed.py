@@ -115,15 +115,14 @@ def _spin(seconds: float) -> None:
 
 
 class Phases:
-    """A host alternating between full and half speed at each probe: probe 1 ms or 2 ms, and the
-    fake op (100 µs of CPU at full speed) takes twice as long in the slow phase."""
+    """A host alternating between full and half speed from one shape to the next: the probe takes
+    1 ms or 2 ms, and the fake op (100 µs of CPU at full speed) twice as long in the slow phase."""
 
     def __init__(self):
         self.slow = False
         self.samples_s = []
 
     def maybe_probe(self):
-        self.slow = not self.slow
         self.samples_s.append(self.current_s())
 
     def current_s(self):
@@ -138,6 +137,7 @@ class SpinBench:
         self.phases = phases
 
     def callable(self, op, shape):
+        self.phases.slow = not self.phases.slow  # the host changes speed between shapes
         return lambda: _spin(200e-6 if self.phases.slow else 100e-6)
 
 
