@@ -113,9 +113,14 @@ def _serve(point: SweepConfig, out_dir: Path, *, realtime: bool, weights: Option
     engine = build_engine(model, point.engine.scheduler, build_scheduler_config(point), temperature=temperature,
                           forced_acceptance=build_acceptance_model(point) if forced else None, seed=point.engine.seed,
                           max_kv_bytes=int(max_kv_bytes))
-    reference_probe_s = calibration_probe_s(point.cost_model)
-    if timing == "auto":  # CPU time is the step's own work only when torch computes on this thread
-        one_cpu_thread = torch_device.type == "cpu" and torch.get_num_threads() == 1
+    # CPU time is the step's own work only when torch computes on this thread.
+    one_cpu_thread = torch_device.type == "cpu" and torch.get_num_threads() == 1
+    if timing.startswith("cpu") and not one_cpu_thread:
+        raise ValueError(f"--timing {timing} counts the serving thread's CPU time, which is a step's time only on "
+                         f"the CPU with one torch thread (here: {torch_device}, {torch.get_num_threads()} threads); "
+                         "use --threads 1 on the CPU, or --timing wall")
+    reference_probe_s = calibration_probe_s(point.cost_model) if timing != "wall" and one_cpu_thread else None
+    if timing == "auto":
         timing = ("cpu-normalized" if reference_probe_s else "cpu") if one_cpu_thread else "wall"
     if timing == "cpu-normalized" and not reference_probe_s:
         raise ValueError(f"--timing cpu-normalized needs cost_model: profile:DIR of a calibration that recorded "

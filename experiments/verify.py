@@ -122,11 +122,14 @@ def read_measured_steps(run_dir: str | Path, normalized: bool = True) -> tuple[l
         raise ValueError(f"{settings_path}: timing {timing!r} is not one of wall, cpu, cpu-normalized")
     keys = {"wall": ("measured_s",), "cpu": ("measured_cpu_s",),
             "cpu-normalized": ("measured_cpu_s", "host_probe_s")}[timing]
-    reference_s = float(settings.get("reference_probe_s", "nan"))
     if timing == "cpu-normalized" and not normalized:
         timing, keys = "cpu", ("measured_cpu_s",)
-    if timing == "cpu-normalized" and not reference_s > 0:
-        raise ValueError(f"{settings_path}: timing cpu-normalized without a positive reference_probe_s")
+    reference_s = 1.0
+    if timing == "cpu-normalized":
+        reference_s = _positive_seconds(settings.get("reference_probe_s"))
+        if reference_s is None:
+            raise ValueError(f"{settings_path}: timing cpu-normalized needs reference_probe_s, a finite positive "
+                             f"number of seconds; got {settings.get('reference_probe_s')!r}")
     measured = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         try:
@@ -137,9 +140,21 @@ def read_measured_steps(run_dir: str | Path, normalized: bool = True) -> tuple[l
         if missing:
             raise ValueError(f"{path}:{number}: plan entry has no {', '.join(missing)} "
                              f"(engine.json says timing {timing!r})")
-        value = float(entry[keys[0]])
-        measured.append(value * reference_s / float(entry["host_probe_s"]) if timing == "cpu-normalized" else value)
+        values = [_positive_seconds(entry[k], allow_zero=k != "host_probe_s") for k in keys]
+        bad = [k for k, v in zip(keys, values) if v is None]
+        if bad:
+            raise ValueError(f"{path}:{number}: {bad[0]} must be a finite number of seconds (> 0 for host_probe_s), "
+                             f"got {entry[bad[0]]!r}")
+        measured.append(values[0] * reference_s / values[1] if timing == "cpu-normalized" else values[0])
     return read_plans(path), np.asarray(measured)
+
+
+def _positive_seconds(value, allow_zero: bool = False) -> float | None:
+    """`value` as seconds if it is a finite number > 0 (≥ 0 with `allow_zero`), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if np.isfinite(value) and (value > 0 or (allow_zero and value == 0)) else None
 
 
 def step_fidelity(plans: list[BatchPlan], measured_s: np.ndarray, pricer: StepPricer) -> StepComparison:
@@ -194,8 +209,9 @@ def headline_errors(steps: StepComparison | None, e2e: pd.DataFrame | None) -> d
 
 
 def over_limit(headline: dict[str, float], limit_pct: float) -> dict[str, float]:
-    """The headline errors above `limit_pct` (empty when every one is within it)."""
-    return {k: v for k, v in headline.items() if v > limit_pct}
+    """The headline errors above `limit_pct`, or not a number (an error that could not be computed
+    passes no gate); empty when every one is within it."""
+    return {k: v for k, v in headline.items() if not v <= limit_pct}
 
 
 def calibrated_cost_model(point):

@@ -54,6 +54,8 @@ def verify(
     (meeting the SLOs, then by goodput and throughput) are each run on the engine and verified,
     in OUT/point<i>/, with a summary in OUT/top.{json,md}."""
     overrides = list(set_ or [])
+    if ledger is not None and ledger.is_dir():
+        fail(f"--ledger {ledger}: is a directory; give the CSV file to append to, e.g. {ledger / LEDGER_NAME}")
     if cost_model:
         overrides.append(f"cost_model={_absolute_cost_model(cost_model)}")
     if against_vllm_bench is not None:
@@ -218,8 +220,9 @@ def _host_speed_context(settings: dict, run_dir: Path, steps) -> dict:
     _, raw = read_measured_steps(run_dir, normalized=False)
     raw_error = signed_error_pct(steps.frame["predicted_s"].to_numpy(), raw)
     reference, median = settings.get("reference_probe_s"), settings.get("host_probe_s_median")
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in (reference, median))
     return {"reference_probe_s": reference, "host_probe_s_median": median,
-            "host_slowdown": median / reference if reference and median else None,
+            "host_slowdown": median / reference if numbers else None,
             "step_mape_unnormalized_pct": float(np.nanmean(np.abs(raw_error)))}
 
 

@@ -116,13 +116,16 @@ class HostSpeedTracker:
 
 def calibration_probe_s(cost_model: str) -> float | None:
     """The probe time a calibration recorded (`host_probe_s` in its profile.json), for a cost model
-    spelled `profile:DIR`; None for any other cost model or a profile taken without a probe (on
-    CUDA, on several threads, or before the probe existed).
+    spelled `profile:DIR` (`~` expanded, as everywhere a cost model is read); None for any other
+    cost model or a profile taken without a probe (on CUDA, on several threads, or before the
+    probe existed).
 
     Raises:
-        ValueError: DIR's profile.json is unreadable, or its `host_probe_s` is not a positive number.
+        ValueError: DIR's profile.json is unreadable or not a JSON object, or its `host_probe_s`
+            is not a finite positive number (names the file).
     """
     import json
+    import math
     from pathlib import Path
 
     from profiler.profile_data import SIDECAR
@@ -130,13 +133,16 @@ def calibration_probe_s(cost_model: str) -> float | None:
 
     if not cost_model.startswith(PROFILE_PREFIX):
         return None
-    path = Path(cost_model[len(PROFILE_PREFIX):]) / SIDECAR
+    path = Path(cost_model[len(PROFILE_PREFIX):]).expanduser() / SIDECAR
     try:
-        value = json.loads(path.read_text()).get("host_probe_s")
-    except (OSError, json.JSONDecodeError) as exc:
+        sidecar = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: cannot read the calibration's profile sidecar ({exc})") from None
+    if not isinstance(sidecar, dict):
+        raise ValueError(f"{path}: not a JSON object; is this a `sarathi-sim profile` directory?")
+    value = sidecar.get("host_probe_s")
     if value is None:
         return None
-    if not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{path}: host_probe_s must be a positive number of seconds, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{path}: host_probe_s must be a finite positive number of seconds, got {value!r}")
     return float(value)

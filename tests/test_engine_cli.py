@@ -70,3 +70,26 @@ def test_settings_the_engine_cannot_run_are_errors(tmp_path):
     result = runner.invoke(app, ["engine", "run", CONFIG, "--out", str(tmp_path), "--max-kv-gib", "0.00001"])
     assert result.exit_code == 2
     assert "set engine.num_gpu_blocks" in " ".join(result.output.split())
+
+
+def test_cpu_timings_need_one_cpu_thread_and_a_calibration_that_recorded_the_probe(tmp_path):
+    import shutil
+
+    def run(*extra: str):
+        with cpu_threads(1):  # --threads 2 would otherwise leak into the next tests
+            result = runner.invoke(app, ["engine", "run", CONFIG, "--out", str(tmp_path / "run"), "--dtype", "float32",
+                                         "--set", "trace.num_requests=2", *extra])
+        return result.exit_code, " ".join(result.output.split())
+
+    code, output = run("--threads", "2", "--timing", "cpu")
+    assert code == 2 and "use --threads 1 on the CPU, or --timing wall" in output
+    code, output = run("--timing", "cpu-normalized")
+    assert code == 2 and "needs cost_model: profile:DIR of a calibration that recorded host_probe_s" in output
+    calibration = tmp_path / "cal"
+    shutil.copytree(Path(__file__).parent / "data" / "verify" / "profile", calibration)
+    sidecar = json.loads((calibration / "profile.json").read_text())
+    (calibration / "profile.json").write_text(json.dumps({**sidecar, "host_probe_s": 0}))
+    code, output = run("--set", f"cost_model=profile:{calibration}")  # auto on one CPU thread reads the probe
+    assert code == 2 and "host_probe_s must be a finite positive number of seconds, got 0" in output
+    code, output = run("--set", f"cost_model=profile:{calibration}", "--timing", "wall")  # a wall run never uses it
+    assert code == 0, output

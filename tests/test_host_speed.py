@@ -86,23 +86,39 @@ def test_measured_steps_of_a_normalized_run_are_scaled_and_raw_on_request(tmp_pa
     assert read_measured_steps(run)[1] == pytest.approx(expected)
     assert read_measured_steps(run, normalized=False)[1].tolist() == [0.001 * (i + 1) for i in range(len(entries))]
     (run / "engine.json").write_text(json.dumps({**settings, "timing": "cpu-normalized"}))
-    with pytest.raises(ValueError, match="engine.json: timing cpu-normalized without a positive reference_probe_s"):
-        read_measured_steps(run)
+    for reference in (None, "abc", 0, float("inf")):  # a clear error naming the file and key, no traceback
+        (run / "engine.json").write_text(json.dumps({**settings, "timing": "cpu-normalized",
+                                                     "reference_probe_s": reference}))
+        with pytest.raises(ValueError, match="engine.json: timing cpu-normalized needs reference_probe_s"):
+            read_measured_steps(run)
+    (run / "engine.json").write_text(json.dumps({**settings, "timing": "cpu", "reference_probe_s": None}))
+    assert len(read_measured_steps(run)[1]) == len(entries)  # only a normalized run reads the reference
     (run / "engine.json").write_text(json.dumps({**settings, "timing": "cpu-normalized", "reference_probe_s": 0.002}))
+    for probe in (0, None, "fast", float("nan")):
+        entries[3]["host_probe_s"] = probe
+        (run / "plans.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
+        with pytest.raises(ValueError, match=r"plans.jsonl:4: host_probe_s must be a finite number of seconds"):
+            read_measured_steps(run)
     del entries[1]["host_probe_s"]
     (run / "plans.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
     with pytest.raises(ValueError, match=r"plans.jsonl:2: plan entry has no host_probe_s"):
         read_measured_steps(run)
 
 
-def test_calibration_probe_comes_from_the_profile_sidecar(tmp_path):
+def test_calibration_probe_comes_from_the_profile_sidecar(tmp_path, monkeypatch):
     (tmp_path / "profile.json").write_text(json.dumps({"host_probe_s": 0.0017}))
     assert calibration_probe_s(f"profile:{tmp_path}") == 0.0017
+    monkeypatch.setenv("HOME", str(tmp_path.parent))
+    assert calibration_probe_s(f"profile:~/{tmp_path.name}") == 0.0017  # ~ expands, as for simulate
     assert calibration_probe_s("roofline") is None and calibration_probe_s("auto") is None
     (tmp_path / "profile.json").write_text(json.dumps({"dtype": "float32"}))  # CUDA or an older calibration
     assert calibration_probe_s(f"profile:{tmp_path}") is None
-    (tmp_path / "profile.json").write_text(json.dumps({"host_probe_s": -1}))
-    with pytest.raises(ValueError, match=r"profile.json: host_probe_s must be a positive number"):
+    for bad in (-1, 0, "fast", True, float("inf"), float("nan")):  # bool is an int to Python; inf is > 0
+        (tmp_path / "profile.json").write_text(json.dumps({"host_probe_s": bad}))
+        with pytest.raises(ValueError, match=r"profile.json: host_probe_s must be a finite positive number"):
+            calibration_probe_s(f"profile:{tmp_path}")
+    (tmp_path / "profile.json").write_text(json.dumps([{"host_probe_s": 0.0017}]))
+    with pytest.raises(ValueError, match=r"profile.json: not a JSON object"):
         calibration_probe_s(f"profile:{tmp_path}")
     with pytest.raises(ValueError, match=r"nowhere/profile.json: cannot read"):
         calibration_probe_s(f"profile:{tmp_path / 'nowhere'}")
@@ -174,3 +190,10 @@ def test_ledger_begun_by_an_older_version_keeps_its_columns(tmp_path):
     append_ledger(fresh, {"device": "cpu", "timing": "cpu-normalized", "reference_probe_s": 0.002}, None, None, True)
     row = next(csv.DictReader(fresh.open()))
     assert row["timing"] == "cpu-normalized" and float(row["reference_probe_s"]) == 0.002
+
+
+def test_a_headline_error_that_is_not_a_number_fails_the_gate():
+    from experiments.verify import over_limit
+
+    assert over_limit({"step_mape": float("nan"), "ttft_s_p50": 3.0}, 25.0) == {"step_mape": pytest.approx(float("nan"), nan_ok=True)}
+    assert over_limit({"step_mape": 24.0}, 25.0) == {}

@@ -219,3 +219,11 @@ def test_run_scale_separates_a_uniformly_slow_run_from_shape_errors():
     scale = shaped.summary()["run_scale"]
     assert scale["measured_over_predicted"] == pytest.approx(1.0)
     assert scale["mape_after_scale_pct"] == pytest.approx(25.0)  # |−50| + 0 + 0 + |+50|, over 4
+
+
+def test_a_ledger_path_that_is_a_directory_is_refused_before_any_work(tmp_path):
+    result = runner.invoke(app, ["verify", str(CONFIG), "--engine-run", str(RUN), "--ledger", str(tmp_path),
+                                 "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert "is a directory; give the CSV file to append to" in " ".join(result.output.split())
+    assert not (tmp_path / "out").exists()
