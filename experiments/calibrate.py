@@ -20,7 +20,8 @@ LEDGER_NAME = "ledger.csv"
 def calibrate(model: str, device: str, budget_s: float, out_dir: Path, *, threads: int = 1, seed: int = 0,
               engine_overhead: bool = False, log: Callable[[str], None] = print) -> tuple[object, pd.DataFrame]:
     """Profile `model` on `device` within `budget_s` seconds into `out_dir`, then fit it there;
-    with `engine_overhead`, also measure the engine's per-step overhead (`measure_engine_overhead`).
+    with `engine_overhead`, also measure the engine's per-step overhead on `device`
+    (`measure_engine_overhead`).
 
     Returns:
         (the `FittedCostModel`, its held-out errors per op from `profiler.fit_report`).
@@ -36,7 +37,7 @@ def calibrate(model: str, device: str, budget_s: float, out_dir: Path, *, thread
     run_profile(get_model_spec(model), device, budget_s, out_dir, num_threads=threads, seed=seed, log=log)
     fitted, errors = fit_directory(out_dir)
     if engine_overhead:
-        overhead = measure_engine_overhead(out_dir, model, threads=threads)
+        overhead = measure_engine_overhead(out_dir, model, threads=threads, device=device)
         log(f"engine overhead per step: {overhead.per_step_s * 1e3:.3f} ms + {overhead.per_seq_s * 1e6:.1f} µs/seq "
             f"+ {overhead.per_token_s * 1e6:.2f} µs/token + {overhead.per_draft_s * 1e6:.1f} µs/draft token")
     return fitted, errors
@@ -130,13 +131,16 @@ def draft_tokens(query_tokens, is_prefill) -> int:
                if not prefill)
 
 
-def measure_engine_overhead(calibration_dir: Path, model: str, *, threads: int = 1) -> EngineOverhead:
-    """Serve `OVERHEAD_TRACE` on the engine (CPU, float32), plainly and with split-N
-    (`OVERHEAD_SPLIT_N`), price the executed plans with the fitted model of `calibration_dir`,
-    fit `EngineOverhead` to the residuals and save it there. The runs are kept in
-    `calibration_dir/overhead_run` and `overhead_run_split_n` (their plans are the evidence)."""
+def measure_engine_overhead(calibration_dir: Path, model: str, *, threads: int = 1,
+                            device: str = "cpu") -> EngineOverhead:
+    """Serve `OVERHEAD_TRACE` on the engine (on `device`, "cpu" or "cuda", in the profile's dtype:
+    float32 or bf16), plainly and with split-N (`OVERHEAD_SPLIT_N`), price the executed plans with
+    the fitted model of `calibration_dir`, fit `EngineOverhead` to the residuals and save it there.
+    The runs are kept in `calibration_dir/overhead_run` and `overhead_run_split_n` (their plans are
+    the evidence)."""
     from experiments.engine_cli import run as engine_run
     from experiments.verify import read_measured_steps
+    from profiler.harness import DTYPES
     from profiler.shipped import load_fitted
 
     fitted = load_fitted(calibration_dir)
@@ -150,8 +154,8 @@ def measure_engine_overhead(calibration_dir: Path, model: str, *, threads: int =
                                           "cost_model": f"profile:{Path(calibration_dir).resolve()}",
                                           "trace": OVERHEAD_TRACE, "engine": {**OVERHEAD_ENGINE, **extra}}))
         run_dir = calibration_dir / name
-        engine_run(config, out=run_dir, realtime=False, set_=[], point=0, weights=None, device="cpu",
-                   dtype="float32", attention="auto", forced_acceptance=forced, temperature=0.0, max_kv_gib=4.0,
+        engine_run(config, out=run_dir, realtime=False, set_=[], point=0, weights=None, device=device,
+                   dtype=DTYPES[device][0], attention="auto", forced_acceptance=forced, temperature=0.0, max_kv_gib=4.0,
                    threads=threads, timing="auto")
         plans, measured = read_measured_steps(run_dir)
         predicted = np.array([fitted.predict_step_s(p.query_tokens, p.context_tokens, p.is_prefill) for p in plans])

@@ -95,8 +95,7 @@ def _serve(point: SweepConfig, out_dir: Path, *, realtime: bool, weights: Option
 
     if threads:
         torch.set_num_threads(threads)
-    torch_device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
-                                "cpu" if device == "auto" else device)
+    torch_device = torch.device(resolve_device(device))
     dtype_name = dtype or point.engine.dtype
     if dtype_name not in DTYPES:
         raise ValueError(f"--dtype {dtype_name!r} is not supported by the engine; valid: {', '.join(DTYPES)}")
@@ -153,6 +152,29 @@ def _host_speed(clock) -> dict:
     return {"reference_probe_s": clock.reference_probe_s, "host_probe_s_median": tracker.median_s(),
             "host_probe_s_min": min(tracker.samples_s), "host_probe_s_max": max(tracker.samples_s),
             "host_probes": len(tracker.samples_s)}
+
+
+def resolve_device(device: str) -> str:
+    """The torch device `engine run` uses for `--device`: `auto` is `cuda` when torch sees a GPU,
+    else `cpu`; `cpu`, `cuda` and `cuda:N` are checked against this machine.
+
+    Raises:
+        ValueError: another value, or a CUDA device torch does not see (names what is valid).
+    """
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return device
+    if device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(device[5:]) if ":" in device else 0
+        if index >= count:
+            raise ValueError(f"--device {device}: torch sees {count} CUDA device(s) on this machine; "
+                             "use --device cpu" + (f" or cuda:0..cuda:{count - 1}" if count else ""))
+        return device
+    raise ValueError(f"--device {device!r}: valid values are auto, cpu, cuda, cuda:N")
 
 
 def _model_dir(model: str) -> Optional[Path]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
@@ -39,6 +40,10 @@ def verify(
     forced_acceptance: bool = typer.Option(False, "--forced-acceptance", help="With --run-engine, split-N: "
                                            "accept drafts as engine.acceptance draws them (random weights)."),
     threads: int = typer.Option(1, "--threads", min=1, help="torch CPU threads of --run-engine."),
+    device: str = typer.Option("auto", "--device", help="Device of --run-engine: cpu, cuda, cuda:N or auto (cuda "
+                               "when available)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="dtype of --run-engine (default: float32 on the CPU, "
+                                        "as the CPU profile; engine.dtype on CUDA)."),
     against_vllm_bench: Optional[Path] = typer.Option(None, "--against-vllm-bench", help="A `vllm bench serve "
                                                       "--save-result --save-detailed` JSON to compare with."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="With --against-vllm-bench: the trace file "
@@ -54,6 +59,7 @@ def verify(
     (meeting the SLOs, then by goodput and throughput) are each run on the engine and verified,
     in OUT/point<i>/, with a summary in OUT/top.{json,md}."""
     overrides = list(set_ or [])
+    engine = EngineOptions(forced_acceptance, threads, device, dtype)
     if ledger is not None and ledger.is_dir():
         fail(f"--ledger {ledger}: is a directory; give the CSV file to append to, e.g. {ledger / LEDGER_NAME}")
     if cost_model:
@@ -69,14 +75,14 @@ def verify(
             fail("--top K needs --run-engine (each chosen point is run on the engine), not --engine-run")
         if point is not None:
             fail("--top K chooses the points itself; drop --point")
-        _verify_top(config, overrides, top, out, fail_above, ledger, forced_acceptance, threads)
+        _verify_top(config, overrides, top, out, fail_above, ledger, engine)
         return
     point = point or 0
     chosen = _point(config, overrides, point)
     out_dir = out or Path("runs") / f"{chosen.name}-verify"
     try:
         failed = _verify_point(config, overrides, point, chosen, out_dir, engine_run, run_engine, fail_above, ledger,
-                               forced_acceptance, threads, against_vllm_bench)[1]
+                               engine, against_vllm_bench)[1]
     except ValueError as exc:
         fail(str(exc))
     if failed:
@@ -85,7 +91,7 @@ def verify(
 
 def _verify_point(config: Path, overrides: list[str], point: int, chosen: SweepConfig, out_dir: Path,
                   engine_run: Optional[Path], run_engine: bool, fail_above: Optional[float], ledger: Optional[Path],
-                  forced_acceptance: bool, threads: int, against_vllm_bench: Optional[Path] = None):
+                  engine: "EngineOptions", against_vllm_bench: Optional[Path] = None):
     """One point's comparison and reports; returns (headline errors in %, the ones over
     --fail-above, the end-to-end table with signed errors).
 
@@ -96,7 +102,7 @@ def _verify_point(config: Path, overrides: list[str], point: int, chosen: SweepC
     if against_vllm_bench is not None:
         steps, e2e, context = None, *_against_vllm(chosen, against_vllm_bench)
     else:
-        run_dir = _engine_dir(config, overrides, point, engine_run, run_engine, out_dir, forced_acceptance, threads)
+        run_dir = _engine_dir(config, overrides, point, engine_run, run_engine, out_dir, engine)
         steps, e2e, context = _against_engine(chosen, run_dir, out_dir)
     context = {"config": str(config), "point": describe_point(chosen), "model": chosen.model,
                "cost_model": chosen.cost_model, **context}
@@ -112,7 +118,7 @@ def _verify_point(config: Path, overrides: list[str], point: int, chosen: SweepC
 
 
 def _verify_top(config: Path, overrides: list[str], top: int, out: Optional[Path], fail_above: Optional[float],
-                ledger: Optional[Path], forced_acceptance: bool, threads: int) -> None:
+                ledger: Optional[Path], engine: "EngineOptions") -> None:
     """Simulate every point, verify the `top` best on the engine, write OUT/top.{json,md}."""
     from experiments.report import markdown_table
     from experiments.sweep import run_sweep
@@ -136,7 +142,7 @@ def _verify_top(config: Path, overrides: list[str], top: int, out: Optional[Path
         try:
             headline, failed, e2e = _verify_point(config, overrides, index, SweepConfig.model_validate(points[index]),
                                                   out_dir / f"point{index}", None, True, fail_above, ledger,
-                                                  forced_acceptance, threads)
+                                                  engine)
         except (ValueError, typer.Exit) as exc:  # this point only: the engine refused or ran nothing
             reason = str(exc) if isinstance(exc, ValueError) else "the engine refused this point (see above)"
             console.print(f"[yellow]point {index} not verified:[/yellow] {reason}")
@@ -178,12 +184,12 @@ def calibrate(
     out: Path = typer.Option(..., "--out", help="Calibration directory (profile, fitted model, fit report)."),
     threads: int = typer.Option(1, "--threads", min=1, help="CPU intra-op threads."),
     engine_overhead: bool = typer.Option(True, "--engine-overhead/--no-engine-overhead", help="Also serve a short "
-                                         "trace on the engine (CPU) and fit its per-step overhead beyond the ops."),
+                                         "trace on the engine (on --device) and fit its per-step overhead beyond the ops."),
 ) -> None:
     """Profile MODEL's ops on this machine and fit the cost model: one calibration directory."""
     try:
         fitted, _ = run_calibration(model, device, budget_s, out, threads=threads, log=console.print,
-                                    engine_overhead=engine_overhead and device == "cpu")
+                                    engine_overhead=engine_overhead)
     except ValueError as exc:
         fail(str(exc))
     console.print((out / "fit_report.md").read_text())
@@ -289,18 +295,35 @@ def _with_measured_acceptance(point: SweepConfig, run_dir: Path, out_dir: Path) 
     return point.model_copy(update={"engine": engine})
 
 
+@dataclass(frozen=True)
+class EngineOptions:
+    """How `--run-engine` runs the engine: forced acceptance (split-N with random weights), torch CPU
+    threads, device (`auto`: CUDA when available) and dtype (None: float32 on the CPU, as the CPU
+    profile is taken; the config's engine.dtype on CUDA)."""
+
+    forced_acceptance: bool = False
+    threads: int = 1
+    device: str = "auto"
+    dtype: Optional[str] = None
+
+
 def _engine_dir(config: Path, overrides: list[str], point: int, engine_run: Optional[Path], run_engine: bool,
-                out_dir: Path, forced: bool, threads: int) -> Path:
+                out_dir: Path, engine: EngineOptions) -> Path:
     if (engine_run is None) == (not run_engine):
         fail("give exactly one of --engine-run DIR or --run-engine")
     if engine_run is not None:
         return engine_run
-    from experiments.engine_cli import run as engine_run_command
+    from experiments.engine_cli import resolve_device, run as engine_run_command
 
+    try:
+        device = resolve_device(engine.device)
+    except ValueError as exc:
+        fail(str(exc))
     run_dir = out_dir / "engine"
-    engine_run_command(config, out=run_dir, realtime=False, set_=overrides, point=point, weights=None, device="cpu",
-                       dtype="float32", attention="auto", forced_acceptance=forced, temperature=0.0,
-                       max_kv_gib=4.0, threads=threads, timing="auto")
+    engine_run_command(config, out=run_dir, realtime=False, set_=overrides, point=point, weights=None, device=device,
+                       dtype=engine.dtype or ("float32" if device == "cpu" else None), attention="auto",
+                       forced_acceptance=engine.forced_acceptance, temperature=0.0, max_kv_gib=4.0,
+                       threads=engine.threads, timing="auto")
     return run_dir
 
 

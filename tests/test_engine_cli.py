@@ -93,3 +93,20 @@ def test_cpu_timings_need_one_cpu_thread_and_a_calibration_that_recorded_the_pro
     assert code == 2 and "host_probe_s must be a finite positive number of seconds, got 0" in output
     code, output = run("--set", f"cost_model=profile:{calibration}", "--timing", "wall")  # a wall run never uses it
     assert code == 0, output
+
+
+def test_device_choices_are_checked_against_this_machine():
+    from experiments.engine_cli import resolve_device
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    assert resolve_device("auto") == ("cuda" if gpus else "cpu") and resolve_device("cpu") == "cpu"
+    with pytest.raises(ValueError, match=rf"--device cuda:{gpus}: torch sees {gpus} CUDA device\(s\)"):
+        resolve_device(f"cuda:{gpus}")
+    for bad in ("tpu", "cuda:x", "gpu"):
+        with pytest.raises(ValueError, match="valid values are auto, cpu, cuda, cuda:N"):
+            resolve_device(bad)
+    if not gpus:  # the CLI says so in one line, before building anything
+        result = runner.invoke(app, ["engine", "run", CONFIG, "--device", "cuda"])
+        assert result.exit_code == 2 and "torch sees 0 CUDA device(s) on this machine" in " ".join(result.output.split())
+        result = runner.invoke(app, ["verify", CONFIG, "--run-engine", "--device", "cuda"])
+        assert result.exit_code == 2 and "torch sees 0 CUDA device(s) on this machine" in " ".join(result.output.split())
