@@ -164,8 +164,13 @@ def _verdict(headline: dict[str, float], failed: dict[str, float]) -> str:
             if failed else f"headline |errors|: {parts}")
 
 
+def _shown(value) -> str:
+    """A context value as the reports print it: floats to 4 significant digits (fidelity.json keeps them whole)."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
 def _markdown(context, headline, failed, sections, figures, out_dir: Path) -> str:
-    lines = ["# Fidelity report", ""] + [f"- {k}: {v}" for k, v in context.items()]
+    lines = ["# Fidelity report", ""] + [f"- {k}: {_shown(v)}" for k, v in context.items()]
     lines += ["", f"**{_verdict(headline, failed)}**", ""]
     for title, table in sections:
         lines += [f"## {title}", "", *markdown_table(table), ""]
@@ -174,7 +179,7 @@ def _markdown(context, headline, failed, sections, figures, out_dir: Path) -> st
 
 
 def _html(context, headline, failed, sections, figures) -> str:
-    items = "".join(f"<li>{html.escape(f'{k}: {v}')}</li>" for k, v in context.items())
+    items = "".join(f"<li>{html.escape(f'{k}: {_shown(v)}')}</li>" for k, v in context.items())
     body = ""
     for title, table in sections:
         head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)

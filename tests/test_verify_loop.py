@@ -46,6 +46,7 @@ def test_calibrate_then_verify_on_the_engine_writes_parseable_reports(tmp_path):
     assert 0 < first["measured_cpu_s"] and 0 < first["measured_s"] and 0 < first["host_probe_s"]
     assert first["duration_s"] == pytest.approx(first["measured_cpu_s"] * reference_s / first["host_probe_s"])
     assert report["context"]["reference_probe_s"] == reference_s and report["context"]["step_mape_unnormalized_pct"] > 0
+    assert f"- reference_probe_s: {reference_s:.4g}\n" in (out / "fidelity.md").read_text()  # whole in the JSON only
     # the calibration's own engine runs (the overhead fit) were normalised to it too
     assert json.loads((calibration / "overhead_run" / "engine.json").read_text())["timing"] == "cpu-normalized"
     assert "## End to end" in (out / "fidelity.md").read_text() and (out / "plots" / "step_scatter.png").is_file()
