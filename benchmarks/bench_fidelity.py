@@ -11,8 +11,9 @@ Run from the repo root after `make test` (which installs torch):
    milliseconds).
 3. `sarathi-sim verify --run-engine` of each point at 30, 60 and 90 % of its capacity.
 Prints one Markdown row per (point, load): per-step MAPE and the signed P50 TTFT, TPOT, E2E errors
-(simulated vs measured), then the step MAPE the raw CPU times would give and how much slower the
-host ran than during the calibration (median probe time over the calibration's). Steps are timed
+(simulated vs measured), then the step MAPE the raw CPU times would give and the host time ratio:
+the run's median probe time over the calibration's (above 1: the host ran slower than during the
+calibration). Steps are timed
 by the serving thread's CPU time scaled to the calibration's host speed (`engine run --timing
 auto` = `cpu-normalized` on the CPU with a calibration), as the profiler times ops.
 """
@@ -66,7 +67,7 @@ def verify(settings: dict, calibration: Path, qps: float, out: Path, num_request
     context = report["context"]
     return {"step_mape": report["steps"]["all"]["mape_pct"], **{m: signed.get(m) for m in
                                                                ("ttft_s_p50", "tpot_s_p50", "e2e_s_p50")},
-            "raw_mape": context.get("step_mape_unnormalized_pct"), "slowdown": context.get("host_slowdown")}
+            "raw_mape": context.get("step_mape_unnormalized_pct"), "host_time_ratio": context.get("host_time_ratio")}
 
 
 def main() -> None:
@@ -81,7 +82,7 @@ def main() -> None:
         cli("calibrate", "--model", str(TINY.parent / "tiny" / "config.json"), "--device", "cpu",
             "--budget-s", str(args.budget_s), "--out", str(calibration))
     print("| point | capacity QPS (sim) | load | step MAPE % | P50 TTFT % | P50 TPOT % | P50 E2E % "
-          "| raw-CPU step MAPE % | host slowdown |")
+          "| raw-CPU step MAPE % | host time ratio (run / calibration) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for index, (label, settings) in enumerate(POINTS.items()):
         capacity = capacity_qps(settings, calibration, args.out / f"search{index}")
@@ -91,7 +92,7 @@ def main() -> None:
             cells = [f"{row['step_mape']:.1f}"] + [f"{row[m]:+.1f}" if row[m] is not None else "n/a"
                                                    for m in ("ttft_s_p50", "tpot_s_p50", "e2e_s_p50")]
             cells += [f"{row['raw_mape']:.1f}" if row["raw_mape"] is not None else "n/a",
-                      f"{row['slowdown']:.2f}×" if row["slowdown"] is not None else "n/a"]
+                      f"{row['host_time_ratio']:.2f}×" if row["host_time_ratio"] is not None else "n/a"]
             print(f"| {label} | {capacity:.4g} | {load:.0%} | " + " | ".join(cells) + " |", flush=True)
 
 

@@ -39,7 +39,8 @@ def calibrate(model: str, device: str, budget_s: float, out_dir: Path, *, thread
     if engine_overhead:
         overhead = measure_engine_overhead(out_dir, model, threads=threads, device=device)
         log(f"engine overhead per step: {overhead.per_step_s * 1e3:.3f} ms + {overhead.per_seq_s * 1e6:.1f} µs/seq "
-            f"+ {overhead.per_token_s * 1e6:.2f} µs/token + {overhead.per_draft_s * 1e6:.1f} µs/draft token")
+            f"+ {overhead.per_token_s * 1e6:.2f} µs/token + {overhead.per_draft_s * 1e6:.1f} µs/draft token "
+            "(median regression on the residuals, coefficients clipped at 0)")
     return fitted, errors
 
 

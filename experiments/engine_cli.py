@@ -85,7 +85,7 @@ def _serve(point: SweepConfig, out_dir: Path, *, realtime: bool, weights: Option
            threads: Optional[int], timing: str = "auto") -> Path:
     import torch
 
-    from gpu_engine.build import DTYPES, build_engine, build_model
+    from gpu_engine.build import DTYPES, attention_fn, build_engine, build_model
     from gpu_engine.checkpoint import load_model_args
     from gpu_engine.clock import FastClock, WallClock
     from gpu_engine.driver import run_trace
@@ -135,7 +135,8 @@ def _serve(point: SweepConfig, out_dir: Path, *, realtime: bool, weights: Option
     result.write(out_dir)
     settings = {"config": point.model_dump(mode="json"), "device": str(torch_device), "dtype": dtype_name,
                 "weights": str(checkpoint) if checkpoint else f"random (seed {point.engine.seed})",
-                "attention": attention, "clock": "wall" if realtime else "fast",
+                "attention": attention_fn(attention, torch_device).__name__, "torch_threads": torch.get_num_threads(),
+                "clock": "wall" if realtime else "fast",
                 "timing": "wall" if realtime else timing, **_host_speed(clock), "forced_acceptance": forced,
                 "temperature": temperature, "wall_s": wall_s, "torch": torch.__version__, **info}
     (out_dir / "engine.json").write_text(json.dumps(settings, indent=2, default=str))

@@ -26,7 +26,8 @@ LEDGER_LIBRARIES = ("torch", "numpy", "scikit-learn", "triton")
 LEDGER_COLUMNS = ("date", "device", "model", "config", "cost_model", "source", "python",
                   *(f"{lib}_version" for lib in LEDGER_LIBRARIES), "step_mape_pct", "step_p95_ape_pct",
                   "ttft_s_p50_error_pct", "tpot_s_p50_error_pct", "e2e_s_p50_error_pct", "ttft_s_p99_error_pct",
-                  "throughput_rps_error_pct", "passed", "timing", "reference_probe_s", "host_probe_s_median")
+                  "throughput_rps_error_pct", "passed", "timing", "reference_probe_s", "host_probe_s_median", "point",
+                  "fail_above_pct")
 
 
 def write_fidelity(out_dir: Path, context: dict, steps: StepComparison | None, e2e: pd.DataFrame | None,
@@ -75,7 +76,8 @@ def append_ledger(ledger: Path, context: dict, steps: StepComparison | None, e2e
             metric = column.removesuffix("_error_pct")
             if column.endswith("_error_pct") and metric in errors:
                 row[column] = errors[metric]
-    row.update({k: context[k] for k in ("timing", "reference_probe_s", "host_probe_s_median") if k in context})
+    row.update({k: context[k] for k in ("timing", "reference_probe_s", "host_probe_s_median", "point", "fail_above_pct")
+                if context.get(k) is not None})
     ledger.parent.mkdir(parents=True, exist_ok=True)
     columns = _existing_header(ledger) or LEDGER_COLUMNS  # a ledger begun by an older version keeps its columns
     with ledger.open("a", newline="") as f:
@@ -158,10 +160,18 @@ def _e2e_bars(e2e: pd.DataFrame, path: Path) -> Path:
     return path
 
 
-def _verdict(headline: dict[str, float], failed: dict[str, float]) -> str:
+SIGN_NOTE = ("Signed errors are (simulated − measured) / measured, in % of the measured value: negative means "
+             "the simulator predicts less time than was measured. The measured step times are the engine run's "
+             "clock (see timing above).")
+
+
+def _verdict(headline: dict[str, float], failed: dict[str, float], limit_pct: float | None = None) -> str:
     parts = ", ".join(f"{k} {v:.1f} %" for k, v in headline.items())
-    return ("FAILED: " + ", ".join(f"{k} {v:.1f} %" for k, v in failed.items()) + " over the limit"
-            if failed else f"headline |errors|: {parts}")
+    if failed:
+        return (f"FAILED --fail-above {limit_pct:g} %: " + ", ".join(f"{k} {v:.1f} %" for k, v in failed.items())
+                + f" over the limit (headline |errors|: {parts})")
+    gate = f"passed --fail-above {limit_pct:g} %" if limit_pct is not None else "no gate (--fail-above not given)"
+    return f"{gate}; headline |errors|: {parts}"
 
 
 def _shown(value) -> str:
@@ -171,7 +181,7 @@ def _shown(value) -> str:
 
 def _markdown(context, headline, failed, sections, figures, out_dir: Path) -> str:
     lines = ["# Fidelity report", ""] + [f"- {k}: {_shown(v)}" for k, v in context.items()]
-    lines += ["", f"**{_verdict(headline, failed)}**", ""]
+    lines += ["", f"**{_verdict(headline, failed, context.get('fail_above_pct'))}**", "", SIGN_NOTE, ""]
     for title, table in sections:
         lines += [f"## {title}", "", *markdown_table(table), ""]
     lines += [f"![{p.stem}]({p.relative_to(out_dir)})" for p in figures]
@@ -191,6 +201,7 @@ def _html(context, headline, failed, sections, figures) -> str:
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>Fidelity — sarathi-sim</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}img{{max-width:100%;display:block;margin:1em 0}}</style>
-</head><body><h1>Fidelity report</h1><ul>{items}</ul><p><b>{html.escape(_verdict(headline, failed))}</b></p>
+</head><body><h1>Fidelity report</h1><ul>{items}</ul>
+<p><b>{html.escape(_verdict(headline, failed, context.get("fail_above_pct")))}</b></p><p>{html.escape(SIGN_NOTE)}</p>
 {body}{images}</body></html>
 """

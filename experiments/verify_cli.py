@@ -77,8 +77,11 @@ def verify(
             fail("--top K chooses the points itself; drop --point")
         _verify_top(config, overrides, top, out, fail_above, ledger, engine)
         return
+    chosen = _point(config, overrides, point or 0)
+    if point is None and _num_points(config, overrides) > 1:
+        console.print(f"[yellow]note:[/yellow] {config} has several points; verifying point 0 "
+                      f"({describe_point(chosen)}); choose with --point K or verify the best with --top K")
     point = point or 0
-    chosen = _point(config, overrides, point)
     out_dir = out or Path("runs") / f"{chosen.name}-verify"
     try:
         failed = _verify_point(config, overrides, point, chosen, out_dir, engine_run, run_engine, fail_above, ledger,
@@ -105,7 +108,7 @@ def _verify_point(config: Path, overrides: list[str], point: int, chosen: SweepC
         run_dir = _engine_dir(config, overrides, point, engine_run, run_engine, out_dir, engine)
         steps, e2e, context = _against_engine(chosen, run_dir, out_dir)
     context = {"config": str(config), "point": describe_point(chosen), "model": chosen.model,
-               "cost_model": chosen.cost_model, **context}
+               "cost_model": chosen.cost_model, **context, "fail_above_pct": fail_above}
     headline = headline_errors(steps, e2e)
     failed = over_limit(headline, fail_above) if fail_above is not None else {}
     html_path = write_fidelity(out_dir, context, steps, e2e, headline, failed)
@@ -155,8 +158,12 @@ def _verify_top(config: Path, overrides: list[str], top: int, out: Optional[Path
     (out_dir / "top.json").write_text(summary.to_json(orient="records", indent=2))
     (out_dir / "top.md").write_text(f"# Verification of the {len(summary)} best points of {config}\n\n"
                                     "Ranked in simulation (meeting the SLOs first, then goodput, then "
-                                    "throughput); signed errors are simulated vs measured, percent. "
-                                    "Each point's full report is in point<i>/fidelity.md.\n\n"
+                                    "throughput). `step_mape_pct` is a mean absolute error; the `*_error_pct` "
+                                    "columns are signed: (simulated − measured) / measured, percent. `passed`: "
+                                    + (f"within --fail-above {fail_above:g} %. " if fail_above is not None else
+                                       "no gate was set (--fail-above), so only a point that could not be "
+                                       "verified fails. ")
+                                    + "Each point's full report is in point<i>/fidelity.md.\n\n"
                                     + "\n".join(markdown_table(summary)) + "\n")
     console.print(f"wrote top.json and top.md in {out_dir}")
     if not summary["passed"].all():
@@ -218,9 +225,10 @@ def _against_engine(point: SweepConfig, run_dir: Path, out_dir: Path):
 
 
 def _host_speed_context(settings: dict, run_dir: Path, steps) -> dict:
-    """For a `cpu-normalized` run: the calibration's and the run's probe times, how much slower the
-    host ran (their ratio), and the step MAPE the raw CPU times would have given (so the effect of
-    the normalisation is in the report, not hidden by it)."""
+    """For a `cpu-normalized` run: the calibration's and the run's probe times, their ratio
+    (`host_time_ratio` = run / calibration: above 1 the host ran slower than during the calibration,
+    below 1 faster), and the step MAPE the raw CPU times would have given (so the effect of the
+    normalisation is in the report, not hidden by it)."""
     if settings.get("timing") != "cpu-normalized":
         return {}
     _, raw = read_measured_steps(run_dir, normalized=False)
@@ -228,7 +236,7 @@ def _host_speed_context(settings: dict, run_dir: Path, steps) -> dict:
     reference, median = settings.get("reference_probe_s"), settings.get("host_probe_s_median")
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in (reference, median))
     return {"reference_probe_s": reference, "host_probe_s_median": median,
-            "host_slowdown": median / reference if numbers else None,
+            "host_time_ratio": median / reference if numbers else None,
             "step_mape_unnormalized_pct": float(np.nanmean(np.abs(raw_error)))}
 
 
@@ -325,6 +333,10 @@ def _engine_dir(config: Path, overrides: list[str], point: int, engine_run: Opti
                        forced_acceptance=engine.forced_acceptance, temperature=0.0, max_kv_gib=4.0,
                        threads=engine.threads, timing="auto")
     return run_dir
+
+
+def _num_points(config: Path, overrides: list[str]) -> int:
+    return len(load_config(config, overrides)[1])
 
 
 def _point(config: Path, overrides: list[str], point: int) -> SweepConfig:

@@ -63,16 +63,20 @@ def plan_record(step: int, start_s: float, duration_s: float, measured_s: float,
     `schedule()` to the sampled tokens and `measured_cpu_s` the serving thread's CPU time over
     the same span (`duration_s` is one of them, except under a `PricedClock` and with
     `cpu-normalized` timing, where it is measured_cpu_s × reference / `host_probe_s`, the host-speed
-    probe's time when the step ran; NaN without one).
+    probe's time when the step ran). A time not measured is null (JSON has no NaN).
     """
     sequences = [dict(s._asdict(), block_table=list(s.block_table)) for s in plan.sequences]
     return {
         "step": step, "start_s": start_s, "duration_s": duration_s, "measured_s": measured_s,
-        "measured_cpu_s": measured_cpu_s, "host_probe_s": host_probe_s,
+        "measured_cpu_s": _or_null(measured_cpu_s), "host_probe_s": _or_null(host_probe_s),
         "kv_blocks_used": plan.kv_blocks_used, "preempted_ids": list(plan.preempted_ids), "sequences": sequences,
         "tokens_emitted": list(result.outcome.tokens_emitted),
         "drafts_proposed": list(result.outcome.drafts_proposed), "drafts_accepted": list(result.drafts_accepted),
     }
+
+
+def _or_null(seconds: float) -> float | None:
+    return None if seconds != seconds else seconds  # NaN is the only value unequal to itself
 
 
 def draft_rows(step: int, plan: BatchPlan, result: StepResult) -> list[tuple]:

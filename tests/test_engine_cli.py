@@ -110,3 +110,15 @@ def test_device_choices_are_checked_against_this_machine():
         assert result.exit_code == 2 and "torch sees 0 CUDA device(s) on this machine" in " ".join(result.output.split())
         result = runner.invoke(app, ["verify", CONFIG, "--run-engine", "--device", "cuda"])
         assert result.exit_code == 2 and "torch sees 0 CUDA device(s) on this machine" in " ".join(result.output.split())
+
+
+def test_plan_log_is_strict_json_and_engine_json_names_what_ran(tmp_path):
+    engine_run(tmp_path, "--timing", "wall", "--set", "trace.num_requests=3")
+
+    def no_nan(token):
+        raise AssertionError(f"plans.jsonl holds {token}, which is not JSON")
+
+    entries = [json.loads(line, parse_constant=no_nan) for line in (tmp_path / "plans.jsonl").read_text().splitlines()]
+    assert entries and all(e["host_probe_s"] is None and e["measured_cpu_s"] > 0 for e in entries)
+    settings = json.loads((tmp_path / "engine.json").read_text())
+    assert settings["attention"] == "paged_attention_torch" and settings["torch_threads"] == 1

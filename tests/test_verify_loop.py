@@ -77,6 +77,7 @@ def test_verify_top_runs_the_best_simulated_points_on_the_engine(tmp_path):
         assert (point_dir / "engine" / "plans.jsonl").is_file()
     assert top[0]["throughput_rps"] >= top[1]["throughput_rps"] or top[0]["goodput_rps"] > top[1]["goodput_rps"]
     assert "| point_id | label |" in (out / "top.md").read_text()
+    assert "`passed`: no gate was set (--fail-above)" in (out / "top.md").read_text()
     for row in top:  # the summary keeps the sign of each error (simulated - measured)
         e2e = json.loads((out / f"point{row['point_id']}" / "fidelity.json").read_text())["e2e"]
         signed = {r["metric"]: r["error_pct"] for r in e2e}

@@ -100,6 +100,17 @@ def test_verify_cli_writes_reports_and_ledger_and_gates_on_fail_above(tmp_path, 
     rows = list(csv.DictReader(ledger.open()))
     assert [r["passed"] for r in rows] == ["True", "False"]
     assert rows[0]["device"] == "cpu" and float(rows[1]["step_mape_pct"]) > 80.0
+    # the gate a row passed and the point it verified are in the ledger; the report states both and the sign
+    assert rows[0]["fail_above_pct"] == "50.0" and rows[0]["point"] == "sarathi chunk=32"
+    good_md, bad_md = (tmp_path / "good" / "fidelity.md").read_text(), (tmp_path / "bad" / "fidelity.md").read_text()
+    assert "**passed --fail-above 50 %; headline |errors|: step_mape" in good_md
+    assert "**FAILED --fail-above 50 %: step_mape" in bad_md
+    assert "Signed errors are (simulated − measured) / measured" in good_md
+    plain = runner.invoke(app, ["verify", str(CONFIG), "--engine-run", str(RUN), "--cost-model", f"profile:{PROFILE}",
+                                "--out", str(tmp_path / "plain"), "--ledger", str(ledger)])
+    assert plain.exit_code == 0, plain.output
+    assert "**no gate (--fail-above not given); headline" in (tmp_path / "plain" / "fidelity.md").read_text()
+    assert list(csv.DictReader(ledger.open()))[2]["fail_above_pct"] == ""
 
 
 def test_missing_plan_log_is_a_clear_error(tmp_path):
@@ -227,3 +238,13 @@ def test_a_ledger_path_that_is_a_directory_is_refused_before_any_work(tmp_path):
     assert result.exit_code == 2
     assert "is a directory; give the CSV file to append to" in " ".join(result.output.split())
     assert not (tmp_path / "out").exists()
+
+
+def test_verifying_a_config_with_several_points_says_which_one(tmp_path):
+    config = tmp_path / "two.yaml"
+    config.write_text(CONFIG.read_text().replace("model: tiny/config.json", f"model: {CONFIG.parent / 'tiny' / 'config.json'}")
+                      + "variants:\n  - {engine.chunk_size: [32, 64]}\n")
+    result = runner.invoke(app, ["verify", str(config), "--engine-run", str(RUN), "--cost-model", f"profile:{PROFILE}",
+                                 "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "has several points; verifying point 0 (sarathi chunk=32)" in " ".join(result.output.split())
