@@ -1,21 +1,21 @@
 """Fidelity on this CPU at 30, 60 and 90 % of the simulator's predicted capacity (issue 7's targets).
 
 Run from the repo root after `make test` (which installs torch):
-    .venv/bin/python benchmarks/bench_fidelity.py [--budget-s 30] [--num-requests 48] [--out runs/bench_fidelity]
+    .venv/bin/python benchmarks/bench_fidelity.py [--budget-s 30] [--num-requests 192] [--out runs/bench_fidelity]
         [--reuse-calibration]
 
 1. `sarathi-sim calibrate` the tiny Llama of tests/data/engine/tiny (profile + fit + engine overhead).
 2. For each point (sarathi chunk 32, chunk 64, and chunk 32 with split-N 3 at α = 0.5, drafts
    accepted as that model draws them), a capacity search in the simulator with that calibration,
    under the SLO below (P50 scheduling delay: a queueing knee, since the tiny model's steps are
-   milliseconds).
+   milliseconds), on the same trace as step 3 (seed 0, `--num-requests`).
 3. `sarathi-sim verify --run-engine` of each point at 30, 60 and 90 % of its capacity.
 Prints one Markdown row per (point, load): per-step MAPE and the signed P50 TTFT, TPOT, E2E errors
 (simulated vs measured), then the step MAPE the raw CPU times would give and the host time ratio:
 the run's median probe time over the calibration's (above 1: the host ran slower than during the
-calibration). Steps are timed
-by the serving thread's CPU time scaled to the calibration's host speed (`engine run --timing
-auto` = `cpu-normalized` on the CPU with a calibration), as the profiler times ops.
+calibration). Steps are timed by the serving thread's CPU time scaled to the calibration's host
+speed (`engine run --timing auto` = `cpu-normalized` on the CPU with a calibration), as the
+profiler times ops.
 """
 from __future__ import annotations
 
@@ -44,11 +44,13 @@ def cli(*args: str) -> None:
                    stdout=subprocess.DEVNULL)
 
 
-def capacity_qps(settings: dict, calibration: Path, out: Path) -> float:
+def capacity_qps(settings: dict, calibration: Path, out: Path, num_requests: int) -> float:
     config = yaml.safe_load(TINY.read_text())
     config["model"] = str(TINY.parent / config["model"])
     config["slo"] = SLO
-    config["search"] = {"qps": [1, 2000], "precision": 0.05, "num_requests": 300, "seeds": 1}
+    # The search's trials are the verify runs' trace (same seed and request count, scaled in time), so
+    # "60 % of capacity" is 60 % of the rate at which that very trace meets the SLO.
+    config["search"] = {"qps": [1, 2000], "precision": 0.05, "num_requests": num_requests, "seeds": 1}
     out.mkdir(parents=True, exist_ok=True)
     path = out / "search.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -74,7 +76,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget-s", type=float, default=30.0)
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "bench_fidelity")
-    parser.add_argument("--num-requests", type=int, default=48, help="Poisson requests per engine run.")
+    parser.add_argument("--num-requests", type=int, default=192,
+                        help="Poisson requests of the trace (capacity-search trials and engine runs).")
     parser.add_argument("--reuse-calibration", action="store_true", help="Keep OUT/calibration if it exists.")
     args = parser.parse_args()
     calibration = args.out / "calibration"
@@ -85,7 +88,7 @@ def main() -> None:
           "| raw-CPU step MAPE % | host time ratio (run / calibration) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for index, (label, settings) in enumerate(POINTS.items()):
-        capacity = capacity_qps(settings, calibration, args.out / f"search{index}")
+        capacity = capacity_qps(settings, calibration, args.out / f"search{index}", args.num_requests)
         for load in LOADS:
             row = verify(settings, calibration, load * capacity, args.out / f"point{index}-{int(load * 100)}",
                          args.num_requests)

@@ -45,16 +45,24 @@ def load_requests(trace: TraceConfig) -> tuple[list[Request], dict]:
 
 
 def build_cost_model(point: SweepConfig) -> CostModel:
-    """The point's cost model: `profile:DIR` fits (or loads the fit of) that measured profile;
-    `auto` does the same with `profiler/data/<device>/<model>/` when it is shipped, else uses the
-    roofline, as does `roofline` (`profiler.shipped`)."""
+    """The point's cost model: `profile:DIR` fits (or loads the fit of) that measured profile, plus
+    the engine's per-step overhead that `sarathi-sim calibrate` measured there
+    (`engine_overhead.json`, if any); `auto` does the same with `profiler/data/<device>/<model>/`
+    when it is shipped, else uses the roofline, as does `roofline` (`profiler.shipped`).
+
+    One cost model for every command: what `sweep` and `simulate` predict with a calibration is
+    what `verify` checks against the engine (the capacity a sweep finds is the one verify's loads
+    refer to)."""
     e = point.engine
+    from experiments.calibrate import EngineOverhead, WithEngineOverhead
     from profiler.shipped import load_fitted, profile_dir_for  # scikit-learn: imported only when needed
 
     model = get_model_spec(point.model)
     directory = profile_dir_for(point.cost_model, point.device, point.model)
     if directory is not None:
-        return load_fitted(directory, model, e.tensor_parallel_size)
+        fitted = load_fitted(directory, model, e.tensor_parallel_size)
+        overhead = EngineOverhead.load(directory)
+        return WithEngineOverhead(fitted, overhead) if overhead is not None else fitted
     return RooflineCostModel(model, get_device_spec(point.device),
                              tensor_parallel_size=e.tensor_parallel_size,
                              dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=DTYPE_BYTES[e.kv_cache_dtype])

@@ -214,19 +214,6 @@ def over_limit(headline: dict[str, float], limit_pct: float) -> dict[str, float]
     return {k: v for k, v in headline.items() if not v <= limit_pct}
 
 
-def calibrated_cost_model(point):
-    """The point's cost model (`experiments.point.build_cost_model`) plus the engine overhead that
-    `sarathi-sim calibrate` measured into its profile directory (`engine_overhead.json`), if any."""
-    from experiments.calibrate import EngineOverhead, WithEngineOverhead
-    from experiments.point import build_cost_model
-    from profiler.shipped import profile_dir_for
-
-    cost_model = build_cost_model(point)
-    directory = profile_dir_for(point.cost_model, point.device, point.model)
-    overhead = EngineOverhead.load(directory) if directory is not None else None
-    return WithEngineOverhead(cost_model, overhead) if overhead is not None else cost_model
-
-
 def simulate_summary(point, pricer: StepPricer) -> dict:
     """Simulate `point`'s trace with `pricer` (as `experiments.point.run_point` does, with this
     pricer); return `simulator.metrics.summarize`'s dict."""

@@ -15,9 +15,10 @@ from rich.console import Console
 from experiments.calibrate import LEDGER_NAME, calibrate as run_calibration
 from experiments.console import fail
 from experiments.deployment import build_pricer
+from experiments.point import build_cost_model
 from experiments.config import AcceptanceFile, ConfigError, SweepConfig, describe_point, load_config
 from experiments.fidelity_report import append_ledger, write_fidelity
-from experiments.verify import (HEADLINE_E2E, calibrated_cost_model, e2e_fidelity, headline_errors, over_limit,
+from experiments.verify import (HEADLINE_E2E, e2e_fidelity, headline_errors, over_limit,
                                 read_measured_steps, signed_error_pct, simulate_summary, step_fidelity)
 
 console = Console(width=120)
@@ -213,7 +214,7 @@ def _against_engine(point: SweepConfig, run_dir: Path, out_dir: Path):
     """
     _check_same_point(point, run_dir)
     plans, measured = read_measured_steps(run_dir)
-    pricer = build_pricer(point, calibrated_cost_model(point))
+    pricer = build_pricer(point, build_cost_model(point))
     steps = step_fidelity(plans, measured, pricer)
     simulated = simulate_summary(_with_measured_acceptance(point, run_dir, out_dir), pricer)
     engine_summary = _read_json(run_dir / "summary.json")
@@ -245,7 +246,7 @@ def _against_vllm(point: SweepConfig, result: Path):
     from experiments.vllm_bench import read_vllm_bench, vllm_summary
 
     frame, duration_s = read_vllm_bench(result)
-    simulated = simulate_summary(point, build_pricer(point, calibrated_cost_model(point)))
+    simulated = simulate_summary(point, build_pricer(point, build_cost_model(point)))
     if simulated["completed"] != len(frame):
         console.print(f"[yellow]note:[/yellow] the simulation completed {simulated['completed']} requests, "
                       f"{result} has {len(frame)}; is --trace the benchmark's workload?")

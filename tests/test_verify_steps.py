@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from experiments.cli import app
 from experiments.config import SweepConfig, load_config
 from experiments.deployment import build_pricer
-from experiments.verify import (calibrated_cost_model, e2e_fidelity, error_stats, headline_errors, over_limit,
+from experiments.point import build_cost_model
+from experiments.verify import (e2e_fidelity, error_stats, headline_errors, over_limit,
                                 read_measured_steps, step_fidelity, step_kind)
 
 DATA = Path(__file__).parent / "data"
@@ -36,7 +37,7 @@ def tiny_point(cost_model: str) -> SweepConfig:
 def comparison():
     plans, measured = read_measured_steps(RUN)
     point = tiny_point(str(PROFILE))
-    return plans, measured, step_fidelity(plans, measured, build_pricer(point, calibrated_cost_model(point)))
+    return plans, measured, step_fidelity(plans, measured, build_pricer(point, build_cost_model(point)))
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +76,7 @@ def test_calibrated_model_prices_the_recorded_run_within_a_third(comparison):
 def test_a_cost_model_twice_too_slow_fails_the_check(comparison, slow_profile):
     plans, measured, good = comparison
     point = tiny_point(str(slow_profile))
-    slow = step_fidelity(plans, measured, build_pricer(point, calibrated_cost_model(point)))
+    slow = step_fidelity(plans, measured, build_pricer(point, build_cost_model(point)))
     np.testing.assert_allclose(slow.frame["predicted_s"], 2 * good.frame["predicted_s"], rtol=0.15)
     assert slow.summary()["all"]["mape_pct"] > 80.0 and slow.summary()["all"]["mean_signed_pct"] > 80.0
     assert over_limit(headline_errors(good, None), 50.0) == {}
@@ -248,3 +249,21 @@ def test_verifying_a_config_with_several_points_says_which_one(tmp_path):
                                  "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     assert "has several points; verifying point 0 (sarathi chunk=32)" in " ".join(result.output.split())
+
+
+def test_sweep_and_verify_price_steps_with_the_same_calibrated_cost_model():
+    # A calibration directory's engine overhead is part of its cost model for every command: the
+    # point's simulated summary (what sweep reports) equals verify's simulation of the same point.
+    from experiments.calibrate import EngineOverhead, WithEngineOverhead
+    from experiments.point import run_point
+    from experiments.verify import simulate_summary
+
+    point = tiny_point(str(PROFILE))
+    cost = build_cost_model(point)
+    overhead = EngineOverhead.load(PROFILE)
+    assert isinstance(cost, WithEngineOverhead) and overhead.per_step_s > 0
+    q, c, p = np.array([1, 1, 16]), np.array([40, 60, 0]), np.array([False, False, True])
+    assert cost.predict_step_s(q, c, p) == pytest.approx(cost.cost_model.predict_step_s(q, c, p) + overhead.step_s(3, 18))
+    swept = run_point(point).row
+    verified = simulate_summary(point, build_pricer(point, cost))
+    assert swept["ttft_s_p50"] == verified["ttft_s_p50"] and swept["makespan_s"] == verified["makespan_s"]
