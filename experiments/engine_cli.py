@@ -150,9 +150,9 @@ def _host_speed(clock) -> dict:
     tracker = getattr(clock, "host_speed", None)
     if tracker is None:
         return {}
-    return {"reference_probe_s": clock.reference_probe_s, "host_probe_s_median": tracker.median_s(),
-            "host_probe_s_min": min(tracker.samples_s), "host_probe_s_max": max(tracker.samples_s),
-            "host_probes": len(tracker.samples_s)}
+    probes = tracker.summary()
+    return {"reference_probe_s": clock.reference_probe_s, "host_probe_s_median": probes["median_s"],
+            "host_probe_s_min": probes["min_s"], "host_probe_s_max": probes["max_s"], "host_probes": probes["probes"]}
 
 
 def resolve_device(device: str) -> str:

@@ -144,9 +144,8 @@ def _host_speed_meta(host_speed) -> dict:
     timing was scaled to and the reference of `cpu-normalized` engine runs) and its spread."""
     if host_speed is None:
         return {}
-    return {"host_probe_s": host_speed.median_s(), "host_probe": {
-        "probes": len(host_speed.samples_s), "min_s": min(host_speed.samples_s), "max_s": max(host_speed.samples_s),
-        "model": "profiler.host_speed.REFERENCE_MODEL"}}
+    return {"host_probe_s": host_speed.median_s(),
+            "host_probe": {**host_speed.summary(), "model": "profiler.host_speed.REFERENCE_MODEL"}}
 
 
 def _time_grid(bench, grid: list[list], catalogue: OpCatalogue, rates: dict, device_kind: str,

@@ -113,6 +113,11 @@ class HostSpeedTracker:
         """Median over every probe so far, seconds: the reference a calibration records."""
         return statistics.median(self.samples_s)
 
+    def summary(self) -> dict:
+        """What the records keep of the probes: their median, min and max (seconds) and count."""
+        return {"median_s": self.median_s(), "min_s": min(self.samples_s), "max_s": max(self.samples_s),
+                "probes": len(self.samples_s)}
+
 
 def calibration_probe_s(cost_model: str) -> float | None:
     """The probe time a calibration recorded (`host_probe_s` in its profile.json), for a cost model

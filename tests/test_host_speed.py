@@ -158,9 +158,9 @@ class SpinBench:
 
 
 def test_profiler_scales_every_shape_to_the_median_probe_speed():
-    # The same op timed in fast and slow phases: scaled by the probe, every sample of every round
-    # is about the full-speed 100 µs (unscaled, the pooled samples would span 100-200 µs, and half
-    # of them would be near 200 µs; a few µs of loop overhead come on top).
+    # The same op timed in fast and slow phases: scaled by the probe, the samples of every round
+    # are about the full-speed 100 µs (unscaled, half of the pooled samples would be near 200 µs,
+    # their mean near 150 µs; a few µs of loop overhead come on top).
     from profiler.harness import _time_grid
     from profiler.host_speed import REFERENCE_MODEL
     from profiler.ops import OpCatalogue
@@ -174,7 +174,8 @@ def test_profiler_scales_every_shape_to_the_median_probe_speed():
     timed = rows["linear"]
     assert len(timed) == 3 and all(row["rounds"] >= 2 for row in timed)  # both phases were pooled
     for row in timed:
-        assert 99e-6 <= row["time_min_s"] and row["time_median_s"] <= 110e-6 and row["time_max_s"] <= 150e-6, row
+        # (not the max: one sample in a few hundred can catch a timer interrupt)
+        assert 99e-6 <= row["time_min_s"] and row["time_median_s"] <= 110e-6 and row["time_mean_s"] <= 120e-6, row
 
 
 def test_ledger_begun_by_an_older_version_keeps_its_columns(tmp_path):
@@ -197,3 +198,10 @@ def test_a_headline_error_that_is_not_a_number_fails_the_gate():
 
     assert over_limit({"step_mape": float("nan"), "ttft_s_p50": 3.0}, 25.0) == {"step_mape": pytest.approx(float("nan"), nan_ok=True)}
     assert over_limit({"step_mape": 24.0}, 25.0) == {}
+
+
+def test_tracker_summary_is_what_the_records_keep():
+    tracker = HostSpeedTracker(ScriptedProbe([3.0, 1.0, 2.0]), interval_s=0.0)
+    tracker.maybe_probe()
+    tracker.maybe_probe()
+    assert tracker.summary() == {"median_s": 2.0, "min_s": 1.0, "max_s": 3.0, "probes": 3}
