@@ -4,7 +4,8 @@ Run from the repo root after `make test` (which installs torch):
     .venv/bin/python benchmarks/bench_fidelity.py [--budget-s 30] [--num-requests 192] [--out runs/bench_fidelity]
         [--reuse-calibration]
 
-1. `sarathi-sim calibrate` the tiny Llama of tests/data/engine/tiny (profile + fit + engine overhead).
+1. `sarathi-sim calibrate` the tiny Llama of tests/data/engine/tiny (profile + fit + engine overhead),
+   at the config's KV block size.
 2. For each point (sarathi chunk 32, chunk 64, and chunk 32 with split-N 3 at α = 0.5, drafts
    accepted as that model draws them), a capacity search in the simulator with that calibration,
    under the SLO below (P50 scheduling delay: a queueing knee, since the tiny model's steps are
@@ -81,9 +82,10 @@ def main() -> None:
     parser.add_argument("--reuse-calibration", action="store_true", help="Keep OUT/calibration if it exists.")
     args = parser.parse_args()
     calibration = args.out / "calibration"
+    block_size = yaml.safe_load(TINY.read_text())["engine"]["block_size"]  # profile the engine's KV blocks
     if not (args.reuse_calibration and (calibration / "engine_overhead.json").is_file()):
         cli("calibrate", "--model", str(TINY.parent / "tiny" / "config.json"), "--device", "cpu",
-            "--budget-s", str(args.budget_s), "--out", str(calibration))
+            "--budget-s", str(args.budget_s), "--block-size", str(block_size), "--out", str(calibration))
     print("| point | capacity QPS (sim) | load | step MAPE % | P50 TTFT % | P50 TPOT % | P50 E2E % "
           "| raw-CPU step MAPE % | host time ratio (run / calibration) |")
     print("|---|---|---|---|---|---|---|---|---|")

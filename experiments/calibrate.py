@@ -18,8 +18,10 @@ LEDGER_NAME = "ledger.csv"
 
 
 def calibrate(model: str, device: str, budget_s: float, out_dir: Path, *, threads: int = 1, seed: int = 0,
-              engine_overhead: bool = False, log: Callable[[str], None] = print) -> tuple[object, pd.DataFrame]:
-    """Profile `model` on `device` within `budget_s` seconds into `out_dir`, then fit it there;
+              block_size: int = 16, engine_overhead: bool = False,
+              log: Callable[[str], None] = print) -> tuple[object, pd.DataFrame]:
+    """Profile `model` on `device` within `budget_s` seconds into `out_dir` (attention over KV blocks of
+    `block_size` tokens, and the engine-overhead runs with that block size), then fit it there;
     with `engine_overhead`, also measure the engine's per-step overhead on `device`
     (`measure_engine_overhead`).
 
@@ -34,7 +36,8 @@ def calibrate(model: str, device: str, budget_s: float, out_dir: Path, *, thread
     from profiler.fit_report import fit_directory
     from profiler.harness import run_profile
 
-    run_profile(get_model_spec(model), device, budget_s, out_dir, num_threads=threads, seed=seed, log=log)
+    run_profile(get_model_spec(model), device, budget_s, out_dir, num_threads=threads, seed=seed,
+                block_size=block_size, log=log)
     fitted, errors = fit_directory(out_dir)
     if engine_overhead:
         overhead = measure_engine_overhead(out_dir, model, threads=threads, device=device)
@@ -49,8 +52,10 @@ OVERHEAD_FILE = "engine_overhead.json"
 # rate that keeps the batch full, on a seed the shipped configs do not use.
 OVERHEAD_TRACE = {"kind": "poisson", "qps": 200, "num_requests": 48, "prompt_tokens": [8, 96],
                   "output_tokens": [4, 32], "seed": 101}
-OVERHEAD_ENGINE = {"scheduler": "sarathi", "chunk_size": 64, "max_num_seqs": 12, "block_size": 4,
-                   "num_gpu_blocks": 512, "max_model_len": 256}
+# Its engine settings; the block size is the calibration's (the profiled one) and the pool holds
+# OVERHEAD_KV_TOKENS tokens whatever the block size.
+OVERHEAD_ENGINE = {"scheduler": "sarathi", "chunk_size": 64, "max_num_seqs": 12, "max_model_len": 256}
+OVERHEAD_KV_TOKENS = 2048
 
 
 # The same workload with split-N 3 (drafts proposed and accepted as α = 0.5 draws them): its
@@ -145,6 +150,8 @@ def measure_engine_overhead(calibration_dir: Path, model: str, *, threads: int =
     from profiler.shipped import load_fitted
 
     fitted = load_fitted(calibration_dir)
+    block_size = int(json.loads((Path(calibration_dir) / "profile.json").read_text())["block_size"])
+    kv_pool = {"block_size": block_size, "num_gpu_blocks": -(-OVERHEAD_KV_TOKENS // block_size)}
     seqs, tokens, drafts, residuals = [], [], [], []
     for name, extra, forced in (("overhead_run", {}, False), ("overhead_run_split_n", OVERHEAD_SPLIT_N, True)):
         config = calibration_dir / f"{name}.yaml"
@@ -153,7 +160,7 @@ def measure_engine_overhead(calibration_dir: Path, model: str, *, threads: int =
         config.write_text(yaml.safe_dump({"name": "engine-overhead", "model": str(Path(model).resolve())
                                           if Path(model).exists() else model, "device": "h100-sxm",
                                           "cost_model": f"profile:{Path(calibration_dir).resolve()}",
-                                          "trace": OVERHEAD_TRACE, "engine": {**OVERHEAD_ENGINE, **extra}}))
+                                          "trace": OVERHEAD_TRACE, "engine": {**OVERHEAD_ENGINE, **kv_pool, **extra}}))
         run_dir = calibration_dir / name
         engine_run(config, out=run_dir, realtime=False, set_=[], point=0, weights=None, device=device,
                    dtype=DTYPES[device][0], attention="auto", forced_acceptance=forced, temperature=0.0, max_kv_gib=4.0,

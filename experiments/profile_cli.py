@@ -18,6 +18,8 @@ def profile(
     tensor_parallel_size: int = typer.Option(1, "--tp", min=1, help="Time one rank's shards at this TP degree."),
     threads: int = typer.Option(1, "--threads", min=1, help="CPU intra-op threads (1: timed by thread CPU time)."),
     seed: int = typer.Option(0, "--seed", help="Seeds inputs and the random shapes."),
+    block_size: int = typer.Option(16, "--block-size", min=1, help="KV-cache block size of the attention and "
+                                   "input-preparation shapes: the engine's engine.block_size."),
 ) -> None:
     """Time every op of MODEL over a shape grid that fits --budget-s; write a profile directory."""
     from profiler import get_model_spec
@@ -26,7 +28,7 @@ def profile(
     try:
         spec = get_model_spec(model)
         run_profile(spec, device, budget_s, out, tensor_parallel_size=tensor_parallel_size,
-                    num_threads=threads, seed=seed, log=console.print)
+                    num_threads=threads, seed=seed, block_size=block_size, log=console.print)
     except ValueError as exc:
         console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2)

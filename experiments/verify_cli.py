@@ -191,13 +191,15 @@ def calibrate(
     budget_s: float = typer.Option(60.0, "--budget-s", min=1.0, help="Profiling budget, seconds."),
     out: Path = typer.Option(..., "--out", help="Calibration directory (profile, fitted model, fit report)."),
     threads: int = typer.Option(1, "--threads", min=1, help="CPU intra-op threads."),
+    block_size: int = typer.Option(16, "--block-size", min=1, help="KV-cache block size of the profiled attention "
+                                   "shapes: the engine.block_size of the configs it will price."),
     engine_overhead: bool = typer.Option(True, "--engine-overhead/--no-engine-overhead", help="Also serve a short "
                                          "trace on the engine (on --device) and fit its per-step overhead beyond the ops."),
 ) -> None:
     """Profile MODEL's ops on this machine and fit the cost model: one calibration directory."""
     try:
-        fitted, _ = run_calibration(model, device, budget_s, out, threads=threads, log=console.print,
-                                    engine_overhead=engine_overhead)
+        fitted, _ = run_calibration(model, device, budget_s, out, threads=threads, block_size=block_size,
+                                    log=console.print, engine_overhead=engine_overhead)
     except ValueError as exc:
         fail(str(exc))
     console.print((out / "fit_report.md").read_text())
@@ -213,6 +215,7 @@ def _against_engine(point: SweepConfig, run_dir: Path, out_dir: Path):
             (its `engine.json` names them), or its files cannot be read.
     """
     _check_same_point(point, run_dir)
+    _note_block_size(point)
     plans, measured = read_measured_steps(run_dir)
     pricer = build_pricer(point, build_cost_model(point))
     steps = step_fidelity(plans, measured, pricer)
@@ -239,6 +242,20 @@ def _host_speed_context(settings: dict, run_dir: Path, steps) -> dict:
     return {"reference_probe_s": reference, "host_probe_s_median": median,
             "host_time_ratio": median / reference if numbers else None,
             "step_mape_unnormalized_pct": float(np.nanmean(np.abs(raw_error)))}
+
+
+def _note_block_size(point: SweepConfig) -> None:
+    """Say so when the calibration profiled attention over another KV block size than the point's:
+    the paged gather's cost depends on it, so its prices carry that difference."""
+    from profiler.shipped import profile_dir_for
+
+    directory = profile_dir_for(point.cost_model, point.device, point.model)
+    sidecar = directory / "profile.json" if directory is not None else None
+    profiled = _read_json(sidecar).get("block_size") if sidecar is not None and sidecar.is_file() else None
+    if profiled is not None and profiled != point.engine.block_size:
+        console.print(f"[yellow]note:[/yellow] {directory} profiled attention over blocks of {profiled} tokens; "
+                      f"this point uses engine.block_size {point.engine.block_size} (calibrate --block-size "
+                      f"{point.engine.block_size} to match)")
 
 
 def _against_vllm(point: SweepConfig, result: Path):

@@ -23,7 +23,7 @@ def test_calibrate_then_verify_on_the_engine_writes_parseable_reports(tmp_path):
     calibration = tmp_path / "cal"
     with cpu_threads(1):
         done = runner.invoke(app, ["calibrate", "--model", str(DATA / "engine" / "tiny" / "config.json"),
-                                   "--budget-s", "2", "--out", str(calibration)])
+                                   "--budget-s", "2", "--block-size", "4", "--out", str(calibration)])
         assert done.exit_code == 0, done.output
         overhead = json.loads((calibration / "engine_overhead.json").read_text())
         assert set(overhead) == {"per_step_s", "per_seq_s", "per_token_s", "per_draft_s"} and min(overhead.values()) >= 0
@@ -47,8 +47,11 @@ def test_calibrate_then_verify_on_the_engine_writes_parseable_reports(tmp_path):
     assert first["duration_s"] == pytest.approx(first["measured_cpu_s"] * reference_s / first["host_probe_s"])
     assert report["context"]["reference_probe_s"] == reference_s and report["context"]["step_mape_unnormalized_pct"] > 0
     assert f"- reference_probe_s: {reference_s:.4g}\n" in (out / "fidelity.md").read_text()  # whole in the JSON only
-    # the calibration's own engine runs (the overhead fit) were normalised to it too
-    assert json.loads((calibration / "overhead_run" / "engine.json").read_text())["timing"] == "cpu-normalized"
+    # the calibration's own engine runs (the overhead fit) were normalised to it too, on its block size
+    overhead_run = json.loads((calibration / "overhead_run" / "engine.json").read_text())
+    assert overhead_run["timing"] == "cpu-normalized" and overhead_run["config"]["engine"]["block_size"] == 4
+    assert json.loads((calibration / "profile.json").read_text())["block_size"] == 4
+    assert "profiled attention over blocks of" not in " ".join(done.output.split())  # the tiny config's 4: no note
     assert "## End to end" in (out / "fidelity.md").read_text() and (out / "plots" / "step_scatter.png").is_file()
     ledger = list(csv.DictReader((calibration / "ledger.csv").open()))  # profile:DIR: the ledger lives there
     assert len(ledger) == 1 and ledger[0]["device"] == "cpu" and ledger[0]["torch_version"]

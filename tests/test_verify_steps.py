@@ -88,6 +88,8 @@ def test_verify_cli_writes_reports_and_ledger_and_gates_on_fail_above(tmp_path, 
     ok = runner.invoke(app, ["verify", str(CONFIG), "--engine-run", str(RUN), "--cost-model", f"profile:{PROFILE}",
                              "--out", str(tmp_path / "good"), "--fail-above", "50", "--ledger", str(ledger)])
     assert ok.exit_code == 0, ok.output
+    # the recorded calibration profiled blocks of 16 tokens, the tiny config uses 4: said, not hidden
+    assert "profiled attention over blocks of 16 tokens; this point uses engine.block_size 4" in " ".join(ok.output.split())
     report = json.loads((tmp_path / "good" / "fidelity.json").read_text())
     assert report["passed"] and report["steps"]["all"]["n"] == len(read_measured_steps(RUN)[1])
     assert {r["metric"] for r in report["e2e"]} >= {"ttft_s_p50", "tpot_s_p99", "tbt_s_p90", "e2e_s_p50",
