@@ -5,6 +5,8 @@ A step of T tokens over S sequences costs (ops and counts: `ops.py`)
     Σ_token ops calls × op(T) + Σ_sequence ops op(S)
     + layers × (Σ_prefill seqs attention_prefill(q, c) + attention_decode(decodes))
 
+where a one-token prefill chunk counts as a decode (the same work: one query over its context).
+
 Each profiled op is priced by its `RooflineResidualRegressor`; an op the profile lacks is priced
 by the roofline tuned on the ops it has (`roofline_tuning`), the all-reduce by the ring model of
 `roofline.py` (it needs tp devices to measure), and, without a `cpu_overhead` profile, the
@@ -280,6 +282,10 @@ class FittedCostModel:
         """
         layers = self.catalogue.model.num_layers
         num_seqs, num_tokens = q.size, float(q.sum())
+        # A one-token prefill chunk (a prompt's last token) attends as a decode does: one query over
+        # its context. The engine's attention batches it with the decodes, so it is priced with them
+        # (pricing it as a prefill call over-priced such steps by 8-30 % on the CPU, BENCHMARKS.md).
+        prefill = prefill & (q > 1.0)
         prefill_index = np.flatnonzero(prefill)
         num_prefill = prefill_index.size
         self._count(TOKENS, num_tokens)

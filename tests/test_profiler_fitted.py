@@ -78,3 +78,17 @@ def test_fit_transfers_to_another_model_through_the_roofline_features(model):
     other = model.for_model(wider)
     assert other.catalogue.model.intermediate_size == 2752
     assert step(other, [256], [0], [True]) > step(model, [256], [0], [True])
+
+
+def test_a_one_token_prefill_chunk_is_priced_as_a_decode():
+    # A prompt's last token attends as a decode does (and the engine's attention batches it with
+    # the decodes): the step costs what the same step of decodes costs, and no prefill call.
+    from profiler.shipped import load_fitted
+
+    fitted = load_fitted(Path(__file__).parent / "data" / "verify" / "profile")
+    q, c = np.array([1, 1, 1]), np.array([40, 56, 20])
+    as_prefill = fitted.predict_step_s(q, c, np.array([False, True, False]))
+    assert as_prefill == fitted.predict_step_s(q, c, np.array([False, False, False]))
+    assert fitted.breakdown(q, c, np.array([False, True, False]))["attention_prefill_s"] == 0.0
+    two = fitted.breakdown(np.array([1, 2]), np.array([40, 56]), np.array([False, True]))
+    assert two["attention_prefill_s"] > 0  # two tokens: a prefill call of its own
