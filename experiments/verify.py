@@ -96,18 +96,31 @@ def step_kind(plan: BatchPlan) -> str:
     return "prefill-heavy" if 2 * prefill >= prefill + plan.num_decode_tokens else "mixed"
 
 
-def read_measured_steps(run_dir: str | Path, normalized: bool = True) -> tuple[list[BatchPlan], np.ndarray]:
-    """An engine run's executed plans and their measured times (seconds), in step order: the
-    measure the run's clock used (`engine.json` "timing": the serving thread's CPU time,
-    `measured_cpu_s`, for `cpu`; that time × `reference_probe_s` / the step's `host_probe_s` for
-    `cpu-normalized` (`profiler.host_speed`), or the CPU time alone if not `normalized`; else
-    the wall time, `measured_s`).
+def read_measured_steps(run_dir: str | Path) -> tuple[list[BatchPlan], np.ndarray]:
+    """An engine run's executed plans and their measured times (seconds), in step order
+    (`measured_step_times`).
+
+    Raises:
+        ValueError: as `measured_step_times`.
+    """
+    from gpu_engine.records import read_plans  # the engine's reader; needs no torch
+
+    measured = measured_step_times(run_dir)
+    return read_plans(Path(run_dir) / "plans.jsonl"), measured
+
+
+def measured_step_times(run_dir: str | Path, normalized: bool = True) -> np.ndarray:
+    """An engine run's measured step times (seconds), in step order: the measure the run's clock
+    used (`engine.json` "timing": the serving thread's CPU time, `measured_cpu_s`, for `cpu`; that
+    time × `reference_probe_s` / the step's `host_probe_s` for `cpu-normalized`
+    (`profiler.host_speed`), or the CPU time alone if not `normalized`; else the wall time,
+    `measured_s`).
 
     Raises:
         ValueError: no `plans.jsonl` in `run_dir`, an unknown timing, or an entry without the
             times it needs (names the line).
     """
-    from gpu_engine.records import read_plans  # the engine's reader; needs no torch
+    from profiler.host_speed import seconds_or_none
 
     path = Path(run_dir) / "plans.jsonl"
     if not path.is_file():
@@ -126,7 +139,7 @@ def read_measured_steps(run_dir: str | Path, normalized: bool = True) -> tuple[l
         timing, keys = "cpu", ("measured_cpu_s",)
     reference_s = 1.0
     if timing == "cpu-normalized":
-        reference_s = _positive_seconds(settings.get("reference_probe_s"))
+        reference_s = seconds_or_none(settings.get("reference_probe_s"))
         if reference_s is None:
             raise ValueError(f"{settings_path}: timing cpu-normalized needs reference_probe_s, a finite positive "
                              f"number of seconds; got {settings.get('reference_probe_s')!r}")
@@ -140,21 +153,13 @@ def read_measured_steps(run_dir: str | Path, normalized: bool = True) -> tuple[l
         if missing:
             raise ValueError(f"{path}:{number}: plan entry has no {', '.join(missing)} "
                              f"(engine.json says timing {timing!r})")
-        values = [_positive_seconds(entry[k], allow_zero=k != "host_probe_s") for k in keys]
+        values = [seconds_or_none(entry[k], allow_zero=k != "host_probe_s") for k in keys]
         bad = [k for k, v in zip(keys, values) if v is None]
         if bad:
             raise ValueError(f"{path}:{number}: {bad[0]} must be a finite number of seconds (> 0 for host_probe_s), "
                              f"got {entry[bad[0]]!r}")
         measured.append(values[0] * reference_s / values[1] if timing == "cpu-normalized" else values[0])
-    return read_plans(path), np.asarray(measured)
-
-
-def _positive_seconds(value, allow_zero: bool = False) -> float | None:
-    """`value` as seconds if it is a finite number > 0 (≥ 0 with `allow_zero`), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if np.isfinite(value) and (value > 0 or (allow_zero and value == 0)) else None
+    return np.asarray(measured)
 
 
 def step_fidelity(plans: list[BatchPlan], measured_s: np.ndarray, pricer: StepPricer) -> StepComparison:

@@ -19,7 +19,8 @@ from experiments.point import build_cost_model
 from experiments.config import AcceptanceFile, ConfigError, SweepConfig, describe_point, load_config
 from experiments.fidelity_report import append_ledger, write_fidelity
 from experiments.verify import (HEADLINE_E2E, e2e_fidelity, headline_errors, over_limit,
-                                read_measured_steps, signed_error_pct, simulate_summary, step_fidelity)
+                                measured_step_times, read_measured_steps, signed_error_pct, simulate_summary,
+                                step_fidelity)
 
 console = Console(width=120)
 
@@ -78,8 +79,9 @@ def verify(
             fail("--top K chooses the points itself; drop --point")
         _verify_top(config, overrides, top, out, fail_above, ledger, engine)
         return
-    chosen = _point(config, overrides, point or 0)
-    if point is None and _num_points(config, overrides) > 1:
+    points = _points(config, overrides)
+    chosen = _point(points, point or 0)
+    if point is None and len(points) > 1:
         console.print(f"[yellow]note:[/yellow] {config} has several points; verifying point 0 "
                       f"({describe_point(chosen)}); choose with --point K or verify the best with --top K")
     point = point or 0
@@ -214,14 +216,15 @@ def _against_engine(point: SweepConfig, run_dir: Path, out_dir: Path):
         ValueError: the run was made with other engine, trace or model settings than `point`
             (its `engine.json` names them), or its files cannot be read.
     """
-    _check_same_point(point, run_dir)
+    settings_path = run_dir / "engine.json"
+    settings = _read_json(settings_path) if settings_path.is_file() else {}
+    _check_same_point(point, settings, settings_path)
     _note_block_size(point)
     plans, measured = read_measured_steps(run_dir)
     pricer = build_pricer(point, build_cost_model(point))
     steps = step_fidelity(plans, measured, pricer)
     simulated = simulate_summary(_with_measured_acceptance(point, run_dir, out_dir), pricer)
     engine_summary = _read_json(run_dir / "summary.json")
-    settings = _read_json(run_dir / "engine.json") if (run_dir / "engine.json").is_file() else {}
     context = {"source": f"engine run {run_dir}", "device": settings.get("device", "unknown"),
                "dtype": settings.get("dtype", ""), "clock": settings.get("clock", ""),
                "timing": settings.get("timing", "wall"), **_host_speed_context(settings, run_dir, steps)}
@@ -235,10 +238,12 @@ def _host_speed_context(settings: dict, run_dir: Path, steps) -> dict:
     normalisation is in the report, not hidden by it)."""
     if settings.get("timing") != "cpu-normalized":
         return {}
-    _, raw = read_measured_steps(run_dir, normalized=False)
+    from profiler.host_speed import seconds_or_none
+
+    raw = measured_step_times(run_dir, normalized=False)
     raw_error = signed_error_pct(steps.frame["predicted_s"].to_numpy(), raw)
     reference, median = settings.get("reference_probe_s"), settings.get("host_probe_s_median")
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in (reference, median))
+    numbers = seconds_or_none(reference) is not None and seconds_or_none(median) is not None
     return {"reference_probe_s": reference, "host_probe_s_median": median,
             "host_time_ratio": median / reference if numbers else None,
             "step_mape_unnormalized_pct": float(np.nanmean(np.abs(raw_error)))}
@@ -271,11 +276,11 @@ def _against_vllm(point: SweepConfig, result: Path):
                                                                      "device": point.device}
 
 
-def _check_same_point(point: SweepConfig, run_dir: Path) -> None:
-    """Refuse to compare a run with a config it was not made from: the errors would describe
-    another comparison. Runs without a recorded config (older runs) are not checked."""
-    settings_path = run_dir / "engine.json"
-    recorded = _read_json(settings_path).get("config") if settings_path.is_file() else None
+def _check_same_point(point: SweepConfig, settings: dict, settings_path: Path) -> None:
+    """Refuse to compare a run with a config it was not made from (`settings`: the run's
+    engine.json at `settings_path`): the errors would describe another comparison. Runs without a
+    recorded config (older runs) are not checked."""
+    recorded = settings.get("config")
     if not isinstance(recorded, dict):
         return
     wanted = point.model_dump(mode="json")
@@ -353,15 +358,14 @@ def _engine_dir(config: Path, overrides: list[str], point: int, engine_run: Opti
     return run_dir
 
 
-def _num_points(config: Path, overrides: list[str]) -> int:
-    return len(load_config(config, overrides)[1])
-
-
-def _point(config: Path, overrides: list[str], point: int) -> SweepConfig:
+def _points(config: Path, overrides: list[str]) -> list[dict]:
     try:
-        _, points = load_config(config, overrides)
+        return load_config(config, overrides)[1]
     except ConfigError as exc:
         fail(str(exc))
+
+
+def _point(points: list[dict], point: int) -> SweepConfig:
     if point >= len(points):
         fail(f"--point {point} is out of range; this config has {len(points)} points")
     return SweepConfig.model_validate(points[point])

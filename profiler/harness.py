@@ -164,8 +164,9 @@ def _time_grid(bench, grid: list[list], catalogue: OpCatalogue, rates: dict, dev
     slow drift into noise rather than a bias between shapes timed early and late.
 
     With a `host_speed` tracker (CPU, one thread), the probe step is timed after every shape and
-    each shape's samples are scaled by the probes around it to the speed of the median probe, so that a spell of a slow core
-    (up to 2× on the shared CI machine, lasting seconds) does not end up in the profile.
+    each shape's samples are scaled by the probes around it to the speed of the median probe, so
+    that a spell of a slow core (up to 2× on the shared CI machine, lasting seconds) does not end
+    up in the profile.
 
     Returns:
         (family → rows, skipped entries {"op", "shape", "reason"}, seconds spent).

@@ -119,6 +119,17 @@ class HostSpeedTracker:
                 "probes": len(self.samples_s)}
 
 
+def seconds_or_none(value, allow_zero: bool = False) -> float | None:
+    """`value` as seconds if it is a finite number > 0 (≥ 0 with `allow_zero`), else None (also
+    for a bool, which Python counts as an int). Checks probe and step times read from files."""
+    import math
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) and (value > 0 or (allow_zero and value == 0)) else None
+
+
 def calibration_probe_s(cost_model: str) -> float | None:
     """The probe time a calibration recorded (`host_probe_s` in its profile.json), for a cost model
     spelled `profile:DIR` (`~` expanded, as everywhere a cost model is read); None for any other
@@ -130,7 +141,6 @@ def calibration_probe_s(cost_model: str) -> float | None:
             is not a finite positive number (names the file).
     """
     import json
-    import math
     from pathlib import Path
 
     from profiler.profile_data import SIDECAR
@@ -148,6 +158,7 @@ def calibration_probe_s(cost_model: str) -> float | None:
     value = sidecar.get("host_probe_s")
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+    seconds = seconds_or_none(value)
+    if seconds is None:
         raise ValueError(f"{path}: host_probe_s must be a finite positive number of seconds, got {value!r}")
-    return float(value)
+    return seconds

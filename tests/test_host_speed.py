@@ -71,7 +71,7 @@ def test_normalized_clock_scales_cpu_time_to_the_reference_speed():
 def test_measured_steps_of_a_normalized_run_are_scaled_and_raw_on_request(tmp_path):
     import shutil
 
-    from experiments.verify import read_measured_steps
+    from experiments.verify import measured_step_times, read_measured_steps
     from tests.test_verify_steps import RUN
 
     run = tmp_path / "run"
@@ -84,7 +84,7 @@ def test_measured_steps_of_a_normalized_run_are_scaled_and_raw_on_request(tmp_pa
     (run / "engine.json").write_text(json.dumps({**settings, "timing": "cpu-normalized", "reference_probe_s": 0.002}))
     expected = [0.001 * (i + 1) * 0.002 / (0.004 if i % 2 else 0.001) for i in range(len(entries))]
     assert read_measured_steps(run)[1] == pytest.approx(expected)
-    assert read_measured_steps(run, normalized=False)[1].tolist() == [0.001 * (i + 1) for i in range(len(entries))]
+    assert measured_step_times(run, normalized=False).tolist() == [0.001 * (i + 1) for i in range(len(entries))]
     (run / "engine.json").write_text(json.dumps({**settings, "timing": "cpu-normalized"}))
     for reference in (None, "abc", 0, float("inf")):  # a clear error naming the file and key, no traceback
         (run / "engine.json").write_text(json.dumps({**settings, "timing": "cpu-normalized",
