@@ -141,6 +141,9 @@ def _serve(point: SweepConfig, out_dir: Path, *, realtime: bool, weights: Option
                 "temperature": temperature, "wall_s": wall_s, "torch": torch.__version__, **info}
     (out_dir / "engine.json").write_text(json.dumps(settings, indent=2, default=str))
     _print_summary(result.summary, wall_s)
+    if info.get("trace_rows_rejected"):  # counted in engine.json; said here too, as `simulate` does
+        err_console.print(f"[yellow]note:[/yellow] {info['trace_rows_rejected']} trace rows were skipped as invalid: "
+                          f"{info.get('trace_rows_rejected_detail', '')}", highlight=False)
     return out_dir
 
 

@@ -122,3 +122,20 @@ def test_plan_log_is_strict_json_and_engine_json_names_what_ran(tmp_path):
     assert entries and all(e["host_probe_s"] is None and e["measured_cpu_s"] > 0 for e in entries)
     settings = json.loads((tmp_path / "engine.json").read_text())
     assert settings["attention"] == "paged_attention_torch" and settings["torch_threads"] == 1
+
+
+def test_invalid_trace_rows_are_counted_and_said(tmp_path):
+    # ../shared/cases/zero_prompt: rows 1 (prompt 0) and 3 (empty field) are rejected at load,
+    # row 2 is served; the run finishes and names the rows.
+    from tests.conftest import SHARED
+
+    trace = SHARED / "cases" / "zero_prompt" / "trace.csv"
+    if not trace.is_file():
+        pytest.skip("../shared/cases is not next to this checkout")
+    result = runner.invoke(app, ["engine", "run", CONFIG, "--out", str(tmp_path), "--dtype", "float32",
+                                 "--set", f"trace={{kind: file, path: '{trace}'}}"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "2 trace rows were skipped as invalid" in said and "rows 1" in said and "rows 3" in said
+    assert json.loads((tmp_path / "summary.json").read_text())["completed"] == 1
+    assert json.loads((tmp_path / "engine.json").read_text())["trace_rows_rejected"] == 2
