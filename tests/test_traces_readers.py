@@ -66,10 +66,12 @@ def test_azure_and_vidur_files_give_the_same_schedule(kind):
 
 
 def test_azure_file_loads_well_under_a_second():
+    # CPU time, not wall time: another job on the shared CI machine must not fail this (a fresh-clone
+    # run beside other work took 0.97 s of wall time for what is 0.15-0.40 s of work, BENCHMARKS.md).
     path = shared_path(*AZURE, "AzureLLMInferenceTrace_conv.csv")
-    start = time.perf_counter()
+    start = time.process_time()
     read_trace(path)
-    assert time.perf_counter() - start < 0.8
+    assert time.process_time() - start < 0.8
 
 
 def test_auto_detection_names_each_format():
