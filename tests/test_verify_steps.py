@@ -248,7 +248,7 @@ def test_verifying_a_config_with_several_points_says_which_one(tmp_path):
     config.write_text(CONFIG.read_text().replace("model: tiny/config.json", f"model: {CONFIG.parent / 'tiny' / 'config.json'}")
                       + "variants:\n  - {engine.chunk_size: [32, 64]}\n")
     result = runner.invoke(app, ["verify", str(config), "--engine-run", str(RUN), "--cost-model", f"profile:{PROFILE}",
-                                 "--out", str(tmp_path / "out")])
+                                 "--out", str(tmp_path / "out"), "--ledger", str(tmp_path / "ledger.csv")])
     assert result.exit_code == 0, result.output
     assert "has several points; verifying point 0 (sarathi chunk=32)" in " ".join(result.output.split())
 
