@@ -41,7 +41,7 @@ LOADS = (0.3, 0.6, 0.9)
 
 
 def cli(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "experiments.cli", *args], cwd=REPO, check=True,
+    subprocess.run([sys.executable, "-m", "experiments.cli.main", *args], cwd=REPO, check=True,
                    stdout=subprocess.DEVNULL)
 
 

@@ -34,7 +34,7 @@ def one_point_rate(label: str = "sarathi chunk=512", repeats: int = 3) -> None:
 def quickstart_wall() -> None:
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "experiments.cli", "sweep", str(QUICKSTART), "--out", out],
+        subprocess.run([sys.executable, "-m", "experiments.cli.main", "sweep", str(QUICKSTART), "--out", out],
                        check=True, capture_output=True)
         print(f"whole quickstart sweep (5 points, CLI incl. start-up and report): "
               f"{time.perf_counter() - start:.1f} s wall")

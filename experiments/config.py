@@ -338,7 +338,7 @@ class EngineConfig(_Strict):
 
 
 class SearchConfig(_Strict):
-    """Capacity search per point (experiments/capacity.py): bisection on QPS within `qps`.
+    """Capacity search per point (experiments/planning/capacity.py): bisection on QPS within `qps`.
 
     Each trial simulates `num_requests` at one QPS; warm-up and drain (`trim_fraction` of the
     arrival span at each end) are left out of the latency statistics; the search repeats for

@@ -54,7 +54,7 @@ def build_cost_model(point: SweepConfig) -> CostModel:
     what `verify` checks against the engine (the capacity a sweep finds is the one verify's loads
     refer to)."""
     e = point.engine
-    from experiments.calibrate import EngineOverhead, WithEngineOverhead
+    from profiler.engine_overhead import EngineOverhead, WithEngineOverhead
     from profiler.shipped import load_fitted, profile_dir_for  # scikit-learn: imported only when needed
 
     model = get_model_spec(point.model)

@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from experiments.backends import BackendError, make_pool
-from experiments.cli import app
+from experiments.planning.backends import BackendError, make_pool
+from experiments.cli.main import app
 from experiments.config import load_config
-from experiments.sweep import run_capacity_sweep, run_sweep
+from experiments.planning.sweep import run_capacity_sweep, run_sweep
 
 CONFIG = """
 name: backends
@@ -65,7 +65,7 @@ def test_ray_backend_gives_the_rows_local_processes_give(tmp_path):
 
 
 def test_ray_address_is_checked_before_running(tmp_path):
-    from experiments.backends import check_available
+    from experiments.planning.backends import check_available
 
     with pytest.raises(BackendError, match="only used with --backend ray"):
         check_available("local", "auto")

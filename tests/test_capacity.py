@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from experiments.capacity import confidence_interval, default_slo, find_capacity
+from experiments.planning.capacity import confidence_interval, default_slo, find_capacity
 from experiments.config import SweepConfig
-from experiments.vllm_flags import vllm_serve_flags
+from experiments.planning.vllm_flags import vllm_serve_flags
 
 
 @pytest.mark.parametrize("true_capacity", [0.7, 7.3, 41.0])
@@ -54,7 +54,7 @@ def test_capacity_sweep_end_to_end(tmp_path):
 
     import pandas as pd
 
-    from experiments.cli import app
+    from experiments.cli.main import app
     config = tmp_path / "cap.yaml"
     config.write_text(
         "name: cap\n"
@@ -80,7 +80,7 @@ def test_capacity_sweep_end_to_end(tmp_path):
 
 
 def test_fleet_sizing_arithmetic():
-    from experiments.search import fleet_row
+    from experiments.planning.search import fleet_row
     point = SweepConfig.model_validate({
         "trace": {"kind": "poisson", "qps": 1}, "engine": {"tensor_parallel_size": 2},
         "search": {}, "fleet": {"target_qps": 40, "gpu_hour_usd": 3.0}})
@@ -96,7 +96,7 @@ def test_fleet_sizing_arithmetic():
 def test_pareto_frontier_of_a_hand_made_table():
     import pandas as pd
 
-    from experiments.search import pareto_frontier
+    from experiments.planning.search import pareto_frontier
     table = pd.DataFrame({"label": list("abcde"),
                           "throughput_rps": [10.0, 12.0, 12.0, 8.0, 15.0],
                           "tbt_s_p99": [0.05, 0.04, 0.06, 0.03, 0.09]})
@@ -107,7 +107,7 @@ def test_pareto_frontier_of_a_hand_made_table():
 def test_policy_table_merges_bands_and_says_when_none_meets():
     import pandas as pd
 
-    from experiments.search import policy_table
+    from experiments.planning.search import policy_table
     loads = pd.DataFrame({
         "trial_qps": [2, 2, 4, 4, 8, 8, 16, 16],
         "label": ["x", "y"] * 4,
@@ -124,7 +124,7 @@ def test_policy_table_merges_bands_and_says_when_none_meets():
 def test_burstiness_variants_get_labels_and_a_headroom_plot(tmp_path):
     from typer.testing import CliRunner
 
-    from experiments.cli import app
+    from experiments.cli.main import app
     config = tmp_path / "b.yaml"
     config.write_text(
         "trace: {kind: synthetic, qps: 2, arrival: gamma, burstiness: 1.0, prompt_tokens: [50, 300], output_tokens: 20}\n"
@@ -141,7 +141,7 @@ def test_burstiness_variants_get_labels_and_a_headroom_plot(tmp_path):
 def test_capacity_search_where_every_point_fails_still_reports(tmp_path):
     from typer.testing import CliRunner
 
-    from experiments.cli import app
+    from experiments.cli.main import app
     config = tmp_path / "c.yaml"
     config.write_text("model: llama-2-70b\ndevice: h100-sxm\ntrace: {kind: poisson, qps: 1}\n"
                       "search: {qps: [1, 4], num_requests: 20, seeds: 1}\n")
@@ -154,7 +154,7 @@ def test_capacity_search_where_every_point_fails_still_reports(tmp_path):
 def test_error_text_in_brackets_is_printed_as_written(tmp_path):
     from typer.testing import CliRunner
 
-    from experiments.cli import app
+    from experiments.cli.main import app
     config = tmp_path / "c.yaml"
     config.write_text("trace: {kind: poisson, qps: 1}\nsearch: {qps: [5, 1]}\n")
     result = CliRunner().invoke(app, ["sweep", str(config)])

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 
-from experiments.cli import app  # noqa: E402
+from experiments.cli.main import app  # noqa: E402
 from gpu_engine.records import read_plans  # noqa: E402
 from gpu_engine.runner import cpu_threads  # noqa: E402
 from simulator.step_log import STEP_COLUMNS  # noqa: E402
@@ -96,7 +96,7 @@ def test_cpu_timings_need_one_cpu_thread_and_a_calibration_that_recorded_the_pro
 
 
 def test_device_choices_are_checked_against_this_machine():
-    from experiments.engine_cli import resolve_device
+    from experiments.verification.engine_run import resolve_device
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     assert resolve_device("auto") == ("cuda" if gpus else "cpu") and resolve_device("cpu") == "cpu"

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from experiments.cli import app
+from experiments.cli.main import app
 from experiments.config import FileTrace, SweepConfig, load_config
 from experiments.point import run_point
 from simulator.scheduler import SchedulerConfig, make_scheduler

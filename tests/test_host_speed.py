@@ -71,7 +71,7 @@ def test_normalized_clock_scales_cpu_time_to_the_reference_speed():
 def test_measured_steps_of_a_normalized_run_are_scaled_and_raw_on_request(tmp_path):
     import shutil
 
-    from experiments.verify import measured_step_times, read_measured_steps
+    from experiments.verification.verify import measured_step_times, read_measured_steps
     from tests.test_verify_steps import RUN
 
     run = tmp_path / "run"
@@ -179,7 +179,7 @@ def test_profiler_scales_every_shape_to_the_median_probe_speed():
 
 
 def test_ledger_begun_by_an_older_version_keeps_its_columns(tmp_path):
-    from experiments.fidelity_report import LEDGER_COLUMNS, append_ledger
+    from experiments.verification.fidelity_report import LEDGER_COLUMNS, append_ledger
 
     old_columns = [c for c in LEDGER_COLUMNS if c not in ("timing", "reference_probe_s", "host_probe_s_median")]
     ledger = tmp_path / "ledger.csv"
@@ -194,7 +194,7 @@ def test_ledger_begun_by_an_older_version_keeps_its_columns(tmp_path):
 
 
 def test_a_headline_error_that_is_not_a_number_fails_the_gate():
-    from experiments.verify import over_limit
+    from experiments.verification.verify import over_limit
 
     assert over_limit({"step_mape": float("nan"), "ttft_s_p50": 3.0}, 25.0) == {"step_mape": pytest.approx(float("nan"), nan_ok=True)}
     assert over_limit({"step_mape": 24.0}, 25.0) == {}

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from experiments.cli import app
+from experiments.cli.main import app
 from profiler.fitted import FittedCostModel
 from profiler.profile_data import Profile, ProfileError
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 from typer.testing import CliRunner
 
-from experiments.cli import app
+from experiments.cli.main import app
 
 CONFIG = """
 name: resume
@@ -28,7 +28,7 @@ def test_sigkill_then_resume_recomputes_nothing_finished(tmp_path):
     out = tmp_path / "out"
     cache = out / ".cache"
     repo = Path(__file__).resolve().parents[1]
-    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", "sweep", str(config), "--out", str(out),
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli.main", "sweep", str(config), "--out", str(out),
                              "--jobs", "1"], cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.time() + 120

@@ -1,11 +1,11 @@
-"""`sarathi-sim trace stats|convert` (experiments/trace_cli.py), on the cases and public traces."""
+"""`sarathi-sim trace stats|convert` (experiments/cli/trace.py), on the cases and public traces."""
 from __future__ import annotations
 
 import re
 
 from typer.testing import CliRunner
 
-from experiments.cli import app
+from experiments.cli.main import app
 from tests.conftest import shared_path
 from traces import read_trace
 

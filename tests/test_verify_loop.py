@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 pytest.importorskip("torch")
 
-from experiments.cli import app  # noqa: E402
+from experiments.cli.main import app  # noqa: E402
 from gpu_engine.runner import cpu_threads  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
@@ -148,7 +148,7 @@ def test_verify_top_needs_an_engine_run(tmp_path):
 def test_rank_points_puts_slo_passing_points_first_then_goodput_then_throughput():
     import pandas as pd
 
-    from experiments.verify_cli import rank_points
+    from experiments.cli.verify import rank_points
     rows = pd.DataFrame({
         "point_id": [0, 1, 2, 3, 4],
         "label": ["a", "b", "c", "d", "e"],

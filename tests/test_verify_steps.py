@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from experiments.cli import app
+from experiments.cli.main import app
 from experiments.config import SweepConfig, load_config
 from experiments.deployment import build_pricer
 from experiments.point import build_cost_model
-from experiments.verify import (e2e_fidelity, error_stats, headline_errors, over_limit,
+from experiments.verification.verify import (e2e_fidelity, error_stats, headline_errors, over_limit,
                                 read_measured_steps, step_fidelity, step_kind)
 
 DATA = Path(__file__).parent / "data"
@@ -178,7 +178,7 @@ def test_fast_clock_advances_by_the_chosen_measure():
 
 
 def test_engine_overhead_fit_recovers_known_coefficients_including_drafts():
-    from experiments.calibrate import EngineOverhead, WithEngineOverhead
+    from profiler.engine_overhead import EngineOverhead, WithEngineOverhead
     from tests.conftest import ConstantCostModel
 
     rng = np.random.default_rng(0)
@@ -220,7 +220,7 @@ def test_a_run_recorded_in_another_checkout_is_still_the_same_point(tmp_path):
 def test_run_scale_separates_a_uniformly_slow_run_from_shape_errors():
     import pandas as pd
 
-    from experiments.verify import StepComparison
+    from experiments.verification.verify import StepComparison
 
     measured = np.array([1.0, 2.0, 3.0, 4.0]) * 1e-3
     uniform = StepComparison(pd.DataFrame({"kind": "decode-only", "measured_s": measured,
@@ -256,9 +256,9 @@ def test_verifying_a_config_with_several_points_says_which_one(tmp_path):
 def test_sweep_and_verify_price_steps_with_the_same_calibrated_cost_model():
     # A calibration directory's engine overhead is part of its cost model for every command: the
     # point's simulated summary (what sweep reports) equals verify's simulation of the same point.
-    from experiments.calibrate import EngineOverhead, WithEngineOverhead
+    from profiler.engine_overhead import EngineOverhead, WithEngineOverhead
     from experiments.point import run_point
-    from experiments.verify import simulate_summary
+    from experiments.verification.verify import simulate_summary
 
     point = tiny_point(str(PROFILE))
     cost = build_cost_model(point)

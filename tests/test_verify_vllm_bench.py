@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from experiments.cli import app
-from experiments.vllm_bench import read_vllm_bench, vllm_summary
+from experiments.cli.main import app
+from experiments.verification.vllm_bench import read_vllm_bench, vllm_summary
 
 DATA = Path(__file__).parent / "data"
 BENCH = DATA / "verify" / "vllm_bench"

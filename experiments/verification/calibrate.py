@@ -6,13 +6,14 @@ and `sarathi-sim verify --cost-model profile:DIR` appends its ledger there (`led
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 import yaml
+
+from profiler.engine_overhead import EngineOverhead, draft_tokens
 
 LEDGER_NAME = "ledger.csv"
 
@@ -47,7 +48,6 @@ def calibrate(model: str, device: str, budget_s: float, out_dir: Path, *, thread
     return fitted, errors
 
 
-OVERHEAD_FILE = "engine_overhead.json"
 # The calibration workload the engine serves to measure its overhead: short Poisson requests at a
 # rate that keeps the batch full, on a seed the shipped configs do not use.
 OVERHEAD_TRACE = {"kind": "poisson", "qps": 200, "num_requests": 48, "prompt_tokens": [8, 96],
@@ -63,80 +63,6 @@ OVERHEAD_KV_TOKENS = 2048
 OVERHEAD_SPLIT_N = {"split_n": 3, "acceptance": 0.5}
 
 
-@dataclass(frozen=True)
-class EngineOverhead:
-    """The engine's per-step time beyond the profiled ops (scheduler call, Python dispatch, record
-    keeping, draft handling): per_step_s + per_seq_s × sequences + per_token_s × query tokens +
-    per_draft_s × draft tokens, seconds.
-
-    Fitted by median (quantile 0.5) regression to measured − fitted-model step times of
-    calibration runs (`measure_engine_overhead`), so that steps slowed by other processes on a
-    shared CPU do not pull it up; the coefficients are clipped at 0.
-    """
-
-    per_step_s: float
-    per_seq_s: float
-    per_token_s: float
-    per_draft_s: float = 0.0  # absent from calibrations made before split-N was calibrated
-
-    def step_s(self, num_seqs: int, num_tokens: int, num_drafts: int = 0) -> float:
-        return self.per_step_s + self.per_seq_s * num_seqs + self.per_token_s * num_tokens + self.per_draft_s * num_drafts
-
-    @classmethod
-    def fit(cls, num_seqs: np.ndarray, num_tokens: np.ndarray, residual_s: np.ndarray,
-            num_drafts: np.ndarray | None = None) -> "EngineOverhead":
-        """Median regression of residual_s (float[n], s) on [1, num_seqs, num_tokens, num_drafts]
-        (without drafts, per_draft_s is 0)."""
-        from sklearn.linear_model import QuantileRegressor
-
-        columns = [num_seqs, num_tokens] + ([num_drafts] if num_drafts is not None and np.any(num_drafts) else [])
-        fit = QuantileRegressor(quantile=0.5, alpha=0.0, solver="highs").fit(
-            np.column_stack(columns).astype(float), residual_s)
-        return cls(*(float(max(c, 0.0)) for c in (fit.intercept_, *fit.coef_)))
-
-    def save(self, directory: Path) -> Path:
-        path = Path(directory) / OVERHEAD_FILE
-        path.write_text(json.dumps(asdict(self), indent=2))
-        return path
-
-    @classmethod
-    def load(cls, directory: Path) -> "EngineOverhead | None":
-        """The overhead saved in `directory`, or None when there is none.
-
-        Raises:
-            ValueError: the file exists but lacks a coefficient (names the file and key).
-        """
-        path = Path(directory) / OVERHEAD_FILE
-        if not path.is_file():
-            return None
-        data = json.loads(path.read_text())
-        missing = [k for k in ("per_step_s", "per_seq_s", "per_token_s") if k not in data]
-        if missing:
-            raise ValueError(f"{path}: missing key(s) {', '.join(missing)}")
-        return cls(float(data["per_step_s"]), float(data["per_seq_s"]), float(data["per_token_s"]),
-                   float(data.get("per_draft_s", 0.0)))
-
-
-class WithEngineOverhead:
-    """A `CostModel` (profiler protocol) plus the engine's measured per-step overhead."""
-
-    def __init__(self, cost_model, overhead: EngineOverhead):
-        self.cost_model, self.overhead = cost_model, overhead
-
-    def predict_step_s(self, query_tokens: np.ndarray, context_tokens: np.ndarray, is_prefill: np.ndarray) -> float:
-        """The wrapped model's step time plus `EngineOverhead.step_s`, seconds. A decode entry
-        computing q > 1 tokens is a verify of q − 1 drafts."""
-        return (self.cost_model.predict_step_s(query_tokens, context_tokens, is_prefill)
-                + self.overhead.step_s(len(query_tokens), int(np.sum(query_tokens)),
-                                       draft_tokens(query_tokens, is_prefill)))
-
-
-def draft_tokens(query_tokens, is_prefill) -> int:
-    """Draft tokens in a step: sum of q − 1 over its non-prefill entries (a plain decode has q = 1)."""
-    return sum(q - 1 for q, prefill in zip(np.asarray(query_tokens).tolist(), np.asarray(is_prefill).tolist())
-               if not prefill)
-
-
 def measure_engine_overhead(calibration_dir: Path, model: str, *, threads: int = 1,
                             device: str = "cpu") -> EngineOverhead:
     """Serve `OVERHEAD_TRACE` on the engine (on `device`, "cpu" or "cuda", in the profile's dtype:
@@ -144,8 +70,8 @@ def measure_engine_overhead(calibration_dir: Path, model: str, *, threads: int =
     the fitted model of `calibration_dir`, fit `EngineOverhead` to the residuals and save it there.
     The runs are kept in `calibration_dir/overhead_run` and `overhead_run_split_n` (their plans are
     the evidence)."""
-    from experiments.engine_cli import run as engine_run
-    from experiments.verify import read_measured_steps
+    from experiments.verification.engine_run import run_config
+    from experiments.verification.verify import read_measured_steps
     from profiler.harness import DTYPES
     from profiler.shipped import load_fitted
 
@@ -162,9 +88,8 @@ def measure_engine_overhead(calibration_dir: Path, model: str, *, threads: int =
                                           "cost_model": f"profile:{Path(calibration_dir).resolve()}",
                                           "trace": OVERHEAD_TRACE, "engine": {**OVERHEAD_ENGINE, **kv_pool, **extra}}))
         run_dir = calibration_dir / name
-        engine_run(config, out=run_dir, realtime=False, set_=[], point=0, weights=None, device=device,
-                   dtype=DTYPES[device][0], attention="auto", forced_acceptance=forced, temperature=0.0, max_kv_gib=4.0,
-                   threads=threads, timing="auto")
+        run_config(config, out=run_dir, device=device, dtype=DTYPES[device][0], forced_acceptance=forced,
+                   threads=threads)
         plans, measured = read_measured_steps(run_dir)
         predicted = np.array([fitted.predict_step_s(p.query_tokens, p.context_tokens, p.is_prefill) for p in plans])
         seqs += [len(p) for p in plans]

@@ -2,7 +2,7 @@
 
 Both give the part of `concurrent.futures.Executor` the sweep uses: `submit(fn, *args)` returning
 a `concurrent.futures.Future`, and a context manager that waits for (or releases) the workers.
-The work functions are the same either way (`experiments.sweep._safe_run` and friends), so a
+The work functions are the same either way (`experiments.planning.sweep._safe_run` and friends), so a
 point's result does not depend on the backend.
 """
 from __future__ import annotations

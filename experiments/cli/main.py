@@ -13,16 +13,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from experiments.backends import BackendError, check_available
+from experiments.planning.backends import BackendError, check_available
 from experiments.config import ConfigError, SweepConfig, describe_point, load_config
-from experiments.console import fail
-from experiments.engine_cli import engine_app
-from experiments.report import format_cell, recommend, write_capacity_report, write_report
-from experiments.search import search_slo
-from experiments.sweep import run_capacity_sweep, run_sweep, write_capacity_results, write_results
-from experiments.profile_cli import fit, profile
-from experiments.trace_cli import trace_app
-from experiments.verify_cli import calibrate, verify
+from experiments.cli.console import fail
+from experiments.cli.engine import engine_app
+from experiments.planning.report import format_cell, recommend, write_capacity_report, write_report
+from experiments.planning.search import search_slo
+from experiments.planning.sweep import run_capacity_sweep, run_sweep, write_capacity_results, write_results
+from experiments.cli.profile import fit, profile
+from experiments.cli.trace import trace_app
+from experiments.cli.verify import calibrate, verify
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Capacity planning for LLM serving: simulate chunked prefill, paged KV and schedulers.")

@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.config import SweepConfig, slo_summary_key  # noqa: E402
-from experiments.search import pareto_frontier, policy_table  # noqa: E402
+from experiments.planning.search import pareto_frontier, policy_table  # noqa: E402
 from simulator.metrics import gap_samples_s  # noqa: E402
 
 TABLE_COLUMNS = {

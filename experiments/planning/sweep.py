@@ -18,12 +18,12 @@ from typing import Any, Callable
 import pandas as pd
 import yaml
 
-from experiments.backends import make_pool
+from experiments.planning.backends import make_pool
 from experiments.config import SweepConfig, describe_point
 from experiments.point import PointResult, run_point
-from experiments.results_cache import ResultsCache, cache_key
-from experiments.search import capacity_row, fleet_row, load_row, search_capacity
-from experiments.vllm_flags import vllm_serve_flags
+from experiments.planning.results_cache import ResultsCache, cache_key
+from experiments.planning.search import capacity_row, fleet_row, load_row, search_capacity
+from experiments.planning.vllm_flags import vllm_serve_flags
 
 
 OUTPUT_FILES = ("points.csv", "points.parquet", "requests.parquet", "steps.parquet", "trials.csv", "loads.csv",
@@ -39,9 +39,9 @@ def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
         points: point dicts from `experiments.config.load_config`.
         jobs: worker processes (default: one per CPU, at most one per point); 1 runs inline.
         on_done: called with (point_id, row) as each point finishes (progress bars).
-        cache_dir: results cache folder (`experiments.results_cache`): finished points are
+        cache_dir: results cache folder (`experiments.planning.results_cache`): finished points are
             loaded from it instead of recomputed (their row says `cached`); None disables it.
-        backend, ray_address: where points run (`experiments.backends.make_pool`).
+        backend, ray_address: where points run (`experiments.planning.backends.make_pool`).
     """
     configs = [SweepConfig.model_validate(p) for p in points]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs)))
@@ -69,7 +69,7 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
                        cache_dir: Path | None = None, backend: str = "local",
                        ray_address: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Capacity search for every point and seed (config `search:`), in parallel processes or on
-    a Ray cluster (`backend`, `ray_address`: `experiments.backends.make_pool`).
+    a Ray cluster (`backend`, `ray_address`: `experiments.planning.backends.make_pool`).
 
     Returns:
         (one row per point: settings, capacity mean and 95 % interval over seeds, vLLM flags, or

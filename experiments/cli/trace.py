@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from experiments.console import fail
+from experiments.cli.console import fail
 from traces import (LengthsLoadResult, TraceFormatError, TraceLoadResult, TraceSummary, cut, lengths_with_arrivals,
                     read_lengths, read_trace, scale_to_qps, summarize_lengths, summarize_requests, write_canonical)
 from traces.readers.formats import detect_format, format_by_name

@@ -1,8 +1,9 @@
-"""`sarathi-sim engine run CONFIG`: replay a config's trace on the real engine (gpu_engine).
+"""Serving a config's trace on the real engine (gpu_engine): the work behind `sarathi-sim engine run`,
+also used by `calibrate` (its engine-overhead runs) and `verify --run-engine`.
 
 The same config as `simulate`: its trace, scheduler, KV pool and split-N settings drive the
-shared scheduler; the engine executes every plan on the device. torch is imported only when the
-command runs, so the rest of the CLI works without it.
+shared scheduler; the engine executes every plan on the device. torch is imported only when a
+run starts, so the rest of the CLI works without it.
 """
 from __future__ import annotations
 
@@ -10,20 +11,16 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional, Sequence
 
-import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from experiments.config import ConfigError, DraftModel, SweepConfig, describe_point, load_config
-from experiments.console import fail
+from experiments.config import DraftModel, SweepConfig, describe_point, load_config
 from experiments.deployment import build_acceptance_model, build_scheduler_config
 from experiments.point import load_requests
 from gpu_engine.clock import TIMINGS
 
-engine_app = typer.Typer(add_completion=False, no_args_is_help=True,
-                         help="Run a config's trace on the real torch engine (gpu_engine).")
 _WIDTH = max(shutil.get_terminal_size((120, 24)).columns, 120)
 console = Console(width=_WIDTH)
 err_console = Console(stderr=True, width=_WIDTH)
@@ -32,52 +29,34 @@ SUMMARY_KEYS = ("completed", "rejected", "num_steps", "makespan_s", "output_thro
                 "tbt_s_p99", "tpot_s_p50", "num_preemptions", "kv_usage_max")
 
 
-@engine_app.command()
-def run(
-    config: Path = typer.Argument(..., help="Config YAML (as for `simulate`)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<name>-engine)."),
-    realtime: bool = typer.Option(False, "--realtime/--fast",
-                                  help="Requests arrive on the wall clock, or as fast as possible (idle gaps skipped)."),
-    timing: str = typer.Option("auto", "--timing",
-                               help="--fast step times: wall, cpu (the serving thread's CPU time: steady on a shared "
-                                    "machine, as the profiler times CPU ops), cpu-normalized (CPU time at the host "
-                                    "speed of the calibration named by cost_model: profile:DIR) or auto "
-                                    "(cpu-normalized, else cpu, on the CPU with one torch thread; else wall)."),
-    set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a config key: --set trace.qps=4."),
-    point: int = typer.Option(0, "--point", min=0, help="Which point of the config's variants to run."),
-    weights: Optional[Path] = typer.Option(None, "--weights", help="HF checkpoint directory (config.json + "
-                                           "*.safetensors); default: the model directory if it holds weights, "
-                                           "else seeded random weights."),
-    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto (cuda when available)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32, bf16, float16, float64 (default: engine.dtype)."),
-    attention: str = typer.Option("auto", "--attention", help="torch, triton or auto (triton on CUDA)."),
-    forced_acceptance: bool = typer.Option(False, "--forced-acceptance", help="Split-N: accept drafts as "
-                                           "engine.acceptance draws them instead of verifying (random weights)."),
-    temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 is greedy."),
-    max_kv_gib: float = typer.Option(4.0, "--max-kv-gib", help="Largest KV pool to allocate on the CPU (GiB)."),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads."),
-) -> None:
-    """Serve CONFIG's trace on the engine; write the simulator's request and step tables, plans and drafts."""
-    try:
-        _, points = load_config(config, set_ or [])
-    except ConfigError as exc:
-        fail(str(exc))
+def run_config(config: Path, *, out: Optional[Path] = None, overrides: Sequence[str] = (), point: int = 0,
+               realtime: bool = False, weights: Optional[Path] = None, device: str = "auto",
+               dtype: Optional[str] = None, attention: str = "auto", forced_acceptance: bool = False,
+               temperature: float = 0.0, max_kv_gib: float = 4.0, threads: Optional[int] = None,
+               timing: str = "auto") -> Path:
+    """Serve point `point` of `config` (with `overrides`, as `--set`) on the engine and write its run
+    directory (default runs/<name>-engine): the simulator's request and step tables, plans, drafts,
+    outputs and engine.json. The options are `sarathi-sim engine run`'s.
+
+    Returns:
+        The run directory.
+
+    Raises:
+        ConfigError: the config or an override is invalid (names file, key and line).
+        ValueError: an option or the point is one the engine cannot run (says what is valid).
+    """
+    _, points = load_config(config, overrides)
     if point >= len(points):
-        fail(f"--point {point} is out of range; this config has {len(points)} points")
+        raise ValueError(f"--point {point} is out of range; this config has {len(points)} points")
     chosen = SweepConfig.model_validate(points[point])
     _check_supported(chosen)
     if timing not in ("auto", *TIMINGS):
-        fail(f"--timing {timing!r}: valid values are auto, {', '.join(TIMINGS)}")
+        raise ValueError(f"--timing {timing!r}: valid values are auto, {', '.join(TIMINGS)}")
     if realtime and timing.startswith("cpu"):
-        fail(f"--timing {timing} applies to --fast runs; a --realtime run lives on the wall clock")
-    try:
-        run_dir = _serve(chosen, out or Path("runs") / f"{chosen.name}-engine", realtime=realtime, weights=weights,
-                         device=device, dtype=dtype, attention=attention, forced=forced_acceptance,
-                         temperature=temperature, max_kv_gib=max_kv_gib, threads=threads, timing=timing)
-    except ValueError as exc:
-        fail(str(exc))
-    console.print(f"wrote {run_dir}/requests.parquet, steps.parquet, drafts.parquet, plans.jsonl, outputs.jsonl, "
-                  "summary.json, engine.json")
+        raise ValueError(f"--timing {timing} applies to --fast runs; a --realtime run lives on the wall clock")
+    return _serve(chosen, out or Path("runs") / f"{chosen.name}-engine", realtime=realtime, weights=weights,
+                  device=device, dtype=dtype, attention=attention, forced=forced_acceptance,
+                  temperature=temperature, max_kv_gib=max_kv_gib, threads=threads, timing=timing)
 
 
 def _serve(point: SweepConfig, out_dir: Path, *, realtime: bool, weights: Optional[Path], device: str,
@@ -196,7 +175,7 @@ def _check_supported(point: SweepConfig) -> None:
                    "draft": isinstance(e.draft, DraftModel)}
     bad = [key for key, is_bad in unsupported.items() if is_bad]
     if bad:
-        fail(f"the engine runs one replica on one device with n-gram drafting and a bf16-class KV cache; "
+        raise ValueError(f"the engine runs one replica on one device with n-gram drafting and a bf16-class KV cache; "
               f"engine.{', engine.'.join(bad)} not supported (set them to their defaults)")
 
 

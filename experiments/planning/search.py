@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from experiments.capacity import confidence_interval, default_slo, find_capacity
+from experiments.planning.capacity import confidence_interval, default_slo, find_capacity
 from experiments.config import ClosedLoopTrace, FileTrace, SweepConfig
 from experiments.point import run_point
 from profiler import get_model_spec

@@ -1,5 +1,5 @@
 """`sarathi-sim verify` (the simulator against an engine run or a vLLM bench result) and
-`sarathi-sim calibrate` (profile + fit); registered on the main app in `experiments/cli.py`."""
+`sarathi-sim calibrate` (profile + fit); registered on the main app in `experiments/cli/main.py`."""
 from __future__ import annotations
 
 import json
@@ -12,13 +12,13 @@ import pandas as pd
 import typer
 from rich.console import Console
 
-from experiments.calibrate import LEDGER_NAME, calibrate as run_calibration
-from experiments.console import fail
+from experiments.verification.calibrate import LEDGER_NAME, calibrate as run_calibration
+from experiments.cli.console import fail
 from experiments.deployment import build_pricer
 from experiments.point import build_cost_model
 from experiments.config import AcceptanceFile, ConfigError, SweepConfig, describe_point, load_config
-from experiments.fidelity_report import append_ledger, write_fidelity
-from experiments.verify import (HEADLINE_E2E, e2e_fidelity, headline_errors, over_limit,
+from experiments.verification.fidelity_report import append_ledger, write_fidelity
+from experiments.verification.verify import (HEADLINE_E2E, e2e_fidelity, headline_errors, over_limit,
                                 measured_step_times, read_measured_steps, signed_error_pct, simulate_summary,
                                 step_fidelity)
 
@@ -126,8 +126,8 @@ def _verify_point(config: Path, overrides: list[str], point: int, chosen: SweepC
 def _verify_top(config: Path, overrides: list[str], top: int, out: Optional[Path], fail_above: Optional[float],
                 ledger: Optional[Path], engine: "EngineOptions") -> None:
     """Simulate every point, verify the `top` best on the engine, write OUT/top.{json,md}."""
-    from experiments.report import markdown_table
-    from experiments.sweep import run_sweep
+    from experiments.planning.report import markdown_table
+    from experiments.planning.sweep import run_sweep
 
     try:
         base, points = load_config(config, overrides)
@@ -265,7 +265,7 @@ def _note_block_size(point: SweepConfig) -> None:
 
 def _against_vllm(point: SweepConfig, result: Path):
     """End-to-end comparison with a vLLM bench result (vLLM logs no plans: no per-step part)."""
-    from experiments.vllm_bench import read_vllm_bench, vllm_summary
+    from experiments.verification.vllm_bench import read_vllm_bench, vllm_summary
 
     frame, duration_s = read_vllm_bench(result)
     simulated = simulate_summary(point, build_pricer(point, build_cost_model(point)))
@@ -344,17 +344,15 @@ def _engine_dir(config: Path, overrides: list[str], point: int, engine_run: Opti
         fail("give exactly one of --engine-run DIR or --run-engine")
     if engine_run is not None:
         return engine_run
-    from experiments.engine_cli import resolve_device, run as engine_run_command
+    from experiments.verification.engine_run import resolve_device, run_config
 
     try:
         device = resolve_device(engine.device)
-    except ValueError as exc:
+        run_dir = run_config(config, out=out_dir / "engine", overrides=overrides, point=point, device=device,
+                             dtype=engine.dtype or ("float32" if device == "cpu" else None),
+                             forced_acceptance=engine.forced_acceptance, threads=engine.threads)
+    except (ConfigError, ValueError) as exc:
         fail(str(exc))
-    run_dir = out_dir / "engine"
-    engine_run_command(config, out=run_dir, realtime=False, set_=overrides, point=point, weights=None, device=device,
-                       dtype=engine.dtype or ("float32" if device == "cpu" else None), attention="auto",
-                       forced_acceptance=engine.forced_acceptance, temperature=0.0, max_kv_gib=4.0,
-                       threads=engine.threads, timing="auto")
     return run_dir
 
 

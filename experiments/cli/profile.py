@@ -1,5 +1,5 @@
 """`sarathi-sim profile` (time the model's ops on this machine) and `sarathi-sim fit` (fit a cost
-model to a profile directory); registered on the main app in `experiments/cli.py`."""
+model to a profile directory); registered on the main app in `experiments/cli/main.py`."""
 from __future__ import annotations
 
 from pathlib import Path

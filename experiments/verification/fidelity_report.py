@@ -19,8 +19,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.report import format_cell, markdown_table  # noqa: E402  (the sweep report's cell format)
-from experiments.verify import STEP_KINDS, StepComparison  # noqa: E402
+from experiments.planning.report import format_cell, markdown_table  # noqa: E402  (the sweep report's cell format)
+from experiments.verification.verify import STEP_KINDS, StepComparison  # noqa: E402
 
 LEDGER_LIBRARIES = ("torch", "numpy", "scikit-learn", "triton")
 LEDGER_COLUMNS = ("date", "device", "model", "config", "cost_model", "source", "python",
@@ -37,7 +37,7 @@ def write_fidelity(out_dir: Path, context: dict, steps: StepComparison | None, e
     Args:
         context: what was compared (config, engine run, cost model, device, ...), printed as is.
         steps: the per-step comparison, or None (e.g. against vLLM, which logs no plans).
-        e2e: `experiments.verify.e2e_fidelity` rows, or None.
+        e2e: `experiments.verification.verify.e2e_fidelity` rows, or None.
         headline, failed: headline absolute errors (%) and those over the `--fail-above` limit.
     """
     plots = out_dir / "plots"
