@@ -1,21 +1,29 @@
-"""`ModelSpec`: the shapes of a Llama-family decoder, its parameter count and its KV-cache size.
+"""`ModelSpec`: the shapes of a dense Llama-family decoder, its parameter count and its KV-cache size.
 
 The built-in shapes come from REFERENCE.md §5 (sources there: vidur `model_config.py`, the models'
-Hugging Face `config.json`); any other model is read from its Hugging Face `config.json`.
+Hugging Face `config.json`) and the public `config.json` files cited at `BUILTIN_MODELS`; any other
+model is read from its Hugging Face `config.json` (`profiler.hf_config`, which refuses
+the architectures this spec cannot describe: mixture of experts, sliding-window attention, MLA, ...).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from profiler.hf_config import read_config_json, spec_fields
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Shapes of a Llama-family decoder (RMSNorm, GQA attention, SwiGLU MLP, no biases).
+    """Shapes of a dense Llama-family decoder (RMSNorm, GQA full attention, SwiGLU MLP).
 
     Attributes are counts (layers, heads) or widths in elements; `max_model_len` is in tokens.
     `tie_word_embeddings` means the LM head reuses the embedding matrix (no extra parameters).
+    `qkv_bias`: the q, k and v projections carry biases (Qwen2/2.5: `Qwen2Attention` in
+    transformers and vLLM `qwen2.py`, `QKVParallelLinear(bias=True)`); `qk_norm`: an RMSNorm of
+    width head_dim over every query and key head before rotary (Qwen3: `Qwen3Attention.q_norm`,
+    `k_norm`; vLLM `qwen3.py`). Both add parameters (counted in `num_params`) and element-wise work,
+    not GEMM shapes.
 
     Raises:
         ValueError: a count is not positive, or the query heads are not a multiple of the
@@ -32,6 +40,8 @@ class ModelSpec:
     vocab_size: int
     max_model_len: int
     tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    qk_norm: bool = False
 
     def __post_init__(self) -> None:
         for field_name in ("num_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
@@ -91,11 +101,17 @@ class ModelSpec:
         """Parameter count (elements).
 
         embedding (vocab × hidden) + per layer (QKV, O, gate, up, down weights + 2 RMSNorm
-        weights of hidden) + final RMSNorm (hidden) + LM head (vocab × hidden) unless tied.
-        Source: the Llama architecture as in transformers `LlamaForCausalLM` (no biases).
+        weights of hidden, + the q/k/v biases with `qkv_bias`, + 2 × head_dim with `qk_norm`)
+        + final RMSNorm (hidden) + LM head (vocab × hidden) unless tied.
+        Source: transformers `LlamaForCausalLM`, `Qwen2ForCausalLM`, `Qwen3ForCausalLM`.
         """
-        linear = sum(in_dim * out_dim for _, in_dim, out_dim in self.layer_gemm_shapes())
+        shapes = self.layer_gemm_shapes()
+        linear = sum(in_dim * out_dim for _, in_dim, out_dim in shapes)
         per_layer = linear + 2 * self.hidden_size
+        if self.qkv_bias:
+            per_layer += shapes[0][2]  # one bias per output of the fused qkv_proj
+        if self.qk_norm:
+            per_layer += 2 * self.head_dim
         embedding = self.vocab_size * self.hidden_size
         lm_head = 0 if self.tie_word_embeddings else embedding
         return embedding + self.num_layers * per_layer + self.hidden_size + lm_head
@@ -118,12 +134,23 @@ class ModelSpec:
 
 def _llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, vocab: int,
            max_len: int) -> ModelSpec:
-    # Every built-in uses head_dim = hidden / heads = 128 and an untied LM head.
+    # head_dim = hidden / heads = 128 and an untied LM head, as every Llama/Mistral built-in has.
     return ModelSpec(name, layers, hidden, heads, kv_heads, hidden // heads, ffn, vocab, max_len)
 
 
-# Shapes: REFERENCE.md §5. max_model_len: DESIGN.md "Files" (llama-2 4096, llama-3 8192, mistral-7b
-# v0.2 32768 — the version Sarathi-Serve used; v0.2 drops the 4096-token sliding window).
+# Shapes: REFERENCE.md §5 for the Llama-2, Llama-3-8B and Mistral-7B rows. max_model_len: DESIGN.md
+# "Files" (llama-2 4096, llama-3 8192, mistral-7b v0.2 32768 — the version Sarathi-Serve used; v0.2
+# drops the 4096-token sliding window). The others are their public config.json (max_model_len =
+# max_position_embeddings):
+# - llama-3-70b: vidur `vidur/config/model_config.py` `Llama3_70BModelConfig` (Meta-Llama-3-70B).
+# - llama-3.1-8b, qwen2.5-7b, qwen3-8b, qwen3-14b, qwen3-32b: the Hugging Face config.json files of
+#   meta-llama/Llama-3.1-8B, Qwen/Qwen2.5-7B, Qwen/Qwen3-8B, Qwen/Qwen3-14B and Qwen/Qwen3-32B as
+#   quoted in github.com/citsjtu2020/LLM-Prof `sglang/Model_Config.md` (Qwen3: head_dim 128 explicit,
+#   q/k norms, untied; Qwen2.5-7B: q/k/v biases, untied, use_sliding_window false).
+# - mistral-nemo-12b: mistralai/Mistral-Nemo-Base-2407 config.json as quoted in
+#   github.com/kevinstephano/thunder_model_blocks `thunder_model_blocks/mistral/mistral_config.py`
+#   (head_dim 128 explicit, not hidden / heads = 160; sliding_window null).
+# Their parameter counts are tested against the model cards (tests/test_model_spec_families.py).
 BUILTIN_MODELS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
@@ -131,7 +158,14 @@ BUILTIN_MODELS: dict[str, ModelSpec] = {
         _llama("llama-2-13b", 40, 5120, 40, 40, 13824, 32000, 4096),
         _llama("llama-2-70b", 80, 8192, 64, 8, 28672, 32000, 4096),
         _llama("llama-3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
+        _llama("llama-3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
+        _llama("llama-3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072),
         _llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768),
+        ModelSpec("mistral-nemo-12b", 40, 5120, 32, 8, 128, 14336, 131072, 128000),
+        ModelSpec("qwen2.5-7b", 28, 3584, 28, 4, 128, 18944, 152064, 131072, qkv_bias=True),
+        ModelSpec("qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936, 40960, qk_norm=True),
+        ModelSpec("qwen3-14b", 40, 5120, 40, 8, 128, 17408, 151936, 40960, qk_norm=True),
+        ModelSpec("qwen3-32b", 64, 5120, 64, 8, 128, 25600, 151936, 40960, qk_norm=True),
     )
 }
 
@@ -145,7 +179,9 @@ def get_model_spec(name_or_path: str | Path) -> ModelSpec:
 
     Raises:
         ValueError: neither a built-in name nor an existing path (the message lists the names);
-            or the config lacks a required key (the message names the file and the key).
+            a config that is not a JSON object, lacks a required key, or describes an
+            architecture the spec cannot (mixture of experts, sliding window, MLA, ...: see
+            `profiler.hf_config`); the message names the file and the key.
     """
     if str(name_or_path) in BUILTIN_MODELS:
         return BUILTIN_MODELS[str(name_or_path)]
@@ -155,33 +191,5 @@ def get_model_spec(name_or_path: str | Path) -> ModelSpec:
     if not path.is_file():
         raise ValueError(f"unknown model {str(name_or_path)!r}: not a file or a directory with a "
                          f"config.json; built-in names are {sorted(BUILTIN_MODELS)}")
-    return _spec_from_hf_config(path)
-
-
-def _spec_from_hf_config(path: Path) -> ModelSpec:
-    """Map Hugging Face `LlamaConfig`/`MistralConfig` keys onto a `ModelSpec`.
-
-    Defaults follow transformers `LlamaConfig`: num_key_value_heads = num_attention_heads,
-    head_dim = hidden_size / num_attention_heads, tie_word_embeddings = False.
-    """
-    config = json.loads(path.read_text())
-
-    def required(key: str) -> int:
-        if config.get(key) is None:
-            raise ValueError(f"{path}: missing required key {key!r}")
-        return int(config[key])
-
-    heads = required("num_attention_heads")
-    hidden = required("hidden_size")
-    return ModelSpec(
-        name=path.parent.name or str(path),
-        num_layers=required("num_hidden_layers"),
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        num_key_value_heads=int(config.get("num_key_value_heads") or heads),
-        head_dim=int(config.get("head_dim") or hidden // heads),
-        intermediate_size=required("intermediate_size"),
-        vocab_size=required("vocab_size"),
-        max_model_len=required("max_position_embeddings"),
-        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-    )
+    fields = spec_fields(read_config_json(path), path)
+    return ModelSpec(name=path.parent.name or str(path), **fields)

@@ -1,0 +1,152 @@
+"""Read a Hugging Face `config.json` into the fields of a `ModelSpec`, refusing what it cannot describe.
+
+`ModelSpec` describes a dense decoder with full attention in every layer: the transformers
+`model_type`s `llama`, `mistral`, `qwen2` and `qwen3` (and a config without `model_type`, read as
+`llama`, as the project's own test configs are). Any field that would change the parameter count
+or the attention cost in a way the spec does not model is a `ValueError` naming the file and the
+field and saying the architecture is not supported yet — never a silent dense approximation
+(issue 14: Mixtral-8x7B, 46.7 B parameters, was read as a dense 7.2 B model):
+
+- mixture of experts: `num_local_experts` (Mixtral), `num_experts` / `moe_intermediate_size`
+  (Qwen2-MoE, Qwen3-MoE), `n_routed_experts` / `n_shared_experts` (DeepSeek), ...;
+- multi-head latent attention (DeepSeek-V2/V3): `kv_lora_rank`, `q_lora_rank`, `qk_rope_head_dim`, ...;
+- a sliding window in effect: `sliding_window` set and `use_sliding_window` not false (transformers
+  `MistralConfig` and `Gemma2Config` have no `use_sliding_window`: a set window is always used —
+  Mistral-7B-v0.1's 4096, Gemma-2's every other layer); `layer_types` naming a non-full layer;
+- attention logit soft-capping (`attn_logit_softcapping`, Gemma-2), biases beyond Qwen2's q/k/v
+  (`attention_bias`, `mlp_bias`), a pre-quantized checkpoint (`quantization_config`), a
+  multimodal wrapper (`text_config`);
+- any other `model_type` (Gemma-2, for one: its LM head is tied by default and each layer has four
+  norms, so reading it as a Llama over-counts gemma-2-9b by its 0.92 B-parameter embedding).
+
+Qwen2/2.5 and Qwen3 configs carry `sliding_window` with `use_sliding_window: false`: that is full
+attention, and accepted (vLLM `qwen2.py`/`qwen3.py` then build full-attention layers).
+
+Defaults where a key is absent follow each family's transformers config class (`LlamaConfig`,
+`MistralConfig`, `Qwen2Config`, `Qwen3Config`): num_key_value_heads = num_attention_heads,
+head_dim = hidden_size / num_attention_heads, tie_word_embeddings = False.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+# model_type → (q/k/v projections carry biases, q/k RMSNorm per head). Sources: transformers
+# `modeling_qwen2.py` (`Qwen2Attention`: q_proj, k_proj, v_proj bias=True, o_proj bias=False),
+# `modeling_qwen3.py` (`q_norm`, `k_norm` = RMSNorm(head_dim); biases only with attention_bias).
+SUPPORTED_MODEL_TYPES: dict[str, tuple[bool, bool]] = {
+    "llama": (False, False),
+    "mistral": (False, False),
+    "qwen2": (True, False),
+    "qwen3": (False, True),
+}
+
+# Fields of architectures the spec does not model, by what they mean. A field counts when its value
+# is set (not null, 0, false or empty).
+_UNSUPPORTED_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("mixture of experts", ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
+                            "moe_intermediate_size", "n_shared_experts", "shared_expert_intermediate_size",
+                            "moe_layer_freq", "first_k_dense_replace")),
+    ("multi-head latent attention (MLA)", ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
+                                           "qk_nope_head_dim", "v_head_dim")),
+    ("attention logit soft-capping", ("attn_logit_softcapping",)),
+    ("biases on every attention projection", ("attention_bias",)),
+    ("MLP biases", ("mlp_bias",)),
+    ("a pre-quantized checkpoint (set engine.dtype instead, with the unquantized model's config)",
+     ("quantization_config",)),
+    ("a multimodal model (its language model is in text_config)", ("text_config",)),
+)
+_SUPPORTED = "dense Llama, Mistral (no sliding window), Qwen2/2.5 and Qwen3 decoders with full attention"
+
+
+def _is_set(value) -> bool:
+    return value not in (None, False, 0, "", [], {})
+
+
+def read_config_json(path: Path) -> dict:
+    """The JSON object in `path`.
+
+    Raises:
+        ValueError: unreadable, not JSON, or not a JSON object (the message names the file).
+    """
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable JSON config ({type(exc).__name__}: {exc})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: must hold a JSON object (a model config), got {type(config).__name__}")
+    return config
+
+
+def check_supported(config: dict, path: Path) -> str:
+    """The config's model_type, after refusing every architecture the spec cannot describe.
+
+    Raises:
+        ValueError: as the module docstring lists; names the file and every field found, with its
+            value and what it means.
+    """
+    model_type = config.get("model_type") or "llama"
+    problems = []
+    for meaning, fields in _UNSUPPORTED_FIELDS:
+        found = [f"{name}={config[name]!r}" for name in fields if _is_set(config.get(name))]
+        if found:
+            problems.append(f"{', '.join(found)} ({meaning})")
+    window = config.get("sliding_window")
+    if _is_set(window) and config.get("use_sliding_window") is not False:
+        limit = config.get("max_position_embeddings")
+        # A window as long as the context never drops a token: that is full attention.
+        if not (isinstance(window, int) and isinstance(limit, int) and window >= limit):
+            problems.append(f"sliding_window={window!r}, use_sliding_window=true (sliding-window attention)"
+                            if config.get("use_sliding_window") else
+                            f"sliding_window={window!r} (sliding-window attention: a set sliding_window "
+                            "is used unless the config says use_sliding_window: false)")
+    layer_types = config.get("layer_types")
+    if isinstance(layer_types, list) and any(t != "full_attention" for t in layer_types):
+        other = sorted({str(t) for t in layer_types} - {"full_attention"})
+        problems.append(f"layer_types with {other} (layers without full attention)")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        problems.append(f"model_type={model_type!r} (supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+    if problems:
+        raise ValueError(f"{path}: architecture not supported yet: {'; '.join(problems)}. The model spec "
+                         f"describes {_SUPPORTED} only")
+    return model_type
+
+
+def spec_fields(config: dict, path: Path) -> dict:
+    """`ModelSpec` keyword arguments (all but `name`) from a supported config.
+
+    Raises:
+        ValueError: an unsupported architecture (`check_supported`), or a required key missing or
+            not a whole number (the message names the file and the key).
+    """
+    model_type = check_supported(config, path)
+    qkv_bias, qk_norm = SUPPORTED_MODEL_TYPES[model_type]
+
+    def whole(key: str, default: int | None = None) -> int:
+        value = config.get(key)
+        if value is None:
+            if default is None:
+                raise ValueError(f"{path}: missing required key {key!r}")
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+            raise ValueError(f"{path}: {key} must be a whole number, got {value!r}")
+        return int(value)
+
+    heads = whole("num_attention_heads")
+    hidden = whole("hidden_size")
+    tied = config.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):
+        raise ValueError(f"{path}: tie_word_embeddings must be true or false, got {tied!r}")
+    return dict(
+        num_layers=whole("num_hidden_layers"),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_key_value_heads=whole("num_key_value_heads", heads),
+        head_dim=whole("head_dim", hidden // heads if heads > 0 else 0),
+        intermediate_size=whole("intermediate_size"),
+        vocab_size=whole("vocab_size"),
+        max_model_len=whole("max_position_embeddings"),
+        tie_word_embeddings=tied,
+        qkv_bias=qkv_bias,
+        qk_norm=qk_norm,
+    )
