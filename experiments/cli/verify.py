@@ -19,14 +19,15 @@ from experiments.point import build_cost_model
 from experiments.config import AcceptanceFile, ConfigError, SweepConfig, describe_point, load_config
 from experiments.verification.fidelity_report import append_ledger, write_fidelity
 from experiments.verification.verify import (HEADLINE_E2E, e2e_fidelity, headline_errors, over_limit,
-                                measured_step_times, read_measured_steps, signed_error_pct, simulate_summary,
-                                step_fidelity)
+                                             measured_step_times, read_measured_steps, signed_error_pct,
+                                             simulate_summary, step_fidelity)
 
 console = Console(width=120)
 
 
 def verify(
-    config: Path = typer.Argument(..., help="Config YAML (as for `simulate` and `engine run`)."),
+    config: Optional[Path] = typer.Argument(None, help="Config YAML (as for `simulate` and `engine run`); "
+                                            "omitted with --against-run, whose bundle describes the deployment."),
     engine_run: Optional[Path] = typer.Option(None, "--engine-run", help="An `engine run` directory of CONFIG."),
     run_engine: bool = typer.Option(False, "--run-engine", help="Run CONFIG on the engine first (OUT/engine)."),
     cost_model: Optional[str] = typer.Option(None, "--cost-model", help="profile:DIR or roofline "
@@ -53,6 +54,9 @@ def verify(
     top: Optional[int] = typer.Option(None, "--top", min=1, help="With --run-engine: verify the K best points "
                                       "of the config's sweep (each simulated once at its trace's load, no "
                                       "`search:`), each in OUT/point<i>/."),
+    against_run: Optional[Path] = typer.Option(None, "--against-run", help="A recorded real-engine run "
+                                               "(LLMServingSim bundle: vllm/requests.jsonl, vllm/meta.json, "
+                                               "[vllm/timeseries.csv, config.json]) to simulate and compare with."),
 ) -> None:
     """Compare the simulator with a measured run: per step (the cost model prices the engine's
     executed plans) and end to end (the same trace simulated); write fidelity.{json,md,html}.
@@ -66,6 +70,18 @@ def verify(
         fail(f"--ledger {ledger}: is a directory; give the CSV file to append to, e.g. {ledger / LEDGER_NAME}")
     if cost_model:
         overrides.append(f"cost_model={_absolute_cost_model(cost_model)}")
+    if against_run is not None:
+        others = [flag for flag, given in (("CONFIG", config is not None), ("--engine-run", engine_run is not None),
+                                           ("--run-engine", run_engine), ("--against-vllm-bench", against_vllm_bench),
+                                           ("--top", top), ("--point", point is not None), ("--trace", trace)) if given]
+        if others:
+            fail(f"--against-run takes its deployment and trace from the recording; drop {', '.join(others)} "
+                 "(change the simulated deployment with --set, e.g. --set cost_model=roofline)")
+        if _verify_recorded(against_run, overrides, out, fail_above, ledger):
+            raise typer.Exit(1)
+        return
+    if config is None:
+        fail("give CONFIG (a config YAML), or --against-run DIR to compare with a recorded run")
     if against_vllm_bench is not None:
         if trace is None:
             fail("--against-vllm-bench needs --trace FILE, the trace the benchmark replayed")
@@ -112,15 +128,68 @@ def _verify_point(config: Path, overrides: list[str], point: int, chosen: SweepC
         steps, e2e, context = _against_engine(chosen, run_dir, out_dir)
     context = {"config": str(config), "point": describe_point(chosen), "model": chosen.model,
                "cost_model": chosen.cost_model, **context, "fail_above_pct": fail_above}
+    headline, failed = _report(out_dir, context, steps, e2e, fail_above, ledger or _default_ledger(chosen.cost_model, out_dir))
+    return headline, failed, e2e
+
+
+def _report(out_dir: Path, context: dict, steps, e2e, fail_above: Optional[float], ledger: Path,
+            extra_sections=(), extra_figures=()):
+    """Write the fidelity reports and the ledger row, print the headline; (headline, over the limit)."""
     headline = headline_errors(steps, e2e)
     failed = over_limit(headline, fail_above) if fail_above is not None else {}
-    html_path = write_fidelity(out_dir, context, steps, e2e, headline, failed)
-    append_ledger(ledger or _default_ledger(chosen.cost_model, out_dir), context, steps, e2e, passed=not failed)
+    html_path = write_fidelity(out_dir, context, steps, e2e, headline, failed, extra_sections, extra_figures)
+    append_ledger(ledger, context, steps, e2e, passed=not failed)
     console.print(", ".join(f"{k} {v:.1f} %" for k, v in headline.items()))
     console.print(f"wrote fidelity.json, fidelity.md and {html_path.name} in {out_dir}")
     if failed:
         console.print("[red]over --fail-above:[/red] " + ", ".join(f"{k} {v:.1f} %" for k, v in failed.items()))
-    return headline, failed, e2e
+    return headline, failed
+
+
+def _verify_recorded(bundle: Path, overrides: list[str], out: Optional[Path], fail_above: Optional[float],
+                     ledger: Optional[Path]) -> dict:
+    """`verify --against-run`: simulate the recorded deployment on its own trace (engine clock)
+    and compare end to end, per request and per second; returns the metrics over --fail-above."""
+    import yaml
+
+    from experiments.verification import recorded_run as rr
+    from experiments.verification.fidelity_report import timeseries_overlay
+    from experiments.verification.verify import simulate_point
+
+    try:
+        run = rr.read_recorded_run(bundle)
+        out_dir = out or Path("runs") / f"{bundle.resolve().name}-verify"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        config_path = out_dir / "config.yaml"
+        config_path.write_text(yaml.safe_dump(rr.bundle_config(run, rr.write_trace(run, out_dir / "trace.csv").resolve()),
+                                              sort_keys=False))
+        chosen = _point(_points(config_path, overrides), 0)
+        result = simulate_point(chosen, build_pricer(chosen, build_cost_model(chosen)))
+        e2e = e2e_fidelity(result.summary, rr.measured_summary(run))
+        per_request = rr.per_request_errors(run, result.requests)
+    except (ConfigError, ValueError) as exc:
+        fail(str(exc))
+    r, sim = run.requests, result.requests
+    horizon_s = max(r["completion_s"].max(), sim["completion_s"].max())
+    measured_s = rr.per_second(r["arrival_s"].to_numpy(), r["scheduled_s"].to_numpy(), r["completion_s"].to_numpy(),
+                               None, r["output_tokens"].to_numpy(), r["first_token_s"].to_numpy(), horizon_s)
+    served = sim[sim["first_scheduled_s"].notna()]
+    simulated_s = rr.per_second(served["arrival_s"].to_numpy(), served["first_scheduled_s"].to_numpy(),
+                                served["completion_s"].to_numpy(), list(served["token_times_s"]),
+                                served["output_tokens"].to_numpy(), served["first_token_s"].to_numpy(), horizon_s)
+    (out_dir / "plots").mkdir(exist_ok=True)
+    figure = timeseries_overlay(simulated_s, measured_s, run.timeseries, out_dir / "plots" / "per_second.png")
+    pd.concat({"measured": measured_s.set_index("t"), "simulated": simulated_s.set_index("t")}, axis=1).to_csv(
+        out_dir / "per_second.csv")
+    summary = result.summary
+    context = {"config": str(config_path), "point": describe_point(chosen), "model": chosen.model,
+               "cost_model": chosen.cost_model, "source": f"recorded run {bundle}", "device": chosen.device,
+               "engine": f"vLLM {run.meta.get('vllm_version', '?')}", "requests": len(r),
+               "simulated_completed": summary.get("completed"), "simulated_rejected": summary.get("rejected"),
+               "simulated_preemptions": summary.get("num_preemptions"), "fail_above_pct": fail_above}
+    sections = [("Per request: signed error of each request's latency (simulated − measured) / measured", per_request)]
+    return _report(out_dir, context, None, e2e, fail_above, ledger or _default_ledger(chosen.cost_model, out_dir),
+                   sections, [figure])[1]
 
 
 def _verify_top(config: Path, overrides: list[str], top: int, out: Optional[Path], fail_above: Optional[float],

@@ -31,7 +31,8 @@ LEDGER_COLUMNS = ("date", "device", "model", "config", "cost_model", "source", "
 
 
 def write_fidelity(out_dir: Path, context: dict, steps: StepComparison | None, e2e: pd.DataFrame | None,
-                   headline: dict[str, float], failed: dict[str, float]) -> Path:
+                   headline: dict[str, float], failed: dict[str, float],
+                   extra_sections: list[tuple[str, pd.DataFrame]] = (), extra_figures: list[Path] = ()) -> Path:
     """Write fidelity.json / .md / .html and plots/*.png into `out_dir`; return the HTML path.
 
     Args:
@@ -39,6 +40,9 @@ def write_fidelity(out_dir: Path, context: dict, steps: StepComparison | None, e
         steps: the per-step comparison, or None (e.g. against vLLM, which logs no plans).
         e2e: `experiments.verification.verify.e2e_fidelity` rows, or None.
         headline, failed: headline absolute errors (%) and those over the `--fail-above` limit.
+        extra_sections, extra_figures: further (title, table) pairs and PNGs of a comparison
+            (e.g. `verify --against-run`'s per-request errors and per-second overlay), shown after
+            the standard ones; the tables are also in fidelity.json under "extra".
     """
     plots = out_dir / "plots"
     plots.mkdir(parents=True, exist_ok=True)
@@ -50,9 +54,11 @@ def write_fidelity(out_dir: Path, context: dict, steps: StepComparison | None, e
         figures.append(_e2e_bars(e2e, plots / "e2e_errors.png"))
     document = {"context": context, "headline_abs_error_pct": headline, "over_limit": failed,
                 "passed": not failed, "steps": steps.summary() if steps is not None else None,
-                "e2e": e2e.to_dict(orient="records") if e2e is not None else None}
+                "e2e": e2e.to_dict(orient="records") if e2e is not None else None,
+                "extra": {title: table.to_dict(orient="records") for title, table in extra_sections}}
     (out_dir / "fidelity.json").write_text(json.dumps(document, indent=2, default=_json_default))
-    sections = _sections(steps, e2e)
+    sections = _sections(steps, e2e) + list(extra_sections)
+    figures += list(extra_figures)
     (out_dir / "fidelity.md").write_text(_markdown(context, headline, failed, sections, figures, out_dir))
     html_path = out_dir / "fidelity.html"
     html_path.write_text(_html(context, headline, failed, sections, figures))
@@ -163,6 +169,27 @@ def _e2e_bars(e2e: pd.DataFrame, path: Path) -> Path:
 SIGN_NOTE = ("Signed errors are (simulated − measured) / measured, in % of the measured value: negative means "
              "the simulator predicts less time than was measured. The measured step times are the engine run's "
              "clock (see timing above).")
+
+
+def timeseries_overlay(simulated: pd.DataFrame, measured: pd.DataFrame, logged: pd.DataFrame | None,
+                       path: Path) -> Path:
+    """Running, waiting and generation throughput per second, simulated against measured (the
+    recording's request timestamps, same definitions: `recorded_run.per_second`) and, dotted,
+    the engine's own logged timeseries when the recording has one."""
+    fig, axes = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
+    for ax, column, label in zip(axes, ("running", "waiting", "gen_throughput"),
+                                 ("running requests", "waiting requests", "output tokens/s")):
+        ax.plot(measured["t"], measured[column], label="measured (request timestamps)", color="black")
+        if logged is not None and column in logged:
+            ax.plot(logged["t"], logged[column], label="measured (engine log)", color="gray", linestyle=":")
+        ax.plot(simulated["t"], simulated[column], label="simulated", color="tab:blue")
+        ax.set_ylabel(label)
+    axes[0].legend(fontsize=8)
+    axes[-1].set_xlabel("seconds since the first arrival")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def _verdict(headline: dict[str, float], failed: dict[str, float], limit_pct: float | None = None) -> str:

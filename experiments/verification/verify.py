@@ -222,12 +222,16 @@ def over_limit(headline: dict[str, float], limit_pct: float) -> dict[str, float]
 def simulate_summary(point, pricer: StepPricer) -> dict:
     """Simulate `point`'s trace with `pricer` (as `experiments.point.run_point` does, with this
     pricer); return `simulator.metrics.summarize`'s dict."""
+    return simulate_point(point, pricer).summary
+
+
+def simulate_point(point, pricer: StepPricer):
+    """Simulate `point`'s trace with `pricer`; the `simulator.simulate.SimulationResult`."""
     from experiments.deployment import build_outcome_fn, build_scheduler_config, build_schedulers
     from experiments.point import load_requests
     from simulator.simulate import simulate
 
     requests, _ = load_requests(point.trace)
     schedulers = build_schedulers(point, build_scheduler_config(point))
-    result = simulate(requests, schedulers, pricer, outcome_fn=build_outcome_fn(point), router=point.engine.router,
-                      seed=point.engine.seed)
-    return result.summary
+    return simulate(requests, schedulers, pricer, outcome_fn=build_outcome_fn(point), router=point.engine.router,
+                    seed=point.engine.seed)

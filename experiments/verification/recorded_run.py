@@ -1,0 +1,301 @@
+"""A recorded real-engine run (LLMServingSim's bundle format) as ground truth for `verify --against-run`.
+
+A bundle directory holds (as recorded by LLMServingSim's `bench/` harness around vLLM; copies of
+two runs are in `../shared/validation/llmservingsim/`):
+
+- `vllm/requests.jsonl`: one JSON object per request: `input_toks`, `output_toks` (tokens), the
+  client's `arrival_time` (epoch seconds) and the engine's `queued_ts`, `scheduled_ts`,
+  `first_token_ts`, `last_token_ts` (seconds on vLLM's monotonic engine clock, `RequestStateStats`
+  of vllm/v1/metrics/stats.py).
+- `vllm/meta.json`: `model`, `vllm_version`, `engine_kwargs` (the engine arguments: tensor /
+  data parallel size, expert parallel, max_num_seqs, max_num_batched_tokens, max_model_len, dtype,
+  kv_cache_dtype, seed).
+- `vllm/timeseries.csv` (optional): per second `t, prompt_throughput, gen_throughput, running,
+  waiting, kv_cache_pct` as vLLM's stat logger printed them.
+- `config.json`: the cluster (card `hardware`, `npu_mem.mem_util` = gpu_memory_utilization).
+
+Only the engine clock is used: the client's epoch `arrival_time` and the engine's `*_ts` come from
+different clocks and are never subtracted from each other. Per request (the README of
+`../shared/validation`): TTFT = first_token_ts − queued_ts, E2E = last_token_ts − queued_ts,
+TPOT = (last_token_ts − first_token_ts) / (output_toks − 1) for requests with more than one output
+token; the trace replays `queued_ts` (from the first request's) as arrivals; the makespan is the
+last `last_token_ts` minus the first `queued_ts`.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simulator.metrics import percentile_stats
+
+REQUEST_FIELDS = ("input_toks", "output_toks", "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
+TIMESERIES_COLUMNS = ("t", "prompt_throughput", "gen_throughput", "running", "waiting")
+# LLMServingSim's hardware names (its config.json `hardware`, perf/<HW>/ folders) → built-in devices.
+HARDWARE_DEVICES = {"RTXPRO6000": "rtx-pro-6000", "RTX4090": "rtx-4090", "H100": "h100-sxm", "H200": "h200",
+                    "A100": "a100-80gb", "B200": "b200", "L40S": "l40s"}
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    """A bundle read and checked by `read_recorded_run`.
+
+    Attributes:
+        directory: the bundle directory.
+        requests: one row per request in engine-arrival order (by `queued_ts`, file order on ties):
+            request_id (the file's), prompt_tokens, output_tokens, arrival_s (queued_ts − the
+            first queued_ts), ttft_s, e2e_s, tpot_s (NaN for one output token), first_token_s,
+            completion_s (on the same clock as arrival_s), scheduled_s.
+        meta: vllm/meta.json as read.
+        cluster: config.json as read ({} when absent).
+        timeseries: vllm/timeseries.csv (`TIMESERIES_COLUMNS` at least) or None when absent.
+    """
+
+    directory: Path
+    requests: pd.DataFrame
+    meta: dict
+    cluster: dict
+    timeseries: pd.DataFrame | None
+
+
+def read_recorded_run(directory: str | Path) -> RecordedRun:
+    """Read and check a bundle (module docstring).
+
+    Raises:
+        ValueError: a missing file, unreadable JSON, a request line without a field of
+            `REQUEST_FIELDS` or with a non-finite/negative value, timestamps out of order
+            (first token before queued, last before first), fewer than one output token, or a
+            timeseries without its columns. The message names the file, line and field.
+    """
+    directory = Path(directory)
+    vllm_dir = directory / "vllm"
+    for required in (vllm_dir / "requests.jsonl", vllm_dir / "meta.json"):
+        if not required.is_file():
+            raise ValueError(f"{directory}: not a recorded run: {required.relative_to(directory)} is missing "
+                             "(expected vllm/requests.jsonl, vllm/meta.json[, vllm/timeseries.csv, config.json])")
+    meta = _read_json_object(vllm_dir / "meta.json")
+    cluster = _read_json_object(directory / "config.json") if (directory / "config.json").is_file() else {}
+    requests = _read_requests(vllm_dir / "requests.jsonl")
+    timeseries = _read_timeseries(vllm_dir / "timeseries.csv") if (vllm_dir / "timeseries.csv").is_file() else None
+    return RecordedRun(directory, requests, meta, cluster, timeseries)
+
+
+def _read_json_object(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ValueError(f"{path}: cannot read JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, found {type(data).__name__}")
+    return data
+
+
+def _read_requests(path: Path) -> pd.DataFrame:
+    rows = []
+    for line_no, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"{path}:{line_no}: not a JSON object ({exc})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}:{line_no}: expected a JSON object per line")
+        rows.append((record.get("request_id", str(line_no)), *(_number(record, k, path, line_no) for k in REQUEST_FIELDS)))
+        _check_order(rows[-1], path, line_no)
+    if not rows:
+        raise ValueError(f"{path}: no requests")
+    frame = pd.DataFrame(rows, columns=["request_id", *REQUEST_FIELDS])
+    frame = frame.sort_values("queued_ts", kind="stable").reset_index(drop=True)
+    start = frame["queued_ts"].iloc[0]
+    out = pd.DataFrame({"request_id": frame["request_id"].astype(str),
+                        "prompt_tokens": frame["input_toks"].astype(np.int64),
+                        "output_tokens": frame["output_toks"].astype(np.int64),
+                        "arrival_s": frame["queued_ts"] - start,
+                        "scheduled_s": frame["scheduled_ts"] - start,
+                        "first_token_s": frame["first_token_ts"] - start,
+                        "completion_s": frame["last_token_ts"] - start})
+    out["ttft_s"] = out["first_token_s"] - out["arrival_s"]
+    out["e2e_s"] = out["completion_s"] - out["arrival_s"]
+    multi = out["output_tokens"] > 1
+    out["tpot_s"] = np.where(multi, (out["completion_s"] - out["first_token_s"]) / (out["output_tokens"] - 1).clip(lower=1),
+                             np.nan)
+    return out
+
+
+def _number(record: dict, key: str, path: Path, line_no: int) -> float:
+    value = record.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{path}:{line_no}: field {key} is {value!r}; expected a finite number >= 0"
+                         + (" (seconds on the engine clock)" if key.endswith("_ts") else " (tokens)"))
+    if key.endswith("_toks") and (value != int(value) or value < 1):
+        raise ValueError(f"{path}:{line_no}: field {key} is {value!r}; expected a whole number of tokens >= 1")
+    return float(value)
+
+
+def _check_order(row: tuple, path: Path, line_no: int) -> None:
+    _, _, _, queued, scheduled, first, last = row
+    for earlier, later, names in ((queued, scheduled, "queued_ts <= scheduled_ts"),
+                                  (scheduled, first, "scheduled_ts <= first_token_ts"),
+                                  (first, last, "first_token_ts <= last_token_ts")):
+        if later < earlier:
+            raise ValueError(f"{path}:{line_no}: timestamps out of order: expected {names} ({earlier} > {later})")
+
+
+def _read_timeseries(path: Path) -> pd.DataFrame:
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise ValueError(f"{path}: cannot read CSV ({exc})") from None
+    missing = [c for c in TIMESERIES_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {', '.join(missing)}; expected {', '.join(TIMESERIES_COLUMNS)}")
+    for column in TIMESERIES_COLUMNS:
+        values = pd.to_numeric(frame[column], errors="coerce")
+        bad = np.flatnonzero(~np.isfinite(values.to_numpy(dtype=float)))
+        if bad.size:
+            raise ValueError(f"{path}: row {int(bad[0]) + 2}, column {column}: {frame[column].iloc[bad[0]]!r} is not a "
+                             "finite number")
+        frame[column] = values
+    return frame
+
+
+def measured_summary(run: RecordedRun) -> dict[str, float]:
+    """The `simulator.metrics.summarize` keys the recording defines: completed, makespan_s,
+    throughput_rps, output_throughput_tps (over the makespan, as the simulator's), and
+    ttft_s / tpot_s / e2e_s / scheduling_delay_s percentiles (scheduling delay = scheduled_ts −
+    queued_ts, vLLM's queue time). TBT is not recorded per token, so it is absent."""
+    r = run.requests
+    makespan_s = float(r["completion_s"].max() - r["arrival_s"].min())
+    out = {"completed": len(r), "makespan_s": makespan_s, "throughput_rps": len(r) / makespan_s,
+           "output_throughput_tps": float(r["output_tokens"].sum()) / makespan_s}
+    for name, values in (("ttft_s", r["ttft_s"]), ("tpot_s", r["tpot_s"]), ("e2e_s", r["e2e_s"]),
+                         ("scheduling_delay_s", r["scheduled_s"] - r["arrival_s"])):
+        out.update(percentile_stats(name, values.to_numpy(dtype=float)))
+    return out
+
+
+def bundle_config(run: RecordedRun, trace_path: Path) -> dict:
+    """A `simulate` config (a dict for `experiments.config`) of the recorded deployment: the model
+    and card of the bundle, vLLM V1's scheduler with the run's limits (`max_num_batched_tokens` is
+    the token budget, `chunk_size` here), its TP degree and gpu_memory_utilization, and the trace at
+    `trace_path` (written by `write_trace`). `--set` overrides apply on top.
+
+    Raises:
+        ValueError: a deployment the simulator cannot reproduce (data or expert parallelism, an
+            unknown card or model) — naming the file and key, and the `--set` that would name it.
+    """
+    kwargs = run.meta.get("engine_kwargs")
+    meta_path = run.directory / "vllm" / "meta.json"
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"{meta_path}: no engine_kwargs object (the engine arguments of the run)")
+    if int(kwargs.get("data_parallel_size") or 1) != 1 or kwargs.get("enable_expert_parallel"):
+        raise ValueError(f"{meta_path}: engine_kwargs data_parallel_size={kwargs.get('data_parallel_size')}, "
+                         f"enable_expert_parallel={kwargs.get('enable_expert_parallel')}: data and expert parallel "
+                         "serving is not modelled yet; only single-replica TP/PP runs can be compared")
+    engine: dict = {"scheduler": "vllm_v1", "tensor_parallel_size": int(kwargs.get("tensor_parallel_size") or 1),
+                    "pipeline_parallel_size": int(kwargs.get("pipeline_parallel_size") or 1)}
+    for key, value in (("max_num_seqs", kwargs.get("max_num_seqs")), ("chunk_size", kwargs.get("max_num_batched_tokens")),
+                       ("max_model_len", kwargs.get("max_model_len")), ("seed", kwargs.get("seed"))):
+        if value is not None:
+            engine[key] = int(value)
+    if kwargs.get("kv_cache_dtype") not in (None, "auto", "bfloat16", "bf16"):
+        engine["kv_cache_dtype"] = "fp8" if "fp8" in str(kwargs["kv_cache_dtype"]) else kwargs["kv_cache_dtype"]
+    instance = _instance(run)
+    if instance.get("npu_mem", {}).get("mem_util") is not None:
+        engine["gpu_memory_utilization"] = float(instance["npu_mem"]["mem_util"])
+    return {"name": f"{run.directory.name}-sim", "model": _model(run.meta.get("model"), meta_path),
+            "device": _device(instance.get("hardware"), run.directory / "config.json"),
+            "engine": engine, "trace": {"kind": "file", "path": str(trace_path), "format": "canonical"}}
+
+
+def _instance(run: RecordedRun) -> dict:
+    try:
+        return run.cluster["nodes"][0]["instances"][0]
+    except (KeyError, IndexError, TypeError):
+        return {}
+
+
+def _model(name, meta_path: Path) -> str:
+    from profiler.model_spec import BUILTIN_MODELS
+
+    candidates = [str(name), str(name).rsplit("/", 1)[-1].lower()] if name else []
+    for candidate in candidates:
+        if candidate in BUILTIN_MODELS:
+            return candidate
+    raise ValueError(f"{meta_path}: model {name!r} is not a built-in model (built-in: {', '.join(sorted(BUILTIN_MODELS))}); "
+                     "give its config.json with --set model=PATH")
+
+
+def _device(hardware, config_path: Path) -> str:
+    if hardware in HARDWARE_DEVICES:
+        return HARDWARE_DEVICES[hardware]
+    raise ValueError(f"{config_path}: hardware {hardware!r} has no built-in device (known: "
+                     f"{', '.join(sorted(HARDWARE_DEVICES))}); name one with --set device=NAME or a device file")
+
+
+def write_trace(run: RecordedRun, path: Path) -> Path:
+    """The run's requests as a canonical trace CSV (arrival_s, prompt_tokens, output_tokens)."""
+    frame = run.requests[["arrival_s", "prompt_tokens", "output_tokens"]]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    frame.to_csv(tmp, index=False, float_format="%.9f")
+    tmp.replace(path)
+    return path
+
+
+def per_request_errors(run: RecordedRun, simulated: pd.DataFrame) -> pd.DataFrame:
+    """Per-request signed errors (%) of TTFT, TPOT and E2E: the simulation's request i is the
+    trace's row i, i.e. the recording's i-th request by engine arrival.
+
+    Args:
+        simulated: the simulator's requests frame (`simulator.metrics.requests_frame`), request_id
+            0..n−1 in trace order.
+
+    Returns:
+        one row per metric: its error's P10, P50, P90 over requests and the share within ±10 % / ±25 %.
+
+    Raises:
+        ValueError: the simulation has another number of requests than the recording.
+    """
+    if len(simulated) != len(run.requests):
+        raise ValueError(f"the simulation has {len(simulated)} requests, the recording {len(run.requests)}")
+    sim = simulated.sort_values("request_id", kind="stable").reset_index(drop=True)
+    rows = []
+    for metric in ("ttft_s", "tpot_s", "e2e_s"):
+        measured = run.requests[metric].to_numpy(dtype=float)
+        predicted = sim[metric].to_numpy(dtype=float)
+        ok = np.isfinite(measured) & np.isfinite(predicted) & (measured > 0)
+        error = 100.0 * (predicted[ok] - measured[ok]) / measured[ok]
+        p10, p50, p90 = np.percentile(error, [10, 50, 90]) if error.size else (np.nan,) * 3
+        rows.append({"metric": metric, "requests": int(ok.sum()), "err P10 %": p10, "err P50 %": p50,
+                     "err P90 %": p90, "within ±10 %": float(np.mean(np.abs(error) <= 10)) if error.size else np.nan,
+                     "within ±25 %": float(np.mean(np.abs(error) <= 25)) if error.size else np.nan})
+    return pd.DataFrame(rows)
+
+
+def per_second(arrival_s: np.ndarray, scheduled_s: np.ndarray, completion_s: np.ndarray,
+               token_times_s: list | None, output_tokens: np.ndarray, first_token_s: np.ndarray,
+               horizon_s: float) -> pd.DataFrame:
+    """Per-second state of a run, defined the same way for the recording and the simulation:
+    at each whole second t, `running` = requests scheduled and not finished, `waiting` = arrived
+    and not yet scheduled; `gen_throughput` = output tokens emitted in (t − 1, t] (from per-token
+    times when given, else spread evenly between the first and the last token).
+
+    Returns:
+        columns t (1, 2, ..., ceil(horizon_s)), running, waiting, gen_throughput (tokens/s).
+    """
+    t = np.arange(1, int(math.ceil(horizon_s)) + 1, dtype=float)
+    running = ((scheduled_s[None, :] <= t[:, None]) & (completion_s[None, :] > t[:, None])).sum(axis=1)
+    waiting = ((arrival_s[None, :] <= t[:, None]) & (scheduled_s[None, :] > t[:, None])).sum(axis=1)
+    if token_times_s is not None:
+        times = np.concatenate([np.asarray(x, dtype=float) for x in token_times_s]) if len(token_times_s) else np.array([])
+    else:  # the recording has no per-token times: first token, then the rest evenly to the last
+        times = np.concatenate([np.linspace(f, c, int(n)) if n > 1 else np.array([f])
+                                for f, c, n in zip(first_token_s, completion_s, output_tokens)])
+    counts = np.histogram(times, bins=np.concatenate([[0.0], t]))[0] if times.size else np.zeros(len(t))
+    return pd.DataFrame({"t": t, "running": running, "waiting": waiting, "gen_throughput": counts.astype(float)})

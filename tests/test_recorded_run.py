@@ -1,0 +1,131 @@
+"""`verify --against-run`: the recorded-run bundle reader (experiments/verification/recorded_run.py),
+on hand-made bundles and the recorded Qwen3-32B TP2 run in ../shared/validation."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments.verification.recorded_run import (bundle_config, measured_summary, per_request_errors, per_second,
+                                                   read_recorded_run, write_trace)
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "validation" / "llmservingsim"
+QWEN_TP2 = SHARED / "RTXPRO6000_Qwen3-32B_tp2"
+META = {"model": "Qwen/Qwen3-32B", "vllm_version": "0.19.0",
+        "engine_kwargs": {"tensor_parallel_size": 2, "data_parallel_size": 1, "enable_expert_parallel": False,
+                          "max_num_seqs": 128, "max_num_batched_tokens": 2048, "max_model_len": None, "seed": 42}}
+
+
+def _bundle(tmp_path: Path, requests: list[dict], meta: dict = META, cluster: dict | None = None) -> Path:
+    (tmp_path / "vllm").mkdir(parents=True)
+    (tmp_path / "vllm" / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in requests))
+    (tmp_path / "vllm" / "meta.json").write_text(json.dumps(meta))
+    cluster = cluster or {"nodes": [{"instances": [{"hardware": "RTXPRO6000", "npu_mem": {"mem_util": 0.9}}]}]}
+    (tmp_path / "config.json").write_text(json.dumps(cluster))
+    return tmp_path
+
+
+def _request(i, queued, first, last, n_in=100, n_out=11, arrival=1.7e9):
+    return {"request_id": f"r{i}", "input_toks": n_in, "output_toks": n_out, "arrival_time": arrival + i,
+            "queued_ts": queued, "scheduled_ts": queued, "first_token_ts": first, "last_token_ts": last}
+
+
+def test_metrics_come_from_the_engine_clock_only(tmp_path):
+    # Engine clock around 1000 s; the client's epoch arrival_time (1.7e9) must never enter a latency.
+    bundle = _bundle(tmp_path, [_request(0, 1000.0, 1000.5, 1001.5), _request(1, 1002.0, 1003.0, 1005.0, n_out=5)])
+    run = read_recorded_run(bundle)
+    assert run.requests["arrival_s"].tolist() == [0.0, 2.0]
+    assert run.requests["ttft_s"].tolist() == [0.5, 1.0]
+    assert run.requests["e2e_s"].tolist() == [1.5, 3.0]
+    assert run.requests["tpot_s"].tolist() == pytest.approx([1.0 / 10, 2.0 / 4])
+    summary = measured_summary(run)
+    assert summary["makespan_s"] == 5.0  # last token 1005 − first queued 1000
+    assert summary["throughput_rps"] == pytest.approx(2 / 5.0)
+    assert summary["output_throughput_tps"] == pytest.approx(16 / 5.0)
+    assert summary["ttft_s_p50"] == pytest.approx(0.75)
+
+
+def test_requests_are_replayed_in_engine_arrival_order(tmp_path):
+    bundle = _bundle(tmp_path, [_request(0, 1005.0, 1006.0, 1007.0, n_in=7), _request(1, 1000.0, 1001.0, 1002.0, n_in=3)])
+    run = read_recorded_run(bundle)
+    assert run.requests["prompt_tokens"].tolist() == [3, 7] and run.requests["request_id"].tolist() == ["r1", "r0"]
+    trace = write_trace(run, tmp_path / "out" / "trace.csv").read_text().splitlines()
+    assert trace[0] == "arrival_s,prompt_tokens,output_tokens"
+    assert trace[1:] == ["0.000000000,3,11", "5.000000000,7,11"]
+
+
+def test_bundle_config_carries_the_recorded_limits(tmp_path):
+    run = read_recorded_run(_bundle(tmp_path, [_request(0, 1.0, 2.0, 3.0)]))
+    config = bundle_config(run, tmp_path / "trace.csv")
+    assert config["device"] == "rtx-pro-6000"
+    assert config["engine"] == {"scheduler": "vllm_v1", "tensor_parallel_size": 2, "pipeline_parallel_size": 1,
+                                "max_num_seqs": 128, "chunk_size": 2048, "seed": 42, "gpu_memory_utilization": 0.9}
+    assert config["trace"] == {"kind": "file", "path": str(tmp_path / "trace.csv"), "format": "canonical"}
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("queued_ts", "soon", "field queued_ts is 'soon'"),
+    ("output_toks", 0, "field output_toks is 0"),
+    ("first_token_ts", float("nan"), "field first_token_ts is nan"),
+    ("last_token_ts", 999.0, "expected first_token_ts <= last_token_ts"),
+])
+def test_a_bad_request_line_names_file_line_and_field(tmp_path, field, value, message):
+    bad = _request(1, 1000.0, 1000.5, 1001.5)
+    bad[field] = value
+    bundle = _bundle(tmp_path, [_request(0, 1000.0, 1000.5, 1001.5), bad])
+    with pytest.raises(ValueError, match=f"requests.jsonl:2: .*{message}"):
+        read_recorded_run(bundle)
+
+
+def test_missing_files_and_unsupported_deployments_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="not a recorded run: vllm/requests.jsonl is missing"):
+        read_recorded_run(tmp_path)
+    dp = {**META, "engine_kwargs": {**META["engine_kwargs"], "data_parallel_size": 2, "enable_expert_parallel": True}}
+    run = read_recorded_run(_bundle(tmp_path / "dp", [_request(0, 1.0, 2.0, 3.0)], meta=dp))
+    with pytest.raises(ValueError, match="meta.json: .*data and expert parallel serving is not modelled"):
+        bundle_config(run, tmp_path / "t.csv")
+    run = read_recorded_run(_bundle(tmp_path / "hw", [_request(0, 1.0, 2.0, 3.0)],
+                                    cluster={"nodes": [{"instances": [{"hardware": "TPUv9"}]}]}))
+    with pytest.raises(ValueError, match="hardware 'TPUv9' has no built-in device"):
+        bundle_config(run, tmp_path / "t.csv")
+
+
+def test_per_second_counts_running_waiting_and_tokens():
+    # Request A: arrives 0, scheduled 0.5, tokens at 0.9, 1.5, 2.5 (done 2.5); B: arrives 0.2, scheduled 1.2, done 1.8.
+    frame = per_second(np.array([0.0, 0.2]), np.array([0.5, 1.2]), np.array([2.5, 1.8]),
+                       [[0.9, 1.5, 2.5], [1.5, 1.8]], np.array([3, 2]), np.array([0.9, 1.5]), 2.5)
+    assert frame["t"].tolist() == [1.0, 2.0, 3.0]
+    assert frame["running"].tolist() == [1, 1, 0]
+    assert frame["waiting"].tolist() == [1, 0, 0]
+    assert frame["gen_throughput"].tolist() == [1.0, 3.0, 1.0]
+
+
+def test_per_request_errors_pair_requests_by_trace_order(tmp_path):
+    import pandas as pd
+
+    run = read_recorded_run(_bundle(tmp_path, [_request(0, 0.0, 1.0, 2.0), _request(1, 1.0, 3.0, 5.0)]))
+    # measured TTFT 1.0 (r0) and 2.0 (r1); simulated 1.05 and 1.9: +5 % and −5 %; E2E 2.0 and 4.0 exactly.
+    simulated = pd.DataFrame({"request_id": [1, 0], "ttft_s": [1.9, 1.05], "tpot_s": [0.2, 0.1], "e2e_s": [4.0, 2.0]})
+    errors = per_request_errors(run, simulated).set_index("metric")
+    assert errors.loc["ttft_s", "err P10 %"] == pytest.approx(-4.0)
+    assert errors.loc["ttft_s", "err P50 %"] == pytest.approx(0.0)
+    assert errors.loc["e2e_s", "err P90 %"] == pytest.approx(0.0)
+    assert errors.loc["ttft_s", "within ±10 %"] == 1.0
+    with pytest.raises(ValueError, match="the simulation has 1 requests, the recording 2"):
+        per_request_errors(run, simulated.iloc[:1])
+
+
+@pytest.mark.skipif(not QWEN_TP2.is_dir(), reason="../shared/validation (recorded vLLM runs) is not beside the checkout")
+def test_the_recorded_qwen3_32b_tp2_run_ground_truth():
+    """The figures of the recorded run, computed by hand from requests.jsonl (engine clock)."""
+    run = read_recorded_run(QWEN_TP2)
+    s = measured_summary(run)
+    assert s["completed"] == 300
+    assert s["makespan_s"] == pytest.approx(159.6532, abs=1e-3)
+    assert s["ttft_s_p50"] == pytest.approx(40.7018, abs=1e-3)
+    assert s["tpot_s_p50"] == pytest.approx(0.08428, abs=1e-5)
+    assert s["e2e_s_p50"] == pytest.approx(98.649, abs=1e-2)
+    assert run.requests["output_tokens"].sum() == 199486 and run.requests["prompt_tokens"].sum() == 258691
+    assert run.timeseries is not None and len(run.timeseries) == 160
