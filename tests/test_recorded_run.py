@@ -63,6 +63,8 @@ def test_bundle_config_carries_the_recorded_limits(tmp_path):
     assert config["engine"] == {"scheduler": "vllm_v1", "tensor_parallel_size": 2, "pipeline_parallel_size": 1,
                                 "max_num_seqs": 128, "chunk_size": 2048, "seed": 42, "gpu_memory_utilization": 0.9}
     assert config["trace"] == {"kind": "file", "path": str(tmp_path / "trace.csv"), "format": "canonical"}
+    assert config["model"] == "qwen3-32b"
+    assert "model" not in bundle_config(run, tmp_path / "trace.csv", frozenset({"model"}))  # --set model=... names it
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -94,12 +96,13 @@ def test_missing_files_and_unsupported_deployments_are_refused(tmp_path):
 
 def test_per_second_counts_running_waiting_and_tokens():
     # Request A: arrives 0, scheduled 0.5, tokens at 0.9, 1.5, 2.5 (done 2.5); B: arrives 0.2, scheduled 1.2, done 1.8.
-    frame = per_second(np.array([0.0, 0.2]), np.array([0.5, 1.2]), np.array([2.5, 1.8]),
-                       [[0.9, 1.5, 2.5], [1.5, 1.8]], np.array([3, 2]), np.array([0.9, 1.5]), 2.5)
+    args = np.array([0.0, 0.2]), np.array([0.5, 1.2]), np.array([2.5, 1.8])
+    frame = per_second(*args, [[0.9, 1.5, 2.5], [1.5, 1.8]], 2.5)
     assert frame["t"].tolist() == [1.0, 2.0, 3.0]
     assert frame["running"].tolist() == [1, 1, 0]
     assert frame["waiting"].tolist() == [1, 0, 0]
     assert frame["gen_throughput"].tolist() == [1.0, 3.0, 1.0]
+    assert per_second(*args, None, 2.5)["gen_throughput"].isna().all()  # no per-token times: not invented
 
 
 def test_per_request_errors_pair_requests_by_trace_order(tmp_path):
@@ -129,3 +132,31 @@ def test_the_recorded_qwen3_32b_tp2_run_ground_truth():
     assert s["e2e_s_p50"] == pytest.approx(98.649, abs=1e-2)
     assert run.requests["output_tokens"].sum() == 199486 and run.requests["prompt_tokens"].sum() == 258691
     assert run.timeseries is not None and len(run.timeseries) == 160
+
+
+def test_verify_against_run_on_a_small_bundle(tmp_path):
+    from typer.testing import CliRunner
+
+    from experiments.cli.main import app
+
+    requests = [_request(i, 1000.0 + 0.5 * i, 1000.6 + 0.5 * i, 1002.0 + 0.5 * i, n_in=64 + 8 * i, n_out=20)
+                for i in range(12)]
+    bundle = _bundle(tmp_path / "bundle", requests, meta={**META, "model": "meta-llama/Meta-Llama-3-8B"},
+                     cluster={"nodes": [{"instances": [{"hardware": "H100", "npu_mem": {"mem_util": 0.9}}]}]})
+    out = tmp_path / "out"
+    runner = CliRunner()
+    refused = runner.invoke(app, ["verify", "cfg.yaml", "--against-run", str(bundle)])
+    assert refused.exit_code != 0 and "drop CONFIG" in refused.output
+    unknown = runner.invoke(app, ["verify", "--against-run", str(bundle), "--out", str(out)])
+    assert unknown.exit_code != 0 and "is not a built-in model" in unknown.output and "--set model=PATH" in unknown.output
+    result = runner.invoke(app, ["verify", "--against-run", str(bundle), "--out", str(out), "--set", "model=llama-3-8b",
+                                 "--set", "engine.tensor_parallel_size=1", "--set", "cost_model=roofline"])
+    assert result.exit_code == 0, result.output
+    document = json.loads((out / "fidelity.json").read_text())
+    assert document["context"]["requests"] == 12 and document["context"]["device"] == "h100-sxm"
+    measured = {row["metric"]: row["measured"] for row in document["e2e"]}
+    assert measured["makespan_s"] == pytest.approx(1007.5 - 1000.0)
+    assert measured["ttft_s_p50"] == pytest.approx(0.6)
+    per_request = next(iter(document["extra"].values()))
+    assert [row["metric"] for row in per_request] == ["ttft_s", "tpot_s", "e2e_s"]
+    assert (out / "plots" / "per_second.png").is_file() and (out / "trace.csv").is_file()

@@ -161,8 +161,9 @@ def _verify_recorded(bundle: Path, overrides: list[str], out: Optional[Path], fa
         out_dir = out or Path("runs") / f"{bundle.resolve().name}-verify"
         out_dir.mkdir(parents=True, exist_ok=True)
         config_path = out_dir / "config.yaml"
-        config_path.write_text(yaml.safe_dump(rr.bundle_config(run, rr.write_trace(run, out_dir / "trace.csv").resolve()),
-                                              sort_keys=False))
+        overridden = frozenset(o.split("=", 1)[0].strip() for o in overrides)
+        trace_path = rr.write_trace(run, out_dir / "trace.csv").resolve()
+        config_path.write_text(yaml.safe_dump(rr.bundle_config(run, trace_path, overridden), sort_keys=False))
         chosen = _point(_points(config_path, overrides), 0)
         result = simulate_point(chosen, build_pricer(chosen, build_cost_model(chosen)))
         e2e = e2e_fidelity(result.summary, rr.measured_summary(run))
@@ -172,11 +173,10 @@ def _verify_recorded(bundle: Path, overrides: list[str], out: Optional[Path], fa
     r, sim = run.requests, result.requests
     horizon_s = max(r["completion_s"].max(), sim["completion_s"].max())
     measured_s = rr.per_second(r["arrival_s"].to_numpy(), r["scheduled_s"].to_numpy(), r["completion_s"].to_numpy(),
-                               None, r["output_tokens"].to_numpy(), r["first_token_s"].to_numpy(), horizon_s)
+                               None, horizon_s)
     served = sim[sim["first_scheduled_s"].notna()]
     simulated_s = rr.per_second(served["arrival_s"].to_numpy(), served["first_scheduled_s"].to_numpy(),
-                                served["completion_s"].to_numpy(), list(served["token_times_s"]),
-                                served["output_tokens"].to_numpy(), served["first_token_s"].to_numpy(), horizon_s)
+                                served["completion_s"].to_numpy(), list(served["token_times_s"]), horizon_s)
     (out_dir / "plots").mkdir(exist_ok=True)
     figure = timeseries_overlay(simulated_s, measured_s, run.timeseries, out_dir / "plots" / "per_second.png")
     pd.concat({"measured": measured_s.set_index("t"), "simulated": simulated_s.set_index("t")}, axis=1).to_csv(

@@ -179,7 +179,8 @@ def timeseries_overlay(simulated: pd.DataFrame, measured: pd.DataFrame, logged: 
     fig, axes = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
     for ax, column, label in zip(axes, ("running", "waiting", "gen_throughput"),
                                  ("running requests", "waiting requests", "output tokens/s")):
-        ax.plot(measured["t"], measured[column], label="measured (request timestamps)", color="black")
+        if measured[column].notna().any():  # the recording has no per-token times for the throughput
+            ax.plot(measured["t"], measured[column], label="measured (request timestamps)", color="black")
         if logged is not None and column in logged:
             ax.plot(logged["t"], logged[column], label="measured (engine log)", color="gray", linestyle=":")
         ax.plot(simulated["t"], simulated[column], label="simulated", color="tab:blue")

@@ -179,11 +179,12 @@ def measured_summary(run: RecordedRun) -> dict[str, float]:
     return out
 
 
-def bundle_config(run: RecordedRun, trace_path: Path) -> dict:
+def bundle_config(run: RecordedRun, trace_path: Path, overridden: frozenset[str] = frozenset()) -> dict:
     """A `simulate` config (a dict for `experiments.config`) of the recorded deployment: the model
     and card of the bundle, vLLM V1's scheduler with the run's limits (`max_num_batched_tokens` is
     the token budget, `chunk_size` here), its TP degree and gpu_memory_utilization, and the trace at
-    `trace_path` (written by `write_trace`). `--set` overrides apply on top.
+    `trace_path` (written by `write_trace`). `--set` overrides apply on top; `overridden` names the
+    top-level keys they set (`model`, `device`), which are then not mapped from the bundle.
 
     Raises:
         ValueError: a deployment the simulator cannot reproduce (data or expert parallelism, an
@@ -208,9 +209,13 @@ def bundle_config(run: RecordedRun, trace_path: Path) -> dict:
     instance = _instance(run)
     if instance.get("npu_mem", {}).get("mem_util") is not None:
         engine["gpu_memory_utilization"] = float(instance["npu_mem"]["mem_util"])
-    return {"name": f"{run.directory.name}-sim", "model": _model(run.meta.get("model"), meta_path),
-            "device": _device(instance.get("hardware"), run.directory / "config.json"),
-            "engine": engine, "trace": {"kind": "file", "path": str(trace_path), "format": "canonical"}}
+    config = {"name": f"{run.directory.name}-sim", "engine": engine,
+              "trace": {"kind": "file", "path": str(trace_path), "format": "canonical"}}
+    if "model" not in overridden:
+        config["model"] = _model(run.meta.get("model"), meta_path)
+    if "device" not in overridden:
+        config["device"] = _device(instance.get("hardware"), run.directory / "config.json")
+    return config
 
 
 def _instance(run: RecordedRun) -> dict:
@@ -279,12 +284,13 @@ def per_request_errors(run: RecordedRun, simulated: pd.DataFrame) -> pd.DataFram
 
 
 def per_second(arrival_s: np.ndarray, scheduled_s: np.ndarray, completion_s: np.ndarray,
-               token_times_s: list | None, output_tokens: np.ndarray, first_token_s: np.ndarray,
-               horizon_s: float) -> pd.DataFrame:
+               token_times_s: list | None, horizon_s: float) -> pd.DataFrame:
     """Per-second state of a run, defined the same way for the recording and the simulation:
     at each whole second t, `running` = requests scheduled and not finished, `waiting` = arrived
-    and not yet scheduled; `gen_throughput` = output tokens emitted in (t − 1, t] (from per-token
-    times when given, else spread evenly between the first and the last token).
+    and not yet scheduled; `gen_throughput` = output tokens emitted in (t − 1, t] from per-token
+    times, NaN without them (the recording has only first and last token times: spreading the
+    rest evenly would draw a smooth curve the engine never produced; its own per-second log,
+    `RecordedRun.timeseries`, is the measured throughput).
 
     Returns:
         columns t (1, 2, ..., ceil(horizon_s)), running, waiting, gen_throughput (tokens/s).
@@ -292,10 +298,9 @@ def per_second(arrival_s: np.ndarray, scheduled_s: np.ndarray, completion_s: np.
     t = np.arange(1, int(math.ceil(horizon_s)) + 1, dtype=float)
     running = ((scheduled_s[None, :] <= t[:, None]) & (completion_s[None, :] > t[:, None])).sum(axis=1)
     waiting = ((arrival_s[None, :] <= t[:, None]) & (scheduled_s[None, :] > t[:, None])).sum(axis=1)
-    if token_times_s is not None:
+    if token_times_s is None:
+        counts = np.full(len(t), np.nan)
+    else:
         times = np.concatenate([np.asarray(x, dtype=float) for x in token_times_s]) if len(token_times_s) else np.array([])
-    else:  # the recording has no per-token times: first token, then the rest evenly to the last
-        times = np.concatenate([np.linspace(f, c, int(n)) if n > 1 else np.array([f])
-                                for f, c, n in zip(first_token_s, completion_s, output_tokens)])
-    counts = np.histogram(times, bins=np.concatenate([[0.0], t]))[0] if times.size else np.zeros(len(t))
-    return pd.DataFrame({"t": t, "running": running, "waiting": waiting, "gen_throughput": counts.astype(float)})
+        counts = np.histogram(times, bins=np.concatenate([[0.0], t]))[0].astype(float)
+    return pd.DataFrame({"t": t, "running": running, "waiting": waiting, "gen_throughput": counts})
