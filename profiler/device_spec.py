@@ -1,7 +1,11 @@
-"""`DeviceSpec`: the datasheet figures of an accelerator that a roofline cost model needs.
+"""`DeviceSpec`: the figures of an accelerator that the roofline cost model and the KV pool need.
 
-Figures are from REFERENCE.md §5 (NVIDIA datasheets). Peaks are **dense** tensor-core rates;
-NVIDIA's H100/H200 sheets headline the 2:4-sparse figure (1,979 TFLOPS), which is twice the dense one.
+A device is described by a YAML file (`profiler/device_file.py` holds the schema and the loader);
+the built-ins are such files under `profiler/data/devices/`, each citing its datasheet. Figures
+here are in SI units (FLOP/s, bytes/s, seconds); the files use TFLOPS, GB/s, µs and ms.
+
+Peaks are **dense** tensor-core rates; NVIDIA's H100/H200 sheets headline the 2:4-sparse figure
+(1,979 TFLOPS), which is twice the dense one.
 
 Memory assumption: `memory_gib` is the marketed capacity read as GiB. On the 80 GB HBM parts the
 device holds 80 GiB (nvidia-smi reports ≈80 GiB, within 1 %); on the others the marketed figure is
@@ -9,30 +13,53 @@ likewise taken as GiB. The fixed runtime reserve in `memory.py` absorbs the diff
 
 Interconnect assumption: `interconnect_bandwidth_bytes_per_s` is the **per-direction** bandwidth of
 one GPU's link, i.e. half the bidirectional figure that datasheets print, because a ring
-all-reduce sends and receives at the same time and is bound by one direction. The latency is an
-assumption (no datasheet gives it): about 10 µs for a small all-reduce over NVLink and 20 µs over
-PCIe, to be replaced by a measured profile (issue "Calibration").
+all-reduce sends and receives at the same time and is bound by one direction.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from profiler.device_file import (DEFAULT_GEMM_FLOPS_EFFICIENCY, DEFAULT_KERNEL_LATENCY_S,
+                                  DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY, DEFAULT_STEP_OVERHEAD_S,
+                                  builtin_device_fields, device_fields_from_file,
+                                  device_fields_from_mapping, looks_like_path)
+
+@dataclass(frozen=True)
+class AllReduceFit:
+    """One all-reduce over `tp` GPUs: latency_s + 2 (tp − 1) / tp × bytes / (link bandwidth ×
+    link_bandwidth_efficiency). Seconds and a fraction (may exceed 1 where vLLM's one-shot
+    custom all-reduce beats the ring bound)."""
+
+    latency_s: float
+    link_bandwidth_efficiency: float
 
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """One accelerator's datasheet figures.
+    """One accelerator: datasheet figures, and the roofline's efficiencies on it.
 
     Attributes:
-        name: built-in key, e.g. "h100-sxm".
+        name: key, e.g. "h100-sxm".
         peak_bf16_flops: dense BF16 tensor-core peak, FLOP/s.
         mem_bandwidth_bytes_per_s: device memory (HBM/GDDR) bandwidth, bytes/s.
         memory_gib: device memory, GiB (see the module's memory assumption).
         interconnect_bandwidth_bytes_per_s: GPU-to-GPU link, per direction, bytes/s.
-        interconnect_latency_s: fixed latency of one small all-reduce, s (assumption).
+        interconnect_latency_s: fixed latency of one small all-reduce, s, where no per-TP fit
+            (`all_reduce`) says otherwise.
         peak_fp8_flops: dense FP8 peak, FLOP/s; None where the tensor cores have no FP8 (Ampere).
         host_link_bandwidth_bytes_per_s: GPU-host link per direction (PCIe), bytes/s; prices KV
-            swapping. PCIe Gen4 x16 is 64 GB/s bidirectional (32 per direction: A100, L40S, A40);
-            Gen5 x16 128 GB/s (64: H100 SXM, H200), from the same datasheets.
+            swapping.
+        interconnect_kind: "nvlink", "pcie" or "xgmi" (AMD Infinity Fabric).
+        gemm_flops_efficiency: fraction of the dense peak GEMMs and attention reach.
+        memory_bandwidth_efficiency: fraction of the bandwidth memory-bound kernels reach.
+        kernel_latency_s: fixed time every kernel launch adds (s).
+        step_overhead_s: host time per step outside the kernels (s).
+        all_reduce: per TP degree, the fitted all-reduce terms (empty: the link figures with
+            efficiency 1).
+        source: where the datasheet figures come from (a file, "inline", a built-in's sheet).
+        efficiency_source: where the efficiencies come from ("assumed defaults", a fit, a file).
     """
 
     name: str
@@ -43,6 +70,14 @@ class DeviceSpec:
     interconnect_latency_s: float
     peak_fp8_flops: float | None = None
     host_link_bandwidth_bytes_per_s: float = 32e9
+    interconnect_kind: str = "nvlink"
+    gemm_flops_efficiency: float = DEFAULT_GEMM_FLOPS_EFFICIENCY
+    memory_bandwidth_efficiency: float = DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY
+    kernel_latency_s: float = DEFAULT_KERNEL_LATENCY_S
+    step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S
+    all_reduce: Mapping[int, AllReduceFit] = field(default_factory=dict)
+    source: str = ""
+    efficiency_source: str = "assumed defaults"
 
     def peak_flops(self, dtype_bytes: int) -> float:
         """Dense tensor-core peak (FLOP/s) for GEMMs whose operands are `dtype_bytes` wide.
@@ -54,37 +89,77 @@ class DeviceSpec:
             return self.peak_fp8_flops
         return self.peak_bf16_flops
 
+    def all_reduce_terms(self, tp: int) -> AllReduceFit:
+        """(latency_s, link bandwidth efficiency) of one all-reduce over `tp` GPUs: the fit for
+        that TP degree when there is one, else the link's latency at full link bandwidth."""
+        fit = self.all_reduce.get(tp)
+        return fit if fit is not None else AllReduceFit(self.interconnect_latency_s, 1.0)
 
-_NVLINK_LATENCY_S = 10e-6  # assumption, see module docstring
-_PCIE_LATENCY_S = 20e-6  # assumption, see module docstring
+    def describe(self) -> dict[str, Any]:
+        """The figures a point was priced with, in the units of a device file, for reports.
 
-BUILTIN_DEVICES: dict[str, DeviceSpec] = {
-    spec.name: spec
-    for spec in (
-        # A100 SXM 80GB datasheet: 312 TFLOPS BF16 dense, 2,039 GB/s HBM2e, NVLink3 600 GB/s
-        # bidirectional. No FP8 tensor cores.
-        DeviceSpec("a100-80gb", 312e12, 2.039e12, 80, 300e9, _NVLINK_LATENCY_S),
-        # H100 SXM datasheet: 1,979 TFLOPS BF16 *with sparsity* -> 989.5 dense, 3.35 TB/s HBM3,
-        # NVLink4 900 GB/s bidirectional. FP8 dense = 2 x BF16 dense (3,958 sparse / 2).
-        DeviceSpec("h100-sxm", 989.5e12, 3.35e12, 80, 450e9, _NVLINK_LATENCY_S, 1979e12, 64e9),
-        # H200 SXM datasheet: same compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s, NVLink4 900 GB/s.
-        DeviceSpec("h200", 989.5e12, 4.8e12, 141, 450e9, _NVLINK_LATENCY_S, 1979e12, 64e9),
-        # L40S datasheet: 362 TFLOPS BF16 dense (733 sparse), 48 GB GDDR6 at 864 GB/s, PCIe4 x16
-        # 64 GB/s bidirectional, no NVLink. Ada FP8 dense = 2 x BF16 dense.
-        DeviceSpec("l40s", 362e12, 864e9, 48, 32e9, _PCIE_LATENCY_S, 724e12),
-        # A40 datasheet: 149.7 TFLOPS BF16 dense (299.4 sparse), 48 GB GDDR6 at 696 GB/s, NVLink
-        # bridge 112.5 GB/s bidirectional (pairs of GPUs). Ampere: no FP8 tensor cores.
-        DeviceSpec("a40", 149.7e12, 696e9, 48, 56.25e9, _NVLINK_LATENCY_S),
-    )
-}
+        Returns a flat JSON-ready dict: name, memory_gib, dense_bf16_tflops, dense_fp8_tflops
+        (None without FP8), memory_bandwidth_gb_per_s, gpu_link (kind, gb_per_s_per_direction,
+        latency_us), host_link_gb_per_s_per_direction, gemm_flops_efficiency,
+        memory_bandwidth_efficiency, kernel_latency_us, step_overhead_ms, all_reduce (per TP:
+        latency_us, link_bandwidth_efficiency), source, efficiency_source.
+        """
+        return {
+            "name": self.name,
+            "memory_gib": self.memory_gib,
+            "dense_bf16_tflops": self.peak_bf16_flops / 1e12,
+            "dense_fp8_tflops": None if self.peak_fp8_flops is None else self.peak_fp8_flops / 1e12,
+            "memory_bandwidth_gb_per_s": self.mem_bandwidth_bytes_per_s / 1e9,
+            "gpu_link": {"kind": self.interconnect_kind,
+                         "gb_per_s_per_direction": self.interconnect_bandwidth_bytes_per_s / 1e9,
+                         "latency_us": self.interconnect_latency_s * 1e6},
+            "host_link_gb_per_s_per_direction": self.host_link_bandwidth_bytes_per_s / 1e9,
+            "gemm_flops_efficiency": self.gemm_flops_efficiency,
+            "memory_bandwidth_efficiency": self.memory_bandwidth_efficiency,
+            "kernel_latency_us": self.kernel_latency_s * 1e6,
+            "step_overhead_ms": self.step_overhead_s * 1e3,
+            "all_reduce": {str(tp): {"latency_us": fit.latency_s * 1e6,
+                                     "link_bandwidth_efficiency": fit.link_bandwidth_efficiency}
+                           for tp, fit in sorted(self.all_reduce.items())},
+            "source": self.source,
+            "efficiency_source": self.efficiency_source,
+        }
 
 
-def get_device_spec(name: str) -> DeviceSpec:
-    """The built-in `DeviceSpec` called `name`.
+def _spec(fields: dict[str, Any]) -> DeviceSpec:
+    """A DeviceSpec from the SI fields `profiler.device_file` returns."""
+    all_reduce = {tp: AllReduceFit(*terms) for tp, terms in fields.pop("all_reduce", {}).items()}
+    return DeviceSpec(**fields, all_reduce=all_reduce)
+
+
+BUILTIN_DEVICES: dict[str, DeviceSpec] = {name: _spec(fields) for name, fields in builtin_device_fields().items()}
+
+
+def get_device_spec(device: str | Path | Mapping[str, Any] | DeviceSpec,
+                    base_dir: str | Path | None = None) -> DeviceSpec:
+    """The `DeviceSpec` a config's `device:` value names.
+
+    Args:
+        device: a built-in name (`BUILTIN_DEVICES`), a path to a device YAML file (schema:
+            `profiler/device_file.py`; relative paths against `base_dir`, else the working
+            directory), an inline mapping with the same keys, or a `DeviceSpec` (returned as is).
+        base_dir: folder relative paths are read from (the config file's folder).
 
     Raises:
-        ValueError: unknown name; the message lists the valid ones.
+        ValueError: an unknown name that is no file (the message lists the built-ins), or a file
+            or mapping that fails validation (the message names the file and the key).
     """
-    if name not in BUILTIN_DEVICES:
-        raise ValueError(f"unknown device {name!r}; built-in devices are {sorted(BUILTIN_DEVICES)}")
-    return BUILTIN_DEVICES[name]
+    if isinstance(device, DeviceSpec):
+        return device
+    if isinstance(device, Mapping):
+        return _spec(device_fields_from_mapping(device, where="device (inline)"))
+    text = str(device)
+    if text in BUILTIN_DEVICES:
+        return BUILTIN_DEVICES[text]
+    if looks_like_path(text):
+        path = Path(text).expanduser()
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        return _spec(device_fields_from_file(path))
+    raise ValueError(f"unknown device {text!r}; built-in devices are {sorted(BUILTIN_DEVICES)}, "
+                     "or give a device YAML file (*.yaml) or an inline mapping")

@@ -1,37 +1,58 @@
-"""`RooflineCostModel`: a step's time from datasheet peaks, before any measured profile exists.
+"""`RooflineCostModel`: a step's time from a device's datasheet figures and efficiencies, kernel by kernel.
 
-Each part of a forward step (weight GEMMs, LM head, attention, tensor-parallel all-reduces) is
-priced on the roofline (Williams, Waterman, Patterson, CACM 2009): the slower of its FLOPs over the
-derated compute peak and its bytes over the derated memory bandwidth. A Llama step is the sum of
-its parts plus a fixed per-step overhead. Not priced separately: the embedding gather, RMSNorm,
-rotary, SiLU and sampling (small element-wise work, left to the overhead and to calibration).
+Every kernel of a vLLM Llama forward step is priced on the roofline (Williams, Waterman,
+Patterson, CACM 2009) plus a launch latency:
 
-The default efficiencies and overhead below are **assumptions**, not measurements; a measured
-profile replaces them (issue "Calibration"):
+    t = max(FLOPs / (peak × gemm_flops_efficiency), bytes / (bandwidth × memory_bandwidth_efficiency))
+        + kernel_latency_s
 
-- `FLOPS_EFFICIENCY = 0.6`: large BF16 GEMMs reach roughly 60-75 % of the dense tensor-core peak
-  in cuBLAS [recall, not measured here]; serving shapes (a few hundred to a few thousand rows)
-  sit at the low end.
-- `BANDWIDTH_EFFICIENCY = 0.8`: memory-bound kernels (decode GEMVs, paged attention) typically
-  stream at 75-85 % of the datasheet HBM bandwidth [recall, not measured here].
-- `STEP_OVERHEAD_S = 0.5e-3`: CPU work per step outside the kernels (scheduling, input
-  preparation, sampling, launch of a CUDA-graph-captured decode).
+The kernels, as vLLM 0.19 runs a Llama-family decoder (`vllm/model_executor/models/llama.py`,
+`LlamaDecoderLayer.forward` / `LlamaModel.forward`), for T tokens of S sequences at TP degree tp:
 
-With these, llama-3-8b on h100-sxm decodes one sequence (context 1000) in about 6.2 ms per step:
-the GEMM weights (all but the embedding table, which is gathered, not streamed) take
-15.0e9 B / (3.35e12 B/s × 0.8) = 5.6 ms, attention 0.05 ms, the overhead 0.5 ms.
+- per layer, four GEMMs over all T tokens (`ModelSpec.layer_gemm_shapes`: qkv_proj, o_proj,
+  gate_up_proj, down_proj);
+- per layer, attention (one kernel for the step's prefill chunks, one for its decodes; FLOPs
+  over query-key pairs, bytes = KV read of context + query tokens, Q read and O write);
+- per layer, the element-wise kernels, memory-bound (FLOPs negligible), each one launch:
+  the two RMSNorms with their residual adds **fused** into them (vLLM `RMSNorm.forward_cuda`
+  with a residual calls `fused_add_rms_norm`: read x and residual, write both: 4 × hidden
+  elements a token), rotary on q and k in place (read + write), the KV-cache write
+  (`reshape_and_cache_flash`: read k and v, write them into the cache), SiLU·mul (read
+  2 × ffn/tp, write ffn/tp); per step the embedding gather (read + write a row) and the final
+  fused norm; the first layer's input norm has no residual yet (read + write only);
+- at tp > 1, two all-reduces per layer (after o_proj and down_proj, RowParallelLinear) and one
+  after the vocab-parallel embedding (`VocabParallelEmbedding.forward`), each
+  latency + 2 (tp − 1) / tp × T × hidden × dtype bytes / (link bandwidth × link efficiency)
+  (ring all-reduce: Patarasuk & Yuan, JPDC 2009; terms per TP degree from `DeviceSpec.all_reduce`);
+- the LM head GEMM over S rows (one per sequence; vocab-parallel: vocab / tp columns) and, at
+  tp > 1, the all-gather of the logit shards, latency + (tp − 1) / tp × S × vocab × dtype bytes
+  / link bandwidth (`LogitsProcessor._gather_logits`);
+- the sampler over S × vocab logits (`vllm/v1/sample/sampler.py`: cast to fp32, temperature,
+  softmax, exponential-noise sampling and argmax): assumed `SAMPLER_KERNELS` = 6 launches and
+  `SAMPLER_FP32_PASSES` = 7 fp32 passes over the logits plus one read in the model dtype;
+- a per-step host overhead (`DeviceSpec.step_overhead_s`).
+
+The efficiencies, kernel latency and all-reduce terms come from the `DeviceSpec`: fitted to
+AIConfigurator's measured vLLM tables for the devices it covers (`profiler/roofline_fit.py`,
+`profiler/data/roofline_fits.yaml`), assumed defaults elsewhere (`profiler/device_file.py`).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from profiler.cost_model import step_arrays
+from profiler.device_file import (DEFAULT_GEMM_FLOPS_EFFICIENCY, DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY,
+                                  DEFAULT_STEP_OVERHEAD_S)
 from profiler.device_spec import DeviceSpec
 from profiler.model_spec import ModelSpec
 
-FLOPS_EFFICIENCY = 0.6  # assumption, see module docstring
-BANDWIDTH_EFFICIENCY = 0.8  # assumption, see module docstring
-STEP_OVERHEAD_S = 0.5e-3  # assumption, see module docstring
+# The assumed defaults, under the names `roofline_tuning` and `fitted` import.
+FLOPS_EFFICIENCY = DEFAULT_GEMM_FLOPS_EFFICIENCY
+BANDWIDTH_EFFICIENCY = DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY
+STEP_OVERHEAD_S = DEFAULT_STEP_OVERHEAD_S
+SAMPLER_KERNELS = 6  # assumption, see module docstring
+SAMPLER_FP32_PASSES = 7  # assumption, see module docstring
+_FP32_BYTES = 4
 
 
 def roofline_time_s(flops: float, num_bytes: float, flops_per_s: float, bytes_per_s: float) -> float:
@@ -49,35 +70,71 @@ def gemm_time_s(
     k: int,
     device: DeviceSpec,
     dtype_bytes: int = 2,
-    flops_efficiency: float = FLOPS_EFFICIENCY,
-    bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY,
+    flops_efficiency: float | None = None,
+    bandwidth_efficiency: float | None = None,
+    kernel_latency_s: float | None = None,
 ) -> float:
-    """Roofline time (s) of an (m × k) @ (k × n) GEMM: m tokens through a k-in, n-out weight.
+    """Time (s) of one (m × k) @ (k × n) GEMM: m tokens through a k-in, n-out weight.
 
     FLOPs = 2 m n k (one multiply and one add per MAC). Bytes = (m k + k n + m n) × dtype_bytes:
     the input activations, the weight and the output, each moved once (ideal tiling). The compute
-    peak is `device.peak_flops(dtype_bytes)` × flops_efficiency; the bandwidth is
-    `device.mem_bandwidth_bytes_per_s` × bandwidth_efficiency.
+    peak is `device.peak_flops(dtype_bytes)` × flops_efficiency, the bandwidth
+    `device.mem_bandwidth_bytes_per_s` × bandwidth_efficiency, plus kernel_latency_s. Efficiencies
+    and latency left None are the device's.
     """
+    flops_efficiency = device.gemm_flops_efficiency if flops_efficiency is None else flops_efficiency
+    bandwidth_efficiency = device.memory_bandwidth_efficiency if bandwidth_efficiency is None else bandwidth_efficiency
+    kernel_latency_s = device.kernel_latency_s if kernel_latency_s is None else kernel_latency_s
     flops = 2.0 * m * n * k
     num_bytes = float(m * k + k * n + m * n) * dtype_bytes
     return roofline_time_s(flops, num_bytes, device.peak_flops(dtype_bytes) * flops_efficiency,
-                           device.mem_bandwidth_bytes_per_s * bandwidth_efficiency)
+                           device.mem_bandwidth_bytes_per_s * bandwidth_efficiency) + kernel_latency_s
 
 
 def ring_all_reduce_time_s(num_bytes: float, device: DeviceSpec, tp: int) -> float:
-    """Time (s) of one ring all-reduce of `num_bytes` over `tp` GPUs; 0 when tp = 1.
+    """Time (s) of one all-reduce of `num_bytes` over `tp` GPUs; 0 when tp = 1.
 
-    2 (tp − 1) / tp × num_bytes / link bandwidth + latency: a ring reduce-scatter then all-gather,
-    each moving (tp − 1) / tp of the buffer through every link (Patarasuk & Yuan, JPDC 2009; the
-    "bus bandwidth" factor of nccl-tests). `interconnect_latency_s` stands for the whole
-    collective's fixed cost.
+    latency + 2 (tp − 1) / tp × num_bytes / (link bandwidth × link efficiency): a ring
+    reduce-scatter then all-gather, each moving (tp − 1) / tp of the buffer through every link
+    (Patarasuk & Yuan, JPDC 2009; the "bus bandwidth" factor of nccl-tests). Latency and
+    efficiency are `device.all_reduce_terms(tp)`: fitted per TP degree where measured.
     """
     if tp == 1:
         return 0.0
-    return (2.0 * (tp - 1) / tp * num_bytes / device.interconnect_bandwidth_bytes_per_s
-            + device.interconnect_latency_s)
+    terms = device.all_reduce_terms(tp)
+    return (2.0 * (tp - 1) / tp * num_bytes / (device.interconnect_bandwidth_bytes_per_s
+                                               * terms.link_bandwidth_efficiency) + terms.latency_s)
 
+
+def all_gather_time_s(num_bytes: float, device: DeviceSpec, tp: int) -> float:
+    """Time (s) of gathering a `num_bytes` tensor sharded over `tp` GPUs; 0 when tp = 1.
+
+    latency + (tp − 1) / tp × num_bytes / (link bandwidth × link efficiency): each link carries
+    the other ranks' shards once (half a ring all-reduce), with the all-reduce's terms.
+    """
+    if tp == 1:
+        return 0.0
+    terms = device.all_reduce_terms(tp)
+    return ((tp - 1) / tp * num_bytes / (device.interconnect_bandwidth_bytes_per_s
+                                         * terms.link_bandwidth_efficiency) + terms.latency_s)
+
+
+def elementwise_bytes_per_token(model: ModelSpec, tp: int, dtype_bytes: int, kv_dtype_bytes: int) -> float:
+    """Bytes one token moves through every element-wise kernel of a step (module docstring):
+    per layer 2 fused add-RMSNorms (4 × hidden), rotary (2 × (q + k) widths per rank), the
+    KV-cache write (read k, v; write them in the KV dtype), SiLU·mul (3 × ffn / tp); plus the
+    embedding gather (2 × hidden) and the final fused norm (4 × hidden), less the first layer's
+    missing residual (2 × hidden)."""
+    q_width = model.num_attention_heads // tp * model.head_dim
+    kv_width = model.kv_heads_per_rank(tp) * model.head_dim
+    per_layer = (2 * 4 * model.hidden_size + 2 * (q_width + kv_width)
+                 + 3 * model.intermediate_size // tp) * dtype_bytes + 2 * kv_width * (dtype_bytes + kv_dtype_bytes)
+    per_step = (2 + 4 - 2) * model.hidden_size * dtype_bytes
+    return float(model.num_layers * per_layer + per_step)
+
+
+ELEMENTWISE_KERNELS_PER_LAYER = 5  # 2 fused add-RMSNorms, rotary, KV-cache write, SiLU·mul
+ELEMENTWISE_KERNELS_PER_STEP = 2  # embedding gather, final fused norm
 
 # Steps with at most this many sequences given as lists are summed in plain Python (cheaper
 # than numpy's per-call overhead at that size; the sums are the same integers either way).
@@ -85,24 +142,25 @@ _PYTHON_SUMS_MAX_SEQS = 256
 
 
 class RooflineCostModel:
-    """Prices one step of a Llama-family model on a device from datasheet figures.
+    """Prices one step of a Llama-family model on a device, kernel by kernel (module docstring).
 
-    Implements the `CostModel` protocol (`profiler/cost_model.py`). All per-model constants are
-    computed here once, so that a step costs a handful of numpy reductions (microseconds).
+    Implements the `CostModel` protocol (`profiler/cost_model.py`). Per-model constants are
+    computed once and the parts that depend only on the step's token or sequence count are
+    memoised, so a step costs a few dict lookups and sums (microseconds).
 
     Args:
         model: the model's shapes.
-        device: the device's datasheet figures.
+        device: the device's figures and efficiencies.
         tensor_parallel_size: GPUs the model is sharded over (Megatron-style, as vLLM).
         dtype_bytes: bytes per weight and activation element (2 for bf16, 1 for fp8).
         kv_dtype_bytes: bytes per KV-cache element.
-        flops_efficiency, bandwidth_efficiency: fractions of the datasheet peaks that kernels
-            reach (assumptions until calibrated; see the module docstring).
-        step_overhead_s: fixed CPU/launch time per step, seconds.
+        flops_efficiency, bandwidth_efficiency, kernel_latency_s, step_overhead_s: override the
+            device's `gemm_flops_efficiency`, `memory_bandwidth_efficiency`, `kernel_latency_s`
+            (s per kernel launch) and `step_overhead_s` (s per step); None keeps the device's.
 
     Raises:
-        ValueError: an efficiency outside (0, 1], a negative overhead, or a tensor-parallel size
-            the model's heads or FFN width cannot be split by.
+        ValueError: an efficiency outside (0, 1], a negative latency or overhead, or a
+            tensor-parallel size the model's heads or FFN width cannot be split by.
     """
 
     def __init__(
@@ -112,15 +170,21 @@ class RooflineCostModel:
         tensor_parallel_size: int = 1,
         dtype_bytes: int = 2,
         kv_dtype_bytes: int = 2,
-        flops_efficiency: float = FLOPS_EFFICIENCY,
-        bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY,
-        step_overhead_s: float = STEP_OVERHEAD_S,
+        flops_efficiency: float | None = None,
+        bandwidth_efficiency: float | None = None,
+        step_overhead_s: float | None = None,
+        kernel_latency_s: float | None = None,
     ) -> None:
+        flops_efficiency = device.gemm_flops_efficiency if flops_efficiency is None else flops_efficiency
+        bandwidth_efficiency = device.memory_bandwidth_efficiency if bandwidth_efficiency is None else bandwidth_efficiency
+        step_overhead_s = device.step_overhead_s if step_overhead_s is None else step_overhead_s
+        kernel_latency_s = device.kernel_latency_s if kernel_latency_s is None else kernel_latency_s
         if not (0 < flops_efficiency <= 1 and 0 < bandwidth_efficiency <= 1):
             raise ValueError(f"efficiencies must be in (0, 1], got flops {flops_efficiency}, "
                              f"bandwidth {bandwidth_efficiency}")
-        if step_overhead_s < 0:
-            raise ValueError(f"step_overhead_s must be >= 0, got {step_overhead_s}")
+        if step_overhead_s < 0 or kernel_latency_s < 0:
+            raise ValueError(f"step_overhead_s and kernel_latency_s must be >= 0, got {step_overhead_s}, "
+                             f"{kernel_latency_s}")
         self.model = model
         self.device = device
         self.tensor_parallel_size = tp = tensor_parallel_size
@@ -129,6 +193,7 @@ class RooflineCostModel:
         self.flops_efficiency = flops_efficiency
         self.bandwidth_efficiency = bandwidth_efficiency
         self.step_overhead_s = step_overhead_s
+        self.kernel_latency_s = kernel_latency_s
 
         self._layer_gemms = model.layer_gemm_shapes(tp)
         self._lm_head_out = -(-model.vocab_size // tp)  # vocab-parallel LM head: ceil(vocab / tp)
@@ -140,9 +205,12 @@ class RooflineCostModel:
         # Attention runs in BF16 even with FP8 weights (vLLM dequantises an FP8 KV cache).
         self._attn_flops_per_s = device.peak_bf16_flops * flops_efficiency
         self._bytes_per_s = device.mem_bandwidth_bytes_per_s * bandwidth_efficiency
-        self._linear_cache: dict[int, float] = {}
-        self._lm_head_cache: dict[int, float] = {}
-        self._all_reduce_cache: dict[int, float] = {}
+        self._elementwise_bytes_per_token = elementwise_bytes_per_token(model, tp, dtype_bytes, kv_dtype_bytes)
+        self._elementwise_launch_s = (model.num_layers * ELEMENTWISE_KERNELS_PER_LAYER
+                                      + ELEMENTWISE_KERNELS_PER_STEP) * kernel_latency_s
+        self._num_all_reduces = 2 * model.num_layers + 1  # o_proj, down_proj per layer; embedding
+        self._token_cache: dict[int, float] = {}
+        self._seq_cache: dict[int, float] = {}
 
     def predict_step_s(self, query_tokens: np.ndarray, context_tokens: np.ndarray,
                        is_prefill: np.ndarray) -> float:
@@ -161,15 +229,14 @@ class RooflineCostModel:
             query_tokens = np.asarray(query_tokens)
             num_tokens = int(query_tokens.sum())
             if num_tokens == num_seqs and not np.any(is_prefill):
-                # Plain decodes (q = 1 each): q c + q (q + 1) / 2 = c + 1 pairs, c + 2 q KV tokens.
+                # Plain decodes (q = 1 each): q c + q (q + 1) / 2 = c + 1 pairs, c + q KV tokens read.
                 context = float(np.asarray(context_tokens).sum())
-                attention_s = self._attention_group_s(context + num_seqs, context + 2 * num_seqs, num_seqs)
+                attention_s = self._attention_group_s(context + num_seqs, context + num_seqs, num_seqs)
             else:
                 q = np.asarray(query_tokens, dtype=np.float64)
                 c = np.asarray(context_tokens, dtype=np.float64)
                 attention_s = sum(self._attention_s(q, c, np.asarray(is_prefill, dtype=bool)))
-        return (self._linear_s(num_tokens) + self._lm_head_s(num_seqs) + attention_s
-                + self._all_reduce_s(num_tokens) + self.step_overhead_s)
+        return self._token_s(num_tokens) + self._seq_s(num_seqs) + attention_s + self.step_overhead_s
 
     def _attention_from_lists(self, query_tokens: list, context_tokens: list, is_prefill: list) -> tuple[int, float]:
         """(tokens in the step, attention seconds) from plain lists with integer sums, which
@@ -179,26 +246,26 @@ class RooflineCostModel:
         num_tokens = sum(query_tokens)
         if num_tokens == num_seqs and not any(is_prefill):
             context = float(sum(context_tokens))
-            return num_tokens, self._attention_group_s(context + num_seqs, context + 2 * num_seqs, num_seqs)
+            return num_tokens, self._attention_group_s(context + num_seqs, context + num_seqs, num_seqs)
         prefill_pairs = prefill_kv = prefill_q = prefill_c = 0
         prefills = [i for i, prefill in enumerate(is_prefill) if prefill]  # a mixed step: usually one
         for i in prefills:
             q, c = query_tokens[i], context_tokens[i]
             prefill_pairs += q * c + q * (q + 1) // 2
-            prefill_kv += c + 2 * q
+            prefill_kv += c + q
             prefill_q += q
             prefill_c += c
         num_decodes = num_seqs - len(prefills)
         decode_q = num_tokens - prefill_q
-        if decode_q == num_decodes:  # plain decodes (q = 1): c + 1 pairs and c + 2 KV tokens each
-            decode_c = sum(context_tokens) - prefill_c
-            decode_pairs, decode_kv = decode_c + num_decodes, decode_c + 2 * num_decodes
+        decode_c = sum(context_tokens) - prefill_c
+        decode_kv = decode_c + decode_q
+        if decode_q == num_decodes:  # plain decodes (q = 1): c + 1 pairs each
+            decode_pairs = decode_c + num_decodes
         else:  # verifies among them
-            decode_pairs = decode_kv = 0
+            decode_pairs = 0
             for q, c, prefill in zip(query_tokens, context_tokens, is_prefill):
                 if not prefill:
                     decode_pairs += q * c + q * (q + 1) // 2
-                    decode_kv += c + 2 * q
         if not prefill_q:
             return num_tokens, self._attention_group_s(decode_pairs, decode_kv, decode_q)
         return num_tokens, (self._attention_group_s(prefill_pairs, prefill_kv, prefill_q)
@@ -221,24 +288,24 @@ class RooflineCostModel:
         num_seqs = len(context_tokens)
         if num_seqs == 0:
             return [0.0] * num_steps
-        base_s = self._linear_s(num_seqs) + self._lm_head_s(num_seqs)
-        after_s = self._all_reduce_s(num_seqs)
+        base_s = self._token_s(num_seqs) + self._seq_s(num_seqs)
         context0 = float(sum(context_tokens) if isinstance(context_tokens, list) else np.asarray(context_tokens).sum())
         layers, per_pair, flops_per_s = self.model.num_layers, self._attn_flops_per_pair, self._attn_flops_per_s
-        kv_per_token, bytes_per_s = self._kv_bytes_per_token_layer, self._bytes_per_s
+        kv_per_token, bytes_per_s, latency_s = self._kv_bytes_per_token_layer, self._bytes_per_s, self.kernel_latency_s
         qo_bytes = self._qo_bytes_per_token * float(num_seqs)
         durations = []
         for j in range(first_step, first_step + num_steps):
-            context = context0 + num_seqs * j  # exact: integers
-            attention_s = layers * max(per_pair * (context + num_seqs) / flops_per_s,
-                                       (kv_per_token * (context + 2 * num_seqs) + qo_bytes) / bytes_per_s)
-            durations.append(base_s + attention_s + after_s + self.step_overhead_s)
+            tokens = context0 + num_seqs * j + num_seqs  # exact: integers; pairs = KV tokens = c + 1 each
+            attention_s = layers * (max(per_pair * tokens / flops_per_s,
+                                        (kv_per_token * tokens + qo_bytes) / bytes_per_s) + latency_s)
+            durations.append(base_s + attention_s + self.step_overhead_s)
         return durations
 
     def breakdown(self, query_tokens: np.ndarray, context_tokens: np.ndarray,
                   is_prefill: np.ndarray) -> dict[str, float]:
-        """Seconds per part of one step: keys `linear_s`, `lm_head_s`, `attention_prefill_s`,
-        `attention_decode_s`, `all_reduce_s`, `overhead_s`; all 0.0 for an empty batch.
+        """Seconds per part of one step, all layers: keys `linear_s`, `elementwise_s`,
+        `all_reduce_s`, `attention_prefill_s`, `attention_decode_s`, `lm_head_s`,
+        `logits_gather_s`, `sampler_s`, `overhead_s`; all 0.0 for an empty batch.
 
         Args: aligned arrays of shape (num_seqs,), as in `CostModel.predict_step_s`.
 
@@ -246,80 +313,84 @@ class RooflineCostModel:
             ValueError: the arrays differ in length.
         """
         q, c, prefill = step_arrays(query_tokens, context_tokens, is_prefill)
-        names = ("linear_s", "lm_head_s", "attention_prefill_s", "attention_decode_s",
-                 "all_reduce_s", "overhead_s")
+        names = ("linear_s", "elementwise_s", "all_reduce_s", "attention_prefill_s", "attention_decode_s",
+                 "lm_head_s", "logits_gather_s", "sampler_s", "overhead_s")
         if q.size == 0:
             return dict.fromkeys(names, 0.0)
-        num_tokens = int(q.sum())
+        num_tokens, num_seqs = int(q.sum()), q.size
         attention_prefill_s, attention_decode_s = self._attention_s(q, c, prefill)
-        parts = (
-            self._linear_s(num_tokens),
-            self._lm_head_s(q.size),
-            attention_prefill_s,
-            attention_decode_s,
-            self._all_reduce_s(num_tokens),
-            self.step_overhead_s,
-        )
+        parts = (*self._token_parts(num_tokens), attention_prefill_s, attention_decode_s,
+                 *self._seq_parts(num_seqs), self.step_overhead_s)
         return dict(zip(names, parts))
 
     def _gemm_s(self, m: int, n: int, k: int) -> float:
         return gemm_time_s(m, n, k, self.device, self.dtype_bytes, self.flops_efficiency,
-                           self.bandwidth_efficiency)
+                           self.bandwidth_efficiency, self.kernel_latency_s)
 
-    def _linear_s(self, num_tokens: int) -> float:
-        """The four weight GEMMs of every layer, all tokens of the step in one GEMM each.
+    def _token_parts(self, num_tokens: int) -> tuple[float, float, float]:
+        """(linear_s, elementwise_s, all_reduce_s) of a step of `num_tokens` tokens, all layers."""
+        layers = self.model.num_layers
+        linear_s = layers * sum(self._gemm_s(num_tokens, out_dim, in_dim) for _, in_dim, out_dim in self._layer_gemms)
+        elementwise_s = self._elementwise_bytes_per_token * num_tokens / self._bytes_per_s + self._elementwise_launch_s
+        all_reduce_bytes = num_tokens * self.model.hidden_size * self.dtype_bytes
+        all_reduce_s = self._num_all_reduces * ring_all_reduce_time_s(all_reduce_bytes, self.device,
+                                                                      self.tensor_parallel_size)
+        return linear_s, elementwise_s, all_reduce_s
 
-        Memoised on the token count: a simulation asks for the same few thousand counts over and
-        over, and each miss costs four roofline evaluations.
-        """
-        cached = self._linear_cache.get(num_tokens)
+    def _token_s(self, num_tokens: int) -> float:
+        """Everything that scales with the step's token count, memoised on it: a simulation asks
+        for the same few thousand counts over and over."""
+        cached = self._token_cache.get(num_tokens)
         if cached is None:
-            per_layer = sum(self._gemm_s(num_tokens, out_dim, in_dim)
-                            for _, in_dim, out_dim in self._layer_gemms)
-            cached = self._linear_cache[num_tokens] = self.model.num_layers * per_layer
+            cached = self._token_cache[num_tokens] = sum(self._token_parts(num_tokens))
         return cached
 
-    def _lm_head_s(self, num_seqs: int) -> float:
-        """LM head over one row per sequence.
+    def _seq_parts(self, num_seqs: int) -> tuple[float, float, float]:
+        """(lm_head_s, logits_gather_s, sampler_s) over one logit row per sequence.
 
         Only a sequence that emits a token needs logits: every decode, and a prefill chunk only
         when it is the prompt's last. The arrays do not say which chunk is last, so every prefill
-        chunk is counted: an upper bound, off by one GEMV row per non-final chunk.
+        chunk is counted: an upper bound, off by one row per non-final chunk.
         """
-        cached = self._lm_head_cache.get(num_seqs)
+        vocab_shard, vocab = self._lm_head_out, self.model.vocab_size
+        lm_head_s = self._gemm_s(num_seqs, vocab_shard, self.model.hidden_size)
+        logits_gather_s = all_gather_time_s(num_seqs * vocab * self.dtype_bytes, self.device, self.tensor_parallel_size)
+        sampler_bytes = num_seqs * vocab * (self.dtype_bytes + SAMPLER_FP32_PASSES * _FP32_BYTES)
+        sampler_s = sampler_bytes / self._bytes_per_s + SAMPLER_KERNELS * self.kernel_latency_s
+        return lm_head_s, logits_gather_s, sampler_s
+
+    def _seq_s(self, num_seqs: int) -> float:
+        cached = self._seq_cache.get(num_seqs)
         if cached is None:
-            cached = self._lm_head_cache[num_seqs] = self._gemm_s(num_seqs, self._lm_head_out, self.model.hidden_size)
+            cached = self._seq_cache[num_seqs] = sum(self._seq_parts(num_seqs))
         return cached
 
     def _attention_s(self, q: np.ndarray, c: np.ndarray, prefill: np.ndarray) -> tuple[float, float]:
-        """Attention of all layers, prefill sequences priced as one kernel and decodes as another.
+        """Attention of all layers, prefill sequences priced as one kernel and decodes as another
+        (a group with no sequence costs nothing).
 
         Per sequence and layer: FLOPs = 4 × heads/tp × head_dim × (q c + q (q + 1) / 2), the
         query attending to its context and causally to itself; bytes = KV read of (c + q) tokens
-        + KV write of q tokens (KV bytes per token per layer / tp each) + Q read and O write
-        (q × 2 × heads/tp × head_dim × dtype bytes).
+        (KV bytes per token per layer / tp each) + Q read and O write (q × 2 × heads/tp ×
+        head_dim × dtype bytes). The KV write is the cache-write kernel's (`elementwise_s`).
         """
         pairs = q * c + q * (q + 1) / 2  # query-key pairs, causal within the chunk
-        kv_tokens = c + 2 * q  # KV read of c + q tokens and write of q
+        kv_tokens = c + q
         if not prefill.any():  # decode-only step: the common case, one group
             return 0.0, self._attention_group_s(pairs.sum(), kv_tokens.sum(), q.sum())
         decode = ~prefill
+        decode_s = (self._attention_group_s(pairs[decode].sum(), kv_tokens[decode].sum(), q[decode].sum())
+                    if decode.any() else 0.0)
         return (self._attention_group_s(pairs[prefill].sum(), kv_tokens[prefill].sum(), q[prefill].sum()),
-                self._attention_group_s(pairs[decode].sum(), kv_tokens[decode].sum(), q[decode].sum()))
+                decode_s)
 
     def _attention_group_s(self, pairs: float, kv_tokens: float, query_tokens: float) -> float:
-        """All layers of one attention kernel over a group of sequences, from the group's sums."""
+        """All layers of one attention kernel over a group of sequences, from the group's sums;
+        0 for an empty group."""
+        if not query_tokens:
+            return 0.0
         flops = self._attn_flops_per_pair * float(pairs)
         num_bytes = (self._kv_bytes_per_token_layer * float(kv_tokens)
                      + self._qo_bytes_per_token * float(query_tokens))
-        return self.model.num_layers * roofline_time_s(flops, num_bytes, self._attn_flops_per_s,
-                                                       self._bytes_per_s)
-
-    def _all_reduce_s(self, num_tokens: int) -> float:
-        """Two all-reduces per layer (after o_proj and after down_proj) of tokens × hidden."""
-        cached = self._all_reduce_cache.get(num_tokens)
-        if cached is None:
-            num_bytes = num_tokens * self.model.hidden_size * self.dtype_bytes
-            cached = self._all_reduce_cache[num_tokens] = 2 * self.model.num_layers * ring_all_reduce_time_s(
-                num_bytes, self.device, self.tensor_parallel_size)
-        return cached
+        return self.model.num_layers * (roofline_time_s(flops, num_bytes, self._attn_flops_per_s, self._bytes_per_s)
+                                        + self.kernel_latency_s)

@@ -1,0 +1,248 @@
+"""Device YAML files: the schema, its validation, and the built-ins under `profiler/data/devices/`.
+
+A device file (or an inline `device:` mapping in a config) in datasheet units:
+
+    name: my-l40s                      # required
+    description: NVIDIA L40S 48 GB     # optional, free text
+    memory_gib: 48
+    dense_bf16_tflops: 362             # dense tensor-core peak (not the 2:4-sparse headline)
+    dense_fp8_tflops: 724              # null or absent: no FP8 tensor cores (BF16 peak used)
+    memory_bandwidth_gb_per_s: 864
+    gpu_link: {kind: pcie, gb_per_s_per_direction: 32, latency_us: 20}   # kind nvlink|pcie|xgmi
+    host_link: {gb_per_s_per_direction: 32}
+    efficiency:                        # optional; absent = the assumed defaults;
+      gemm_flops: 0.6                  #   `fitted` = the shipped fit for this name
+      memory_bandwidth: 0.8
+      kernel_latency_us: 3
+      all_reduce: {2: {latency_us: 9, link_bandwidth: 0.6}}   # per TP degree, optional
+    step_overhead_ms: 0.5              # optional host time per step
+    sources: ["datasheet URL or title"]
+
+GB is 10^9 bytes and TFLOPS 10^12 FLOP/s, as datasheets print them. Every key is checked; an
+unknown or bad key is a `ValueError` naming the file (or "device (inline)") and the key path.
+
+The fitted efficiencies (`profiler/data/roofline_fits.yaml`) come from `profiler/roofline_fit.py`
+over AIConfigurator's measured vLLM tables; that file cites their source, licence and engine.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+DEVICES_DIR = DATA_DIR / "devices"
+FITS_FILE = DATA_DIR / "roofline_fits.yaml"
+
+LINK_KINDS = ("nvlink", "pcie", "xgmi")
+
+# Defaults for a device whose file gives no efficiencies. Assumptions, not measurements:
+# - 60 % of the dense tensor-core peak for GEMMs and 80 % of the datasheet bandwidth for
+#   memory-bound kernels: the roofline's constants before the fits [recall, not measured]; the
+#   fitted devices span 0.64-0.76 and 0.64-0.99 (BENCHMARKS.md, "Roofline fits").
+# - 3 µs per kernel: AIConfigurator's `mem_empirical_constant_latency` in each of its
+#   system.yaml files (ai-dynamo/aiconfigurator, Apache-2.0); the fits give 2.3-4.5 µs.
+# - 0.5 ms of host work per step outside the kernels (scheduling, input preparation).
+DEFAULT_GEMM_FLOPS_EFFICIENCY = 0.6
+DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY = 0.8
+DEFAULT_KERNEL_LATENCY_S = 3e-6
+DEFAULT_STEP_OVERHEAD_S = 0.5e-3
+# One small all-reduce when the file gives no latency: about 10 µs over NVLink/xGMI and 20 µs
+# over PCIe (assumptions; vLLM's graph-mode custom all-reduce measures 4-9 µs on small messages
+# in the AIConfigurator tables, BENCHMARKS.md).
+DEFAULT_LINK_LATENCY_US = {"nvlink": 10.0, "xgmi": 10.0, "pcie": 20.0}
+
+_Positive = Field(gt=0, allow_inf_nan=False)
+
+
+class _Strict(BaseModel):
+    # strict: YAML `true` is not the number 1, nor the text "1e3" (PyYAML reads exponents without
+    # a dot as strings) a number; both are errors naming the key.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class GpuLink(_Strict):
+    """GPU-to-GPU link of one GPU: kind, per-direction GB/s, small all-reduce latency (µs)."""
+
+    kind: Literal["nvlink", "pcie", "xgmi"]
+    gb_per_s_per_direction: float = _Positive
+    latency_us: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+
+class HostLink(_Strict):
+    """GPU-host link (PCIe) per direction, GB/s."""
+
+    gb_per_s_per_direction: float = _Positive
+
+
+class AllReduceTerms(_Strict):
+    """One TP degree's all-reduce: latency (µs) and the fraction of the ring bound's bandwidth."""
+
+    latency_us: float = Field(ge=0, allow_inf_nan=False)
+    link_bandwidth: float = Field(gt=0, le=2, allow_inf_nan=False)
+
+
+class Efficiency(_Strict):
+    """Fractions of the datasheet peaks, and latencies; each optional (default: the assumption)."""
+
+    gemm_flops: float = Field(default=DEFAULT_GEMM_FLOPS_EFFICIENCY, gt=0, le=1, allow_inf_nan=False)
+    memory_bandwidth: float = Field(default=DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY, gt=0, le=1, allow_inf_nan=False)
+    kernel_latency_us: float = Field(default=round(DEFAULT_KERNEL_LATENCY_S * 1e6, 9), ge=0, allow_inf_nan=False)
+    all_reduce: dict[int, AllReduceTerms] = {}
+
+    @model_validator(mode="after")
+    def _tp_degrees(self) -> "Efficiency":
+        bad = [tp for tp in self.all_reduce if tp < 2]
+        if bad:
+            raise ValueError(f"all_reduce: TP degrees must be >= 2, got {bad}")
+        return self
+
+
+class FittedEfficiency(Efficiency):
+    """One device's entry in `roofline_fits.yaml`: the efficiencies plus where they come from."""
+
+    system: str
+    engine: str
+    error: dict[str, float] = {}
+
+
+class DeviceFile(_Strict):
+    """The whole device file (see the module docstring for the keys and units)."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    memory_gib: float = _Positive
+    dense_bf16_tflops: float = _Positive
+    dense_fp8_tflops: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    memory_bandwidth_gb_per_s: float = _Positive
+    gpu_link: GpuLink
+    host_link: HostLink
+    efficiency: Efficiency | Literal["fitted"] = Efficiency()
+    step_overhead_ms: float = Field(default=round(DEFAULT_STEP_OVERHEAD_S * 1e3, 9), ge=0, allow_inf_nan=False)
+    sources: list[str] = []
+
+
+def looks_like_path(value: str) -> bool:
+    """True for a `device:` string meant as a file: ends in .yaml/.yml or holds a '/'."""
+    return value.endswith((".yaml", ".yml")) or "/" in value
+
+
+def device_fields_from_file(path: Path) -> dict[str, Any]:
+    """The `DeviceSpec` fields (SI units) of the device YAML file at `path`.
+
+    Raises:
+        ValueError: the file is missing, not YAML, not a mapping, or fails validation (the
+            message names the file and the key).
+    """
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ValueError(f"device file {path}: cannot read it ({exc.strerror})") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ValueError(f"device file {path}: not valid YAML: {exc}") from None
+    return device_fields_from_mapping(raw, where=str(path), source=str(path))
+
+
+def device_fields_from_mapping(raw: Any, where: str, source: str | None = None) -> dict[str, Any]:
+    """The `DeviceSpec` fields (SI units) of one device description.
+
+    Args:
+        raw: the parsed YAML mapping.
+        where: how errors name it (a file path, or "device (inline)").
+        source: recorded as the spec's `source` (default: the mapping's `sources`, else `where`).
+
+    Raises:
+        ValueError: "<where>: <key path>: <problem>" for every key that fails, one per line.
+    """
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where}: a device is a mapping of keys (name, memory_gib, dense_bf16_tflops, "
+                         f"memory_bandwidth_gb_per_s, gpu_link, host_link, ...), got {type(raw).__name__}")
+    try:
+        spec = DeviceFile.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise ValueError("\n".join(_error_line(where, err) for err in exc.errors())) from None
+    if spec.efficiency == "fitted":
+        fits = shipped_fits()
+        if spec.name not in fits:
+            raise ValueError(f"{where}: efficiency: 'fitted' but no fit is shipped for device {spec.name!r} "
+                             f"(fitted devices: {sorted(fits)}); give the efficiencies as a mapping, or "
+                             "omit the key for the assumed defaults")
+        efficiency: Efficiency = fits[spec.name]
+        efficiency_source = (f"fitted to AIConfigurator {fits[spec.name].system} tables "
+                             f"({fits[spec.name].engine}; profiler/data/roofline_fits.yaml)")
+    else:
+        efficiency = spec.efficiency
+        efficiency_source = f"given in {where}" if "efficiency" in raw else "assumed defaults"
+    link = spec.gpu_link
+    latency_us = link.latency_us if link.latency_us is not None else DEFAULT_LINK_LATENCY_US[link.kind]
+    return {
+        "name": spec.name,
+        "peak_bf16_flops": spec.dense_bf16_tflops * 1e12,
+        "mem_bandwidth_bytes_per_s": spec.memory_bandwidth_gb_per_s * 1e9,
+        "memory_gib": spec.memory_gib,
+        "interconnect_bandwidth_bytes_per_s": link.gb_per_s_per_direction * 1e9,
+        "interconnect_latency_s": latency_us / 1e6,
+        "peak_fp8_flops": None if spec.dense_fp8_tflops is None else spec.dense_fp8_tflops * 1e12,
+        "host_link_bandwidth_bytes_per_s": spec.host_link.gb_per_s_per_direction * 1e9,
+        "interconnect_kind": link.kind,
+        "gemm_flops_efficiency": efficiency.gemm_flops,
+        "memory_bandwidth_efficiency": efficiency.memory_bandwidth,
+        "kernel_latency_s": efficiency.kernel_latency_us / 1e6,
+        "step_overhead_s": spec.step_overhead_ms / 1e3,
+        "all_reduce": {tp: (terms.latency_us / 1e6, terms.link_bandwidth)
+                       for tp, terms in efficiency.all_reduce.items()},
+        "source": source or "; ".join(spec.sources) or where,
+        "efficiency_source": efficiency_source,
+    }
+
+
+def _error_line(where: str, err: dict) -> str:
+    loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "literal[")))
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        message = "unknown key"
+    elif "input" in err and not isinstance(err["input"], (dict, list)):
+        message += f" (got {err['input']!r})"
+        if err["type"] == "float_type" and isinstance(err["input"], str):
+            message += "; YAML reads an exponent without a dot as text: write 1.0e+3 or 1000"
+    return f"{where}: {loc or '<root>'}: {message}"
+
+
+@lru_cache(maxsize=1)
+def shipped_fits() -> dict[str, FittedEfficiency]:
+    """The fitted efficiencies per device name from `profiler/data/roofline_fits.yaml`
+    (empty when the file is absent).
+
+    Raises:
+        ValueError: an entry fails validation (names the file and the key).
+    """
+    if not FITS_FILE.is_file():
+        return {}
+    raw = yaml.load(FITS_FILE.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+    fits = {}
+    for name, entry in (raw.get("devices") or {}).items():
+        try:
+            fits[name] = FittedEfficiency.model_validate(entry)
+        except ValidationError as exc:
+            raise ValueError("\n".join(_error_line(f"{FITS_FILE}: devices.{name}", e) for e in exc.errors())) from None
+    return fits
+
+
+def builtin_device_fields() -> dict[str, dict[str, Any]]:
+    """The `DeviceSpec` fields of every built-in, keyed by name (one file per device under
+    `profiler/data/devices/`, named `<name>.yaml`).
+
+    Raises:
+        ValueError: a file fails validation, or its `name` differs from its file name.
+    """
+    devices = {}
+    for path in sorted(DEVICES_DIR.glob("*.yaml")):
+        raw = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        fields = device_fields_from_mapping(raw, where=str(path))
+        if fields["name"] != path.stem:
+            raise ValueError(f"{path}: name {fields['name']!r} differs from the file name {path.stem!r}")
+        devices[fields["name"]] = fields
+    return devices
