@@ -14,6 +14,7 @@ import numpy as np
 
 from simulator.scheduler.block_manager import BlockManager, blocks_for
 from simulator.scheduler.config import SchedulerConfig
+from simulator.scheduler.prefix_cache import PrefixCachingBlockManager
 from simulator.scheduler.plan import (
     COMPLETED,
     REJECTED_BUDGET,
@@ -46,14 +47,37 @@ class Scheduler:
         name: the config name.
         chunked: True if prompts are split into chunks within `chunk_size` (the budget key is
             `chunk_size`); False if whole prompts run within `max_num_batched_tokens`.
+        watermark_fraction: share of the pool kept free at admission unless the config sets it.
+        supports_prefix_caching: the policy allocates KV only for the tokens it computes, so a
+            block is full of final tokens exactly when it can be cached (vllm_v1); policies that
+            reserve a whole prompt (or max_model_len) up front cannot use the cache.
+        prefix_caching_default: `enable_prefix_caching` when the config leaves it None.
+        running_in_admission_order: admitted requests join the tail of `running` (vLLM V1's
+            `self.running.append`), instead of their place in policy order.
+
+    Raises (constructor):
+        ValueError: a bad budget, or enable_prefix_caching=True for a policy without support.
     """
 
     name = "base"
     chunked = True
+    watermark_fraction = 0.01
+    supports_prefix_caching = False
+    prefix_caching_default = False
+    running_in_admission_order = False
 
     def __init__(self, config: SchedulerConfig):
         self.config = config
-        self.block_manager = BlockManager(config.num_gpu_blocks, config.block_size, config.watermark_fraction)
+        caching = config.enable_prefix_caching
+        if caching is None:
+            caching = self.prefix_caching_default
+        if caching and not self.supports_prefix_caching:
+            raise ValueError(f"enable_prefix_caching is not supported by scheduler {self.name!r} (only by vllm_v1): "
+                             "it reserves KV beyond the tokens it computes, so freed blocks are not full of final tokens")
+        self.prefix_caching = bool(caching)
+        watermark = self.watermark_fraction if config.watermark_fraction is None else config.watermark_fraction
+        manager = PrefixCachingBlockManager if self.prefix_caching else BlockManager
+        self.block_manager = manager(config.num_gpu_blocks, config.block_size, watermark)
         self.waiting = WaitingQueue(config.policy)
         self.running: list[Sequence] = []  # ordered by policy: oldest / most important first
         self._in_flight: dict[int, Sequence] = {}  # running sequences by request id
@@ -229,6 +253,7 @@ class Scheduler:
         new_blocks = [0] * steps  # blocks first needed at each step
         used = bm.num_used  # before this window's growth and the finishes' frees
         finished = []
+        caching = self.prefix_caching
         for seq in list(self.running):
             rid = seq.request_id
             computed = seq.num_computed_tokens
@@ -237,6 +262,8 @@ class Scheduler:
                 for j in range(room, steps, size):  # step j writes token computed + j + 1
                     new_blocks[j] += 1
                 bm.grow_to(rid, computed + steps)
+            if caching:  # the blocks these decodes fill are cached as each step's would be
+                bm.cache_blocks(rid, computed + steps, seq.request)
             seq.num_computed_tokens = computed + steps
             seq.num_generated_tokens += steps
             seq.token_times_s.extend(step_end_s)
@@ -340,8 +367,13 @@ class Scheduler:
             budget -= n
         return budget
 
-    def _admit_head(self, num_query_tokens: int) -> Sequence | None:
+    def _admit_head(self, num_query_tokens: int, hit_blocks: list[int] | None = None) -> Sequence | None:
         """Admit the head of `waiting` with a first chunk of `num_query_tokens` if its KV fits.
+
+        `hit_blocks`: prefix-cache hit of the head (`_cache_hit`): its first len(hit_blocks)
+        blocks are taken as they are and the chunk starts after them. The check is vLLM's
+        `allocate_slots`: new blocks plus hit blocks that sit in the free queue <= free blocks
+        (minus the watermark).
 
         Returns the admitted sequence, or None (nothing changed) if the pool cannot hold its
         admission reservation above the watermark or `max_num_seqs` is reached.
@@ -349,14 +381,32 @@ class Scheduler:
         if not self.waiting or not self._can_admit_more():
             return None
         seq = self.waiting.head()
-        reserve = self._admission_tokens(seq, num_query_tokens)
-        if not self.block_manager.can_admit(reserve):
+        bm = self.block_manager
+        hit_tokens = len(hit_blocks) * bm.block_size if hit_blocks else 0
+        reserve = self._admission_tokens(seq, num_query_tokens) + hit_tokens
+        if hit_tokens:
+            needed = blocks_for(reserve, bm.block_size) - len(hit_blocks) + bm.num_evictable(hit_blocks)
+            if bm.num_free - needed < bm.watermark_blocks:
+                return None
+        elif not bm.can_admit(reserve):
             return None
         self.waiting.pop_head()
         if seq.first_scheduled_s != seq.first_scheduled_s:  # NaN: its first time on the device
             seq.first_scheduled_s = self._now_s  # every admitted sequence runs in this step
-        self.block_manager.grow_to(seq.request_id, reserve)
-        insort(self.running, seq, key=self.waiting.key)
+        if hit_tokens:
+            bm.admit_cached(seq.request_id, hit_blocks)
+            seq.num_computed_tokens = hit_tokens
+        bm.grow_to(seq.request_id, reserve)
+        if self.prefix_caching:
+            if not seq.swapped_tokens:
+                seq.record_admission(hit_tokens)
+            bm.cache_blocks(seq.request_id, min(reserve, seq.num_tokens), seq.request)
+        elif seq.dropped_tokens:
+            seq.record_admission(0)
+        if self.running_in_admission_order:
+            self.running.append(seq)
+        else:
+            insort(self.running, seq, key=self.waiting.key)
         self._in_flight[seq.request_id] = seq
         if seq.swapped_tokens:
             self._swap_in_tokens += seq.swapped_tokens
@@ -375,6 +425,14 @@ class Scheduler:
             entries.append((seq, n, 0))
             budget -= n
         return budget
+
+    def _cache_hit(self, seq: Sequence) -> list[int]:
+        """Block ids of the longest cached prefix of `seq` (none without caching, or for a
+        sequence whose KV is not dropped), at most num_tokens - 1 tokens: the last token is
+        always computed, for its logits (vLLM `KVCacheManager.get_computed_blocks`)."""
+        if not self.prefix_caching or seq.num_computed_tokens or seq.swapped_tokens:
+            return []
+        return self.block_manager.lookup(seq.request, (seq.num_tokens - 1) // self.config.block_size)
 
     def _preempt(self, seq: Sequence, preempted: list[Sequence]) -> None:
         """Free `seq`'s blocks and return it to `waiting` (recompute, or swap to host)."""
@@ -484,5 +542,7 @@ class Scheduler:
             completion_s=now_s,
             num_preemptions=seq.num_preemptions,
             recomputed_tokens=seq.recomputed_tokens,
+            cached_tokens=max(0, seq.num_cached_tokens),
+            resumed_cached_tokens=seq.resumed_cached_tokens,
             token_times_s=seq.token_times_s,
         )

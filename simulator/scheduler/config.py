@@ -17,13 +17,18 @@ class SchedulerConfig:
             simple_chunking, fastgen); vLLM's --max-num-batched-tokens with chunked prefill.
         max_num_batched_tokens: per-step token budget of non-chunking schedulers (vllm v0, orca,
             faster_transformer); None means max_model_len (Sarathi-Serve's default).
-        watermark_fraction: share of the pool kept free at admission (1 %).
+        watermark_fraction: share of the pool kept free at admission; None = the policy's own
+            (1 % as Sarathi-Serve and vLLM v0; 0 for vllm_v1, whose `allocate_slots` keeps none).
         policy: "fcfs" (arrival order) or "priority" (lower `Request.priority` first, then
             arrival; vLLM's --scheduling-policy priority).
         preemption: "recompute" (drop the KV, prefill again) or "swap" (copy the KV to host
             memory and back; the replica prices the transfer).
         split_n: speculative depth N: each decode may verify up to N draft tokens per step.
         long_prefill_token_threshold: vllm_v1 only: cap on one request's chunk per step (None = off).
+        enable_prefix_caching: keep freed full KV blocks cached for reuse (vLLM V1's automatic
+            prefix caching, `simulator.scheduler.prefix_cache`); None = the policy's default
+            (on for vllm_v1, as vLLM; off elsewhere). True for a policy that cannot use it is an
+            error (`Scheduler.__init__`).
         on_too_long: "reject" a request whose prompt + output exceeds max_model_len
             (`rejected_too_long`), or "truncate" its output to fit (`truncated`, vLLM's "length"
             finish; a prompt that alone fills max_model_len is still rejected).
@@ -35,12 +40,13 @@ class SchedulerConfig:
     max_num_seqs: int = 128
     chunk_size: int | None = None
     max_num_batched_tokens: int | None = None
-    watermark_fraction: float = 0.01
+    watermark_fraction: float | None = None
     policy: str = "fcfs"
     preemption: str = "recompute"
     split_n: int = 0
     long_prefill_token_threshold: int | None = None
     on_too_long: str = "reject"
+    enable_prefix_caching: bool | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in ("fcfs", "priority"):
@@ -49,5 +55,7 @@ class SchedulerConfig:
             raise ValueError(f"preemption must be 'recompute' or 'swap', got {self.preemption!r}")
         if self.on_too_long not in ("reject", "truncate"):
             raise ValueError(f"on_too_long must be 'reject' or 'truncate', got {self.on_too_long!r}")
+        if self.watermark_fraction is not None and not 0 <= self.watermark_fraction < 1:
+            raise ValueError(f"watermark_fraction must be in [0, 1), got {self.watermark_fraction}")
         if self.split_n < 0:
             raise ValueError(f"split_n must be >= 0, got {self.split_n}")

@@ -203,7 +203,10 @@ FINISH_REASONS = (COMPLETED, REJECTED_TOO_LONG, REJECTED_KV_CAPACITY, REJECTED_B
 class FinishedRequest:
     """The per-request record (DESIGN.md, "Records"). Times are in seconds on the run's clock.
 
-    `token_times_s` holds one entry per produced token; a speculative emission of k tokens repeats
+    `cached_tokens`: prompt tokens served from the prefix cache at the first admission (vLLM's
+    `num_cached_tokens`); `resumed_cached_tokens`: tokens hit at re-admissions after recompute
+    preemptions; `recomputed_tokens`: tokens computed again after preemptions (dropped and not
+    hit). `token_times_s` holds one entry per produced token; a speculative emission of k tokens repeats
     its time k times. Times are NaN where they never happened (a rejected request).
     """
 
@@ -218,4 +221,6 @@ class FinishedRequest:
     completion_s: float = float("nan")
     num_preemptions: int = 0
     recomputed_tokens: int = 0
+    cached_tokens: int = 0
+    resumed_cached_tokens: int = 0
     token_times_s: list[float] = field(default_factory=list)

@@ -19,6 +19,11 @@ class Sequence:
     `prefill_target_tokens` is `num_tokens` at (re)admission: after a recompute preemption the
     prompt and every generated token are prefilled again. After a swap preemption the KV is kept
     in host memory (`swapped_tokens`) and copied back on re-admission, with no recompute.
+
+    Prefix caching: `num_cached_tokens` is the hit at the first admission (vLLM's
+    `Request.num_cached_tokens`; -1 before it), `resumed_cached_tokens` the hits of later
+    re-admissions after recompute preemptions. A preemption drops `dropped_tokens` of KV; the
+    re-admission recomputes those its hit does not cover (`recomputed_tokens`).
     """
 
     request: Request
@@ -32,6 +37,9 @@ class Sequence:
     first_token_s: float = float("nan")
     num_preemptions: int = 0
     recomputed_tokens: int = 0
+    dropped_tokens: int = 0
+    num_cached_tokens: int = -1
+    resumed_cached_tokens: int = 0
     token_times_s: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -63,11 +71,22 @@ class Sequence:
         return self.max_output_tokens - self.num_generated_tokens
 
     def reset_for_recompute(self) -> None:
-        """Recompute preemption: drop the cache; prefill prompt + generated tokens again."""
-        self.recomputed_tokens += self.num_computed_tokens
+        """Recompute preemption: drop the cache; prefill prompt + generated tokens again (what
+        is recomputed is counted at re-admission, `record_admission`)."""
+        self.dropped_tokens = self.num_computed_tokens
         self.num_computed_tokens = 0
         self.prefill_target_tokens = self.num_tokens
         self.num_preemptions += 1
+
+    def record_admission(self, hit_tokens: int) -> None:
+        """Account an admission whose prefix-cache hit covered `hit_tokens` (0 without caching)."""
+        if self.num_cached_tokens < 0:
+            self.num_cached_tokens = hit_tokens
+        else:
+            self.resumed_cached_tokens += hit_tokens
+        if self.dropped_tokens:
+            self.recomputed_tokens += max(0, self.dropped_tokens - hit_tokens)
+            self.dropped_tokens = 0
 
     def swap_out(self) -> None:
         """Swap preemption: the cache moves to host memory; nothing is recomputed."""

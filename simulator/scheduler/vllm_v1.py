@@ -1,4 +1,5 @@
-"""vLLM v1's scheduler: running requests first, chunked within one budget, KV per chunk."""
+"""vLLM v1's scheduler: running requests first, chunked within one budget, KV per chunk,
+automatic prefix caching."""
 from __future__ import annotations
 
 from simulator.scheduler.base import Entry, Scheduler
@@ -6,20 +7,41 @@ from simulator.scheduler.sequence import Sequence
 
 
 class VllmV1Scheduler(Scheduler):
-    """vLLM v1 (`vllm/v1/core/sched/scheduler.py`, REFERENCE.md §2.1).
+    """vLLM v1 (`vllm/v1/core/sched/scheduler.py` `Scheduler.schedule`, snapshot b4622cf of the
+    0.19 line; REFERENCE.md §2.1).
 
-    Loop 1 walks the running requests in order (oldest first under FCFS) while budget is left:
-    each gets min(pending, budget, long_prefill_token_threshold) tokens — a decode 1 plus its
-    granted drafts — with KV allocated for just those tokens; when allocation fails the last
-    running request (or the max (priority, arrival) one) is preempted and its KV dropped
-    (v1 preemption is recompute). Unlike Sarathi, a running partial prefill may take the whole
-    remaining budget before later decodes. Loop 2 admits waiting requests in order, only if
-    nothing was preempted in this step, each with a first chunk whose KV is allocated now.
-    The budget is `chunk_size` (vLLM's --max-num-batched-tokens).
+    Loop 1 walks `running` in list order while budget is left: each request gets
+    min(pending, long_prefill_token_threshold, budget) tokens — a decode 1 plus its granted
+    drafts — with KV allocated for just those tokens (`allocate_slots`). When allocation fails
+    a victim is preempted and its KV freed (v1 preemption is recompute): under FCFS the last of
+    `running` (`self.running.pop()`), under priority the max (priority, arrival) one
+    (`max(self.running, key=...)`), which may have been scheduled earlier in this step and is
+    then taken out of it, its budget returned. If the victim is the request itself, loop 1
+    stops. Unlike Sarathi, a running partial prefill may take the whole remaining budget.
+
+    Loop 2 runs only if nothing was preempted in this step: while budget is left and fewer
+    than max_num_seqs are running (`len(self.running) == self.max_num_running_reqs: break`), the
+    head of `waiting` looks up its prefix-cache hit (`get_computed_blocks`, when its KV was
+    dropped), takes min(num_tokens - hit, threshold, budget) tokens and allocates hit + those
+    tokens; if they do not fit, admission stops (no preemption for a waiting request).
+    Admitted requests join the tail of `running` (`self.running.append`), so a resumed request
+    is the next FCFS victim again.
+
+    What vLLM keeps back: no watermark (`KVCacheManager.allocate_slots` compares the blocks to
+    allocate with `get_num_free_blocks()` only), so the pool is used to its last block; what is
+    reserved at admission is the hit plus the first chunk, no more. Prefix caching is on by
+    default, as `--enable-prefix-caching` is in V1. The budget is `chunk_size` (vLLM's
+    --max-num-batched-tokens). Not modelled: vLLM's null block (block 0 of its pool is a
+    placeholder, so it serves num_gpu_blocks - 1), async scheduling, and the repeated prefix-cache
+    stats of a head request that is looked up in several steps before it fits (counted once here).
     """
 
     name = "vllm_v1"
     chunked = True
+    watermark_fraction = 0.0
+    supports_prefix_caching = True
+    prefix_caching_default = True
+    running_in_admission_order = True
 
     def _decodes_all_run(self, num_decodes: int) -> bool:
         return num_decodes <= self.token_budget  # loop 1 stops when the budget is spent
@@ -27,22 +49,58 @@ class VllmV1Scheduler(Scheduler):
     def _admission_tokens(self, seq: Sequence, num_query_tokens: int) -> int:
         return seq.num_computed_tokens + num_query_tokens
 
+    def _victim(self) -> Sequence | None:
+        if self.config.policy != "priority":
+            return super()._victim()  # the tail of running, in admission order
+        candidates = [s for s in self.running if s.request_id not in self._executing]
+        return max(candidates, key=self.waiting.key) if candidates else None
+
     def _build_plan(self, now_s: float) -> tuple[list[Entry], list[Sequence]]:
         preempted: list[Sequence] = []
         entries: list[Entry] = []
         budget = self.token_budget
         threshold = self.config.long_prefill_token_threshold
+        bm = self.block_manager
+        caching = self.prefix_caching
         for seq in self._idle_running():
             if budget <= 0:
                 break
             if seq.request_id not in self._in_flight:  # preempted earlier in this loop
                 continue
             n = min(seq.num_pending_tokens, budget, threshold or budget)
-            if not self._ensure_kv(seq, seq.num_computed_tokens + n, preempted):
+            num_preempted = len(preempted)
+            fits = self._ensure_kv(seq, seq.num_computed_tokens + n, preempted)
+            if len(preempted) > num_preempted and entries:
+                entries, budget = self._unschedule_preempted(entries)
+            if not fits:
+                if seq.request_id not in self._in_flight:
+                    break  # preempted itself: vLLM stops loop 1 here
                 continue
+            if caching:
+                bm.cache_blocks(seq.request_id, seq.num_computed_tokens + n, seq.request)
             drafts = 0 if seq.is_prefill else self._drafts_for(seq, budget - n)
             entries.append((seq, n + drafts, drafts))
             budget -= n + drafts
         if not preempted:
-            self._admit_chunks(entries, budget, max_chunk=threshold)
+            self._admit_waiting(entries, budget, threshold)
         return entries, preempted
+
+    def _unschedule_preempted(self, entries: list[Entry]) -> tuple[list[Entry], int]:
+        """Drop entries whose sequence was just preempted (a priority victim scheduled earlier
+        in the step); return the entries kept and the budget left after them."""
+        kept = [e for e in entries if e[0].request_id in self._in_flight]
+        return kept, self.token_budget - sum(e[1] for e in kept)
+
+    def _admit_waiting(self, entries: list[Entry], budget: int, threshold: int | None) -> None:
+        """Loop 2: admit from the head of `waiting`, each with its cache hit and a first chunk."""
+        size = self.config.block_size
+        while budget > 0 and self.waiting:
+            head = self.waiting.head()
+            hit = self._cache_hit(head)
+            pending = head.num_pending_tokens - len(hit) * size
+            n = min(pending, budget, threshold or pending)
+            seq = self._admit_head(n, hit)
+            if seq is None:
+                break
+            entries.append((seq, n, 0))
+            budget -= n

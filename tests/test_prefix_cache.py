@@ -1,0 +1,177 @@
+"""Automatic prefix caching (vLLM V1 semantics) in the shared block manager and vllm_v1,
+with block sequences worked out by hand in each test's comments."""
+from __future__ import annotations
+
+import pytest
+
+from simulator.scheduler import SchedulerConfig, StepOutcome, make_scheduler
+from simulator.scheduler.prefix_cache import block_keys, named_tokens
+from traces import Request
+
+
+def v1(num_gpu_blocks=1000, caching=True, **cfg):
+    cfg.setdefault("block_size", 16)
+    cfg.setdefault("max_model_len", 4096)
+    cfg.setdefault("max_num_seqs", 8)
+    cfg.setdefault("chunk_size", 256)
+    return make_scheduler("vllm_v1", SchedulerConfig(num_gpu_blocks=num_gpu_blocks, enable_prefix_caching=caching,
+                                                     **cfg))
+
+
+def run(scheduler, requests, now=0.0):
+    """Add `requests`, step until idle; return (plans, finished by id, end time)."""
+    for r in requests:
+        assert scheduler.add_request(r) is None
+    plans, finished = [], {}
+    while scheduler.has_work():
+        plan = scheduler.schedule(now)
+        plans.append(plan)
+        now += 0.01
+        for f in scheduler.complete_step(plan, StepOutcome.without_speculation(plan), now):
+            finished[f.request_id] = f
+        assert len(plans) < 10_000
+    return plans, finished, now
+
+
+def cols(plan):
+    c = plan.columns
+    return list(zip(c.request_ids, c.query_tokens, c.context_tokens))
+
+
+def test_second_request_computes_only_what_the_shared_3_block_prefix_leaves():
+    # Block size 16; A (50 tokens) and B (60 tokens) share 3 blocks (48 tokens) named by ids
+    # 1, 2, 3 of 16-token blocks. A's admission allocates 4 blocks and caches its 3 full ones
+    # (min(0 + 50, 50) // 16 = 3) at once, so B, admitted next in the same step, hits 3 blocks:
+    # at most (60 - 1) // 16 = 3, i.e. 48 tokens, and computes 12 over a context of 48.
+    a = Request(0, 0.0, 50, 1, prefix_hash_ids=(1, 2, 3), prefix_block_tokens=16)
+    b = Request(1, 0.0, 60, 1, prefix_hash_ids=(1, 2, 3), prefix_block_tokens=16)
+    scheduler = v1()
+    plans, done, _ = run(scheduler, [a, b])
+    assert cols(plans[0]) == [(0, 50, 0), (1, 12, 48)]
+    tables = plans[0].columns.block_tables
+    assert tables[1][:3] == tables[0][:3] and len(set(tables[1][3:]) | set(tables[0])) == 5
+    assert plans[0].kv_blocks_used == 5  # 4 for A + 1 new for B, not 8
+    assert (done[0].cached_tokens, done[1].cached_tokens) == (0, 48)
+    # Without caching (or without shared ids) B computes all 60.
+    plans, done, _ = run(v1(caching=False), [a, b])
+    assert cols(plans[0]) == [(0, 50, 0), (1, 60, 0)] and plans[0].kv_blocks_used == 8
+    plans, _, _ = run(v1(), [Request(0, 0.0, 50, 1), Request(1, 0.0, 60, 1)])
+    assert cols(plans[0]) == [(0, 50, 0), (1, 60, 0)]
+
+
+def test_a_whole_cached_prompt_still_computes_its_last_block():
+    # A 48-token prompt whose 3 blocks are all cached hits only (48 - 1) // 16 = 2 blocks: the
+    # last token is always computed for its logits, and hits are whole blocks, so 16 are computed.
+    ids = dict(prefix_hash_ids=(7, 8, 9), prefix_block_tokens=16)
+    scheduler = v1()
+    run(scheduler, [Request(0, 0.0, 48, 1, **ids)])
+    plans, done, _ = run(scheduler, [Request(1, 1.0, 48, 1, **ids)], now=1.0)
+    assert cols(plans[0]) == [(1, 16, 32)] and done[1].cached_tokens == 32
+
+
+def serve_in_turn(scheduler, requests):
+    """Each request alone, after the previous one finished."""
+    done, now = {}, 0.0
+    for r in requests:
+        _, finished, now = run(scheduler, [r], now)
+        done.update(finished)
+    return done
+
+
+def test_a_pool_one_block_too_small_evicts_the_oldest_free_cached_block():
+    # Block size 16, prompts of 40 tokens and 1 output token: each request holds 3 blocks, 2 full
+    # (cached) and one partial (not). Freed tail first; cached blocks join the free queue's tail,
+    # the partial one its head. Pool of 6 blocks, queue [0..5]:
+    #   A takes 0 1 2, frees -> [2 3 4 5 1 0]; B takes 2 3 4, frees -> [4 5 1 0 3 2];
+    #   C takes 4 5 and then 1: A's tail block, the oldest free cached block, is evicted.
+    # B again hits both of its blocks (32 = (40 - 1) // 16 * 16 tokens) and takes block 1 from the
+    # head for its partial block; A again hits only its first block (16 tokens).
+    def req(rid, base):
+        return Request(rid, 0.0, 40, 1, prefix_hash_ids=(base, base + 1, base + 2), prefix_block_tokens=16)
+
+    scheduler = v1(num_gpu_blocks=6)
+    bm = scheduler.block_manager
+    serve_in_turn(scheduler, [req(0, 10), req(1, 20)])
+    assert bm.free_block_ids() == [4, 5, 1, 0, 3, 2]
+    serve_in_turn(scheduler, [req(2, 30)])
+    assert not bm.is_cached(1) and bm.is_cached(0) and bm.is_cached(3) and bm.is_cached(2)
+    assert bm.free_block_ids() == [1, 0, 3, 2, 5, 4]  # C's partial block (1) first, its cached 5, 4 last
+    done = serve_in_turn(scheduler, [req(3, 20)])
+    assert done[3].cached_tokens == 32
+    assert bm.free_block_ids() == [1, 0, 5, 4, 3, 2]
+    done = serve_in_turn(scheduler, [req(4, 10)])
+    assert done[4].cached_tokens == 16
+    # One block more and nothing of A is evicted: A hits both of its full blocks.
+    scheduler = v1(num_gpu_blocks=7)
+    done = serve_in_turn(scheduler, [req(0, 10), req(1, 20), req(2, 30), req(3, 10)])
+    assert done[3].cached_tokens == 32
+
+
+def test_preempted_request_resumed_before_eviction_recomputes_nothing_it_had_cached():
+    # Pool 5 blocks of 16; A and B: prompt 32 (2 blocks each, cached at admission), A outputs 10,
+    # B 20. Step 1 admits both (4 blocks) and each emits a token. Step 2: A's decode takes the last
+    # free block; B's needs a block, so B (the tail of running) is preempted: its 2 cached blocks
+    # go to the free queue's tail. B waits (it needs 2 hit + 1 new block, only its own 2 are free)
+    # until A finishes after 10 tokens (41 KV tokens, 3 blocks) and frees its partial block to the
+    # queue's head. B then hits 32 = (33 - 1) // 16 * 16 tokens and computes 1 token over 32.
+    a, b = Request(0, 0.0, 32, 10), Request(1, 0.0, 32, 20)
+    plans, done, _ = run(v1(num_gpu_blocks=5), [a, b])
+    assert cols(plans[0]) == [(0, 32, 0), (1, 32, 0)]
+    assert plans[1].preempted_ids == (1,) and cols(plans[1]) == [(0, 1, 32)]
+    resumed = next(p for p in plans[2:] if 1 in p.columns.request_ids)
+    assert (1, 1, 32) in cols(resumed)
+    assert (done[1].num_preemptions, done[1].recomputed_tokens, done[1].resumed_cached_tokens) == (1, 0, 32)
+    assert done[1].cached_tokens == 0 and done[1].generated_tokens == 20
+    # Without caching B prefills its 32 + 1 tokens again: 32 recomputed.
+    plans, done, _ = run(v1(num_gpu_blocks=5, caching=False), [a, b])
+    resumed = next(p for p in plans[2:] if 1 in p.columns.request_ids)
+    assert (1, 33, 0) in cols(resumed)
+    assert (done[1].recomputed_tokens, done[1].resumed_cached_tokens) == (32, 0)
+
+
+def test_a_shared_block_is_not_freed_while_another_request_holds_it():
+    ids = dict(prefix_hash_ids=(1, 2), prefix_block_tokens=16)
+    scheduler = v1(num_gpu_blocks=10)
+    bm = scheduler.block_manager
+    scheduler.add_request(Request(0, 0.0, 40, 5, **ids))
+    scheduler.add_request(Request(1, 0.0, 40, 1, **ids))
+    plan = scheduler.schedule(0.0)
+    shared = plan.columns.block_tables[0][:2]
+    assert [bm.ref_count(b) for b in shared] == [2, 2]
+    scheduler.complete_step(plan, StepOutcome.without_speculation(plan), 0.01)  # request 1 finishes
+    assert [bm.ref_count(b) for b in shared] == [1, 1]
+    assert not set(shared) & set(bm.free_block_ids())
+
+
+def test_block_keys_map_512_token_hash_ids_to_the_engine_block_size():
+    # Mooncake-style: 2 ids of 512 tokens for a 700-token prompt; the second is partial and
+    # names only the prompt's tokens, so 16-token blocks ending past 700 are the request's own.
+    r = Request(5, 0.0, 700, 100, prefix_hash_ids=(11, 12))
+    assert named_tokens(r) == 700
+    keys = block_keys(r, 16, 0, 50)
+    assert keys[0] == (11, 16) and keys[31] == (11, 512) and keys[32] == (12, 528)
+    assert keys[42] == (12, 688) and keys[43] == (5, 43, 0)  # block 43 ends at 704 > 700
+    # Ids past the prompt's last block name output tokens (a session's answer).
+    r = Request(6, 0.0, 20, 30, prefix_hash_ids=(1, 2, 3), prefix_block_tokens=16)
+    assert named_tokens(r) == 48
+
+
+def test_enable_prefix_caching_defaults_and_refusals():
+    assert v1(caching=None).prefix_caching
+    cfg = SchedulerConfig(num_gpu_blocks=100, chunk_size=64)
+    assert not make_scheduler("sarathi", cfg).prefix_caching
+    with pytest.raises(ValueError, match="enable_prefix_caching is not supported by scheduler 'sarathi'"):
+        make_scheduler("sarathi", SchedulerConfig(num_gpu_blocks=100, chunk_size=64, enable_prefix_caching=True))
+
+
+def test_vllm_v1_keeps_no_watermark_and_sarathi_one_percent():
+    cfg = dict(num_gpu_blocks=200, chunk_size=64)
+    assert make_scheduler("vllm_v1", SchedulerConfig(**cfg)).block_manager.watermark_blocks == 0
+    assert make_scheduler("sarathi", SchedulerConfig(**cfg)).block_manager.watermark_blocks == 2
+
+
+def test_bad_prefix_ids_are_clear_errors():
+    with pytest.raises(ValueError, match="prefix_hash_ids must be a tuple of integers"):
+        Request(0, 0.0, 10, 1, prefix_hash_ids=(1, "a"))
+    with pytest.raises(ValueError, match="describe more than its 10 \\+ 1 tokens"):
+        Request(0, 0.0, 10, 1, prefix_hash_ids=(1, 2, 3), prefix_block_tokens=8)
