@@ -42,7 +42,9 @@ def test_fewer_requests_than_clients_and_the_single_start():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"num_clients": 0}, "num_clients must be >= 1"),
-    ({"num_clients": 2, "think_time_s": -1.0}, "think_time_s must be a finite number of seconds >= 0"),
+    ({"num_clients": 2, "think_time_s": -1.0}, "think_time_s must be a number of seconds from 0 to 1e9"),
+    ({"num_clients": 2, "think_time_s": float("inf")}, "think_time_s must be a number of seconds from 0 to 1e9"),
+    ({"num_clients": 2, "think_time_s": 2e9}, r"from 0 to 1e9 \(31.7 years, the longest a trace may span\), got 2000000000.0"),
     ({"num_clients": 2, "prompt": 0}, "tokens must be a whole number of tokens >= 1"),
     ({"num_clients": 2, "num_requests": -5}, "num_requests must be an int >= 0"),
 ])

@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 
+from traces.time_bounds import MAX_QPS, MAX_SPAN_S, MIN_BURSTINESS, short_number
+
 ARRIVAL_PROCESSES = ("poisson", "gamma", "constant")
 
 
@@ -21,10 +23,9 @@ def poisson_arrivals(qps: float, num_requests: int, rng: np.random.Generator) ->
     The gaps after the first arrival are exponential with mean 1 / qps (gap CV = 1).
 
     Raises:
-        ValueError: qps not a finite number > 0, or num_requests not an int >= 0.
+        ValueError: as `check_rate`, or num_requests not an int >= 0.
     """
-    check_positive(qps, "qps")
-    check_count(num_requests)
+    check_rate(qps, num_requests)
     gaps_s = rng.exponential(1.0 / qps, size=max(num_requests - 1, 0))
     return _from_gaps(gaps_s, num_requests)
 
@@ -39,13 +40,16 @@ def gamma_arrivals(qps: float, num_requests: int, burstiness: float, rng: np.ran
     the identical trace for a seed.
 
     Raises:
-        ValueError: qps or burstiness not a finite number > 0, or num_requests not an int >= 0.
+        ValueError: burstiness not a finite number in [MIN_BURSTINESS, inf) (`traces.time_bounds`:
+            below it float64 draws collapse to 0), as `check_rate`, or num_requests not an int >= 0.
     """
     check_positive(burstiness, "burstiness")
+    if burstiness < MIN_BURSTINESS:
+        raise ValueError(f"burstiness must be >= {MIN_BURSTINESS:g} (gap CV <= {MIN_BURSTINESS ** -0.5:.3g}), got "
+                         f"{burstiness!r}: below it float64 gamma draws are nearly all 0 and the trace loses its rate")
     if burstiness == 1.0:
         return poisson_arrivals(qps, num_requests, rng)
-    check_positive(qps, "qps")
-    check_count(num_requests)
+    check_rate(qps, num_requests)
     gaps_s = rng.gamma(burstiness, 1.0 / (qps * burstiness), size=max(num_requests - 1, 0))
     return _from_gaps(gaps_s, num_requests)
 
@@ -54,10 +58,9 @@ def constant_arrivals(qps: float, num_requests: int) -> np.ndarray:
     """Arrival i at exactly i / qps seconds, shape (num_requests,): a constant rate, gap CV 0.
 
     Raises:
-        ValueError: qps not a finite number > 0, or num_requests not an int >= 0.
+        ValueError: as `check_rate`, or num_requests not an int >= 0.
     """
-    check_positive(qps, "qps")
-    check_count(num_requests)
+    check_rate(qps, num_requests)
     return np.arange(num_requests, dtype=float) / qps
 
 
@@ -94,6 +97,24 @@ def check_positive(value: float, name: str) -> None:
         isinstance(value, (int, float, np.number)) and math.isfinite(value) and value > 0
     ):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def check_rate(qps: float, num_requests: int) -> None:
+    """ValueError unless `qps` is a rate a trace of `num_requests` can have (`traces.time_bounds`).
+
+    qps must be a finite number in (0, MAX_QPS] and the expected span (num_requests - 1) / qps
+    at most MAX_SPAN_S: a rate of 1e-310 would make every arrival inf, one of 1e-6 with 2,048
+    requests would span 65 years. num_requests must be an int >= 0.
+    """
+    check_positive(qps, "qps")
+    check_count(num_requests)
+    if qps > MAX_QPS:
+        raise ValueError(f"qps must be <= {short_number(MAX_QPS)} requests/s, got {qps!r}: the mean gap would be under 1 us, "
+                         "finer than any engine step the simulator prices")
+    span_s = max(num_requests - 1, 0) / qps
+    if span_s > MAX_SPAN_S:
+        raise ValueError(f"qps {qps!r} is too low for {num_requests} requests: they would span {span_s:.3g} s, "
+                         f"more than the {short_number(MAX_SPAN_S)} s (31.7 years) a trace may span")
 
 
 def check_count(value: int, name: str = "num_requests") -> None:

@@ -16,6 +16,7 @@ import numpy as np
 from traces.arrivals import check_count
 from traces.length_distributions import length_distribution, sample_lengths
 from traces.request import Request
+from traces.time_bounds import MAX_SPAN_S, short_number
 
 
 class ClosedLoopWorkload:
@@ -27,7 +28,7 @@ class ClosedLoopWorkload:
 
     Args:
         num_clients: concurrent clients, >= 1.
-        think_time_s: seconds between a client's completion and its next request, >= 0.
+        think_time_s: seconds between a client's completion and its next request, 0 to MAX_SPAN_S.
         prompt, output: length specs (`traces.length_distributions.length_distribution`).
         num_requests: requests issued in all, >= 0; then `next_request` returns None.
         seed: seeds the length draws.
@@ -48,8 +49,9 @@ class ClosedLoopWorkload:
         check_count(num_clients, "num_clients")
         if num_clients < 1:
             raise ValueError("num_clients must be >= 1")
-        if isinstance(think_time_s, bool) or not (math.isfinite(think_time_s) and think_time_s >= 0):
-            raise ValueError(f"think_time_s must be a finite number of seconds >= 0, got {think_time_s!r}")
+        if isinstance(think_time_s, bool) or not (math.isfinite(think_time_s) and 0 <= think_time_s <= MAX_SPAN_S):
+            raise ValueError(f"think_time_s must be a number of seconds from 0 to {short_number(MAX_SPAN_S)} "
+                             f"(31.7 years, the longest a trace may span), got {think_time_s!r}")
         check_count(num_requests)
         self.num_clients = num_clients
         self.think_time_s = float(think_time_s)

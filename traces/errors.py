@@ -18,7 +18,7 @@ class TraceFormatError(ValueError):
         line: the file line of that row (from 1), when it differs from what `row` implies.
         field: the column (or "header"), None when the whole row is at fault.
         reason: the failed check, as counted in `TraceLoadResult.rejected_rows` ("prompt_tokens < 1").
-        value: the offending text, as it appears in the file.
+        value: the offending text, as it appears in the file (the message cuts it past 80 characters).
         expected: what would have been valid, in words.
     """
 
@@ -50,5 +50,19 @@ class TraceFormatError(ValueError):
             where.append(f"field {self.field!r}")
         if self.reason is not None:
             where.append(self.reason)
-        got = "" if self.row is None and self.value is None else f"got {self.value!r}; "
+        got = "" if self.row is None and self.value is None else f"got {_shown(self.value)}; "
         return ": ".join(where) + f": {got}expected {self.expected}"
+
+
+# Longest value quoted whole in a message; a longer one (a 200,000-character field) is cut.
+_MAX_SHOWN_CHARS = 80
+
+
+def _shown(value: object) -> str:
+    """repr of the value, its middle elided past _MAX_SHOWN_CHARS, with its length."""
+    text = repr(value)
+    if len(text) <= _MAX_SHOWN_CHARS:
+        return text
+    length = len(value) if isinstance(value, str) else len(text)
+    half = _MAX_SHOWN_CHARS // 2
+    return f"{text[:half]}...{text[-half:]} ({length:,} characters)"

@@ -13,6 +13,7 @@ import numpy as np
 
 from traces.arrivals import check_count, check_positive
 from traces.request import Request
+from traces.time_bounds import MAX_SPAN_S, short_number
 from traces.trace_stats import mean_rate_qps
 
 
@@ -24,10 +25,15 @@ def time_scale(requests: Sequence[Request], factor: float) -> list[Request]:
     burstiness (relative gaps, gap CV) is unchanged. Ids, lengths and order are kept.
 
     Raises:
-        ValueError: factor not a finite number > 0.
+        ValueError: factor not a finite number > 0, or a scaled span over MAX_SPAN_S
+            (`traces.time_bounds`; slowing a 1-hour trace 1e300 times would make its arrivals inf).
     """
     check_positive(factor, "factor")
     start_s = min((request.arrival_s for request in requests), default=0.0)
+    span_s = max((request.arrival_s for request in requests), default=0.0) - start_s
+    if span_s / factor > MAX_SPAN_S:
+        raise ValueError(f"time-scaling by {factor!r} would stretch the trace's {span_s:.6g} s to {span_s / factor:.3g} s, "
+                         f"more than the {short_number(MAX_SPAN_S)} s (31.7 years) a trace may span")
     return [dataclasses.replace(request, arrival_s=(request.arrival_s - start_s) / factor) for request in requests]
 
 

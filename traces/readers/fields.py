@@ -10,12 +10,25 @@ import numpy as np
 import pandas as pd
 
 from traces.readers.row_problems import RowProblems
+from traces.time_bounds import MAX_ARRIVAL_S, MAX_SPAN_S, short_number
 
 MISSING = "missing field"
 NON_NUMERIC = "non-numeric"
 NEGATIVE_ARRIVAL = "negative arrival"
 BAD_TIMESTAMP = "bad timestamp"
 MALFORMED = "malformed line"
+BAD_QUOTING = "bad quoting"
+ARRIVAL_TOO_LARGE = "arrival too large"
+ARRIVAL_OUTLIER = "arrival far from the others"
+TIMESTAMP_OUT_OF_RANGE = "timestamp out of range"
+
+QUOTING_EXPECTED = ('a field without double quotes, or one wholly inside a pair of them ("..." with "" for a '
+                    'quote inside): a stray quote would hide the lines after it')
+SPAN_EXPECTED = (f"an arrival within {short_number(MAX_SPAN_S)} s (31.7 years) of the trace's median arrival: no public trace "
+                 "spans more than months, so this is a typing or unit error")
+
+# A decimal number (what pandas would parse) that came out non-finite: too large, not garbage.
+_DECIMAL = r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
 
 # Text that pandas and spreadsheets write for "no value"; compared lower-cased and stripped.
 _MISSING_TEXTS = ["", "nan", "na", "n/a", "null", "none", "<na>"]
@@ -35,14 +48,22 @@ def _missing(texts: pd.Series) -> tuple[pd.Series, np.ndarray]:
 
 
 def parse_numbers(problems: RowProblems, texts: pd.Series, field: str, expected: str) -> np.ndarray:
-    """Floats, shape (n,); flags empty/NaN text as MISSING and other non-finite text as NON_NUMERIC."""
+    """Floats, shape (n,); flags empty/NaN text as MISSING and other non-numeric text as NON_NUMERIC.
+
+    A decimal number too large for float64 ("1e400", a 4,301-digit integer) is returned as
+    +-inf, unflagged, for the caller's range check to name it "too large"; "inf" text is
+    NON_NUMERIC.
+    """
     stripped, missing = _missing(texts)
     problems.flag(missing, MISSING, field, texts, expected)
-    numbers = pd.to_numeric(stripped.where(~missing), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    problems.flag(~missing & ~np.isfinite(numbers), NON_NUMERIC, field, texts, expected)
+    numbers = pd.to_numeric(stripped.where(~missing), errors="coerce").to_numpy(dtype=float, na_value=np.nan, copy=True)
+    odd = ~missing & ~np.isfinite(numbers)
+    if odd.any():
+        huge = odd & stripped.str.fullmatch(_DECIMAL).to_numpy(dtype=bool, na_value=False)
+        numbers[huge] = np.where(stripped[huge].str.startswith("-"), -np.inf, np.inf)
+        odd &= ~huge
+    problems.flag(odd, NON_NUMERIC, field, texts, expected)
     return numbers
-
-
 def parse_tokens(problems: RowProblems, texts: pd.Series, field: str, name: str) -> np.ndarray:
     """Token counts as int64, shape (n,); must be whole numbers in [1, MAX_TOKENS].
 
@@ -53,9 +74,9 @@ def parse_tokens(problems: RowProblems, texts: pd.Series, field: str, name: str)
     numbers = parse_numbers(problems, texts, field, expected)
     finite = np.isfinite(numbers)
     with np.errstate(invalid="ignore"):
-        problems.flag(finite & (numbers < 1), f"{name} < 1", field, texts, expected)
+        problems.flag(numbers < 1, f"{name} < 1", field, texts, expected)
         problems.flag(finite & (numbers != np.floor(numbers)), f"{name} not a whole number", field, texts, expected)
-        problems.flag(finite & (numbers > MAX_TOKENS), f"{name} too large", field, texts, expected)
+        problems.flag(numbers > MAX_TOKENS, f"{name} too large", field, texts, expected)
     return np.where(problems.valid & finite, numbers, 0).astype(np.int64)
 
 
@@ -73,24 +94,54 @@ def parse_priority(problems: RowProblems, texts: pd.Series, field: str) -> np.nd
 def parse_offsets_s(problems: RowProblems, texts: pd.Series, field: str, units_per_s: float, unit: str) -> np.ndarray:
     """Arrival offsets in seconds, shape (n,), from numbers in `unit` (>= 0) divided by `units_per_s`.
 
-    Dividing (5999 / 1000 = 5.999) rather than multiplying by 1e-3 keeps whole milliseconds
-    at the float nearest the decimal value.
+    Values above MAX_ARRIVAL_S seconds are "arrival too large", and values more than MAX_SPAN_S
+    from the others "arrival far from the others" (`flag_outlying_arrivals`), both bounds of
+    `traces.time_bounds`. Dividing (5999 / 1000 = 5.999) rather than multiplying by 1e-3 keeps
+    whole milliseconds at the float nearest the decimal value.
     """
-    expected = f"a number of {unit} >= 0"
+    expected = f"a number of {unit} from 0 to {short_number(MAX_ARRIVAL_S * units_per_s)}"
     numbers = parse_numbers(problems, texts, field, expected)
     with np.errstate(invalid="ignore"):
-        problems.flag(np.isfinite(numbers) & (numbers < 0), NEGATIVE_ARRIVAL, field, texts, expected)
-    return numbers / units_per_s
+        problems.flag(numbers < 0, NEGATIVE_ARRIVAL, field, texts, expected)
+        problems.flag(numbers > MAX_ARRIVAL_S * units_per_s, ARRIVAL_TOO_LARGE, field, texts,
+                      f"{expected} ({short_number(MAX_ARRIVAL_S)} s: Unix epoch seconds in the year 2286)")
+    arrival_s = numbers / units_per_s
+    flag_outlying_arrivals(problems, arrival_s, texts, field)
+    return arrival_s
+
+
+def flag_outlying_arrivals(problems: RowProblems, arrival_s: np.ndarray, texts: pd.Series, field: str) -> None:
+    """Flag rows whose arrival is more than MAX_SPAN_S from the lower median of the valid ones.
+
+    The lower median (element (n - 1) // 2 of the sorted arrivals) is a real row's arrival, so
+    with two rows a second 1e308 s after a first at 0 is the one rejected, and a single typo in
+    either direction is rejected however far it lies. Every arrival kept is then within
+    2 * MAX_SPAN_S of any other (2e18 ns, under the 9.2e18 of int64).
+
+    Args:
+        arrival_s: arrivals in seconds from any origin, shape (n,); NaN or inf where already flagged.
+    """
+    valid = problems.valid & np.isfinite(arrival_s)
+    if not valid.any():
+        return
+    values = arrival_s[valid]
+    middle = (values.size - 1) // 2
+    median_s = np.partition(values, middle)[middle]
+    with np.errstate(invalid="ignore"):
+        problems.flag(valid & (np.abs(arrival_s - median_s) > MAX_SPAN_S), ARRIVAL_OUTLIER, field, texts, SPAN_EXPECTED)
 
 
 def parse_azure_timestamps_s(problems: RowProblems, texts: pd.Series, field: str) -> np.ndarray:
-    """Arrival times in seconds after the earliest parsed timestamp, shape (n,), exact to 1 ns.
+    """Arrival times in seconds after the earliest valid timestamp, shape (n,), exact to 1 ns.
 
     Timestamps are parsed with the 2023 trace's explicit format to integer nanoseconds, and the
     differences are taken in integers before converting to float seconds, so no precision is
     lost to float64 epoch values (about 2e-7 s resolution at 1.7e9 s). Rows that do not match
     that format are retried as ISO 8601 (the 2024 week-long and 2025 multimodal traces carry a
-    UTC offset or `Z`); naive times are taken as UTC so both kinds compare.
+    UTC offset or `Z`); naive times are taken as UTC so both kinds compare. A well-formed time
+    outside pandas' nanosecond range (years 1677 to 2262; a year-1 date) is "timestamp out of
+    range", and one more than MAX_SPAN_S from the others is rejected as in
+    `flag_outlying_arrivals` before any difference is taken (so none overflows int64).
     """
     expected = "a timestamp YYYY-MM-DD HH:MM:SS.fffffff"
     stripped, missing = _missing(texts)
@@ -103,8 +154,26 @@ def parse_azure_timestamps_s(problems: RowProblems, texts: pd.Series, field: str
         iso = pd.to_datetime(candidates[retry], format="ISO8601", utc=True, errors="coerce")
         times[retry] = iso.astype("datetime64[ns, UTC]")
     unparsed = times.isna().to_numpy()
+    out_of_range = np.zeros(len(texts), dtype=bool)
+    out_of_range[unparsed & ~missing] = _valid_but_out_of_range(stripped[unparsed & ~missing])
+    problems.flag(out_of_range, TIMESTAMP_OUT_OF_RANGE, field, texts,
+                  f"{expected} from {pd.Timestamp.min:%Y-%m-%d %H:%M:%S} to {pd.Timestamp.max:%Y-%m-%d %H:%M:%S} (nanosecond times)")
     problems.flag(unparsed & ~missing, BAD_TIMESTAMP, field, texts, expected)
-    if unparsed.all():
+    ns = times.to_numpy(dtype="datetime64[ns]").astype(np.int64)  # NaT -> int64 min, flagged above
+    flag_outlying_arrivals(problems, np.where(unparsed, np.nan, ns / 1e9), texts, field)
+    valid = problems.valid & ~unparsed
+    if not valid.any():
         return np.zeros(len(texts))
-    offsets_ns = (times - times.min()).to_numpy(dtype="timedelta64[ns]").astype(np.int64)
-    return np.where(unparsed, 0, offsets_ns) / 1e9
+    offsets_ns = np.zeros(len(texts), dtype=np.int64)
+    offsets_ns[valid] = ns[valid] - ns[valid].min()
+    return offsets_ns / 1e9
+
+
+def _valid_but_out_of_range(texts: pd.Series) -> np.ndarray:
+    """Mask of texts that parse as timestamps once their year is replaced by 2000 (year 1, 3000)."""
+    if texts.empty:
+        return np.zeros(0, dtype=bool)
+    moved = texts.str.replace(r"^[+-]?\d{1,6}-", "2000-", regex=True)
+    exact = pd.to_datetime(moved, format=AZURE_TIMESTAMP_FORMAT, errors="coerce")
+    iso = pd.to_datetime(moved, format="ISO8601", utc=True, errors="coerce")
+    return (exact.notna() | iso.notna()).to_numpy()

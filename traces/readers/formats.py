@@ -17,7 +17,8 @@ import pandas as pd
 from traces.errors import TraceFormatError
 from traces.readers import fields
 from traces.readers.row_problems import RowProblems
-from traces.readers.table import csv_header, first_line, json_keys
+from traces.readers.jsonl_table import json_keys
+from traces.readers.table import csv_header, first_line
 
 # (problems, arrival texts, field) -> arrival in seconds (any origin), shape (n,)
 ArrivalParser = Callable[[RowProblems, pd.Series, str], np.ndarray]

@@ -8,12 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from traces.errors import TraceFormatError
 from traces.readers import fields
 from traces.readers.formats import TraceFormat, check_header, detect_format, format_by_name
 from traces.readers.row_problems import RowProblems
-from traces.readers.table import RawTable, first_line, read_csv_table, read_jsonl_table
+from traces.readers.csv_table import read_csv_table
+from traces.readers.jsonl_table import read_jsonl_table
+from traces.readers.table import RawTable, first_line
 
 # column -> the values of that column to keep, e.g. {"Model": ["ChatGPT"]} for BurstGPT.
 RowFilter = Mapping[str, Sequence[str]]
@@ -118,7 +121,9 @@ def _unknown_columns(path: Path, spec: TraceFormat, table: RawTable, strict: boo
 
 
 def _apply_where(path: Path, table: RawTable, where: dict[str, Sequence[str]]) -> tuple[RawTable, dict[str, list[int]]]:
-    """Keep rows whose `column` text (stripped) is one of the given values, for every column."""
+    """Keep rows whose `column` text (stripped) is one of the given values, for every column.
+
+    Malformed rows and rows with bad quoting in `column` are kept (and rejected later)."""
     filtered: dict[str, list[int]] = {}
     keep = np.ones(len(table.frame), dtype=bool)
     for column, values in where.items():
@@ -129,6 +134,9 @@ def _apply_where(path: Path, table: RawTable, where: dict[str, Sequence[str]]) -
             )
         wanted = [str(value).strip() for value in values]
         match = table.frame[column].fillna("").astype(str).str.strip().isin(wanted).to_numpy()
+        # A line that could not be split, or a field with a stray quote, has no value to filter
+        # on: it stays, to be rejected for what is wrong with it.
+        match = match | table.malformed | table.bad_quotes.get(column, False)
         dropped = keep & ~match
         if dropped.any():
             filtered[f"{column} not in {wanted}"] = table.row_numbers[dropped].tolist()
@@ -139,8 +147,10 @@ def _apply_where(path: Path, table: RawTable, where: dict[str, Sequence[str]]) -
 def _parse_columns(spec: TraceFormat, table: RawTable, problems: RowProblems) -> dict[str, np.ndarray]:
     """Parse the columns in check order (line, arrival, prompt, output, priority)."""
     frame = table.frame
-    expected = "a JSON object" if spec.jsonl else "no more fields than the header"
-    problems.flag(table.malformed, fields.MALFORMED, "(whole line)", table.line_texts, expected)
+    for problem in pd.unique(table.line_problems[table.malformed]):
+        problems.flag(table.line_problems == problem, fields.MALFORMED, "(whole line)", table.line_texts, problem)
+    for column, mask in table.bad_quotes.items():
+        problems.flag(mask, fields.BAD_QUOTING, column, frame[column], fields.QUOTING_EXPECTED)
     columns = {}
     if spec.has_arrivals:
         columns["arrival_s"] = spec.parse_arrival_s(problems, frame[spec.arrival], spec.arrival)
