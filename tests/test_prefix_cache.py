@@ -173,5 +173,7 @@ def test_vllm_v1_keeps_no_watermark_and_sarathi_one_percent():
 def test_bad_prefix_ids_are_clear_errors():
     with pytest.raises(ValueError, match="prefix_hash_ids must be a tuple of integers"):
         Request(0, 0.0, 10, 1, prefix_hash_ids=(1, "a"))
-    with pytest.raises(ValueError, match="describe more than its 10 \\+ 1 tokens"):
-        Request(0, 0.0, 10, 1, prefix_hash_ids=(1, 2, 3), prefix_block_tokens=8)
+    with pytest.raises(ValueError, match="prefix_block_tokens must be an int >= 1"):
+        Request(0, 0.0, 10, 1, prefix_hash_ids=(1, 2, 3), prefix_block_tokens=0)
+    # Ids past the stream's end name nothing: 11 tokens, 3 ids of 8 tokens name the 11.
+    assert named_tokens(Request(0, 0.0, 10, 1, prefix_hash_ids=(1, 2, 3), prefix_block_tokens=8)) == 11

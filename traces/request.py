@@ -26,8 +26,8 @@ class Request:
             size of the engine need not match (`simulator.scheduler.prefix_cache.block_keys`).
 
     Raises:
-        ValueError: prefix ids that are not integers, a prefix_block_tokens < 1, or more ids
-            than the stream has blocks.
+        ValueError: prefix ids that are not integers, or a prefix_block_tokens < 1. (Ids past
+            the stream's end name nothing.)
     """
 
     request_id: int
@@ -55,7 +55,3 @@ def _check_prefix_ids(request: Request) -> None:
     ids = request.prefix_hash_ids
     if not isinstance(ids, tuple) or any(isinstance(h, bool) or not hasattr(type(h), "__index__") for h in ids):
         raise ValueError(f"request {request.request_id}: prefix_hash_ids must be a tuple of integers, got {ids!r}")
-    most = -(-(request.prompt_tokens + request.output_tokens) // size)
-    if len(ids) > most:
-        raise ValueError(f"request {request.request_id}: {len(ids)} prefix_hash_ids of {size} tokens describe more "
-                         f"than its {request.prompt_tokens} + {request.output_tokens} tokens (at most {most})")
