@@ -1,0 +1,206 @@
+"""Import AIConfigurator's per-system vLLM kernel tables (ai-dynamo/aiconfigurator, Apache-2.0,
+`aic-core/src/aiconfigurator_core/systems/<system>/`; copies in ../shared/profiles/aiconfigurator/).
+
+Layout read: `SYSTEM/system.yaml` and `SYSTEM/{gemm,attention,comm}/vllm/<version>/`:
+
+- `gemm_perf.parquet`: columns m, n, k, gemm_dtype, latency. One vLLM `RowParallelLinear`
+  forward (x of m × k, weight k → n, no bias, TP disabled) captured in a CUDA graph; `latency`
+  is **milliseconds** per GEMM (collector `collector/vllm/collect_gemm.py`: `latency_ms` of the
+  timed loop / the number of GEMMs in it). Only `gemm_dtype == bfloat16` rows are imported.
+- `context_attention_perf.parquet`: batch_size, isl, num_heads, num_key_value_heads, head_dim,
+  kv_cache_dtype, window_size, latency. vLLM's attention backend (`impl.forward`, the KV write
+  included) over `batch_size` fresh prefills of `isl` tokens each (seq_lens = query_lens = isl,
+  `collector/vllm/collect_attn.py`); **milliseconds** per call; heads are what one GPU runs.
+- `generation_attention_perf.parquet`: the same columns plus `step`: `batch_size` decodes of one
+  query token over sequences of `step` tokens (seq_lens = step, query_lens = 1: the new token is
+  counted in `step`, which the collector records as s − 1 for its grid s = 2, 4, ..., 131072);
+  **milliseconds**.
+- `custom_allreduce_perf.parquet`: num_gpus, message_size, backend (vllm_graph | vllm_eager),
+  allreduce_dtype, latency: vLLM's `tensor_model_parallel_all_reduce` of a bf16 tensor of
+  `message_size` **elements** (the collector's `get_input_shape_and_comm_size` makes a
+  [size / 4096, 4096] tensor), graph-captured or eager; **milliseconds** per all-reduce.
+  Imported as size_bytes = 2 × message_size.
+
+Imported: bf16 GEMMs; attention with a bf16 KV cache and no sliding window (window_size 0; some
+systems' files have no window_size column: all their rows are full-window).
+Rows with NaN or non-positive latency are dropped and counted (`meta["dropped_rows"]`); a missing
+column or a file without one usable row is an error naming the file and column.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from profiler.measured.tables import MeasuredTableError, MeasuredTables
+
+SOURCE = {"name": "aiconfigurator", "repository": "ai-dynamo/aiconfigurator",
+          "path": "aic-core/src/aiconfigurator_core/systems/", "commit": "095f58a"}
+LICENCE = "Apache-2.0"
+MS = 1e-3  # the tables' latency unit (milliseconds) in seconds
+BF16_BYTES = 2
+
+# AIConfigurator system folder → built-in device key.
+SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200",
+           "rtx_pro_6000_server": "rtx-pro-6000", "l40s": "l40s", "a100_sxm": "a100-80gb"}
+
+_FILES = {  # table → (folder, file, columns it needs)
+    "gemm": ("gemm", "gemm_perf.parquet", ("m", "n", "k", "gemm_dtype", "latency")),
+    "context_attention": ("attention", "context_attention_perf.parquet",
+                          ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim",
+                           "kv_cache_dtype", "latency")),
+    "decode_attention": ("attention", "generation_attention_perf.parquet",
+                         ("batch_size", "step", "num_heads", "num_key_value_heads", "head_dim",
+                          "kv_cache_dtype", "latency")),
+    "all_reduce": ("comm", "custom_allreduce_perf.parquet",
+                   ("num_gpus", "message_size", "backend", "allreduce_dtype", "latency")),
+}
+
+
+def _version_dir(system: Path, folder: str) -> Path | None:
+    """`SYSTEM/<folder>/vllm/<version>/`, the only (or newest) version there, or None."""
+    root = system / folder / "vllm"
+    versions = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    return versions[-1] if versions else None
+
+
+def _read(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    table = pd.read_parquet(path)
+    absent = [c for c in columns if c not in table]
+    if absent:
+        raise MeasuredTableError(f"{path}: missing columns {absent} (has {list(table.columns)})")
+    return table
+
+
+def _usable_latency(table: pd.DataFrame, path: Path, dropped: dict) -> pd.DataFrame:
+    """Rows with a finite latency > 0; the others counted in `dropped[path name]`."""
+    good = np.isfinite(table["latency"].to_numpy(dtype=np.float64)) & (table["latency"] > 0).to_numpy()
+    if (~good).any():
+        dropped[path.name] = dropped.get(path.name, 0) + int((~good).sum())
+    if not good.any():
+        raise MeasuredTableError(f"{path}: column 'latency' has no finite value > 0")
+    return table[good]
+
+
+def convert_gemm(table: pd.DataFrame) -> pd.DataFrame:
+    """bf16 rows of `gemm_perf` as (m, n, k, time_s): latency ms → s."""
+    rows = table[table["gemm_dtype"] == "bfloat16"]
+    out = pd.DataFrame({c: rows[c].astype(np.int64).to_numpy() for c in ("m", "n", "k")})
+    out["time_s"] = rows["latency"].to_numpy(dtype=np.float64) * MS
+    return out.sort_values(["n", "k", "m"], kind="stable").reset_index(drop=True)
+
+
+def _attention_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """bf16-KV rows without a sliding window (files without `window_size` have none)."""
+    full_window = table["window_size"] == 0 if "window_size" in table else True
+    return table[(table["kv_cache_dtype"] == "bfloat16") & full_window]
+
+
+def convert_context_attention(table: pd.DataFrame) -> pd.DataFrame:
+    """bf16-KV, full-window rows of `context_attention_perf` as (heads, kv heads, head_dim,
+    batch_size, query_tokens = isl, time_s): latency ms → s."""
+    rows = _attention_rows(table)
+    out = pd.DataFrame({"num_heads": rows["num_heads"], "num_kv_heads": rows["num_key_value_heads"],
+                        "head_dim": rows["head_dim"], "batch_size": rows["batch_size"],
+                        "query_tokens": rows["isl"]}).astype(np.int64)
+    out["time_s"] = rows["latency"].to_numpy(dtype=np.float64) * MS
+    return out.reset_index(drop=True)
+
+
+def convert_decode_attention(table: pd.DataFrame) -> pd.DataFrame:
+    """bf16-KV, full-window rows of `generation_attention_perf` as (heads, kv heads, head_dim,
+    batch_size, kv_tokens = step, time_s): latency ms → s."""
+    rows = _attention_rows(table)
+    out = pd.DataFrame({"num_heads": rows["num_heads"], "num_kv_heads": rows["num_key_value_heads"],
+                        "head_dim": rows["head_dim"], "batch_size": rows["batch_size"],
+                        "kv_tokens": rows["step"]}).astype(np.int64)
+    out["time_s"] = rows["latency"].to_numpy(dtype=np.float64) * MS
+    return out.reset_index(drop=True)
+
+
+def convert_all_reduce(table: pd.DataFrame, path: Path | str = "custom_allreduce_perf.parquet") -> pd.DataFrame:
+    """bf16 rows of `custom_allreduce_perf` as (num_gpus, mode, size_bytes, time_s): message_size
+    elements × 2 bytes, latency ms → s, backend vllm_graph → graph, vllm_eager → eager.
+
+    Raises:
+        MeasuredTableError: a backend other than vllm_graph / vllm_eager (naming the file).
+    """
+    rows = table[table["allreduce_dtype"] == "bfloat16"]
+    modes = {"vllm_graph": "graph", "vllm_eager": "eager"}
+    unknown = sorted(set(rows["backend"]) - set(modes))
+    if unknown:
+        raise MeasuredTableError(f"{path}: column 'backend' has {unknown}; expected vllm_graph, vllm_eager")
+    out = pd.DataFrame({"num_gpus": rows["num_gpus"].astype(np.int64).to_numpy(),
+                        "mode": rows["backend"].map(modes).to_numpy(),
+                        "size_bytes": rows["message_size"].astype(np.int64).to_numpy() * BF16_BYTES})
+    out["time_s"] = rows["latency"].to_numpy(dtype=np.float64) * MS
+    return out.reset_index(drop=True)
+
+
+_CONVERTERS = {"gemm": convert_gemm, "context_attention": convert_context_attention,
+               "decode_attention": convert_decode_attention, "all_reduce": convert_all_reduce}
+
+
+def import_aiconfigurator(system_dir: str | Path, device: str | None = None) -> MeasuredTables:
+    """Measured tables of one AIConfigurator system folder (e.g. `.../aiconfigurator/h100_sxm`).
+
+    Args:
+        system_dir: the system folder (holds system.yaml).
+        device: built-in device key; default from the folder name (`SYSTEMS`).
+
+    Raises:
+        MeasuredTableError: no system.yaml, an unknown system without `device`, a table's file
+            missing a column or usable row, a latency unit that does not hold (a row set whose
+            GEMMs would beat the datasheet peak in system.yaml by 2×: the wrong unit), or no
+            table found; messages name the file and column.
+    """
+    system = Path(system_dir)
+    system_yaml = system / "system.yaml"
+    if not system_yaml.is_file():
+        raise MeasuredTableError(f"{system}: not an AIConfigurator system folder (no system.yaml)")
+    device = device or SYSTEMS.get(system.name)
+    if device is None:
+        raise MeasuredTableError(f"{system}: unknown system {system.name!r}; pass --device "
+                                 f"(known systems: {sorted(SYSTEMS)})")
+    gpu = (yaml.safe_load(system_yaml.read_text()) or {}).get("gpu", {})
+    tables, origins, dropped, versions, device_names = {}, {}, {}, set(), set()
+    for name, (folder, file, columns) in _FILES.items():
+        version_dir = _version_dir(system, folder)
+        path = version_dir / file if version_dir else None
+        if path is None or not path.is_file():
+            continue
+        raw = _usable_latency(_read(path, columns), path, dropped)
+        converted = convert_all_reduce(raw, path) if name == "all_reduce" else _CONVERTERS[name](raw)
+        if converted.empty:
+            raise MeasuredTableError(f"{path}: no bf16 rows (columns gemm_dtype / kv_cache_dtype / allreduce_dtype)")
+        tables[name] = converted
+        origins[name] = {"from": str(path.relative_to(system.parent))}
+        versions.add(version_dir.name)
+        if "device" in raw:
+            device_names.update(raw["device"].unique().tolist())
+    if not tables:
+        raise MeasuredTableError(f"{system}: no gemm, attention or comm table under */vllm/<version>/")
+    if "gemm" in tables and gpu.get("bfloat16_tc_flops"):
+        _check_gemm_unit(tables["gemm"], float(gpu["bfloat16_tc_flops"]), system / _FILES["gemm"][1])
+    meta = {
+        "source": SOURCE, "licence": LICENCE, "engine": "vllm", "engine_version": ", ".join(sorted(versions)),
+        "device": {"name": ", ".join(sorted(device_names)) or system.name, "key": device, "system": system.name},
+        "dtype": "bfloat16", "units": {"time_s": "seconds (source: latency in milliseconds)",
+                                       "size_bytes": "bytes (source: message_size in bf16 elements)"},
+        "datasheet": {"bf16_flops": gpu.get("bfloat16_tc_flops"), "mem_bandwidth_bytes_per_s": gpu.get("mem_bw")},
+        "dropped_rows": dropped, "tables": origins,
+    }
+    return MeasuredTables(meta, tables)
+
+
+def _check_gemm_unit(gemm: pd.DataFrame, peak_flops: float, path: Path) -> None:
+    """A wrong time unit shows as GEMMs faster than the hardware: refuse if the median of the
+    largest GEMMs' achieved rate exceeds twice the datasheet bf16 peak."""
+    work = 2.0 * gemm["m"] * gemm["n"] * gemm["k"]
+    big = gemm[work >= work.quantile(0.9)]
+    rate = float(np.median(2.0 * big["m"] * big["n"] * big["k"] / big["time_s"]))
+    if rate > 2 * peak_flops:
+        raise MeasuredTableError(f"{path}: column 'latency' read as milliseconds gives {rate:.3g} FLOP/s, over "
+                                 f"twice the bf16 peak {peak_flops:.3g} of system.yaml: the unit does not match")

@@ -1,0 +1,167 @@
+"""Import LLMServingSim's per-layer vLLM profiles (casys-kaist/LLMServingSim, MIT,
+`profiler/perf/<HW>/<org>/<model>/<variant>/`; copies in ../shared/profiles/llmservingsim/).
+
+Layout read: `meta.yaml` (vllm_version, gpu, model, `engine_effective.hf_overrides`) and
+`tp<N>/{dense,attention,per_sequence}.csv`. The profiler runs vLLM 0.19 with `enforce_eager` on one
+GPU with the model shrunk to one layer and, for tp<N>, its widths divided by N through
+`hf_overrides` (intermediate_size, heads, KV heads, vocab), so each file is one TP rank's kernels
+and **no all-reduce is in them**. Every `time_us` is **microseconds** per call.
+
+- `dense.csv` (layer, tokens, time_us): per-layer ops of the step's token count: `qkv_proj`,
+  `o_proj`, `gate_up_proj`, `down_proj` (GEMMs), `layernorm` (vLLM's fused add + RMSNorm, twice a
+  layer), `qk_norm` (Qwen3's per-head q/k norms), `rotary_emb`, `act_fn` (SiLU · mul), and the
+  once-a-step `embedding` and `final_layernorm`. Imported as layer_ops (op names kept).
+- `per_sequence.csv` (layer, sequences, time_us): `lm_head`, `sampler`. → sequence_ops.
+- `attention.csv` (prefill_chunk, kv_prefill, n_decode, kv_decode, time_us): one attention layer
+  call over one prefill chunk of `prefill_chunk` tokens after `kv_prefill` cached tokens and
+  `n_decode` decodes of `kv_decode` cached tokens each. → mixed_attention.
+
+The model's full shapes are not in these files: `model` must be given and must agree with
+`hf_overrides` (each overridden width = the model's / N).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from profiler.measured.tables import MeasuredTableError, MeasuredTables
+from profiler.model_spec import ModelSpec
+
+SOURCE = {"name": "llmservingsim", "repository": "casys-kaist/LLMServingSim", "path": "profiler/perf/",
+          "commit": "5daddb2"}
+LICENCE = "MIT"
+US = 1e-6  # the files' time unit (microseconds) in seconds
+
+# LLMServingSim hardware folder → built-in device key.
+HARDWARE = {"RTX4090": "rtx-4090", "RTXPRO6000": "rtx-pro-6000"}
+DENSE_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "layernorm", "qk_norm", "rotary_emb",
+             "act_fn", "embedding", "final_layernorm")
+_FILES = {  # file → (table, key column in the file, key column in the table)
+    "dense.csv": ("layer_ops", "tokens", "num_tokens"),
+    "per_sequence.csv": ("sequence_ops", "sequences", "num_seqs"),
+}
+_ATTENTION = {"prefill_chunk": "prefill_tokens", "kv_prefill": "prefill_context_tokens",
+              "n_decode": "num_decodes", "kv_decode": "decode_context_tokens"}
+# hf_overrides key → the model field it divides by the TP degree.
+_OVERRIDES = {"intermediate_size": "intermediate_size", "num_attention_heads": "num_attention_heads",
+              "num_key_value_heads": "num_key_value_heads", "vocab_size": "vocab_size"}
+
+
+def _read_csv(path: Path, columns: list[str]) -> pd.DataFrame:
+    if not path.is_file():
+        raise MeasuredTableError(f"{path}: missing")
+    table = pd.read_csv(path)
+    absent = [c for c in columns if c not in table]
+    if absent:
+        raise MeasuredTableError(f"{path}: missing columns {absent} (has {list(table.columns)})")
+    return table
+
+
+def _times(table: pd.DataFrame, path: Path, dropped: dict) -> pd.DataFrame:
+    """Rows with a finite time_us > 0 (others counted in `dropped`), time_us → time_s."""
+    t = pd.to_numeric(table["time_us"], errors="coerce").to_numpy(dtype=np.float64)
+    good = np.isfinite(t) & (t > 0)
+    if (~good).any():
+        dropped[str(path.name)] = dropped.get(str(path.name), 0) + int((~good).sum())
+    if not good.any():
+        raise MeasuredTableError(f"{path}: column 'time_us' has no finite value > 0")
+    out = table[good].drop(columns=["time_us"]).copy()
+    out["time_s"] = t[good] * US
+    return out
+
+
+def check_model(meta: dict, model: ModelSpec, path: Path) -> None:
+    """Raise unless `model` has the widths `hf_overrides` gives at one of the profile's TP degrees.
+
+    One meta.yaml serves every tp<N>/ folder and records the overrides of the last run (the
+    largest N), so each overridden width must equal the model's / N for some N in `tp_degrees`.
+
+    Raises:
+        MeasuredTableError: naming meta.yaml and the first key that disagrees.
+    """
+    overrides = (meta.get("engine_effective") or {}).get("hf_overrides") or {}
+    checked = {k: int(v) for k, v in overrides.items() if k in _OVERRIDES}
+    first_bad = None
+    for tp in sorted(int(t) for t in meta.get("tp_degrees") or [1]):
+        bad = []
+        for key, value in checked.items():
+            try:
+                expected = (model.kv_heads_per_rank(tp) if key == "num_key_value_heads"
+                            else getattr(model, _OVERRIDES[key]) // tp)
+            except ValueError:
+                expected = None
+            if value != expected:
+                bad.append((key, value, expected, tp))
+        if not bad:
+            return
+        first_bad = first_bad or bad[0]
+    key, value, expected, tp = first_bad
+    raise MeasuredTableError(f"{path}: engine_effective.hf_overrides.{key} is {value}, but model {model.name!r} "
+                             f"gives {expected} at tp {tp} (tp_degrees {meta.get('tp_degrees')}): the profile is "
+                             "not of this model")
+
+
+def import_llmservingsim(model_dir: str | Path, model: ModelSpec, tensor_parallel_size: int = 1,
+                         device: str | None = None) -> MeasuredTables:
+    """Measured tables of one LLMServingSim model profile at one TP degree.
+
+    Args:
+        model_dir: the `<HW>/<org>/<model>/<variant>/` folder (holds meta.yaml and tp<N>/).
+        model: the profiled model's shapes (its config.json); checked against `hf_overrides`.
+        tensor_parallel_size: which `tp<N>/` folder to read.
+        device: built-in device key; default from the `<HW>` folder name (`HARDWARE`).
+
+    Raises:
+        MeasuredTableError: no meta.yaml or tp<N>/, a file or column missing, a file without one
+            usable time, a model that contradicts hf_overrides, or an unknown hardware folder
+            without `device`; messages name the file and column.
+    """
+    root = Path(model_dir)
+    meta_path = root / "meta.yaml"
+    if not meta_path.is_file():
+        raise MeasuredTableError(f"{root}: not an LLMServingSim profile folder (no meta.yaml)")
+    source_meta = yaml.safe_load(meta_path.read_text()) or {}
+    tp_dir = root / f"tp{tensor_parallel_size}"
+    if not tp_dir.is_dir():
+        have = sorted(p.name for p in root.glob("tp*"))
+        raise MeasuredTableError(f"{root}: no tp{tensor_parallel_size}/ folder (has {have})")
+    hardware = source_meta.get("hardware") or (root.parts[-4] if len(root.parts) >= 4 else "")
+    device = device or HARDWARE.get(hardware)
+    if device is None:
+        raise MeasuredTableError(f"{meta_path}: unknown hardware {hardware!r}; pass --device "
+                                 f"(known: {sorted(HARDWARE)})")
+    check_model(source_meta, model, meta_path)
+    dropped: dict = {}
+    tables, origins = {}, {}
+    for file, (name, key, column) in _FILES.items():
+        path = tp_dir / file
+        raw = _times(_read_csv(path, ["layer", key, "time_us"]), path, dropped)
+        tables[name] = pd.DataFrame({"op": raw["layer"].astype(str).to_numpy(),
+                                     column: raw[key].astype(np.int64).to_numpy(),
+                                     "time_s": raw["time_s"].to_numpy()})
+        origins[name] = {"from": str(path.relative_to(root.parent.parent.parent))}
+    unknown = sorted(set(tables["layer_ops"]["op"]) - set(DENSE_OPS))
+    if unknown:
+        raise MeasuredTableError(f"{tp_dir / 'dense.csv'}: column 'layer' has unknown ops {unknown}; "
+                                 f"known: {list(DENSE_OPS)}")
+    path = tp_dir / "attention.csv"
+    raw = _times(_read_csv(path, [*_ATTENTION, "time_us"]), path, dropped)
+    mixed = raw.rename(columns=_ATTENTION)[[*_ATTENTION.values(), "time_s"]]
+    tables["mixed_attention"] = mixed.astype({c: np.int64 for c in _ATTENTION.values()}).reset_index(drop=True)
+    origins["mixed_attention"] = {"from": str(path.relative_to(root.parent.parent.parent))}
+    meta = {
+        "source": SOURCE, "licence": LICENCE, "engine": "vllm",
+        "engine_version": str(source_meta.get("vllm_version", "unknown")),
+        "device": {"name": str(source_meta.get("gpu", hardware)), "key": device, "hardware": hardware},
+        "dtype": str(source_meta.get("variant", "bf16")),
+        "units": {"time_s": "seconds (source: time_us in microseconds)"},
+        "measured_with": {"enforce_eager": (source_meta.get("engine_effective") or {}).get("enforce_eager"),
+                          "profiled_model": source_meta.get("model")},
+        "model": asdict(model), "tensor_parallel_size": tensor_parallel_size,
+        "dropped_rows": dropped, "tables": origins,
+    }
+    return MeasuredTables(meta, tables)

@@ -1,0 +1,547 @@
+"""`MeasuredCostModel`: a step's time from kernel times measured inside vLLM, priced per layer.
+
+One TP rank of a dense Llama/Qwen/Mistral-family model runs, per step of T tokens over S
+sequences (vLLM's `LlamaDecoderLayer` / `Qwen3DecoderLayer`,
+`vllm/model_executor/models/{llama,qwen3}.py`):
+
+- per layer: the four GEMMs `qkv_proj`, `o_proj`, `gate_up_proj`, `down_proj` at m = T and the
+  model's (k, n) at the TP degree (`ModelSpec.layer_gemm_shapes`); attention over the step's
+  (query, context) mix; two all-reduces of T × hidden bf16 values (after o_proj and down_proj,
+  `RowParallelLinear`, tp > 1); and the element-wise kernels: two RMSNorms (vLLM fuses the
+  residual add into them: `RMSNorm.forward` with `residual`, `layers/layernorm.py`), rotary
+  embedding, SiLU · mul, and Qwen3's per-head q/k norms. A source that times residual adds
+  separately (Vidur: Sarathi-Serve kernels) adds two of them.
+- per step: the embedding gather and the final norm (T rows), the LM head (S rows × vocab / tp),
+  the sampler (S rows) and a host overhead per step.
+
+Where each part's time comes from, in order of preference (`describe()` says which per part):
+1. a model-specific table of the same model (shapes equal) at the same TP degree (`layer_ops`,
+   `sequence_ops`, `mixed_attention`: LLMServingSim, Vidur), interpolated in log space over the
+   token / sequence count;
+2. a per-shape table of the device (`gemm` over (m, n, k); `context_attention`,
+   `decode_attention` at the model's heads per rank; `all_reduce` at num_gpus = tp:
+   AIConfigurator), interpolated in log space (`LogGrid`); element-wise ops from any
+   `layer_ops` table of the device at the same bytes (T × width scaled to the measured model's
+   width);
+3. the roofline (`profiler.roofline`), with efficiencies fitted to the device's GEMM table.
+
+Outside a table's grid (a step of more tokens than the largest measured m, contexts past the
+longest measured, a larger all-reduce) the edge value is scaled by the roofline's ratio
+(time(point) / time(edge)), and the step is counted in `out_of_grid_steps` (`out_of_range` by
+family). Parts with no table at all are listed in `describe()["roofline_parts"]`.
+
+Mapping a step onto the tables (approximations, stated):
+- AIConfigurator's context attention is measured for fresh prefills only; a chunk of q tokens
+  after c cached ones is priced as a fresh prefill with the same query-key pairs,
+  sqrt(q² + 2 q c) tokens (equal attention FLOPs). Several prefill chunks: the sum of each.
+- Decodes are priced as one batch of B decodes at their mean context (the kernels' time is linear
+  in total KV there); a speculative verify of q tokens counts as q decode rows.
+- LLMServingSim's mixed table holds one prefill chunk with a batch of decodes: the largest chunk
+  is priced with the decodes, any other chunk alone.
+- All-reduces run in CUDA-graph mode up to `cuda_graph_max_tokens` step tokens (vLLM's largest
+  capture size, min(2 × max_num_seqs, 512): `vllm/config/compilation.py`
+  `set_cudagraph_sizes`), eager above.
+- An LM head wider than the GEMM table's largest n is priced as that many column blocks.
+
+Speed: per-token-count parts are cached per count (a dict look-up after the first time), so a
+step costs a few look-ups and one or two small interpolations: microseconds (BENCHMARKS.md).
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from profiler.device_spec import DeviceSpec
+from profiler.measured.grid import LogGrid
+from profiler.measured.tables import MeasuredTableError, MeasuredTables
+from profiler.model_spec import ModelSpec
+from profiler.roofline import (BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, STEP_OVERHEAD_S, gemm_time_s,
+                               ring_all_reduce_time_s)
+
+GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+KERNEL_LATENCY_S = 3e-6  # floor of one small kernel: AIConfigurator system.yaml `mem_empirical_constant_latency`
+CUDA_GRAPH_MAX_TOKENS = 512  # vLLM's default largest CUDA-graph capture size (module docstring)
+LOGIT_BYTES = 4  # the sampler reads fp32 logits (vLLM `Sampler`)
+
+Curve = Callable[[float], tuple[float, bool]]
+
+
+def shape_key(model: ModelSpec) -> tuple:
+    """The fields that decide a layer's kernel shapes (not the layer count or context length)."""
+    return (model.hidden_size, model.num_attention_heads, model.num_key_value_heads, model.head_dim,
+            model.intermediate_size, model.vocab_size, model.qk_norm)
+
+
+def has_qk_norm(model: ModelSpec) -> bool:
+    """Whether the model normalises q and k per head (Qwen3: `Qwen3Attention.q_norm/k_norm`)."""
+    return bool(model.qk_norm)
+
+
+def _one_d(table: pd.DataFrame, key: str, source: str, roofline: Callable[[float], float]) -> Curve:
+    """A curve t(x) over one key, log-log interpolated, roofline-scaled past its ends."""
+    grid = LogGrid.from_frame(table, [key], source=source)
+    lo, hi = grid.lower[0], grid.upper[0]
+
+    def curve(x: float) -> tuple[float, bool]:
+        t, out = grid(x)
+        if out and (x < lo or x > hi):
+            edge = lo if x < lo else hi
+            t *= roofline(x) / roofline(edge)
+        return t, out
+    return curve
+
+
+class MeasuredCostModel:
+    """Implements `CostModel.predict_step_s` from measured kernel tables (module docstring).
+
+    Args:
+        sources: measured tables of the device (model-specific ones first in preference).
+        model: the model's shapes.
+        device: the device's datasheet figures (roofline fallbacks, all-reduce without a table).
+        tensor_parallel_size: GPUs the model is sharded over.
+        dtype_bytes, kv_dtype_bytes: must be 2 (the imported tables are bf16).
+        step_overhead_s: host time per step; default the roofline's assumed `STEP_OVERHEAD_S`.
+        cuda_graph_max_tokens: steps up to this many tokens use the graph-mode all-reduce times.
+        name: the `cost_model` value that selected this model (for `describe()`).
+
+    Attributes:
+        num_predictions: steps priced; out_of_grid_steps: steps with any part out of its grid;
+        out_of_range: Counter of those steps by part ("gemm", "attention", "all_reduce", ...).
+
+    Raises:
+        MeasuredTableError: no sources, a source measured on another device, an fp8 dtype, or a
+            model the TP degree cannot split (`ModelSpec` errors).
+    """
+
+    def __init__(self, sources: list[MeasuredTables], model: ModelSpec, device: DeviceSpec,
+                 tensor_parallel_size: int = 1, dtype_bytes: int = 2, kv_dtype_bytes: int = 2,
+                 step_overhead_s: float | None = None, cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS,
+                 name: str = "measured") -> None:
+        if not sources:
+            raise MeasuredTableError("a measured cost model needs at least one measured-table source")
+        for s in sources:
+            if s.meta["device"].get("key") != device.name:
+                raise MeasuredTableError(f"{s.label}: measured on device {s.meta['device'].get('key')!r}, "
+                                         f"cannot price device {device.name!r}")
+        if dtype_bytes != 2 or kv_dtype_bytes != 2:
+            raise MeasuredTableError(f"the measured tables are bf16; dtype_bytes {dtype_bytes} / kv_dtype_bytes "
+                                     f"{kv_dtype_bytes} (fp8) is not imported: use cost_model: roofline")
+        self.sources, self.model, self.device = list(sources), model, device
+        self.tp = tp = tensor_parallel_size
+        self.layer_gemms = model.layer_gemm_shapes(tp)
+        self.heads = model.num_attention_heads // tp
+        self.kv_heads = model.kv_heads_per_rank(tp)
+        self.step_overhead_s = STEP_OVERHEAD_S if step_overhead_s is None else step_overhead_s
+        self.cuda_graph_max_tokens = cuda_graph_max_tokens
+        self.name = name
+        self.num_predictions = self.out_of_grid_steps = 0
+        self.out_of_range: Counter = Counter()
+        self.parts: dict[str, str] = {}  # part → where its times come from
+        self.roofline_parts: list[str] = []
+        self.flops_efficiency, self.bandwidth_efficiency = self._fit_efficiencies()
+        self._gemm = {name: self._gemm_curve(name, k, n) for name, k, n in self.layer_gemms}
+        self._all_reduce = self._all_reduce_curves()
+        self._elementwise = self._elementwise_curves()
+        self._lm_head, self._sampler = self._sequence_curves()
+        self._build_attention()
+        self._token_cache: dict[int, tuple[float, frozenset]] = {}
+        self._seq_cache: dict[int, tuple[float, frozenset]] = {}
+
+    # -- where each part comes from ---------------------------------------------------------
+
+    def _model_source(self, table: str) -> MeasuredTables | None:
+        """The first source with `table` measured for this model's shapes at this TP degree."""
+        for s in self.sources:
+            if (table in s.tables and s.model is not None and shape_key(s.model) == shape_key(self.model)
+                    and s.tensor_parallel_size == self.tp):
+                return s
+        return None
+
+    def _device_source(self, table: str) -> MeasuredTables | None:
+        return next((s for s in self.sources if table in s.tables), None)
+
+    def _fit_efficiencies(self) -> tuple[float, float]:
+        """Roofline efficiencies fitted to the device's GEMM table (the medians of achieved / peak
+        FLOP/s over GEMMs of m ≥ 2048 and n, k ≥ 4096, and of achieved / datasheet bandwidth over
+        m ≤ 8, n·k ≥ 4096²); the roofline's assumed defaults without a table."""
+        source = self._device_source("gemm")
+        if source is None:
+            return FLOPS_EFFICIENCY, BANDWIDTH_EFFICIENCY
+        g = source.tables["gemm"]
+        m, n, k, t = (g[c].to_numpy(dtype=np.float64) for c in ("m", "n", "k", "time_s"))
+        big = (m >= 2048) & (n >= 4096) & (k >= 4096)
+        small = (m <= 8) & (n * k >= 4096.0 ** 2)
+        flops = float(np.median(2 * m[big] * n[big] * k[big] / t[big])) / self.device.peak_bf16_flops if big.any() else FLOPS_EFFICIENCY
+        bw = (float(np.median(2 * (m[small] * k[small] + k[small] * n[small] + m[small] * n[small]) / t[small]))
+              / self.device.mem_bandwidth_bytes_per_s) if small.any() else BANDWIDTH_EFFICIENCY
+        return min(max(flops, 0.05), 1.0), min(max(bw, 0.05), 1.0)
+
+    def _roofline_gemm_s(self, m: float, n: float, k: float) -> float:
+        return gemm_time_s(max(m, 1.0), n, k, self.device, 2, self.flops_efficiency, self.bandwidth_efficiency)
+
+    def _elementwise_roofline_s(self, num_bytes: float) -> float:
+        return num_bytes / (self.device.mem_bandwidth_bytes_per_s * self.bandwidth_efficiency) + KERNEL_LATENCY_S
+
+    def _gemm_curve(self, op: str, k: int, n: int, part: str | None = None) -> Curve:
+        """t(m) of one GEMM of this model (module docstring, preference order)."""
+        part = part or op
+        source = self._model_source("layer_ops")
+        rows = source.tables["layer_ops"] if source is not None else None
+        if rows is not None and (rows["op"] == op).any():
+            self.parts[part] = f"{source.label}: layer_ops.{op}"
+            return _one_d(rows[rows["op"] == op], "num_tokens", f"{source.label} {op}",
+                          lambda m: self._roofline_gemm_s(m, n, k))
+        source = self._device_source("gemm")
+        if source is None:
+            self.parts[part] = "roofline"
+            self.roofline_parts.append(part)
+            return lambda m: (self._roofline_gemm_s(m, n, k), False)
+        grid = _gemm_grid(source)
+        blocks = max(1, math.ceil(n / grid.upper[1]))  # an LM head wider than the table
+        n_block = n / blocks
+        off_grid = not (grid.lower[1] <= n_block <= grid.upper[1] and grid.lower[2] <= k <= grid.upper[2])
+        self.parts[part] = f"{source.label}: gemm (m, {n_block:g}, {k})" + (f" × {blocks} column blocks" if blocks > 1 else "")
+        m_axis = grid.axes[0]
+        # t(m_i, n, k) at every measured m: one log-space interpolation over (n, k) per m, once.
+        column = pd.DataFrame({"m": m_axis, "time_s": [grid(m, n_block, k)[0] for m in m_axis]})
+        anchor = grid.clamp(1.0, n_block, k)
+        ratio = self._roofline_gemm_s(1, n_block, k) / self._roofline_gemm_s(1, anchor[1], anchor[2]) if off_grid else 1.0
+        inner = _one_d(column, "m", f"{source.label} gemm", lambda m: self._roofline_gemm_s(m, n_block, k))
+
+        def curve(m: float) -> tuple[float, bool]:
+            t, out = inner(m)
+            return blocks * t * ratio, out or off_grid
+        return curve
+
+    def _all_reduce_curves(self) -> dict[str, Curve] | None:
+        """t(bytes) of one all-reduce per mode ("graph", "eager"), or None at tp 1."""
+        if self.tp == 1:
+            return None
+        ring = lambda b: ring_all_reduce_time_s(b, self.device, self.tp)  # noqa: E731
+        for s in self.sources:
+            table = s.tables.get("all_reduce")
+            if table is None or not (table["num_gpus"] == self.tp).any():
+                continue
+            rows = table[table["num_gpus"] == self.tp]
+            curves = {mode: _one_d(rows[rows["mode"] == mode], "size_bytes", f"{s.label} all_reduce", ring)
+                      for mode in ("graph", "eager") if (rows["mode"] == mode).any()}
+            curves.setdefault("graph", curves.get("eager"))
+            curves.setdefault("eager", curves["graph"])
+            self.parts["all_reduce"] = f"{s.label}: all_reduce at {self.tp} GPUs"
+            return curves
+        self.parts["all_reduce"] = "roofline (ring model)"
+        self.roofline_parts.append("all_reduce")
+        return {"graph": lambda b: (ring(b), False), "eager": lambda b: (ring(b), False)}
+
+    def _elementwise_widths(self) -> dict[str, tuple[float, float]]:
+        """op → (width in elements per token, bytes moved per width element) for this model at tp."""
+        m, tp = self.model, self.tp
+        qk = (self.heads + self.kv_heads) * m.head_dim
+        return {"layernorm": (m.hidden_size, 8.0), "rotary_emb": (qk, 4.0), "act_fn": (m.intermediate_size / tp, 6.0),
+                "qk_norm": (qk, 4.0), "residual_add": (m.hidden_size, 6.0), "embedding": (m.hidden_size, 4.0),
+                "final_layernorm": (m.hidden_size, 8.0)}
+
+    def _elementwise_curves(self) -> dict[str, tuple[int, int, Curve]]:
+        """op → (calls per layer, calls per step, t(T)); width-scaled from a device layer_ops
+        table when one has the op, else the element-wise roofline."""
+        widths = self._elementwise_widths()
+        residual_source = next((s for s in self.sources if "layer_ops" in s.tables
+                                and (s.tables["layer_ops"]["op"] == "residual_add").any()), None)
+        calls = {"layernorm": (2, 0), "rotary_emb": (1, 0), "act_fn": (1, 0), "embedding": (0, 1),
+                 "final_layernorm": (0, 1)}
+        if has_qk_norm(self.model):
+            calls["qk_norm"] = (1, 0)
+        if residual_source is not None:
+            calls["residual_add"] = (2, 0)
+        curves = {}
+        for op, (per_layer, per_step) in calls.items():
+            width, bytes_per = widths[op]
+            roofline = lambda t, w=width, b=bytes_per: self._elementwise_roofline_s(t * w * b)  # noqa: E731
+            source = next((s for s in self.sources if "layer_ops" in s.tables and s.model is not None
+                           and (s.tables["layer_ops"]["op"] == op).any()), None)
+            if source is None:
+                self.parts[op] = "roofline (element-wise)"
+                self.roofline_parts.append(op)
+                curves[op] = (per_layer, per_step, lambda t, r=roofline: (r(t), False))
+                continue
+            measured_width = _measured_width(op, source)
+            rows = source.tables["layer_ops"]
+            scale = width / measured_width
+            self.parts[op] = f"{source.label}: layer_ops.{op}" + (f" × width {scale:.3g}" if scale != 1 else "")
+            inner = _one_d(rows[rows["op"] == op], "num_tokens", f"{source.label} {op}",
+                           lambda t, r=roofline, s=scale: r(t / s))
+            curves[op] = (per_layer, per_step, lambda t, f=inner, s=scale: f(t * s))
+        return curves
+
+    def _sequence_curves(self) -> tuple[Curve, Curve]:
+        """(t_lm_head(S), t_sampler(S))."""
+        m, tp = self.model, self.tp
+        source = self._model_source("sequence_ops")
+        rows = source.tables["sequence_ops"] if source is not None else None
+        vocab_rank = -(-m.vocab_size // tp)
+        if rows is not None and (rows["op"] == "lm_head").any():
+            self.parts["lm_head"] = f"{source.label}: sequence_ops.lm_head"
+            lm_head = _one_d(rows[rows["op"] == "lm_head"], "num_seqs", f"{source.label} lm_head",
+                             lambda s: self._roofline_gemm_s(s, vocab_rank, m.hidden_size))
+        else:
+            lm_head = self._gemm_curve("lm_head", m.hidden_size, vocab_rank, part="lm_head")
+        sampler_roofline = lambda s: self._elementwise_roofline_s(3.0 * s * m.vocab_size * LOGIT_BYTES)  # noqa: E731
+        if rows is not None and (rows["op"] == "sampler").any():
+            self.parts["sampler"] = f"{source.label}: sequence_ops.sampler"
+            sampler = _one_d(rows[rows["op"] == "sampler"], "num_seqs", f"{source.label} sampler", sampler_roofline)
+        else:
+            self.parts["sampler"] = "roofline (element-wise, 3 passes over fp32 logits)"
+            self.roofline_parts.append("sampler")
+            sampler = lambda s: (sampler_roofline(s), False)  # noqa: E731
+        return lm_head, sampler
+
+    def _build_attention(self) -> None:
+        """Per-layer attention pricing: mixed (model-specific), per-head tables, or the roofline."""
+        m = self.model
+        per_rank = self.heads * m.head_dim
+        self._attn_flops_per_pair = 4.0 * per_rank
+        self._attn_kv_bytes_per_token = 2.0 * self.kv_heads * m.head_dim * 2
+        self._attn_qo_bytes_per_token = 2.0 * per_rank * 2
+        self._mixed = self._prefill_grid = self._decode_grid = None
+        source = self._model_source("mixed_attention")
+        if source is not None:
+            rows = source.tables["mixed_attention"]
+            self.parts["attention"] = f"{source.label}: mixed_attention"
+            self._mixed = _mixed_grids(rows, source.label)
+            return
+        heads = (self.heads, self.kv_heads, m.head_dim)
+        for table, attr, key in (("context_attention", "_prefill_grid", "query_tokens"),
+                                 ("decode_attention", "_decode_grid", "kv_tokens")):
+            source = self._device_source(table)
+            rows = source.tables[table] if source is not None else None
+            if rows is not None:
+                rows = rows[(rows["num_heads"] == heads[0]) & (rows["num_kv_heads"] == heads[1])
+                            & (rows["head_dim"] == heads[2])]
+            if rows is None or rows.empty:
+                self.parts[table] = f"roofline (no {table} table at heads {heads[0]}, kv heads {heads[1]}, head_dim {heads[2]})"
+                self.roofline_parts.append(table)
+                continue
+            self.parts[table] = f"{source.label}: {table} at heads {heads[0]}/{heads[1]}, head_dim {heads[2]}"
+            setattr(self, attr, LogGrid.from_frame(rows, ["batch_size", key], source=f"{source.label} {table}"))
+
+    def _attention_roofline_s(self, pairs: float, kv_tokens: float, query_tokens: float) -> float:
+        flops = self._attn_flops_per_pair * pairs
+        num_bytes = self._attn_kv_bytes_per_token * kv_tokens + self._attn_qo_bytes_per_token * query_tokens
+        return max(flops / (self.device.peak_bf16_flops * self.flops_efficiency),
+                   num_bytes / (self.device.mem_bandwidth_bytes_per_s * self.bandwidth_efficiency)) + KERNEL_LATENCY_S
+
+    # -- per step ----------------------------------------------------------------------------
+
+    def _token_part(self, num_tokens: int) -> tuple[float, frozenset]:
+        """All layers' GEMMs, element-wise ops and all-reduces of a step of `num_tokens` tokens,
+        plus the once-a-step token ops; and the parts that were out of grid. Cached per count."""
+        cached = self._token_cache.get(num_tokens)
+        if cached is not None:
+            return cached
+        out = set()
+        layer = 0.0
+        for op, curve in self._gemm.items():
+            t, o = curve(num_tokens)
+            layer += t
+            if o:
+                out.add("gemm")
+        step = 0.0
+        for op, (per_layer, per_step, curve) in self._elementwise.items():
+            t, o = curve(num_tokens)
+            layer += per_layer * t
+            step += per_step * t
+            if o:
+                out.add("elementwise")
+        if self._all_reduce is not None:
+            mode = "graph" if num_tokens <= self.cuda_graph_max_tokens else "eager"
+            t, o = self._all_reduce[mode](num_tokens * self.model.hidden_size * 2.0)
+            layer += 2 * t
+            if o:
+                out.add("all_reduce")
+        cached = self._token_cache[num_tokens] = (self.model.num_layers * layer + step, frozenset(out))
+        return cached
+
+    def _seq_part(self, num_seqs: int) -> tuple[float, frozenset]:
+        """LM head, sampler and host overhead of a step of `num_seqs` sequences. Cached per count."""
+        cached = self._seq_cache.get(num_seqs)
+        if cached is None:
+            t_head, o_head = self._lm_head(num_seqs)
+            t_sampler, o_sampler = self._sampler(num_seqs)
+            out = frozenset(name for name, o in (("lm_head", o_head), ("sampler", o_sampler)) if o)
+            cached = self._seq_cache[num_seqs] = (t_head + t_sampler + self.step_overhead_s, out)
+        return cached
+
+    def _lookup(self, grid: LogGrid, point: tuple[float, ...], roofline: Callable[..., float], out: set) -> float:
+        """grid(point); past the grid's edges, the edge value × roofline(point) / roofline(edge),
+        and "attention" added to `out` (also for a filled cell)."""
+        t, o = grid(*point)
+        if o:
+            out.add("attention")
+            if any(x > hi for x, hi in zip(point, grid.upper)):
+                t *= roofline(*point) / roofline(*grid.clamp(*point))
+        return t
+
+    def _chunk_roofline_s(self, q: float, c: float) -> float:
+        return self._attention_roofline_s(q * c + q * (q + 1) / 2, c + 2 * q, q)
+
+    def _decode_roofline_s(self, rows: float, context: float) -> float:
+        return self._attention_roofline_s(rows * (context + 1), rows * (context + 2), rows)
+
+    def _attention_layer_s(self, prefills: list[tuple[float, float]], num_decode_rows: float,
+                           decode_context: float, out: set) -> float:
+        """One layer's attention over the prefill chunks [(q, c)] and the decode rows at a mean
+        context of `decode_context` cached tokens."""
+        if self._mixed is not None:
+            return self._mixed_attention_s(prefills, num_decode_rows, decode_context, out)
+        total = 0.0
+        fresh = lambda b, isl: self._chunk_roofline_s(isl, 0.0)  # noqa: E731
+        for q, c in prefills:
+            if self._prefill_grid is None:
+                total += self._chunk_roofline_s(q, c)
+                continue
+            isl = math.sqrt(q * q + 2.0 * q * c)  # a fresh prefill with the chunk's query-key pairs
+            total += self._lookup(self._prefill_grid, (1.0, isl), fresh, out)
+        if num_decode_rows:
+            if self._decode_grid is None:
+                total += self._decode_roofline_s(num_decode_rows, decode_context)
+            else:
+                decode = lambda b, kv: self._decode_roofline_s(b, kv - 1.0)  # noqa: E731
+                total += self._lookup(self._decode_grid, (num_decode_rows, decode_context + 1.0), decode, out)
+        return total
+
+    def _mixed_attention_s(self, prefills, num_decode_rows, decode_context, out: set) -> float:
+        """`_attention_layer_s` on a model-specific mixed table: the largest chunk with the
+        decodes, any other chunk alone."""
+        prefill_only, decode_only, mixed = self._mixed
+        total = 0.0
+        ordered = sorted(prefills, reverse=True)
+        if num_decode_rows and ordered:
+            (q, c), ordered = ordered[0], ordered[1:]
+            both = lambda q, c, b, cd: self._chunk_roofline_s(q, c) + self._decode_roofline_s(b, cd)  # noqa: E731
+            total += self._lookup(mixed, (q, c, num_decode_rows, decode_context), both, out)
+        elif num_decode_rows:
+            total += self._lookup(decode_only, (num_decode_rows, decode_context), self._decode_roofline_s, out)
+        for q, c in ordered:
+            total += self._lookup(prefill_only, (q, c), self._chunk_roofline_s, out)
+        return total
+
+    def predict_step_s(self, query_tokens, context_tokens, is_prefill) -> float:
+        """Duration (s) of one step; 0.0 for an empty batch. Arrays as in `CostModel`.
+
+        A one-token prefill chunk is priced as a decode (one query over its context; vLLM's
+        attention batches it with the decodes).
+
+        Raises:
+            ValueError: the three arrays differ in length.
+        """
+        q = query_tokens.tolist() if isinstance(query_tokens, np.ndarray) else list(query_tokens)
+        c = context_tokens.tolist() if isinstance(context_tokens, np.ndarray) else list(context_tokens)
+        p = is_prefill.tolist() if isinstance(is_prefill, np.ndarray) else list(is_prefill)
+        if not len(q) == len(c) == len(p):
+            raise ValueError(f"query_tokens, context_tokens, is_prefill must align; got lengths "
+                             f"{len(q)}, {len(c)}, {len(p)}")
+        if not q:
+            return 0.0
+        num_tokens = int(sum(q))
+        prefills, decode_rows, decode_kv = [], 0.0, 0.0
+        for qi, ci, pi in zip(q, c, p):
+            if pi and qi > 1:
+                prefills.append((float(qi), float(ci)))
+            else:
+                decode_rows += qi
+                decode_kv += qi * ci
+        token_s, token_out = self._token_part(num_tokens)
+        seq_s, seq_out = self._seq_part(len(q))
+        out: set = set()
+        attention_s = self.model.num_layers * self._attention_layer_s(
+            prefills, decode_rows, decode_kv / decode_rows if decode_rows else 0.0, out)
+        self.num_predictions += 1
+        if token_out or seq_out or out:
+            self.out_of_grid_steps += 1
+            for part in token_out | seq_out | out:
+                self.out_of_range[part] += 1
+        return token_s + seq_s + attention_s
+
+    def breakdown(self, query_tokens, context_tokens, is_prefill) -> dict[str, float]:
+        """Seconds per part of one step: `gemm_s`, `elementwise_s`, `all_reduce_s` (all layers),
+        `attention_s`, `lm_head_s`, `sampler_s`, `overhead_s`; all 0.0 for an empty batch."""
+        q = list(np.asarray(query_tokens).tolist())
+        names = ("gemm_s", "elementwise_s", "all_reduce_s", "attention_s", "lm_head_s", "sampler_s", "overhead_s")
+        if not q:
+            return dict.fromkeys(names, 0.0)
+        c, p = list(np.asarray(context_tokens).tolist()), list(np.asarray(is_prefill).tolist())
+        tokens, layers = int(sum(q)), self.model.num_layers
+        gemm = layers * sum(curve(tokens)[0] for curve in self._gemm.values())
+        elementwise = sum((per_layer * layers + per_step) * curve(tokens)[0]
+                          for per_layer, per_step, curve in self._elementwise.values())
+        all_reduce = 0.0
+        if self._all_reduce is not None:
+            mode = "graph" if tokens <= self.cuda_graph_max_tokens else "eager"
+            all_reduce = 2 * layers * self._all_reduce[mode](tokens * self.model.hidden_size * 2.0)[0]
+        total = self.predict_step_s(q, c, p)
+        self.num_predictions -= 1  # breakdown is not a simulated step
+        lm_head, sampler = self._lm_head(len(q))[0], self._sampler(len(q))[0]
+        attention = total - gemm - elementwise - all_reduce - lm_head - sampler - self.step_overhead_s
+        return dict(zip(names, (gemm, elementwise, all_reduce, attention, lm_head, sampler, self.step_overhead_s)))
+
+    def describe(self) -> dict:
+        """The cost model's name, sources (project, licence, engine and version, device) and where
+        each part's times come from, with the out-of-grid count so far; for reports and points.csv."""
+        sources = [{"name": s.meta["source"]["name"], "repository": s.meta["source"].get("repository"),
+                    "commit": s.meta["source"].get("commit"), "licence": s.meta["licence"],
+                    "engine": s.meta["engine"], "engine_version": s.meta["engine_version"],
+                    "device": s.meta["device"]["name"],
+                    **({"model": s.meta["model"]["name"], "tensor_parallel_size": s.tensor_parallel_size}
+                       if s.model is not None else {})} for s in self.sources]
+        label = "; ".join(f"{s['name']} {s['engine']} {s['engine_version']}" for s in sources)
+        return {"name": self.name, "kind": "measured", "label": f"measured ({label}) on {self.device.name}",
+                "device": self.device.name, "sources": sources, "parts": dict(self.parts),
+                "roofline_parts": list(self.roofline_parts),
+                "roofline_efficiency": {"gemm_flops": self.flops_efficiency, "memory_bandwidth": self.bandwidth_efficiency},
+                "step_overhead_s": self.step_overhead_s, "steps": self.num_predictions,
+                "out_of_grid_steps": self.out_of_grid_steps, "out_of_grid_by_part": dict(self.out_of_range)}
+
+
+def _measured_width(op: str, source: MeasuredTables) -> float:
+    """Width (elements per token) of `op` in the model a layer_ops table was measured for."""
+    m, tp = source.model, source.tensor_parallel_size or 1
+    heads, kv = m.num_attention_heads // tp, m.kv_heads_per_rank(tp)
+    return {"layernorm": m.hidden_size, "final_layernorm": m.hidden_size, "embedding": m.hidden_size,
+            "residual_add": m.hidden_size, "act_fn": m.intermediate_size / tp,
+            "rotary_emb": (heads + kv) * m.head_dim, "qk_norm": (heads + kv) * m.head_dim}[op]
+
+
+_GEMM_GRIDS: dict[int, LogGrid] = {}
+
+
+def _gemm_grid(source: MeasuredTables) -> LogGrid:
+    """The (m, n, k) grid of a source's GEMM table, built once per table object."""
+    key = id(source.tables["gemm"])
+    if key not in _GEMM_GRIDS:
+        _GEMM_GRIDS[key] = LogGrid.from_frame(source.tables["gemm"], ["m", "n", "k"], source=f"{source.label} gemm")
+    return _GEMM_GRIDS[key]
+
+
+def _mixed_grids(rows: pd.DataFrame, label: str):
+    """(prefill-only t(q, c), decode-only t(B, c), mixed t(q, c, B, c_d)) from a mixed_attention
+    table, on its power-of-two grid (chunk 16·2^i, contexts 0 and 16·2^i, decodes 2^i); the
+    table's in-between points (its ×1.5 skew grid) are not used for the grid."""
+    pow2 = lambda v, base: (v > 0) & (np.log2(np.maximum(v, 1) / base) % 1 == 0) & (v >= base)  # noqa: E731
+    r = rows[pow2(rows["prefill_tokens"], 16) | (rows["prefill_tokens"] == 0)]
+    r = r[pow2(r["prefill_context_tokens"], 16) | (r["prefill_context_tokens"] == 0)]
+    r = r[pow2(r["num_decodes"], 1) | (r["num_decodes"] == 0)]
+    r = r[pow2(r["decode_context_tokens"], 16) | (r["decode_context_tokens"] == 0)]
+    prefill = r[(r["num_decodes"] == 0) & (r["prefill_tokens"] > 0)]
+    decode = r[(r["prefill_tokens"] == 0) & (r["num_decodes"] > 0)]
+    both = r[(r["prefill_tokens"] > 0) & (r["num_decodes"] > 0)]
+    for part, name in ((prefill, "prefill-only"), (decode, "decode-only"), (both, "mixed")):
+        if part.empty:
+            raise MeasuredTableError(f"{label} mixed_attention: no {name} rows on the power-of-two grid")
+    return (LogGrid.from_frame(prefill, ["prefill_tokens", "prefill_context_tokens"], source=f"{label} prefill"),
+            LogGrid.from_frame(decode, ["num_decodes", "decode_context_tokens"], source=f"{label} decode"),
+            LogGrid.from_frame(both, ["prefill_tokens", "prefill_context_tokens", "num_decodes", "decode_context_tokens"],
+                               fill_axis=2, source=f"{label} mixed"))

@@ -1,0 +1,142 @@
+"""`LogGrid`: measured kernel times on a regular grid of shape keys, interpolated in log space.
+
+Kernel times follow power laws of their sizes over most of a grid (a GEMM's time ∝ m once it is
+compute-bound, a decode's ∝ context once memory-bound), so interpolating log(time) linearly in
+log(size) is exact on a power law and never goes negative. Axes that contain 0 (a prefill chunk's
+context, a step without decodes) use log(1 + x) instead.
+
+A query outside an axis's measured range is clamped to the edge and reported as such: the caller
+scales the edge value with the roofline (`MeasuredCostModel`) and counts the step as out of grid.
+Cells the source never measured (tables are not full products: AIConfigurator skips large
+batch × length combinations) are filled before interpolation by proportional scaling along one
+axis (`fill_axis`: time ∝ that key, the compute- or memory-bound limit; lines of that axis with
+no measured cell, along the other axes in turn) and flagged; a query
+touching a filled cell is reported as out of grid too.
+"""
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from itertools import product
+
+import numpy as np
+import pandas as pd
+
+
+class GridError(ValueError):
+    """A table that cannot be put on a grid (no rows, non-positive times, unusable keys)."""
+
+
+class LogGrid:
+    """Multilinear interpolation of log(time) over log (or log1p) key axes.
+
+    Args:
+        axes: one sorted 1-D array of key values per dimension (≥ 2 values each, ≥ 0).
+        times_s: array of shape (len(axes[0]), ..., len(axes[-1])), seconds, > 0 where measured,
+            NaN where not.
+        fill_axis: the dimension along which unmeasured cells are filled in proportion to the key
+            (default the first).
+        source: file/table name for error messages.
+        flat_below: per axis, whether a query below its smallest value reads the edge without
+            being out of grid (kernel times are flat at the small end: launch-bound); default
+            True for every axis.
+
+    Raises:
+        GridError: fewer than 2 values on an axis, no measured cell, or a non-positive time.
+    """
+
+    def __init__(self, axes: list[np.ndarray], times_s: np.ndarray, fill_axis: int = 0, source: str = "",
+                 flat_below: list[bool] | None = None) -> None:
+        self.source = source
+        self.flat_below = list(flat_below) if flat_below is not None else [True] * len(axes)
+        self.axes = [np.asarray(a, dtype=np.float64) for a in axes]
+        for i, a in enumerate(self.axes):
+            if a.size < 2:
+                raise GridError(f"{source}: axis {i} has {a.size} value(s); need at least 2 to interpolate")
+        times = np.array(times_s, dtype=np.float64)
+        measured = np.isfinite(times)
+        if not measured.any():
+            raise GridError(f"{source}: no measured cell")
+        if (times[measured] <= 0).any():
+            raise GridError(f"{source}: a time is not > 0")
+        self.filled = ~measured
+        # Along fill_axis first; a line with no measured cell at all is then filled along the others.
+        for axis in (fill_axis, *(a for a in range(len(self.axes)) if a != fill_axis)):
+            times = _fill_proportional(times, self.axes[axis], axis)
+        self._log1p = [bool(a[0] <= 0) for a in self.axes]
+        self._coords = [(np.log1p(a) if lp else np.log(a)).tolist() for a, lp in zip(self.axes, self._log1p)]
+        self.log_times = np.log(times)
+        self._flat = self.log_times.ravel().tolist()
+        self._filled_flat = self.filled.ravel().tolist()
+        self._strides = [int(s // 8) for s in self.log_times.strides]
+        self.lower = [float(a[0]) for a in self.axes]
+        self.upper = [float(a[-1]) for a in self.axes]
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame, keys: list[str], time_column: str = "time_s",
+                   fill_axis: int = 0, source: str = "") -> "LogGrid":
+        """The grid over the distinct values of `keys` in `frame` (duplicates averaged in log).
+
+        Raises:
+            GridError: as the constructor, or `frame` is empty.
+        """
+        if frame.empty:
+            raise GridError(f"{source}: no rows")
+        log_t = np.log(frame[time_column].to_numpy(dtype=np.float64))
+        grouped = pd.Series(log_t).groupby([frame[k].to_numpy() for k in keys]).mean()
+        axes = [np.sort(frame[k].unique()).astype(np.float64) for k in keys]
+        full = pd.MultiIndex.from_product(axes) if len(keys) > 1 else pd.Index(axes[0])
+        values = np.exp(grouped.reindex(full).to_numpy()).reshape([a.size for a in axes])
+        return cls(axes, values, fill_axis, source)
+
+    def __call__(self, *point: float) -> tuple[float, bool]:
+        """(time_s at `point`, whether it is out of grid): clamped to the axes' ranges; the flag is
+        True when a coordinate was clamped above its range (or below, on an axis not
+        `flat_below`) or an interpolation corner was a filled cell."""
+        out = False
+        index, weight = [], []
+        for x, coords, lp, lo, hi, flat in zip(point, self._coords, self._log1p, self.lower, self.upper,
+                                               self.flat_below):
+            if x < lo:
+                x, out = lo, out or not flat
+            elif x > hi:
+                x, out = hi, True
+            u = math.log1p(x) if lp else math.log(x)
+            i = min(bisect_right(coords, u) - 1, len(coords) - 2)
+            i = max(i, 0)
+            index.append(i)
+            weight.append((u - coords[i]) / (coords[i + 1] - coords[i]))
+        total = 0.0
+        flat, filled, strides = self._flat, self._filled_flat, self._strides
+        for corner in product((0, 1), repeat=len(index)):
+            w = 1.0
+            offset = 0
+            for c, i, f, s in zip(corner, index, weight, strides):
+                w *= f if c else 1.0 - f
+                offset += (i + c) * s
+            if w > 0.0:
+                total += w * flat[offset]
+                out = out or filled[offset]
+        return math.exp(total), out
+
+    def clamp(self, *point: float) -> tuple[float, ...]:
+        """`point` clamped to the grid's ranges (where the edge value of `__call__` was read)."""
+        return tuple(min(max(x, lo), hi) for x, lo, hi in zip(point, self.lower, self.upper))
+
+
+def _fill_proportional(times: np.ndarray, axis_values: np.ndarray, axis: int) -> np.ndarray:
+    """NaN cells replaced by the nearest measured cell along `axis` scaled by key ratio
+    (t(x) = t(x') · x / x'), the lower neighbour preferred."""
+    moved = np.moveaxis(times.copy(), axis, -1)
+    flat = moved.reshape(-1, moved.shape[-1])
+    x = np.maximum(axis_values, 1.0)
+    for row in flat:
+        missing = np.flatnonzero(~np.isfinite(row))
+        present = np.flatnonzero(np.isfinite(row))
+        if missing.size == 0 or present.size == 0:
+            continue
+        for j in missing:
+            lower = present[present < j]
+            ref = lower[-1] if lower.size else present[present > j][0]
+            row[j] = row[ref] * x[j] / x[ref]
+    return np.moveaxis(flat.reshape(moved.shape), -1, axis)

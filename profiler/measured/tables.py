@@ -1,0 +1,175 @@
+"""`MeasuredTables`: kernel times imported from a public database, in one documented format.
+
+A measured-table directory (written by `sarathi-sim profile import`, shipped under
+`profiler/data/measured/<device>/<source>/`):
+
+    DIR/measured.json              source (project, repository, path, commit), licence, engine and
+                                   its version, the device it was measured on (name as the source
+                                   gives it, built-in key), dtype, units, the model and TP degree
+                                   (model-specific tables only), rows dropped on import, and per
+                                   table its file, rows and the source file it came from
+    DIR/gemm.csv                   m, n, k, time_s: one (m × k) @ (k × n) bf16 GEMM
+    DIR/context_attention.csv      num_heads, num_kv_heads, head_dim, batch_size, query_tokens,
+                                   time_s: a batch of fresh prefills (query = sequence length)
+    DIR/decode_attention.csv       num_heads, num_kv_heads, head_dim, batch_size, kv_tokens,
+                                   time_s: a batch of one-token decodes over kv_tokens each
+                                   (the new token included)
+    DIR/all_reduce.csv             num_gpus, mode (graph | eager), size_bytes, time_s
+    DIR/layer_ops.csv              op, num_tokens, time_s: one call of one layer op of the model
+                                   named in measured.json, at its TP degree (GEMMs and element-wise)
+    DIR/sequence_ops.csv           op (lm_head | sampler), num_seqs, time_s
+    DIR/mixed_attention.csv        prefill_tokens, prefill_context_tokens, num_decodes,
+                                   decode_context_tokens, time_s: one attention layer call over a
+                                   prefill chunk and a batch of decodes (either may be 0)
+
+Units: every `time_s` is seconds per call on one GPU (one TP rank); sizes are element counts
+except `size_bytes`; heads are per rank. A table a source lacks has no file. Per-head attention
+tables hold the KV cache in bf16 and no sliding window.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from profiler.model_spec import ModelSpec
+
+SIDECAR = "measured.json"
+FORMAT_VERSION = 1
+TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "gemm": ("m", "n", "k", "time_s"),
+    "context_attention": ("num_heads", "num_kv_heads", "head_dim", "batch_size", "query_tokens", "time_s"),
+    "decode_attention": ("num_heads", "num_kv_heads", "head_dim", "batch_size", "kv_tokens", "time_s"),
+    "all_reduce": ("num_gpus", "mode", "size_bytes", "time_s"),
+    "layer_ops": ("op", "num_tokens", "time_s"),
+    "sequence_ops": ("op", "num_seqs", "time_s"),
+    "mixed_attention": ("prefill_tokens", "prefill_context_tokens", "num_decodes", "decode_context_tokens",
+                        "time_s"),
+}
+MODEL_TABLES = ("layer_ops", "sequence_ops", "mixed_attention")  # valid for one model at one TP degree
+_REQUIRED_META = ("source", "licence", "engine", "engine_version", "device", "units")
+UNITS = {"time_s": "seconds per call, one GPU", "size_bytes": "bytes",
+         "m, n, k, num_tokens, num_seqs, *_tokens, batch_size, num_decodes": "counts (tokens, rows, sequences)",
+         "num_heads, num_kv_heads": "heads per TP rank", "head_dim": "elements"}
+
+
+class MeasuredTableError(ValueError):
+    """A measured-table directory or source file that cannot be used: the message names the file
+    and the column or key."""
+
+
+@dataclass
+class MeasuredTables:
+    """One source's kernel times on one device (format: module docstring).
+
+    Attributes:
+        meta: the sidecar (provenance, units, model/tp for model-specific tables).
+        tables: table name (a key of `TABLE_COLUMNS`) → rows.
+    """
+
+    meta: dict
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    @property
+    def model(self) -> ModelSpec | None:
+        """The model the model-specific tables were measured for, or None."""
+        return ModelSpec(**self.meta["model"]) if self.meta.get("model") else None
+
+    @property
+    def tensor_parallel_size(self) -> int | None:
+        """The TP degree of the model-specific tables, or None."""
+        return self.meta.get("tensor_parallel_size")
+
+    @property
+    def label(self) -> str:
+        """`<source> <engine> <version> on <device>`, for reports."""
+        m = self.meta
+        return f"{m['source']['name']} ({m['engine']} {m['engine_version']}, {m['device']['name']})"
+
+    def save(self, directory: str | Path, compress: bool = False) -> Path:
+        """Write the CSVs and the sidecar into `directory`, each file atomically (a temporary file
+        renamed into place); returns the directory.
+
+        Args:
+            compress: write `<table>.csv.gz` (gzip, no timestamp: the same bytes every time) for
+                the shipped tables.
+        """
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        entries = {}
+        for name, table in self.tables.items():
+            file = f"{name}.csv.gz" if compress else f"{name}.csv"
+            check_table(table, name, str(directory / file))
+            text = table.to_csv(index=False, float_format="%.5g")
+            _atomic_write(directory / file, gzip.compress(text.encode(), mtime=0) if compress else text.encode())
+            entries[name] = {**self.meta.get("tables", {}).get(name, {}), "file": file, "rows": len(table)}
+        meta = {**self.meta, "format_version": FORMAT_VERSION, "tables": entries}
+        _atomic_write(directory / SIDECAR, (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "MeasuredTables":
+        """Read a directory written by `save`.
+
+        Raises:
+            MeasuredTableError: no sidecar, a required sidecar key missing, a listed file missing,
+                an unknown table, or a table with a missing column, a NaN or a non-positive time
+                (the message names the file, column and row).
+        """
+        directory = Path(directory)
+        sidecar = directory / SIDECAR
+        if not sidecar.is_file():
+            raise MeasuredTableError(f"{directory}: not a measured-table directory (no {SIDECAR}); "
+                                     "create one with `sarathi-sim profile import`")
+        meta = json.loads(sidecar.read_text())
+        missing = [k for k in _REQUIRED_META if k not in meta]
+        if missing:
+            raise MeasuredTableError(f"{sidecar}: missing keys {missing}")
+        tables = {}
+        for name, entry in meta.get("tables", {}).items():
+            path = directory / entry["file"]
+            if name not in TABLE_COLUMNS:
+                raise MeasuredTableError(f"{sidecar}: unknown table {name!r}; valid: {sorted(TABLE_COLUMNS)}")
+            if not path.is_file():
+                raise MeasuredTableError(f"{sidecar}: table {name!r} lists {path.name}, which is missing")
+            tables[name] = check_table(pd.read_csv(path), name, str(path))
+        if any(t in tables for t in MODEL_TABLES) and not meta.get("model"):
+            raise MeasuredTableError(f"{sidecar}: model-specific tables without a 'model' key")
+        return cls(meta, tables)
+
+
+def check_table(table: pd.DataFrame, name: str, path: str) -> pd.DataFrame:
+    """`table` if it has `TABLE_COLUMNS[name]`, no NaN and times > 0; else raise.
+
+    Raises:
+        MeasuredTableError: naming `path`, the column and the first bad row (1-based data row).
+    """
+    absent = [c for c in TABLE_COLUMNS[name] if c not in table]
+    if absent:
+        raise MeasuredTableError(f"{path}: missing columns {absent} (has {list(table.columns)})")
+    for column in TABLE_COLUMNS[name]:
+        bad = table[column].isna().to_numpy()
+        if bad.any():
+            raise MeasuredTableError(f"{path}: column {column!r} is empty or NaN in row {int(np.argmax(bad)) + 1}")
+    bad = ~(table["time_s"].to_numpy(dtype=np.float64) > 0)
+    if bad.any():
+        raise MeasuredTableError(f"{path}: column 'time_s' is not > 0 in row {int(np.argmax(bad)) + 1}")
+    return table
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; these are shared data files
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
