@@ -169,6 +169,7 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, num_gpu_blocks: int,
 
     out["num_preemptions"] = int(requests["num_preemptions"].sum())
     out["recomputed_tokens"] = int(requests["recomputed_tokens"].sum())
+    out.update(prefix_cache_stats(requests))
     out["num_steps"] = len(steps)
     if len(steps):
         usage = steps["kv_blocks_used"].to_numpy() / num_gpu_blocks
@@ -177,6 +178,31 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, num_gpu_blocks: int,
     else:
         out["kv_usage_mean"] = out["kv_usage_max"] = float("nan")
     return out
+
+
+def prefix_cache_stats(requests: pd.DataFrame) -> dict[str, float]:
+    """Prefix-cache counters of a run, as vLLM's `vllm:prefix_cache_queries` / `_hits` count them
+    (`vllm/v1/metrics/stats.py` `PrefixCacheStats.record`, non-preempted requests): every
+    request served queries its prompt tokens once, at its first admission, and hits
+    `cached_tokens` of them. Lookups after a recompute preemption are counted apart, as vLLM's
+    `preempted_hits`. Rejected requests query nothing.
+
+    Returns:
+        prefix_cache_queries_tokens, prefix_cache_hits_tokens (the cached prompt tokens, not
+        computed), prefix_cache_hit_rate (hits / queries, NaN with no query) and
+        preempted_cache_hits_tokens (hits on re-admission; the tokens recomputed after
+        preemptions are `recomputed_tokens`). Without prefix caching the hits are 0.
+    """
+    served = requests[requests["first_scheduled_s"].notna()]
+    queries = int(served["prompt_tokens"].sum())
+    hits = int(served["cached_tokens"].sum()) if "cached_tokens" in served else 0
+    resumed = int(served["resumed_cached_tokens"].sum()) if "resumed_cached_tokens" in served else 0
+    return {
+        "prefix_cache_queries_tokens": queries,
+        "prefix_cache_hits_tokens": hits,
+        "prefix_cache_hit_rate": hits / queries if queries else float("nan"),
+        "preempted_cache_hits_tokens": resumed,
+    }
 
 
 def goodput_count(requests: pd.DataFrame, thresholds_s: dict[str, float]) -> int:

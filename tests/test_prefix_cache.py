@@ -177,3 +177,45 @@ def test_bad_prefix_ids_are_clear_errors():
         Request(0, 0.0, 10, 1, prefix_hash_ids=(1, 2, 3), prefix_block_tokens=0)
     # Ids past the stream's end name nothing: 11 tokens, 3 ids of 8 tokens name the 11.
     assert named_tokens(Request(0, 0.0, 10, 1, prefix_hash_ids=(1, 2, 3), prefix_block_tokens=8)) == 11
+
+
+def test_summary_counts_queries_hits_and_recomputed_tokens_as_vllm(constant_cost):
+    # The two-request case of the first test through the simulator: queries 50 + 60, hits 48.
+    from simulator.simulate import simulate
+    ids = dict(prefix_hash_ids=(1, 2, 3), prefix_block_tokens=16)
+    requests = [Request(0, 0.0, 50, 2, **ids), Request(1, 0.0, 60, 2, **ids), Request(2, 0.0, 3000, 2)]
+    result = simulate(requests, v1(max_model_len=1024), constant_cost)  # request 2 is rejected (too long)
+    s = result.summary
+    assert (s["prefix_cache_queries_tokens"], s["prefix_cache_hits_tokens"]) == (110, 48)
+    assert s["prefix_cache_hit_rate"] == pytest.approx(48 / 110)
+    assert (s["preempted_cache_hits_tokens"], s["recomputed_tokens"]) == (0, 0)
+    assert result.requests["cached_tokens"].tolist() == [0, 48, 0]
+
+
+def test_mooncake_conversation_trace_hit_rate_is_the_share_of_prefix_blocks_seen_before(constant_cost):
+    # Caching on, a pool that never evicts, each request after the previous one ended: a
+    # request hits the leading run of its 512-token hash ids that an earlier request held as a
+    # full prompt block, up to (prompt - 1) // 512 blocks. Computed here from the file alone.
+    import json
+
+    from simulator.simulate import simulate
+    from tests.conftest import shared_path
+
+    rows = [json.loads(line) for line in shared_path("traces", "mooncake", "conversation_trace.jsonl").open()]
+    size, seen, hits, queries = 512, set(), 0, 0
+    for row in rows:
+        ids, prompt = row["hash_ids"], row["input_length"]
+        run_length = 0
+        while run_length < len(ids) and ids[run_length] in seen:
+            run_length += 1
+        hits += min(run_length, (prompt - 1) // size) * size
+        queries += prompt
+        seen.update(ids[: prompt // size])
+    requests = [Request(i, 1000.0 * i, row["input_length"], row["output_length"], prefix_hash_ids=tuple(row["hash_ids"]))
+                for i, row in enumerate(rows)]
+    pool = sum(-(-(r.prompt_tokens + r.output_tokens) // size) for r in requests)  # every block ever allocated
+    scheduler = v1(num_gpu_blocks=pool, block_size=size, max_model_len=200_000, max_num_seqs=1, chunk_size=200_000)
+    summary = simulate(requests, scheduler, constant_cost).summary
+    assert summary["completed"] == len(rows) == 12031
+    assert (summary["prefix_cache_queries_tokens"], summary["prefix_cache_hits_tokens"]) == (queries, hits)
+    assert summary["prefix_cache_hit_rate"] == pytest.approx(0.37338, abs=1e-5)  # 36.6 % of the ids were seen before
