@@ -24,7 +24,9 @@ class RowAccount:
         rejected_rows: reason -> row numbers (from 1 for the first data row = CSV file line 2;
             JSON-lines rows are file lines). Each rejected row appears under one reason, its
             first failed check, e.g. "prompt_tokens < 1", "output_tokens < 1", "missing field",
-            "non-numeric", "negative arrival", "bad timestamp", "malformed line".
+            "non-numeric", "negative arrival", "bad timestamp", "malformed line", "bad quoting",
+            "arrival too large", "arrival far from the others", "timestamp out of range". Loaded,
+            rejected and filtered rows add up to the file's non-blank data lines.
         filtered_rows: reason -> row numbers left out on purpose by a `where` filter
             ("Model not in ['ChatGPT']"); neither loaded nor rejected.
         ignored_columns: columns (JSON keys) the format does not define, ignored in lenient mode.

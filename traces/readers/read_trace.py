@@ -28,9 +28,14 @@ def read_trace(
     A row is rejected when a field is missing, empty or NaN ("missing field"), not a finite
     number ("non-numeric"), an arrival is negative ("negative arrival") or unparsable ("bad
     timestamp"), a token count is below 1 ("prompt_tokens < 1", "output_tokens < 1": BurstGPT's
-    failed requests with `Response tokens` 0 land here), not whole or too large, or the line
-    has too many fields ("malformed line"). A 1-token prompt is valid. Columns the format does
-    not define are an error in strict mode and listed in `ignored_columns` otherwise.
+    failed requests with `Response tokens` 0 land here), not whole or too large, the line
+    has too many fields or is not a JSON object ("malformed line"), or a CSV field has a quote
+    that does not enclose it whole ("bad quoting"; `traces.readers.csv_table`). Arrivals are
+    bounded (`traces.time_bounds`): above 1e10 s as read ("arrival too large"), more than 1e9 s
+    from the lower median of the others ("arrival far from the others"), or a well-formed Azure
+    time outside 1677-2262 ("timestamp out of range"). Every non-blank data line is loaded,
+    rejected or filtered. A 1-token prompt is valid. Columns the format does not define are an
+    error in strict mode and listed in `ignored_columns` otherwise.
 
     Args:
         path: the trace file.
