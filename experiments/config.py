@@ -668,3 +668,54 @@ def describe_point(point: SweepConfig) -> str:
     if e.preemption != "recompute":
         parts.append(e.preemption)
     return " ".join(parts)
+
+
+# Settings `describe_point` already names (or that never tell points apart).
+_LABELLED_KEYS = {"name", "variants", *(f"engine.{k}" for k in (
+    "scheduler", "chunk_size", "max_num_batched_tokens", "split_n", "draft", "draft.model", "tensor_parallel_size",
+    "pipeline_parallel_size", "replicas", "router", "policy", "preemption")), "trace.burstiness"}
+
+
+def point_labels(points: list[SweepConfig]) -> list[str]:
+    """Labels of the points of one sweep: `describe_point`, plus every setting that differs
+    between the points and it does not name. A differing model or device leads the label
+    ('llama-2-70b · a100-80gb · sarathi chunk=256'); other keys follow as key=value
+    ('sarathi chunk=512 max_num_seqs=64', 'vllm trace.qps=8'; file paths by their name).
+    One point, or points differing only in what describe_point names, keep its label."""
+    flat = [_flat_settings(p) for p in points]
+    keys = sorted({k for f in flat for k in f} - _LABELLED_KEYS)
+    differing = [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flat}) > 1]
+    labels = []
+    for point, settings in zip(points, flat):
+        lead = [str(settings[k]) for k in ("model", "device") if k in differing]
+        tail = [f"{k.removeprefix('engine.')}={_short_value(k, settings[k])}" for k in differing
+                if k not in ("model", "device") and k in settings
+                and not (k == "trace.arrival" and settings[k] == "gamma")]  # 'gamma=γ' says it
+        labels.append(" · ".join(lead + [" ".join([describe_point(point)] + tail)]))
+    return labels
+
+
+def _flat_settings(point: SweepConfig) -> dict[str, Any]:
+    """The point's settings as dotted keys; engine keys only where its scheduler reads them."""
+    tree = point.model_dump(mode="json")
+    tree["engine"] = point.engine.model_dump(mode="json", include=set(point.engine.used_settings()))
+    flat: dict[str, Any] = {}
+
+    if isinstance(tree.get("device"), dict):  # an inline device mapping: by its name
+        tree["device"] = tree["device"].get("name", json.dumps(tree["device"], sort_keys=True))
+
+    def walk(node: dict, prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict) and value:
+                walk(value, f"{prefix}{key}.")
+            elif value is not None:
+                flat[prefix + key] = value
+
+    walk(tree, "")
+    return flat
+
+
+def _short_value(key: str, value: Any) -> str:
+    if key.endswith(("path", "file")) and isinstance(value, str):
+        return Path(value).name
+    return f"{value:g}" if isinstance(value, float) else json.dumps(value) if isinstance(value, list) else str(value)

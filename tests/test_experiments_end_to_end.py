@@ -58,7 +58,10 @@ def test_sweep_writes_tables_and_report_and_keeps_a_failed_point(tmp_path):
     result = runner.invoke(app, ["sweep", str(config), "--out", str(out), "--jobs", "2"])
     assert result.exit_code == 0, result.output
     points = pd.read_csv(out / "points.csv")
-    assert list(points["label"]) == ["vllm", "sarathi chunk=128", "sarathi chunk=256 #2", "sarathi chunk=256 #3"]
+    # Labelled by what differs (the model and device of the last point), so no '#<id>' is needed.
+    assert list(points["label"]) == ["llama-3-8b · h100-sxm · vllm", "llama-3-8b · h100-sxm · sarathi chunk=128",
+                                     "llama-3-8b · h100-sxm · sarathi chunk=256",
+                                     "llama-2-70b · a100-80gb · sarathi chunk=256"]
     # llama-2-70b does not fit one A100: that point is an error row, the others are complete.
     assert "does not fit" in points.loc[3, "error"]
     assert points.loc[:2, "completed"].tolist() == [60, 60, 60]

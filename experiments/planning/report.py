@@ -1,9 +1,17 @@
-"""The sweep report: Markdown and a self-contained HTML page with matplotlib PNGs."""
+"""The sweep report: Markdown and a self-contained HTML page with matplotlib PNGs.
+
+The points table is split into a few narrow tables (requests and throughput; latency; KV cache),
+each led by the point's label, so it fits a page; the recommended row is marked (★, green in
+HTML) and every value over its SLO (✗, red in HTML). The recommendation states its rule and its
+runner-up (`Recommendation`).
+"""
 from __future__ import annotations
 
 import base64
 import html
 import math
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -13,13 +21,18 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.config import SweepConfig, slo_summary_key  # noqa: E402
+from experiments.config import ClosedLoopTrace, FileTrace, SweepConfig, slo_summary_key  # noqa: E402
 from experiments.planning.search import pareto_frontier, policy_table  # noqa: E402
+from experiments.outputs import save_figure, write_text  # noqa: E402
 from simulator.metrics import gap_samples_s  # noqa: E402
 
-TABLE_COLUMNS = {
+# The points table, split into narrow tables that fit a page: {column: heading}. Columns a run
+# lacks are left out; the rejection breakdown only when some point rejected a request that way.
+REQUEST_COLUMNS = {
     "label": "point",
     "completed": "completed",
+    "truncated": "truncated",
+    "rejected": "rejected",
     "rejected_too_long": "rej. too long",
     "rejected_kv_capacity": "rej. KV capacity",
     "rejected_budget": "rej. budget",
@@ -27,18 +40,92 @@ TABLE_COLUMNS = {
     "throughput_rps": "req/s",
     "goodput_rps": "goodput (req/s)",
     "output_throughput_tps": "out tok/s",
-    "ttft_s_p50": "TTFT P50 (s)",
-    "ttft_s_p90": "TTFT P90 (s)",
-    "tbt_s_p50": "TBT P50 (s)",
-    "tbt_s_p99": "TBT P99 (s)",
-    "tpot_s_p50": "TPOT P50 (s)",
-    "e2e_s_p50": "E2E P50 (s)",
-    "scheduling_delay_s_p50": "sched delay P50 (s)",
-    "num_preemptions": "preemptions",
+    "slo_met": "SLO met",
+    "slo_missed": "SLOs missed",
+}
+LATENCY_COLUMNS = {
+    "label": "point",
+    "ttft_s_p50": "TTFT P50",
+    "ttft_s_p90": "TTFT P90",
+    "tbt_s_p50": "TBT P50",
+    "tbt_s_p99": "TBT P99",
+    "tpot_s_p50": "TPOT P50",
+    "e2e_s_p50": "E2E P50",
+    "scheduling_delay_s_p50": "sched delay P50",
+}
+KV_COLUMNS = {
+    "label": "point",
     "num_gpu_blocks": "KV blocks",
     "kv_usage_max": "KV usage max",
-    "slo_met": "SLO met",
+    "num_preemptions": "preemptions",
 }
+_BREAKDOWN = ("rejected_too_long", "rejected_kv_capacity", "rejected_budget")
+_METRIC_NAMES = {"ttft": "TTFT", "tbt": "TBT", "itl": "ITL", "tpot": "TPOT", "e2e": "E2E",
+                 "scheduling_delay": "sched delay"}
+BEST_MARK, MISS_MARK = "★", "✗"
+
+
+@dataclass
+class ReportTable:
+    """One table of the report: headings, cell texts, and marks — `best[i]` for the recommended
+    row, `miss[i][j]` for a value over its SLO (rendered ✗ / red)."""
+
+    title: str
+    columns: list[str]
+    cells: list[list[str]]
+    best: list[bool]
+    miss: list[list[bool]]
+
+
+def metric_title(summary_key: str) -> str:
+    """'ttft_s_p90' -> 'TTFT P90'; 'scheduling_delay_s_p50' -> 'sched delay P50'."""
+    metric, _, pct = summary_key.partition("_s_p")
+    return f"{_METRIC_NAMES.get(metric, metric)} P{pct}"
+
+
+def slo_misses(row: pd.Series, slo: dict[str, float]) -> list[str]:
+    """The SLOs a point failed, as 'TBT P99 > 0.1 s' (an undefined metric fails, as in slo_verdicts)."""
+    missed = []
+    for key, limit in slo.items():
+        verdict = row.get(f"slo_{key}")
+        if verdict is not None and not _is_missing(verdict) and not bool(verdict):
+            missed.append(f"{metric_title(slo_summary_key(key))} > {limit:g} s")
+    return missed
+
+
+def points_tables(points: pd.DataFrame, slo: dict[str, float], best_id: int | None) -> list[ReportTable]:
+    """The sweep's points (those that ran) as the report's three narrow tables; the SLO metrics
+    not among the latency columns are added to them."""
+    latency = dict(LATENCY_COLUMNS)
+    for key in slo:
+        latency.setdefault(slo_summary_key(key), metric_title(slo_summary_key(key)))
+    requests = {k: v for k, v in REQUEST_COLUMNS.items()
+                if k not in _BREAKDOWN or (k in points and points[k].fillna(0).astype(float).gt(0).any())}
+    data = points.assign(slo_missed=[", ".join(slo_misses(r, slo)) or ("—" if slo else "n/a")
+                                     for _, r in points.iterrows()])
+    slo_columns = {slo_summary_key(k): k for k in slo}
+    tables = []
+    for title, columns in (("Requests and throughput", requests), ("Latency (seconds)", latency),
+                           ("KV cache", KV_COLUMNS)):
+        keys = [k for k in columns if k in data]
+        best = [best_id is not None and r["point_id"] == best_id for _, r in data.iterrows()]
+        cells, miss = [], []
+        for _, row in data.iterrows():
+            cells.append([format_cell(row[k]) for k in keys])
+            miss.append([k in slo_columns and _is_false(row.get(f"slo_{slo_columns[k]}")) for k in keys])
+        tables.append(ReportTable(title, [columns[k] for k in keys], cells, best, miss))
+    return tables
+
+
+def _is_false(value) -> bool:
+    return value is not None and not _is_missing(value) and not bool(value)
+
+
+def _is_missing(value) -> bool:
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
 
 
 def write_report(points: pd.DataFrame, requests: pd.DataFrame | None, base: SweepConfig, out_dir: Path) -> Path:
@@ -53,12 +140,14 @@ def write_report(points: pd.DataFrame, requests: pd.DataFrame | None, base: Swee
     if requests is not None and len(requests):
         figures.append(_tbt_cdf(ok, requests, base.slo.get("tbt_p99_s"), plots_dir / "tbt_cdf.png"))
 
-    table = ok[[c for c in TABLE_COLUMNS if c in ok]].rename(columns=TABLE_COLUMNS)
+    choice = recommendation(points, base.slo)
+    tables = points_tables(ok, base.slo, None if choice is None else int(choice.best["point_id"]))
     header = _header_lines(points, base)
+    sections = [("Recommendation", recommendation_lines(choice, points, base.slo))]
     failed = points[points["error"].notna()] if "error" in points else points.iloc[0:0]
-    (out_dir / "report.md").write_text(_markdown(header, table, failed, figures, out_dir))
+    write_text(out_dir / "report.md", _markdown("Sweep report", header, sections, tables, failed, figures, out_dir))
     html_path = out_dir / "report.html"
-    html_path.write_text(_html(header, table, failed, figures, base.name))
+    write_text(html_path, _html(header, sections, tables, failed, figures, base.name))
     return html_path
 
 
@@ -68,38 +157,200 @@ def slo_headroom(points: pd.DataFrame, slo: dict[str, float]) -> pd.Series:
     return pd.concat(ratios, axis=1).max(axis=1, skipna=False).fillna(np.inf)
 
 
-def recommend(points: pd.DataFrame, slo: dict[str, float]) -> pd.Series | None:
-    """At this load, the point meeting every SLO with the most headroom (None if none meets them).
+# Goodput or throughput within this fraction of the best counts as a tie: below saturation every
+# point serves the offered load, and such differences are the tail of one sampled trace.
+RECOMMEND_TIE_FRACTION = 0.01
+RECOMMEND_RULE = ("among the points meeting every SLO, the highest goodput (when goodput thresholds are set), "
+                  "then the highest throughput, counting values within 1 % of the best as equal; then the most "
+                  "SLO headroom (the lowest worst ratio of a metric to its SLO); then the lower point number")
+# Metrics compared between the recommendation and its runner-up: (column, lower is better).
+_TRADE_METRICS = (("goodput_rps", False), ("throughput_rps", False), ("ttft_s_p90", True), ("ttft_s_p50", True),
+                  ("tbt_s_p99", True), ("tpot_s_p50", True), ("e2e_s_p50", True), ("scheduling_delay_s_p50", True))
 
-    Headroom is the worst metric/SLO ratio; lower is better. Below saturation every point
-    serves the offered load, so throughput does not separate them; the tightest SLO does.
-    (Capacity — the highest load meeting the SLOs — is found by the capacity search.)
+
+@dataclass
+class Recommendation:
+    """The recommended point at this load, the runner-up, and what decided between them.
+
+    Attributes:
+        best, runner_up: rows of the points table (runner_up None when one point meets the SLOs).
+        decided_by: 'goodput', 'throughput', 'SLO headroom' or 'point order' (the first step of
+            `RECOMMEND_RULE` at which the runner-up lost), or 'the only point meeting every SLO'.
+        headroom: worst metric/SLO ratio per point id (of the points meeting every SLO).
     """
+
+    best: pd.Series
+    runner_up: pd.Series | None
+    decided_by: str
+    headroom: dict[int, float]
+
+
+def recommendation(points: pd.DataFrame, slo: dict[str, float]) -> Recommendation | None:
+    """Apply `RECOMMEND_RULE` to the points that ran; None without SLOs or when none meets them."""
     if not slo or "error" in points and points["error"].notna().all():
         return None
     ok = points[points["error"].isna()] if "error" in points else points
     ratio = slo_headroom(ok, slo)
-    if not (ratio <= 1).any():
+    meeting = ok[ratio <= 1]
+    if meeting.empty:
         return None
-    return ok.loc[ratio.idxmin()]
+    headroom = {int(pid): float(r) for pid, r in zip(ok["point_id"], ratio) if r <= 1}
+    best, stage = _pick(meeting, headroom)
+    rest = meeting[meeting["point_id"] != best["point_id"]]
+    if rest.empty:
+        return Recommendation(best, None, "the only point meeting every SLO", headroom)
+    runner_up, _ = _pick(rest, headroom)
+    return Recommendation(best, runner_up, stage(int(runner_up["point_id"])), headroom)
+
+
+def _pick(candidates: pd.DataFrame, headroom: dict[int, float]):
+    """The best row by `RECOMMEND_RULE` and a function giving the step at which another point lost."""
+    lost_at: dict[int, str] = {}
+    pool = candidates
+    for column, name in (("goodput_rps", "goodput"), ("throughput_rps", "throughput")):
+        if column not in pool or not pool[column].notna().any():
+            continue
+        values = pool[column].astype(float)
+        keep = values >= (1 - RECOMMEND_TIE_FRACTION) * values.max()
+        lost_at.update({int(pid): name for pid in pool.loc[~keep, "point_id"]})
+        pool = pool[keep]
+    ordered = pool.assign(_h=[headroom[int(pid)] for pid in pool["point_id"]]).sort_values(["_h", "point_id"])
+    best = ordered.iloc[0]
+    for _, row in ordered.iloc[1:].iterrows():
+        lost_at[int(row["point_id"])] = "SLO headroom" if row["_h"] > best["_h"] else "point order"
+    return candidates.loc[ordered.index[0]], lambda pid: lost_at[pid]
+
+
+def recommend(points: pd.DataFrame, slo: dict[str, float]) -> pd.Series | None:
+    """The recommended point's row at this load (`recommendation`), or None."""
+    choice = recommendation(points, slo)
+    return None if choice is None else choice.best
+
+
+def point_name(row: pd.Series) -> str:
+    """A point named in full: 'sarathi chunk=256 (point 1: llama-3-8b on h100-sxm)'."""
+    where = f"{row['model']} on {row['device']}" if "model" in row and not _is_missing(row.get("model")) else ""
+    return f"{row['label']} (point {int(row['point_id'])}{': ' + where if where else ''})"
+
+
+def recommendation_lines(choice: Recommendation | None, points: pd.DataFrame, slo: dict[str, float]) -> list[str]:
+    """The report's (and terminal's) recommendation: the pick, the rule, the runner-up and what
+    the pick gives up against it (metrics where the runner-up is better by 10 % or more)."""
+    ok = points[points["error"].isna()] if "error" in points else points
+    if not slo:
+        return ["No SLO is set (`slo:`), so no point is recommended; the tables give every metric."]
+    if ok.empty or int(ok["num_requests"].max() or 0) == 0:
+        return ["No point ran any request: nothing to judge against the SLOs."]
+    if choice is None:
+        return [f"No point meets every SLO at this load ({_slo_text(slo)}): lower the load, relax the SLOs, "
+                "or search capacity (`search:`)."]
+    best = choice.best
+    lines = [f"Recommended at this load: **{point_name(best)}** — {_metrics_text(best)}.",
+             f"Rule: {RECOMMEND_RULE}. Only the SLOs set ({_slo_text(slo)}) count; its headroom is "
+             f"{choice.headroom[int(best['point_id'])]:.2f}."]
+    runner = choice.runner_up
+    if runner is None:
+        lines.append("It is the only point meeting every SLO.")
+        return lines
+    lines.append(f"Runner-up: **{point_name(runner)}** — {_metrics_text(runner)}; it lost on "
+                 f"{_decided_text(choice, best, runner)}.")
+    gave_up = _gave_up(best, runner)
+    lines.append("Against the runner-up the recommendation gives up " + "; ".join(gave_up) + "."
+                 if gave_up else "The runner-up is not better by 10 % or more on any headline metric.")
+    return lines
+
+
+def _decided_text(choice: Recommendation, best: pd.Series, runner: pd.Series) -> str:
+    if choice.decided_by == "SLO headroom":
+        return (f"SLO headroom ({choice.headroom[int(runner['point_id'])]:.2f} against "
+                f"{choice.headroom[int(best['point_id'])]:.2f}; goodput and throughput within 1 %)")
+    if choice.decided_by in ("goodput", "throughput"):
+        column = "goodput_rps" if choice.decided_by == "goodput" else "throughput_rps"
+        return f"{choice.decided_by} ({format_cell(runner[column])} against {format_cell(best[column])} req/s)"
+    return "point order (equal on every step of the rule)"
+
+
+def _gave_up(best: pd.Series, runner: pd.Series) -> list[str]:
+    out = []
+    for column, lower_is_better in _TRADE_METRICS:
+        if column not in best or _is_missing(best.get(column)) or _is_missing(runner.get(column)):
+            continue
+        b, r = float(best[column]), float(runner[column])
+        worse = b >= 1.1 * r if lower_is_better else r >= 1.1 * b
+        if worse and min(b, r) > 0:
+            name = metric_title(column) if "_s_p" in column else column.replace("_rps", "")
+            unit = " s" if "_s_p" in column else " req/s"
+            out.append(f"{name} {format_cell(b)}{unit} against {format_cell(r)}{unit} "
+                       f"({max(b, r) / min(b, r):.1f}× {'higher' if lower_is_better else 'lower'})")
+    return out
+
+
+def _metrics_text(row: pd.Series) -> str:
+    parts = [f"{format_cell(row['throughput_rps'])} req/s"]
+    if "goodput_rps" in row and not _is_missing(row.get("goodput_rps")):
+        parts.append(f"goodput {format_cell(row['goodput_rps'])} req/s")
+    parts += [f"{metric_title(c)} {format_cell(row[c])} s" for c in ("tbt_s_p99", "ttft_s_p90") if c in row]
+    return ", ".join(parts)
+
+
+def _slo_text(slo: dict[str, float]) -> str:
+    return ", ".join(f"{metric_title(slo_summary_key(k))} ≤ {v:g} s" for k, v in slo.items())
+
+
+def deployment_line(points: pd.DataFrame, base: SweepConfig, cost_note: str) -> str:
+    """'Model **m** on **d**' when every point shares them, else which points run what."""
+    if "model" in points and "device" in points and len(points) and \
+            points[["model", "device"]].drop_duplicates().shape[0] > 1:
+        groups = points.groupby(["model", "device"], sort=False)["point_id"]
+        where = "; ".join(f"**{m}** on **{d}** ({_point_list(ids)})" for (m, d), ids in groups)
+        return f"Models and devices differ by point (each label names them): {where}; cost model " \
+               f"**{base.cost_model}** {cost_note}."
+    model = points["model"].iloc[0] if "model" in points and len(points) else base.model
+    device = points["device"].iloc[0] if "device" in points and len(points) else base.device
+    return f"Model **{model}** on **{device}**; cost model **{base.cost_model}** {cost_note}."
+
+
+def _point_list(ids) -> str:
+    ids = [int(i) for i in ids]
+    return ("point " if len(ids) == 1 else "points ") + ", ".join(map(str, ids))
+
+
+def trace_line(first: pd.Series, base: SweepConfig) -> str:
+    """What the trace is and the rate it offered; a replayed file is not called sampled."""
+    trace = base.trace
+    offered = format_cell(first.get("offered_qps", float("nan")))
+    n = int(first["num_requests"])
+    measured = f"offered {offered} QPS (measured over the arrivals: (n − 1) / span"
+    if isinstance(trace, FileTrace):
+        scaled = f", time-scaled to a mean of {trace.qps:g} QPS" if trace.qps else ", at the file's own times"
+        return f"Trace: replayed from the file {first.get('trace_source', trace.path)}{scaled}; {n} requests, {measured})."
+    if isinstance(trace, ClosedLoopTrace):
+        return (f"Trace: {first.get('trace_source', 'closed loop')}; {n} requests, {measured}; in a closed loop "
+                "the rate is an outcome, not an input).")
+    arrival = getattr(trace, "arrival", "poisson")
+    source = first.get("trace_source", trace.kind)
+    if arrival == "constant":
+        return f"Trace: {source}; {n} requests at a constant {trace.qps:g} QPS; {measured})."
+    return (f"Trace: {source}; {n} requests with sampled {arrival} arrivals at a nominal {trace.qps:g} QPS; "
+            f"{measured}; a sampled trace differs slightly from its nominal rate).")
 
 
 def _header_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
     ok = points[points["error"].isna()] if "error" in points else points
-    lines = [
-        f"Model **{base.model}** on **{base.device}**; cost model **{base.cost_model}** "
-        "(the roofline model from datasheet figures until a measured profile is shipped: "
-        "latencies are estimates, not measurements).",
-    ]
+    lines = [deployment_line(points, base, "(the roofline model from datasheet figures until a measured profile is "
+                                          "shipped: latencies are estimates, not measurements)")]
     if ok.empty:
         return lines + ["Every point failed: see the errors below."]
     first = ok.iloc[0]
-    lines.append(f"Trace: {first.get('trace_source', base.trace.kind)}; {int(first['num_requests'])} requests, "
-                 f"offered {format_cell(first.get('offered_qps', float('nan')))} QPS (measured over the arrivals: "
-                 "(n − 1) / span; a sampled Poisson trace differs slightly from its nominal rate).")
+    lines.append(trace_line(first, base))
     skipped = int(first.get("trace_rows_rejected", 0) or 0)
     if skipped:
         lines.append(f"Trace rows skipped as invalid: {skipped} ({first.get('trace_rows_rejected_detail', '')}).")
+    truncated = ok["truncated"].fillna(0).astype(int) if "truncated" in ok else pd.Series(dtype=int)
+    if truncated.gt(0).any():
+        at = ", ".join(f"{int(n)} at {label}" for label, n in zip(ok["label"], truncated) if n > 0)
+        lines.append(f"Truncated requests (engine.on_too_long: truncate — output cut at max_model_len, as vLLM's "
+                     f"'length' finish; not counted as completed): {at}.")
     slo = ", ".join(f"{k} ≤ {v:g}" for k, v in base.slo.items()) or "none set"
     lines.append(f"SLOs (percentiles over the whole run): {slo}.")
     if base.goodput:
@@ -108,15 +359,6 @@ def _header_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
     pools = sorted(set(int(b) for b in ok["num_gpu_blocks"]))
     lines.append(f"KV pool: {', '.join(map(str, pools))} blocks of {base.engine.block_size} tokens per replica "
                  "(differs by point when the token budget changes the activation memory).")
-    best = recommend(points, base.slo)
-    if int(ok["num_requests"].max()) == 0:
-        lines.append("The trace has no requests: nothing to judge against the SLOs.")
-    elif best is not None:
-        lines.append(f"Recommended at this load: **{best['label']}** — meets every SLO with the most "
-                     f"headroom ({best['throughput_rps']:.3g} req/s, P99 TBT {best['tbt_s_p99']:.3g} s, "
-                     f"P90 TTFT {best['ttft_s_p90']:.3g} s). Headroom counts only the SLOs above.")
-    elif base.slo:
-        lines.append("No point meets every SLO at this load.")
     return lines
 
 
@@ -153,13 +395,17 @@ def _tbt_cdf(points: pd.DataFrame, requests: pd.DataFrame, slo: float | None, pa
 def _save(fig, path: Path) -> Path:
     """Write a figure as PNG (110 dpi, tight layout) and release it."""
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, dpi=110)  # whole or not at all (experiments.outputs)
+    finally:
+        plt.close(fig)
     return path
 
 
 def format_cell(value) -> str:
-    """A table cell: yes/no for booleans, 4 significant digits, 'n/a' for NaN (undefined)."""
+    """A table cell: yes/no for booleans, 4 significant digits, 'n/a' for NaN or a missing value."""
+    if value is None or value is pd.NA:
+        return "n/a"
     if isinstance(value, (bool, np.bool_)):
         return "yes" if value else "no"
     if isinstance(value, (float, np.floating)):
@@ -173,31 +419,98 @@ def markdown_table(table: pd.DataFrame) -> list[str]:
     return lines + ["| " + " | ".join(format_cell(v) for v in row) + " |" for _, row in table.iterrows()]
 
 
-def _markdown(header, table, failed, figures, out_dir: Path) -> str:
-    lines = ["# Sweep report", ""] + [f"- {line}" for line in header] + [""]
-    lines += markdown_table(table)
-    for _, row in failed.iterrows():
-        lines.append(f"\n**Point {row['label']} failed:** {row['error']}")
-    lines.append("")
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _markdown_report_table(table: ReportTable) -> list[str]:
+    """A `ReportTable` in Markdown: the recommended row's label bold with ★, a value over its SLO bold with ✗."""
+    lines = [f"### {table.title}", "", "| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
+    for cells, best, miss in zip(table.cells, table.best, table.miss):
+        shown = [f"**{c}** {MISS_MARK}" if m else _md_cell(c) for c, m in zip(cells, miss)]
+        if best:
+            shown[0] = f"**{shown[0]}** {BEST_MARK}"
+        lines.append("| " + " | ".join(shown) + " |")
+    return lines + [""]
+
+
+def _legend(tables: list[ReportTable]) -> str | None:
+    marks = []
+    if any(any(t.best) for t in tables):
+        marks.append(f"{BEST_MARK} the recommended point")
+    if any(any(any(row) for row in t.miss) for t in tables):
+        marks.append(f"{MISS_MARK} a value over its SLO")
+    return "; ".join(marks) if marks else None
+
+
+def _markdown(title: str, header: list[str], sections: list[tuple[str, list[str]]], tables: list[ReportTable],
+              failed: pd.DataFrame, figures: list[Path], out_dir: Path, extra: list[str] = ()) -> str:
+    lines = [f"# {title}", ""] + [f"- {line}" for line in header] + [""]
+    for name, body in sections:
+        lines += [f"## {name}", ""] + [f"- {line}" for line in body] + [""]
+    lines += ["## Points", ""]
+    legend = _legend(tables)
+    if legend:
+        lines += [legend + ".", ""]
+    for table in tables:
+        lines += _markdown_report_table(table)
+    lines += list(extra)
+    if len(failed):
+        lines += ["## Points that failed", ""]
+        lines += [f"- **{point_name(row)}:** {row['error']}" for _, row in failed.iterrows()]
+        lines.append("")
     lines += [f"![{p.stem}]({p.relative_to(out_dir)})" for p in figures]
     return "\n".join(lines) + "\n"
 
 
-def _html(header, table, failed, figures, title: str) -> str:
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(format_cell(v))}</td>" for v in r) + "</tr>"
-                   for _, r in table.iterrows())
+def _inline(text: str) -> str:
+    """Escape for HTML, then Markdown's **bold** and `code` as <b> and <code>."""
+    out = html.escape(text)
+    out = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", out)
+    return re.sub(r"`(.+?)`", r"<code>\1</code>", out)
+
+
+def _html_report_table(table: ReportTable) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
-    items = "".join(f"<li>{html.escape(line).replace('**', '')}</li>" for line in header)
-    errors = "".join(f"<p><b>Point {html.escape(str(r['label']))} failed:</b> {html.escape(str(r['error']))}</p>"
-                     for _, r in failed.iterrows())
+    rows = []
+    for cells, best, miss in zip(table.cells, table.best, table.miss):
+        tds = []
+        for j, (cell, m) in enumerate(zip(cells, miss)):
+            text = html.escape(cell) + (f" {BEST_MARK}" if best and j == 0 else "") + (f" {MISS_MARK}" if m else "")
+            tds.append(f'<td class="miss" title="over its SLO">{text}</td>' if m else f"<td>{text}</td>")
+        rows.append(f'<tr class="best" title="recommended">{"".join(tds)}</tr>' if best else f"<tr>{''.join(tds)}</tr>")
+    return f"<h3>{html.escape(table.title)}</h3><div class=\"wrap\"><table><tr>{head}</tr>{''.join(rows)}</table></div>"
+
+
+_CSS = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;line-height:1.4}
+table{border-collapse:collapse;margin:.5em 0 1em}.wrap{overflow-x:auto}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th{background:#f3f3f3}td:first-child,th:first-child{text-align:left;max-width:28em;overflow-wrap:anywhere}
+tr.best td{background:#e3f4e6;font-weight:bold}td.miss{background:#fbe1df;color:#a11}
+code{background:#f3f3f3;padding:1px 3px;overflow-wrap:anywhere}img{max-width:100%;display:block;margin:1em 0}
+.legend{color:#555}"""
+
+
+def _html(header: list[str], sections: list[tuple[str, list[str]]], tables: list[ReportTable], failed: pd.DataFrame,
+          figures: list[Path], title: str, heading: str = "Sweep report", extra_html: str = "") -> str:
+    items = "".join(f"<li>{_inline(line)}</li>" for line in header)
+    body = "".join(f"<h2>{html.escape(name)}</h2><ul>{''.join(f'<li>{_inline(x)}</li>' for x in lines)}</ul>"
+                   for name, lines in sections)
+    legend = _legend(tables)
+    points = "<h2>Points</h2>" + (f'<p class="legend">{html.escape(legend)}.</p>' if legend else "")
+    points += "".join(_html_report_table(t) for t in tables) + extra_html
+    errors = ""
+    if len(failed):
+        errors = "<h2>Points that failed</h2><ul>" + "".join(
+            f"<li><b>{html.escape(point_name(r))}:</b> {html.escape(str(r['error']))}</li>"
+            for _, r in failed.iterrows()) + "</ul>"
     images = "".join(
         f'<img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
         for p in figures)
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)} — sarathi-sim</title>
-<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}img{{max-width:100%;display:block;margin:1em 0}}</style>
-</head><body><h1>Sweep report: {html.escape(title)}</h1><ul>{items}</ul>
-<table><tr>{head}</tr>{rows}</table>{errors}{images}</body></html>
+<style>{_CSS}</style>
+</head><body><h1>{html.escape(heading)}: {html.escape(title)}</h1><ul>{items}</ul>
+{body}{points}{errors}{images}</body></html>
 """
 
 
@@ -215,12 +528,144 @@ CAPACITY_COLUMNS = {
 }
 
 
+CAPACITY_RULE = ("the highest capacity (mean over seeds) among the points that met the SLOs at some load; "
+                 "ties go to the lower point number")
+
+
+@dataclass
+class CapacitySummary:
+    """What a capacity search found, as the report and the terminal say it.
+
+    Attributes:
+        header: how capacity was measured (deployment, SLOs, trials, seeds).
+        recommendation: the pick (named in full), the rule, the runner-up, the policy check, the
+            fleet and the load-dependent policy; each a line.
+        warnings: what could make the numbers misleading (short trials, a capacity at the search
+            bound, failed points, points meeting no SLO, one seed).
+        command: `vllm serve MODEL FLAGS` of the recommended point, or None.
+        best_id: its point id, or None.
+    """
+
+    header: list[str]
+    recommendation: list[str]
+    warnings: list[str]
+    command: str | None
+    best_id: int | None
+
+
+def capacity_summary(points: pd.DataFrame, base: SweepConfig, slo: dict[str, float],
+                     policy_check: pd.DataFrame | None = None, loads: pd.DataFrame | None = None) -> CapacitySummary:
+    """Summarise a capacity search's points table (`run_capacity_sweep`) by `CAPACITY_RULE`."""
+    s = base.search
+    ok = points[points["error"].isna()] if "error" in points else points
+    if "capacity_qps" not in ok:
+        ok = ok.assign(capacity_qps=np.nan)
+    header = [
+        deployment_line(points, base, "(roofline estimates unless a measured profile is named)"),
+        f"Capacity = highest QPS meeting every SLO ({', '.join(f'{k} ≤ {v:g}' for k, v in slo.items())}"
+        f"{'' if base.slo else ', Sarathi-Serve strict defaults for this model size'}), by bisection on trials of "
+        f"{s.num_requests} requests to {s.precision:.1%} precision within {list(s.qps)} QPS; "
+        f"{s.trim_fraction:.0%} warm-up and drain trimmed; {s.seeds} seeds give the 95 % interval.",
+    ]
+    warnings = []
+    if s.num_requests < 1000:
+        warnings.append(f"Caution: trials of {s.num_requests} requests are short. Overload shows as a growing queue "
+                        "(scheduling delay), which short trials rarely build, so these capacities may be overstated; "
+                        "Sarathi-Serve uses 2,048 requests per trial.")
+    if s.seeds == 1:
+        warnings.append("One seed: the capacities have no confidence interval (search.seeds ≥ 2 gives one).")
+    failed = points[points["error"].notna()] if "error" in points else points.iloc[0:0]
+    if len(failed):
+        warnings.append(f"{len(failed)} of {len(points)} points failed: "
+                        + "; ".join(f"{point_name(r)}: {r['error']}" for _, r in failed.iterrows()))
+    never = ok[ok["capacity_qps"].isna()]
+    if len(never):
+        warnings.append(f"Meets the SLOs at no load searched (not even {s.qps[0]:g} QPS): "
+                        + ", ".join(never["label"]) + ".")
+    ranked = ok[ok["capacity_qps"].notna()].sort_values(["capacity_qps", "point_id"], ascending=[False, True])
+    if ranked.empty:
+        return CapacitySummary(header, ["No point meets the SLOs even at the lowest load searched."], warnings,
+                               None, None)
+    best = ranked.iloc[0]
+    at_bound = _is_true(best.get("capacity_at_bound"))
+    lines = [f"Recommended: **{point_name(best)}** — capacity {best['capacity_qps']:.3g} QPS"
+             f"{_interval_text(best)}{' (at the top of the searched range: raise search.qps)' if at_bound else ''}.",
+             f"Rule: {CAPACITY_RULE}."]
+    if at_bound:
+        warnings.append(f"{best['label']} passed at the top of search.qps ({s.qps[1]:g} QPS): its capacity is only "
+                        "a lower bound; raise search.qps.")
+    if len(ranked) > 1:
+        runner = ranked.iloc[1]
+        overlap = _intervals_overlap(best, runner)
+        lines.append(f"Runner-up: **{point_name(runner)}** — capacity {runner['capacity_qps']:.3g} QPS"
+                     f"{_interval_text(runner)}, "
+                     f"{(1 - runner['capacity_qps'] / best['capacity_qps']):.1%} less"
+                     + ("; the 95 % intervals overlap, so the difference is within seed noise." if overlap else "."))
+    command = best.get("vllm_command")
+    command = None if _is_missing(command) else str(command)
+    lines.append(f"vLLM flags: `{best['vllm_flags']}`")
+    if policy_check is not None and len(policy_check):
+        value = policy_check.iloc[0].get("capacity_qps", float("nan"))
+        lines.append(f"vLLM runs its own (v1) policy, not `{best['scheduler']}`: the same flags simulated "
+                     f"under `vllm_v1` give a capacity of {format_cell(value)} QPS.")
+    lines += _fleet_lines(ok, base)
+    if loads is not None and len(loads):
+        bands = policy_table(loads)
+        metric = "goodput" if loads["goodput_rps"].notna().any() else "throughput"
+        lines.append(f"Load-dependent policy (best {metric} among points meeting every SLO, per QPS band): "
+                     + "; ".join(f"{format_cell(r['QPS from'])}–{format_cell(r['QPS to'])} QPS → {r['best point']}"
+                                 for _, r in bands.iterrows()) + ".")
+    return CapacitySummary(header, lines, warnings, command, int(best["point_id"]))
+
+
+def _fleet_lines(ok: pd.DataFrame, base: SweepConfig) -> list[str]:
+    if base.fleet is None or "fleet_gpus" not in ok or not ok["fleet_gpus"].notna().any():
+        return []
+    cheapest = ok.loc[ok["fleet_gpus"].astype(float).idxmin()]
+    price = f" at ${base.fleet.gpu_hour_usd:g}/GPU-hour" if base.fleet.gpu_hour_usd else ""
+    bound = _is_true(cheapest.get("capacity_at_bound"))
+    most = "at most " if bound else ""
+    return [f"Fleet for {base.fleet.target_qps:g} QPS: fewest GPUs with **{cheapest['label']}** — "
+            f"{most}{int(cheapest['fleet_replicas'])} replicas, {most}{int(cheapest['fleet_gpus'])} GPUs{price} "
+            "(replicas assumed to add capacity linearly behind the router)"
+            + ("; its capacity is only a lower bound (it passed at the top of search.qps), so the fleet "
+               "may be smaller" if bound else "") + "."]
+
+
+def _is_true(value) -> bool:
+    return value is not None and not _is_missing(value) and bool(value)
+
+
+def _interval_text(row: pd.Series) -> str:
+    low, high = row.get("capacity_ci_low"), row.get("capacity_ci_high")
+    if _is_missing(low) or _is_missing(high):
+        return ""
+    return f" (95 % interval {float(low):.3g}–{float(high):.3g})"
+
+
+def _intervals_overlap(a: pd.Series, b: pd.Series) -> bool:
+    values = [a.get("capacity_ci_low"), a.get("capacity_ci_high"), b.get("capacity_ci_low"), b.get("capacity_ci_high")]
+    if any(_is_missing(v) for v in values):
+        return False
+    return float(values[2]) <= float(values[1]) and float(values[0]) <= float(values[3])
+
+
+def capacity_table(points: pd.DataFrame, best_id: int | None) -> ReportTable:
+    """The capacity per point (points that ran), the recommended row marked."""
+    keys = [k for k in CAPACITY_COLUMNS if k in points]
+    cells = [[format_cell(row[k]) for k in keys] for _, row in points.iterrows()]
+    best = [best_id is not None and int(row["point_id"]) == best_id for _, row in points.iterrows()]
+    return ReportTable("Capacity per point", [CAPACITY_COLUMNS[k] for k in keys], cells, best,
+                       [[False] * len(keys) for _ in cells])
+
+
 def write_capacity_report(points: pd.DataFrame, trials: pd.DataFrame, base: SweepConfig, slo: dict[str, float],
                           out_dir: Path, policy_check: pd.DataFrame | None = None,
                           loads: pd.DataFrame | None = None) -> Path:
     """report.md / report.html of a capacity search: capacity per point with its interval, the
-    latency-vs-QPS curves of the bisection trials with the SLO lines, the recommended point and
-    its `vllm serve` flags; `policy_check` is the recommended point re-searched under vllm_v1."""
+    latency-vs-QPS curves of the bisection trials with the SLO lines, the recommended point (by
+    `CAPACITY_RULE`, with its runner-up) and its `vllm serve` command, and the warnings of
+    `capacity_summary`; `policy_check` is the recommended point re-searched under vllm_v1."""
     plots_dir = out_dir / "plots"
     plots_dir.mkdir(parents=True, exist_ok=True)
     ok = points[points["error"].isna()] if "error" in points else points
@@ -238,51 +683,15 @@ def write_capacity_report(points: pd.DataFrame, trials: pd.DataFrame, base: Swee
                         ("ttft_s_p90", "ttft_p90_s")):
         if len(trials) and metric in trials:
             figures.append(_latency_vs_qps(trials, metric, slo.get(key), plots_dir / f"{metric}_vs_qps.png"))
-    s = base.search
-    header = [
-        f"Model **{base.model}** on **{base.device}**; cost model **{base.cost_model}** (roofline estimates).",
-        f"Capacity = highest QPS meeting every SLO ({', '.join(f'{k} ≤ {v:g}' for k, v in slo.items())}"
-        f"{'' if base.slo else ', Sarathi-Serve strict defaults for this model size'}), by bisection on trials of "
-        f"{s.num_requests} requests to {s.precision:.1%} precision within {list(s.qps)} QPS; "
-        f"{s.trim_fraction:.0%} warm-up and drain trimmed; {s.seeds} seeds give the 95 % interval.",
-    ]
-    if s.num_requests < 1000:
-        header.append(f"Caution: trials of {s.num_requests} requests are short. Overload shows as a growing queue "
-                      "(scheduling delay), which short trials rarely build, so these capacities may be overstated; "
-                      "Sarathi-Serve uses 2,048 requests per trial.")
-    table = ok[[c for c in CAPACITY_COLUMNS if c in ok]].rename(columns=CAPACITY_COLUMNS)
-    if base.fleet is not None and "fleet_gpus" in ok and ok["fleet_gpus"].notna().any():
-        cheapest = ok.loc[ok["fleet_gpus"].idxmin()]
-        price = f" at ${base.fleet.gpu_hour_usd:g}/GPU-hour" if base.fleet.gpu_hour_usd else ""
-        bound = cheapest.get("capacity_at_bound") == True  # noqa: E712 (numpy bool or NaN)
-        most = "at most " if bound else ""
-        header.append(f"Fleet for {base.fleet.target_qps:g} QPS: fewest GPUs with **{cheapest['label']}** — "
-                      f"{most}{int(cheapest['fleet_replicas'])} replicas, {most}{int(cheapest['fleet_gpus'])} GPUs{price} "
-                      "(replicas assumed to add capacity linearly behind the router)"
-                      + ("; its capacity is only a lower bound (it passed at the top of search.qps), so the fleet "
-                         "may be smaller" if bound else "") + ".")
-    if len(ok) and ok["capacity_qps"].notna().any():
-        best = ok.loc[ok["capacity_qps"].idxmax()]
-        bound = " (at the top of the searched range: raise search.qps)" if best.get("capacity_at_bound") else ""
-        header.append(f"Recommended: **{best['label']}** — capacity {best['capacity_qps']:.3g} QPS{bound}. "
-                      f"vLLM flags: `{best['vllm_flags']}`")
-        if policy_check is not None and len(policy_check):
-            check = policy_check.iloc[0]
-            value = check.get("capacity_qps", float("nan"))
-            header.append(f"vLLM runs its own (v1) policy, not `{best['scheduler']}`: the same flags simulated "
-                          f"under `vllm_v1` give a capacity of {format_cell(value)} QPS.")
-    else:
-        header.append("No point meets the SLOs even at the lowest load searched.")
-    if loads is not None and len(loads):
-        bands = policy_table(loads)
-        metric = "goodput" if loads["goodput_rps"].notna().any() else "throughput"
-        header.append(f"Load-dependent policy (best {metric} among points meeting every SLO, per QPS band): "
-                      + "; ".join(f"{format_cell(r['QPS from'])}–{format_cell(r['QPS to'])} QPS → {r['best point']}"
-                                  for _, r in bands.iterrows()) + ".")
+    summary = capacity_summary(points, base, slo, policy_check, loads)
+    recommendation = summary.recommendation + ([f"Serve it with: `{summary.command}`"] if summary.command else [])
+    sections = [("Recommendation", recommendation)] + ([("Warnings", summary.warnings)] if summary.warnings else [])
+    tables = [capacity_table(ok, summary.best_id)]
     failed = points[points["error"].notna()] if "error" in points else points.iloc[0:0]
-    (out_dir / "report.md").write_text(_markdown(header, table, failed, figures, out_dir))
+    write_text(out_dir / "report.md", _markdown("Capacity report", summary.header, sections, tables, failed,
+                                                 figures, out_dir))
     html_path = out_dir / "report.html"
-    html_path.write_text(_html(header, table, failed, figures, base.name))
+    write_text(html_path, _html(summary.header, sections, tables, failed, figures, base.name, "Capacity report"))
     return html_path
 
 

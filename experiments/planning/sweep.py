@@ -19,11 +19,11 @@ import pandas as pd
 import yaml
 
 from experiments.planning.backends import make_pool
-from experiments.config import SweepConfig, describe_point
+from experiments.config import SweepConfig, describe_point, point_labels
 from experiments.point import PointResult, run_point
 from experiments.planning.results_cache import ResultsCache, cache_key
 from experiments.planning.search import capacity_row, fleet_row, load_row, search_capacity
-from experiments.planning.vllm_flags import vllm_serve_flags
+from experiments.planning.vllm_flags import vllm_serve_command, vllm_serve_flags
 
 
 OUTPUT_FILES = ("points.csv", "points.parquet", "requests.parquet", "steps.parquet", "trials.csv", "loads.csv",
@@ -60,6 +60,8 @@ def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
                 if on_done:
                     on_done(i, results[i].row)
     ordered = [results[i] for i in range(len(configs))]
+    for result, label in zip(ordered, point_labels(configs)):
+        result.row["label"] = label
     _unique_labels([r.row for r in ordered])
     return ordered
 
@@ -77,7 +79,7 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
         and QPS of `search.loads` (empty without it), for the policy table and Pareto frontier).
     """
     configs = [SweepConfig.model_validate(p) for p in points]
-    labels = [describe_point(c) for c in configs]
+    labels = point_labels(configs)
     tasks = [(i, seed) for i, c in enumerate(configs) for seed in range(c.search.seeds)]
     done: dict[tuple[int, int], tuple[float, list[dict]] | str] = {}
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
@@ -101,7 +103,9 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
     for i, config in enumerate(configs):
         outcomes = [done[(i, seed)] for seed in range(config.search.seeds)]
         errors = [o for o in outcomes if isinstance(o, str)]
-        row = {"point_id": i, "label": labels[i], **config.engine.used_settings(), "vllm_flags": vllm_serve_flags(config),
+        row = {"point_id": i, "label": labels[i], "model": config.model, "device": config.device,
+               **config.engine.used_settings(), "vllm_flags": vllm_serve_flags(config),
+               "vllm_command": _vllm_command(config),
                "burstiness": getattr(config.trace, "burstiness", None) or 1.0}  # gamma shape; Poisson = 1
         if errors:
             row["error"] = errors[0]
@@ -112,9 +116,12 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
             trials += point_trials
         rows.append(row)
     _unique_labels(rows)
+    final = {r["point_id"]: r["label"] for r in rows}
+    for trial in trials:
+        trial["label"] = final[trial["point_id"]]
     if len(loads):
-        loads["label"] = loads["point_id"].map({r["point_id"]: r["label"] for r in rows})
-    return pd.DataFrame(rows), pd.DataFrame(trials), loads
+        loads["label"] = loads["point_id"].map(final)
+    return rows_frame(rows), pd.DataFrame(trials), loads
 
 
 # A point's own failure (bad input, a model that does not fit) becomes its error text, so the
@@ -124,6 +131,14 @@ POINT_ERRORS = (ValueError, OSError, RuntimeError)
 
 def _error_text(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+def _vllm_command(config: SweepConfig) -> str | None:
+    """`vllm serve MODEL FLAGS` of a point; None for a model with no known repository."""
+    try:
+        return vllm_serve_command(config)
+    except ValueError:
+        return None
 
 
 def _safe_load_row(config: SweepConfig, point_id: int, qps: float):
@@ -159,10 +174,24 @@ def _safe_run(config: SweepConfig, point_id: int, cache_dir: Path | None = None)
         result, cached = cache.get_or_compute(cache_key("point", config, point_id),
                                               lambda: run_point(config, point_id))
     except POINT_ERRORS as exc:
-        row = {"point_id": point_id, "label": describe_point(config), "error": _error_text(exc)}
+        row = {"point_id": point_id, "label": describe_point(config), "model": config.model, "device": config.device,
+               "error": _error_text(exc)}
         return PointResult(row, pd.DataFrame({"point_id": []}), pd.DataFrame({"point_id": []}))
     result.row["cached"] = cached
     return result
+
+
+def rows_frame(rows: list[dict]) -> pd.DataFrame:
+    """One row per point; a column whose values are all integers stays integer (nullable Int64)
+    where some points lack it (a failed point, a key another scheduler does not read), so
+    points.csv writes 512, not 512.0."""
+    frame = pd.DataFrame(rows)
+    for column in frame.columns:
+        values = [r[column] for r in rows if column in r and r[column] is not None]
+        if values and all(pd.api.types.is_integer(v) for v in values) \
+                and frame[column].dtype.kind == "f":
+            frame[column] = frame[column].astype("Int64")
+    return frame
 
 
 def clear_outputs(out_dir: Path) -> None:
@@ -190,7 +219,7 @@ def write_capacity_results(points: pd.DataFrame, trials: pd.DataFrame, out_dir: 
 def write_results(results: list[PointResult], out_dir: Path, raw_config: dict | None = None) -> pd.DataFrame:
     """Write the tables of a sweep to `out_dir`; return the points table."""
     clear_outputs(out_dir)
-    points = pd.DataFrame([r.row for r in results])
+    points = rows_frame([r.row for r in results])
     points.to_csv(out_dir / "points.csv", index=False)
     points.to_parquet(out_dir / "points.parquet", index=False)
     requests = [r.requests for r in results if len(r.requests)]

@@ -1,10 +1,87 @@
-"""The `vllm serve` flags that reproduce a simulated point (REFERENCE.md §2.2, §2.3)."""
+"""The `vllm serve` flags that reproduce a simulated point (REFERENCE.md §2.2, §2.3), and the whole
+command line (`vllm serve MODEL FLAGS`, as `sarathi-sim flags RUN --point K` prints it).
+
+Flag names are vLLM 0.19's engine arguments (`vllm/engine/arg_utils.py`, `EngineArgs.add_cli_args`,
+fields of `vllm/config/{scheduler,cache,model,parallel,speculative}.py`).
+"""
 from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 from experiments.config import CHUNKING_SCHEDULERS, DraftModel, SweepConfig
+
+# Hugging Face repositories of the built-in model specs (profiler/model_spec.py, whose comments
+# cite these repositories' config.json), the names `vllm serve` downloads. mistral-7b is v0.2
+# (32k context, no sliding window), published by Mistral as the Instruct model only.
+HF_MODEL_IDS = {
+    "llama-2-7b": "meta-llama/Llama-2-7b-hf",
+    "llama-2-13b": "meta-llama/Llama-2-13b-hf",
+    "llama-2-70b": "meta-llama/Llama-2-70b-hf",
+    "llama-3-8b": "meta-llama/Meta-Llama-3-8B",
+    "llama-3-70b": "meta-llama/Meta-Llama-3-70B",
+    "llama-3.1-8b": "meta-llama/Llama-3.1-8B",
+    "mistral-7b": "mistralai/Mistral-7B-Instruct-v0.2",
+    "mistral-nemo-12b": "mistralai/Mistral-Nemo-Base-2407",
+    "qwen2.5-7b": "Qwen/Qwen2.5-7B",
+    "qwen3-8b": "Qwen/Qwen3-8B",
+    "qwen3-14b": "Qwen/Qwen3-14B",
+    "qwen3-32b": "Qwen/Qwen3-32B",
+}
+# vLLM's --dtype names for the engine.dtype values (bf16 weights; fp8 weights are a quantization).
+_VLLM_DTYPE = {"bf16": "bfloat16"}
+
+
+def vllm_model_argument(model: str) -> str:
+    """The MODEL argument of `vllm serve` for a config's `model`: a built-in name's Hugging Face
+    repository (`HF_MODEL_IDS`), or the folder of a config.json given as a path.
+
+    Raises:
+        ValueError: a built-in name with no known repository (says to pass the repository instead).
+    """
+    path = Path(model).expanduser()
+    if path.suffix == ".json" or path.is_file():
+        return str(path.parent)
+    if path.is_dir() or "/" in model:
+        return str(path)
+    if model not in HF_MODEL_IDS:
+        raise ValueError(f"model {model!r}: no Hugging Face repository is known for it (known: "
+                         f"{', '.join(sorted(HF_MODEL_IDS))}); give `vllm serve` the repository or folder yourself")
+    return HF_MODEL_IDS[model]
+
+
+def vllm_serve_command(point: SweepConfig) -> str:
+    """`vllm serve MODEL FLAGS` for the point: `vllm_model_argument` and `vllm_serve_flags`, plus
+    the weights' dtype and the seed, so the command is complete to paste.
+
+    Raises:
+        ValueError: as `vllm_model_argument`.
+    """
+    e = point.engine
+    extra = ["--dtype", _VLLM_DTYPE[e.dtype]] if e.dtype in _VLLM_DTYPE else ["--quantization", "fp8"]
+    extra += ["--seed", str(e.seed)]
+    return " ".join(["vllm", "serve", shlex.quote(vllm_model_argument(point.model)), vllm_serve_flags(point),
+                     *map(shlex.quote, extra)])
+
+
+def vllm_caveats(point: SweepConfig) -> list[str]:
+    """What the command cannot reproduce of the simulated point, one sentence each (empty when
+    nothing): another scheduler than vLLM's own (V1) policy, swap preemption (V1 recomputes
+    only), several replicas (one server each, behind your router)."""
+    e = point.engine
+    notes = []
+    if e.scheduler != "vllm_v1":
+        notes.append(f"the point was simulated under `{e.scheduler}`; vLLM runs its own (V1) policy with these flags "
+                     "(simulate it with engine.scheduler=vllm_v1 to see what vLLM gives)")
+    if e.preemption == "swap":
+        notes.append("engine.preemption is swap; vLLM V1 preempts by recompute only")
+    if e.replicas > 1:
+        notes.append(f"engine.replicas is {e.replicas}: start one server per replica behind a {e.router} router")
+    if e.num_gpu_blocks is None:
+        notes.append("the KV pool vLLM profiles at start-up may differ from the simulated one "
+                     "(pin it with engine.num_gpu_blocks, passed as --num-gpu-blocks-override)")
+    return notes
 
 
 def vllm_serve_flags(point: SweepConfig) -> str:
@@ -29,6 +106,8 @@ def vllm_serve_flags(point: SweepConfig) -> str:
               "--gpu-memory-utilization", f"{e.gpu_memory_utilization:g}"]
     if e.max_model_len:
         flags += ["--max-model-len", str(e.max_model_len)]
+    if e.num_gpu_blocks:
+        flags += ["--num-gpu-blocks-override", str(e.num_gpu_blocks)]
     if e.tensor_parallel_size > 1:
         flags += ["--tensor-parallel-size", str(e.tensor_parallel_size)]
     if e.pipeline_parallel_size > 1:
