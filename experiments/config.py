@@ -244,7 +244,7 @@ SCHEDULER_KEYS: dict[str, set[str]] = {
     **{name: {"chunk_size"} for name in CHUNKING_SCHEDULERS},
     **{name: {"max_num_batched_tokens"} for name in ("vllm", "orca", "faster_transformer")},
 }
-SCHEDULER_KEYS["vllm_v1"] = {"chunk_size", "long_prefill_token_threshold"}
+SCHEDULER_KEYS["vllm_v1"] = {"chunk_size", "long_prefill_token_threshold", "enable_prefix_caching"}
 _SCHEDULER_SPECIFIC = set().union(*SCHEDULER_KEYS.values())
 
 
@@ -285,6 +285,7 @@ class EngineConfig(_Strict):
     draft: Literal["ngram"] | DraftModel = "ngram"
     seed: int = 0
     on_too_long: Literal["reject", "truncate"] = "reject"  # prompt + output > max_model_len
+    enable_prefix_caching: bool = True  # vllm_v1 only, on as in vLLM V1 (simulator/scheduler/prefix_cache.py)
 
     @field_validator("acceptance", mode="before")
     @classmethod

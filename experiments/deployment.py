@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from experiments.config import CHUNKING_SCHEDULERS, AcceptanceFile, DraftModel, SweepConfig
+from experiments.config import CHUNKING_SCHEDULERS, SCHEDULER_KEYS, AcceptanceFile, DraftModel, SweepConfig
 from profiler import RooflineCostModel, get_device_spec, get_model_spec, kv_pool_blocks
 from profiler.cost_model import CostModel
 from simulator.acceptance import EmpiricalAcceptance, PositionalAcceptance, speculative_outcome_fn
@@ -43,7 +43,8 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
         chunk_size=e.chunk_size if chunked else None,
         max_num_batched_tokens=None if chunked else e.max_num_batched_tokens,
         policy=e.policy, preemption=e.preemption, split_n=e.split_n,
-        long_prefill_token_threshold=e.long_prefill_token_threshold, on_too_long=e.on_too_long)
+        long_prefill_token_threshold=e.long_prefill_token_threshold, on_too_long=e.on_too_long,
+        enable_prefix_caching=e.enable_prefix_caching if "enable_prefix_caching" in SCHEDULER_KEYS[e.scheduler] else None)
 
 
 def build_schedulers(point: SweepConfig, config: SchedulerConfig) -> list[Scheduler]:
