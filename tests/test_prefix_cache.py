@@ -219,3 +219,17 @@ def test_mooncake_conversation_trace_hit_rate_is_the_share_of_prefix_blocks_seen
     assert summary["completed"] == len(rows) == 12031
     assert (summary["prefix_cache_queries_tokens"], summary["prefix_cache_hits_tokens"]) == (queries, hits)
     assert summary["prefix_cache_hit_rate"] == pytest.approx(0.37338, abs=1e-5)  # 36.6 % of the ids were seen before
+
+
+def test_engine_enable_prefix_caching_key():
+    from experiments.config import SweepConfig
+    from experiments.deployment import build_scheduler_config
+    trace = {"kind": "synthetic", "qps": 1, "prompt_tokens": 10, "output_tokens": 10, "num_requests": 4}
+    on = SweepConfig(trace=trace, engine={"scheduler": "vllm_v1", "chunk_size": 512})
+    off = SweepConfig(trace=trace, engine={"scheduler": "vllm_v1", "chunk_size": 512, "enable_prefix_caching": False})
+    assert build_scheduler_config(on).enable_prefix_caching is True
+    assert build_scheduler_config(off).enable_prefix_caching is False
+    sarathi = SweepConfig(trace=trace, engine={"scheduler": "sarathi", "chunk_size": 512})
+    assert build_scheduler_config(sarathi).enable_prefix_caching is None  # the policy's default: off
+    with pytest.raises(ValueError, match="engine.enable_prefix_caching is not used by scheduler 'sarathi'"):
+        SweepConfig(trace=trace, engine={"scheduler": "sarathi", "chunk_size": 512, "enable_prefix_caching": True})
