@@ -69,3 +69,14 @@ def test_a_4301_digit_csv_field_is_too_large_not_non_numeric(tmp_path):
 def test_json_lines_that_are_not_objects_are_malformed_rows(tmp_path, line):
     result = read_trace(write(tmp_path, "\n".join([MOONCAKE_ROW, line, MOONCAKE_ROW]) + "\n"))
     assert result.rejected_rows == {"malformed line": [2]} and len(result.requests) == 2
+
+
+def test_a_float_that_overflows_is_too_large_and_shown_as_written(tmp_path):
+    rows = [MOONCAKE_ROW, '{"timestamp": 1e400, "input_length": 10, "output_length": 5}']
+    with pytest.raises(TraceFormatError, match=r"row 2 .*arrival too large: got '1e400'"):
+        read_trace(write(tmp_path, "\n".join(rows) + "\n"), strict=True)
+
+
+def test_a_folder_is_not_a_trace_file(tmp_path):
+    with pytest.raises(IsADirectoryError, match="a folder, not a trace file"):
+        read_trace(tmp_path)

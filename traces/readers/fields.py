@@ -82,7 +82,7 @@ def parse_tokens(problems: RowProblems, texts: pd.Series, field: str, name: str)
 
 def parse_priority(problems: RowProblems, texts: pd.Series, field: str) -> np.ndarray:
     """Priorities as int64, shape (n,); the column is optional per row, so empty means 0."""
-    expected = "a whole number (empty for 0)"
+    expected = f"a whole number from -{MAX_TOKENS} to {MAX_TOKENS} (empty for 0)"
     stripped, missing = _missing(texts)
     numbers = pd.to_numeric(stripped.where(~missing, "0"), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
     with np.errstate(invalid="ignore"):
@@ -148,11 +148,10 @@ def parse_azure_timestamps_s(problems: RowProblems, texts: pd.Series, field: str
     problems.flag(missing, MISSING, field, texts, expected)
     candidates = stripped.where(~missing)
     exact = pd.to_datetime(candidates, format=AZURE_TIMESTAMP_FORMAT, errors="coerce")
-    times = exact.dt.tz_localize("UTC").astype("datetime64[ns, UTC]")
+    times = _utc_ns(exact.dt.tz_localize("UTC"))
     retry = times.isna().to_numpy() & ~missing
     if retry.any():
-        iso = pd.to_datetime(candidates[retry], format="ISO8601", utc=True, errors="coerce")
-        times[retry] = iso.astype("datetime64[ns, UTC]")
+        times[retry] = _utc_ns(pd.to_datetime(candidates[retry], format="ISO8601", utc=True, errors="coerce"))
     unparsed = times.isna().to_numpy()
     out_of_range = np.zeros(len(texts), dtype=bool)
     out_of_range[unparsed & ~missing] = _valid_but_out_of_range(stripped[unparsed & ~missing])
@@ -167,6 +166,16 @@ def parse_azure_timestamps_s(problems: RowProblems, texts: pd.Series, field: str
     offsets_ns = np.zeros(len(texts), dtype=np.int64)
     offsets_ns[valid] = ns[valid] - ns[valid].min()
     return offsets_ns / 1e9
+
+
+def _utc_ns(times: pd.Series) -> pd.Series:
+    """UTC times at nanosecond resolution, NaT for any outside that range.
+
+    pandas 3 parses a batch holding a year-1 or year-275760 time at a coarser unit, and casting
+    that batch to nanoseconds raises OutOfBoundsDatetime; the times outside are dropped first.
+    """
+    inside = times.between(pd.Timestamp.min.tz_localize("UTC"), pd.Timestamp.max.tz_localize("UTC"))
+    return times.where(inside).astype("datetime64[ns, UTC]")
 
 
 def _valid_but_out_of_range(texts: pd.Series) -> np.ndarray:

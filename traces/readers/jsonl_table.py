@@ -4,11 +4,13 @@ A line that is not a JSON object is a row error ("malformed line") saying why, n
 exception: text that is not JSON, an array or a number, nesting deeper than Python's parser
 allows (RecursionError), or an integer of more digits than Python converts (ValueError past
 `sys.get_int_max_str_digits()`, 4,300 by default) — that integer is kept as text instead, so a
-4,301-digit `input_length` is "too large" for its field like any other huge count.
+4,301-digit `input_length` is "too large" for its field like any other huge count; so is a
+float that overflows (1e400).
 """
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -68,7 +70,7 @@ def json_keys(line: str) -> list[str]:
 def json_object(line: str) -> tuple[dict, str]:
     """The JSON object on `line` and "", or {} and what a valid line would have been."""
     try:
-        record = json.loads(line)
+        record = json.loads(line, parse_float=_float_or_text)
     except RecursionError:
         return {}, _TOO_DEEP
     except json.JSONDecodeError:
@@ -76,10 +78,16 @@ def json_object(line: str) -> tuple[dict, str]:
     except ValueError:
         # int(str) refused a huge integer: parse again keeping such integers as their text.
         try:
-            record = json.loads(line, parse_int=_int_or_text)
+            record = json.loads(line, parse_float=_float_or_text, parse_int=_int_or_text)
         except RecursionError:
             return {}, _TOO_DEEP
     return (record, "") if isinstance(record, dict) else ({}, _NOT_AN_OBJECT)
+
+
+def _float_or_text(text: str) -> float | str:
+    # 1e400 would become inf, reported as the text "inf"; kept as written it is "too large".
+    value = float(text)
+    return value if math.isfinite(value) else text
 
 
 def _int_or_text(text: str) -> int | str:

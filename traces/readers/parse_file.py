@@ -65,11 +65,14 @@ def parse_file(
 
     Raises:
         FileNotFoundError: no file at `path`.
+        IsADirectoryError: `path` is a folder.
         TraceFormatError: unknown/incomplete header, not UTF-8, a `where` column the file lacks,
             a lengths-only file when `need_arrivals`; in strict mode an unknown column or a bad row.
         ValueError: an unknown `format` name.
     """
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "a folder, not a trace file", str(path))
     if not path.is_file():
         raise FileNotFoundError(errno.ENOENT, "trace file not found", str(path))
     spec = detect_format(path) if format == "auto" else format_by_name(format)

@@ -49,7 +49,7 @@ def read_trace(
         TraceLoadResult; a header-only file gives 0 requests.
 
     Raises:
-        FileNotFoundError: no file at `path` (the message names it).
+        FileNotFoundError: no file at `path` (the message names it); IsADirectoryError: a folder.
         TraceFormatError: strict mode and a bad row (naming row, field, value, what is valid) or
             an unknown column; in any mode an unknown/incomplete header, a lengths-only file, a
             `where` column the file lacks, or a file that is not UTF-8 text.
