@@ -378,7 +378,7 @@ class SweepConfig(_Strict):
 
     name: str = "sweep"
     model: str = "llama-3-8b"
-    device: str = "h100-sxm"
+    device: str | dict[str, Any] = "h100-sxm"  # built-in name, device YAML file or inline mapping
     cost_model: str = "auto"
     trace: TraceConfig
     engine: EngineConfig = EngineConfig()
@@ -532,7 +532,7 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> tuple[SweepConfi
 
 # Keys holding file paths: relative paths in a config file are relative to the file's folder;
 # those given with --set are relative to the working directory (as a shell user expects).
-_PATH_KEYS = ("trace.path", "engine.acceptance.file", "model", "engine.draft.model", "cost_model")
+_PATH_KEYS = ("trace.path", "engine.acceptance.file", "model", "engine.draft.model", "cost_model", "device")
 
 
 def _resolve_paths(tree: dict, folder: Path) -> None:
@@ -549,7 +549,8 @@ def _resolve_paths(tree: dict, folder: Path) -> None:
         value = value[len(prefix):]
         if dotted == "cost_model" and not prefix:
             continue  # auto / roofline
-        is_path = not dotted.endswith("model") or value.endswith(".json") or "/" in value or prefix
+        is_path = (not dotted.endswith(("model", "device")) or value.endswith((".json", ".yaml", ".yml"))
+                   or "/" in value or prefix)  # a device or model name is no path
         if is_path and not Path(value).expanduser().is_absolute():
             node[key] = prefix + str(folder / Path(value).expanduser())
 

@@ -80,7 +80,8 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0)
                       outcome_fn=build_outcome_fn(point), router=point.engine.router, seed=point.engine.seed,
                       trim_fraction=trim_fraction)
 
-    row = {"point_id": point_id, "label": describe_point(point), "model": point.model, "device": point.device}
+    row = {"point_id": point_id, "label": describe_point(point), "model": point.model,
+           "device": get_device_spec(point.device).name}  # a file or inline device by its name
     row.update(point.engine.used_settings())
     row.update(num_gpu_blocks=sched_config.num_gpu_blocks, max_model_len=sched_config.max_model_len,
                offered_qps=mean_rate_qps(result.requests["arrival_s"].to_numpy()), **info)
