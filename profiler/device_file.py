@@ -42,7 +42,7 @@ LINK_KINDS = ("nvlink", "pcie", "xgmi")
 # Defaults for a device whose file gives no efficiencies. Assumptions, not measurements:
 # - 60 % of the dense tensor-core peak for GEMMs and 80 % of the datasheet bandwidth for
 #   memory-bound kernels: the roofline's constants before the fits [recall, not measured]; the
-#   fitted devices span 0.64-0.76 and 0.64-0.99 (BENCHMARKS.md, "Roofline fits").
+#   fitted devices span 0.64-0.76 and 0.64-0.99 (profiler/data/roofline_fits.yaml).
 # - 3 µs per kernel: AIConfigurator's `mem_empirical_constant_latency` in each of its
 #   system.yaml files (ai-dynamo/aiconfigurator, Apache-2.0); the fits give 2.3-4.5 µs.
 # - 0.5 ms of host work per step outside the kernels (scheduling, input preparation).
@@ -52,7 +52,7 @@ DEFAULT_KERNEL_LATENCY_S = 3e-6
 DEFAULT_STEP_OVERHEAD_S = 0.5e-3
 # One small all-reduce when the file gives no latency: about 10 µs over NVLink/xGMI and 20 µs
 # over PCIe (assumptions; vLLM's graph-mode custom all-reduce measures 4-9 µs on small messages
-# in the AIConfigurator tables, BENCHMARKS.md).
+# in the AIConfigurator tables, profiler/data/roofline_fits.yaml).
 DEFAULT_LINK_LATENCY_US = {"nvlink": 10.0, "xgmi": 10.0, "pcie": 20.0}
 
 _Positive = Field(gt=0, allow_inf_nan=False)

@@ -23,7 +23,7 @@ Fitted, per device (against the datasheet figures of its `profiler/data/devices/
   link_bandwidth), the same log least squares.
 
 Run `python -m profiler.roofline_fit ../shared/profiles/aiconfigurator` to rewrite
-`profiler/data/roofline_fits.yaml` (the coefficients and their errors; BENCHMARKS.md quotes them).
+`profiler/data/roofline_fits.yaml` (the coefficients and their in-sample errors).
 """
 from __future__ import annotations
 

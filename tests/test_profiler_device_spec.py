@@ -155,7 +155,7 @@ def _aic(system: str) -> Path:
     return path
 
 
-# In-sample MAPE (%) the shipped fits reach on their tables (BENCHMARKS.md, "Roofline fits"):
+# In-sample MAPE (%) the shipped fits reach on their tables (profiler/data/roofline_fits.yaml, `error`):
 # GEMM bf16 rows, and the graph-mode all-reduce rows at TP2.
 FIT_ERRORS = {"h100_sxm": ("h100-sxm", 12.7, 6.4), "h200_sxm": ("h200", 14.4, 5.4),
               "b200_sxm": ("b200", 17.1, 18.5), "rtx_pro_6000_server": ("rtx-pro-6000", 23.7, 17.8),
