@@ -6,6 +6,7 @@ torch is imported lazily (only when a profile is taken).
 from __future__ import annotations
 
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,16 +14,22 @@ from pathlib import Path
 from profiler.device_spec import BUILTIN_DEVICES
 from profiler.timing import cuda_event_clock, host_clock, thread_cpu_clock, time_op
 
-# Substrings of `torch.cuda.get_device_name()` → built-in DeviceSpec (datasheet figures).
-_GPU_NAMES = (("H200", "h200"), ("H100", "h100-sxm"), ("A100", "a100-80gb"), ("L40S", "l40s"),
-              ("A40", "a40"))
+# `torch.cuda.get_device_name()` patterns -> built-in DeviceSpec (datasheet figures), most specific
+# first: "L4" must not match an L40S, nor "A100" a PCIe A100 (another bandwidth, no NVLink).
+_GPU_NAMES = (
+    (r"H200", "h200"), (r"H100 PCIe", "h100-pcie"), (r"H100 80GB HBM3|H100 SXM", "h100-sxm"),
+    (r"A100-SXM4-80GB", "a100-80gb"), (r"A100-SXM4-40GB", "a100-40gb"), (r"\bB200\b", "b200"),
+    (r"\bL40S\b", "l40s"), (r"\bL4\b", "l4"), (r"\bA40\b", "a40"), (r"RTX 4090", "rtx-4090"),
+    (r"RTX PRO 6000 Blackwell Server", "rtx-pro-6000"), (r"MI300X", "mi300x"),
+)
 
 
 def builtin_spec_name(device_name: str) -> str | None:
     """The built-in `DeviceSpec` key for a CUDA device name ("NVIDIA H100 80GB HBM3" →
-    "h100-sxm"), or None when none matches (the CPU, unknown GPUs)."""
-    for fragment, key in _GPU_NAMES:
-        if fragment in device_name:
+    "h100-sxm"), or None when none matches (the CPU, unknown GPUs, variants without a built-in
+    such as the A100 PCIe or H100 NVL)."""
+    for pattern, key in _GPU_NAMES:
+        if re.search(pattern, device_name):
             return key
     return None
 

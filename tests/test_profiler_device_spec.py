@@ -178,3 +178,14 @@ def test_fitted_efficiencies_reproduce_their_tables(system):
     tp2 = tps == 2
     ar_predicted = np.array([ring_all_reduce_time_s(b, device, 2) for b in num_bytes[tp2]])
     assert np.abs(ar_predicted / ar_measured[tp2] - 1).mean() * 100 < all_reduce_mape
+
+
+def test_cuda_device_names_map_to_builtins():
+    from profiler.device_info import builtin_spec_name
+
+    names = {"NVIDIA H100 80GB HBM3": "h100-sxm", "NVIDIA H100 PCIe": "h100-pcie", "NVIDIA L4": "l4",
+             "NVIDIA L40S": "l40s", "NVIDIA A100-SXM4-40GB": "a100-40gb",
+             "NVIDIA RTX PRO 6000 Blackwell Server Edition": "rtx-pro-6000", "NVIDIA GeForce RTX 4090": "rtx-4090",
+             # Variants with other figures have no built-in: a profile of one keeps its measured rates.
+             "NVIDIA A100 80GB PCIe": None, "NVIDIA H100 NVL": None, "cpu": None}
+    assert {name: builtin_spec_name(name) for name in names} == names
