@@ -52,19 +52,27 @@ def build_cost_model(point: SweepConfig) -> CostModel:
 
     One cost model for every command: what `sweep` and `simulate` predict with a calibration is
     what `verify` checks against the engine (the capacity a sweep finds is the one verify's loads
-    refer to)."""
+    refer to).
+
+    A profile prices only the device it was measured on: the point's `device:` must be the
+    profile's (`profiler.shipped.check_device`: a CPU profile once priced an H100 at a P99 TBT of
+    159 s); a CPU profile prices a device named `cpu`, the host described as a device
+    (tests/data/engine/tiny_engine.yaml).
+
+    Raises:
+        ValueError (`ProfileError`): a profile of another model, tp or device, or too thin to fit."""
     e = point.engine
     from profiler.engine_overhead import EngineOverhead, WithEngineOverhead
     from profiler.shipped import load_fitted, profile_dir_for  # scikit-learn: imported only when needed
 
     model = get_model_spec(point.model)
-    directory = profile_dir_for(point.cost_model, point.device, point.model)
+    device = get_device_spec(point.device)
+    directory = profile_dir_for(point.cost_model, device, point.model)
     if directory is not None:
-        fitted = load_fitted(directory, model, e.tensor_parallel_size)
+        fitted = load_fitted(directory, model, e.tensor_parallel_size, device=device.name)
         overhead = EngineOverhead.load(directory)
         return WithEngineOverhead(fitted, overhead) if overhead is not None else fitted
-    return RooflineCostModel(model, get_device_spec(point.device),
-                             tensor_parallel_size=e.tensor_parallel_size,
+    return RooflineCostModel(model, device, tensor_parallel_size=e.tensor_parallel_size,
                              dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=DTYPE_BYTES[e.kv_cache_dtype])
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from profiler.fitted import MIN_ROWS, FittedCostModel, fit_op, op_features
+from profiler.fitted import MIN_ROWS, FittedCostModel, check_fit_coverage, fit_op, op_features
 from profiler.profile_data import Profile
 
 MODEL_FILE = "cost_model.joblib"
@@ -72,10 +72,13 @@ def fit_directory(directory: str | Path, statistic: str = "median") -> tuple[Fit
         (the model fitted on every shape, the held-out error table).
 
     Raises:
-        profile_data.ProfileError: as `Profile.load`.
+        profile_data.ProfileError: as `Profile.load`, or a profile too thin to fit
+            (`fitted.check_fit_coverage`: a layer GEMM or attention op with fewer than
+            `MIN_ROWS` shapes); nothing is written then.
     """
     directory = Path(directory)
     profile = Profile.load(directory)
+    check_fit_coverage(profile, directory)
     errors = held_out_errors(profile, statistic)
     model = FittedCostModel.fit(profile, statistic, source=str(directory))
     model.save(directory / MODEL_FILE)
@@ -83,7 +86,10 @@ def fit_directory(directory: str | Path, statistic: str = "median") -> tuple[Fit
         "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "profile": str(directory), "statistic": statistic,
         "model": profile.meta["model"].get("name"), "device": profile.meta["device"].get("name"),
-        "fitted_ops": sorted(model.regressors), "fallback_roofline": model.fallback.__dict__,
+        "fitted_ops": sorted(model.regressors),
+        "fallback_ops": [op.name for op in profile.catalogue.ops if op.name not in model.regressors
+                         and op.family not in ("all_reduce", "cpu_overhead")],  # ring model, constant
+        "fallback_roofline": model.fallback.__dict__,
         "held_out": errors.to_dict(orient="records"),
     }
     (directory / REPORT_JSON).write_text(json.dumps(report, indent=2, default=float) + "\n")
@@ -101,7 +107,9 @@ def _markdown(report: dict, errors: pd.DataFrame) -> str:
         lines.append(f"| {r.op} | {r.family} | {r.rows} | {r.held_out} | {r.mape_pct:.1f} | "
                      f"{r.p95_ape_pct:.1f} | {r.max_ape_pct:.1f} |")
     fb = report["fallback_roofline"]
-    lines += ["", "Ops without a profile are priced by the roofline tuned on the profiled ones: "
+    fallback = ", ".join(report["fallback_ops"]) or "none"
+    lines += ["", f"Ops without {MIN_ROWS} profiled shapes ({fallback}) are priced by the roofline tuned on the "
+              "profiled ones: "
               f"{fb['flops_efficiency']:.2f} of peak FLOP/s, {fb['bandwidth_efficiency']:.2f} of bandwidth "
               f"(GEMM, attention), {fb['elementwise_bandwidth_efficiency']:.2f} (element-wise), "
               f"{fb['kernel_latency_s'] * 1e6:.1f} µs a launch.", ""]

@@ -29,12 +29,17 @@ from profiler.device_spec import BUILTIN_DEVICES, DeviceSpec
 from profiler.lookup import GridTable, LineTable
 from profiler.model_spec import ModelSpec
 from profiler.ops import DECODE_BATCH, PREFILL_SEQ, SEQS, TOKENS, Op, OpCatalogue
-from profiler.profile_data import Profile
+from profiler.profile_data import Profile, ProfileError
 from profiler.regressor import RooflineResidualRegressor
 from profiler.roofline import STEP_OVERHEAD_S, ring_all_reduce_time_s
 from profiler.roofline_tuning import RooflineEfficiency, tune_roofline
 
 MIN_ROWS = 4  # fewer profiled shapes than this: the op falls back to the tuned roofline
+# The ops that make up most of a step (the layer GEMMs and both attention kernels): each needs
+# MIN_ROWS profiled shapes, or `profile`, `fit` and `cost_model: profile:DIR` refuse the profile
+# (`check_fit_coverage`) instead of pricing the step from a roofline tuned on almost nothing. The
+# other ops (element-wise, LM head, sampler, host overhead) may fall back, and the fit report names them.
+REQUIRED_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attention_prefill", "attention_decode")
 STATISTICS = ("median", "min", "mean")
 _TABLE_MAX_TOKENS = 1 << 17  # step tokens tabulated; beyond, in proportion (LineTable)
 _TABLE_MAX_SEQS = 1 << 14
@@ -82,6 +87,29 @@ def op_features(catalogue: OpCatalogue, rates: dict, op: Op, keys: dict[str, np.
     if len(op.key) == 1:
         columns += alignment_features(keys[op.key[0]])
     return np.column_stack(columns)
+
+
+def profiled_shapes(profile: Profile, op: Op) -> int:
+    """Distinct shapes (key rows) the profile timed for `op`."""
+    rows = profile.rows(op.name)
+    return len(rows[list(op.key)].drop_duplicates()) if len(rows) else 0
+
+
+def check_fit_coverage(profile: Profile, directory) -> None:
+    """Refuse a profile too thin to fit: every `REQUIRED_OPS` op needs `MIN_ROWS` distinct shapes.
+
+    Raises:
+        ProfileError: one line naming the directory, each short op with its count of shapes, and
+            the remedy.
+    """
+    counts = {op.name: profiled_shapes(profile, op) for op in profile.catalogue.ops if op.name in REQUIRED_OPS}
+    short = {name: n for name, n in counts.items() if n < MIN_ROWS}
+    if short:
+        timed = sum(len(t) for t in profile.tables.values())
+        listed = ", ".join(f"{name} has {n}" for name, n in short.items())
+        raise ProfileError(f"{directory}: too few profiled shapes to fit a cost model "
+                           f"({timed} shape{'s' * (timed != 1)} timed in all): {listed}; each of {', '.join(REQUIRED_OPS)} needs at least {MIN_ROWS}. "
+                           "Profile again with a larger --budget-s (or import a table that covers them)")
 
 
 def fit_op(catalogue: OpCatalogue, rates: dict, op: Op, rows, statistic: str = "median",

@@ -17,6 +17,7 @@ from typing import Callable
 import pandas as pd
 
 from profiler.device_info import describe_device, measure_rates
+from profiler.fitted import check_fit_coverage
 from profiler.model_spec import ModelSpec
 from profiler.ops import Op, OpCatalogue
 from profiler.profile_data import Profile, model_hash
@@ -88,7 +89,10 @@ def run_profile(model: ModelSpec, device_kind: str, budget_s: float, out_dir: st
         The written `Profile`.
 
     Raises:
-        ValueError: an unknown device kind, a non-positive budget, or CUDA requested without a GPU.
+        ValueError: an unknown device kind, a non-positive budget, or CUDA requested without a GPU;
+            `profile_data.ProfileError` (a ValueError) when the budget left a layer GEMM or an
+            attention op with fewer shapes than a fit needs (`fitted.check_fit_coverage`): the
+            directory is written (what was timed, and what was skipped) but cannot be fitted.
     """
     import torch
 
@@ -136,6 +140,7 @@ def run_profile(model: ModelSpec, device_kind: str, budget_s: float, out_dir: st
     profile.save(out_dir)
     counts = {family: len(t) for family, t in tables.items()}
     log(f"timed {sum(counts.values())} shapes {counts} in {elapsed_s:.1f} s; skipped {len(skipped)}")
+    check_fit_coverage(profile, out_dir)
     return profile
 
 

@@ -8,8 +8,8 @@
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from profiler.model_spec import ModelSpec
@@ -31,8 +31,13 @@ def parse_cost_model(value: str) -> str:
     """
     if value in ("auto", "roofline"):
         return value
+    if value.startswith("measured:"):  # imported kernel tables (`sarathi-sim profile import`)
+        from profiler.measured.shipped import measured_dirs
+
+        measured_dirs(value)
+        return value
     if not value.startswith(PROFILE_PREFIX):
-        raise ValueError(f"cost_model {value!r}: valid values are auto, roofline, profile:DIR")
+        raise ValueError(f"cost_model {value!r}: valid values are auto, roofline, profile:DIR, measured:DIR[,DIR...]")
     directory = Path(value[len(PROFILE_PREFIX):]).expanduser()
     if not (directory / SIDECAR).is_file():
         raise ValueError(f"cost_model {value!r}: {directory} is not a profile directory (no {SIDECAR}); "
@@ -46,29 +51,80 @@ def shipped_profile_dir(device: str, model: str, data_dir: Path = DATA_DIR) -> P
     return directory if (directory / SIDECAR).is_file() else None
 
 
-def profile_dir_for(cost_model: str, device: str, model: str, data_dir: Path = DATA_DIR) -> Path | None:
-    """The profile directory a `cost_model` value selects, or None for the roofline."""
+def profile_dir_for(cost_model: str, device, model: str, data_dir: Path = DATA_DIR) -> Path | None:
+    """The profile directory a `cost_model` value selects, or None for the roofline.
+
+    `device`: the config's `device:` value (a name, a device file path, an inline mapping) or a
+    `DeviceSpec`; `auto` looks under its name.
+    """
     if cost_model.startswith(PROFILE_PREFIX):
         return Path(cost_model[len(PROFILE_PREFIX):]).expanduser()
     if cost_model == "auto":
-        return shipped_profile_dir(device, model, data_dir)
+        name = getattr(device, "name", None) or (device.get("name") if isinstance(device, Mapping) else device)
+        return shipped_profile_dir(str(name), model, data_dir)
     return None
 
 
+def _device_meta(meta: dict) -> dict:
+    return meta["device"] if isinstance(meta.get("device"), dict) else {}
+
+
+def measured_device(meta: dict) -> tuple[str | None, str]:
+    """(key, description) of the device a profile's sidecar says it was measured on.
+
+    key: the built-in device name (`device.spec_name`, e.g. "h100-sxm": set by the harness on a
+    known GPU and by the importers), "cpu" for a CPU profile, else None (a GPU with no built-in
+    name); description: its recorded name and kind, for messages ("AMD EPYC, cpu").
+    """
+    device = _device_meta(meta)
+    key = device.get("spec_name") or ("cpu" if device.get("kind") == "cpu" else None)
+    return key, ", ".join(str(device[k]) for k in ("name", "kind") if device.get(k)) or "unknown device"
+
+
+def check_device(directory: str | Path, meta: dict, device_name: str) -> None:
+    """Refuse to price `device_name` from a profile measured on another device.
+
+    Timings are the measured device's own: a CPU profile priced an H100 at a P99 TBT of 159 s
+    (issue 14). The point's device must carry the profile's device key (`measured_device`: the
+    built-in name, or `cpu` for a CPU profile, whose host is described in a device file named
+    `cpu`, as tests/data/engine/tiny_engine.yaml); a profile of a GPU without a built-in name matches a device described under its
+    recorded name.
+
+    Raises:
+        ProfileError: the devices differ; the message names both and what would be valid.
+    """
+    key, description = measured_device(meta)
+    recorded = _device_meta(meta).get("name")
+    if device_name in {key, recorded} - {None}:
+        return
+    head = (f"{directory}: measured on {key or recorded or 'an unrecorded device'!r} ({description}; "
+            f"{SIDECAR} device), but the point prices device {device_name!r}: a profile prices only the "
+            "device it was measured on")
+    if key == "cpu":
+        raise ProfileError(f"{head}; a CPU profile prices the CPU engine: give device: a device file with "
+                           "name: cpu describing the host (as tests/data/engine/tiny_engine.yaml does), or use a profile "
+                           f"measured on {device_name!r}")
+    want = key or (f"a device file named {recorded!r}" if recorded else "the device it was measured on")
+    raise ProfileError(f"{head}; set device: {want}, or use a profile measured on {device_name!r}")
+
+
 def load_fitted(directory: str | Path, model: ModelSpec | None = None,
-                tensor_parallel_size: int | None = None) -> FittedCostModel:
+                tensor_parallel_size: int | None = None, device: str | None = None) -> FittedCostModel:
     """The fitted model of a profile directory: `cost_model.joblib` when `sarathi-sim fit` wrote
     one after the profile, else a fit in memory (not written: sweep workers share the folder).
 
     Args:
         model, tensor_parallel_size: when given, must match the profile's.
+        device: when given, the name of the device the point prices: must be the profile's
+            (`check_device`).
 
     Raises:
-        ProfileError: not a profile directory, or a model / tp the profile was not measured for.
+        ProfileError: not a profile directory; a model, tp or device the profile was not measured
+            for; or a profile too thin to fit (`fitted.check_fit_coverage`).
     """
     # scikit-learn (≈3 CPU-s to import) only when a profile is really used, not for `auto` on the roofline.
     from profiler.fit_report import MODEL_FILE
-    from profiler.fitted import FittedCostModel
+    from profiler.fitted import FittedCostModel, check_fit_coverage
 
     directory = Path(directory)
     profile = Profile.load(directory)
@@ -79,6 +135,9 @@ def load_fitted(directory: str | Path, model: ModelSpec | None = None,
     if tensor_parallel_size is not None and tensor_parallel_size != tp:
         raise ProfileError(f"{directory}: profiled at tensor_parallel_size {tp}, the point "
                            f"uses {tensor_parallel_size}")
+    if device is not None:
+        check_device(directory, profile.meta, device)
+    check_fit_coverage(profile, directory)
     saved = directory / MODEL_FILE
     if saved.is_file() and saved.stat().st_mtime >= (directory / SIDECAR).stat().st_mtime:
         return FittedCostModel.load(saved)
@@ -87,4 +146,4 @@ def load_fitted(directory: str | Path, model: ModelSpec | None = None,
 
 def _shape(model: ModelSpec) -> tuple:
     return (model.num_layers, model.hidden_size, model.num_attention_heads, model.num_key_value_heads,
-            model.head_dim, model.intermediate_size, model.vocab_size)
+            model.head_dim, model.intermediate_size, model.vocab_size, model.qkv_bias, model.qk_norm)

@@ -86,3 +86,24 @@ def test_cuda_path_is_wired_but_refused_without_a_gpu(tmp_path):
     assert attention_backend("cuda")[1] == "gpu_engine.triton_attention.paged_attention_triton"
     with pytest.raises(ValueError, match="no CUDA device"):
         run_profile(get_model_spec(TINY), "cuda", 5, tmp_path / "x")
+
+
+def test_profile_that_timed_one_shape_exits_2_naming_the_directory_and_the_missing_ops(tmp_path, monkeypatch):
+    # The budget reaches one shape only (issue 14: `profile` that timed 1 shape exited 0).
+    import profiler.harness as harness
+
+    real_grid = harness.shape_grid
+    monkeypatch.setattr(harness, "shape_grid", lambda ops, limits, seed: [real_grid(ops, limits, seed)[0][:1]])
+    out = tmp_path / "thin"
+    result = CliRunner().invoke(app, ["profile", "--model", TINY, "--budget-s", "1", "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    error = result.output.strip().splitlines()[-1]
+    assert error.startswith(f"error: {out}: too few profiled shapes to fit a cost model (1 shape timed in all): "
+                            "qkv_proj has 0, attention_prefill has 0, attention_decode has 0, o_proj has 0, "
+                            "gate_up_proj has 0, down_proj has 0;")
+    assert "wrote" not in result.output  # no success line
+    # The directory keeps what was timed; `fit` refuses it the same way, writing nothing.
+    assert Profile.load(out).tables["elementwise"]["op"].tolist() == ["embedding"]
+    result = CliRunner().invoke(app, ["fit", str(out)])
+    assert result.exit_code == 2 and "too few profiled shapes" in result.output
+    assert not (out / "cost_model.joblib").exists()

@@ -92,3 +92,51 @@ def test_a_one_token_prefill_chunk_is_priced_as_a_decode():
     assert fitted.breakdown(q, c, np.array([False, True, False]))["attention_prefill_s"] == 0.0
     two = fitted.breakdown(np.array([1, 2]), np.array([40, 56]), np.array([False, True]))
     assert two["attention_prefill_s"] > 0  # two tokens: a prefill call of its own
+
+
+def thin_copy(tmp_path, keep: dict[str, int]) -> Path:
+    """The recorded profile with only the first `keep[op]` shapes of some ops."""
+    import shutil
+
+    import pandas as pd
+
+    directory = tmp_path / "thin"
+    shutil.copytree(RECORDED, directory)
+    for csv in directory.glob("*.csv"):
+        table = pd.read_csv(csv)
+        for op, n in keep.items():
+            rows = table.index[table["op"] == op]
+            table = table.drop(rows[n:])
+        table.to_csv(csv, index=False)
+    return directory
+
+
+def test_fit_refuses_a_profile_with_too_few_shapes_and_writes_nothing(tmp_path):
+    from profiler.fit_report import MODEL_FILE, REPORT_JSON, fit_directory
+    from profiler.profile_data import ProfileError
+
+    directory = thin_copy(tmp_path, {"attention_prefill": 1, "down_proj": 3})
+    with pytest.raises(ProfileError) as info:
+        fit_directory(directory)
+    # Recorded: 59 shapes of each of 10 token ops, 72 prefill, 85 decode, 37 of each of 3 sequence
+    # ops = 858 rows; kept: 858 - (72 - 1) - (59 - 3) = 731.
+    assert str(info.value) == (
+        f"{directory}: too few profiled shapes to fit a cost model (731 shapes timed in all): "
+        "attention_prefill has 1, down_proj has 3; each of qkv_proj, o_proj, gate_up_proj, down_proj, "
+        "attention_prefill, attention_decode needs at least 4. Profile again with a larger --budget-s "
+        "(or import a table that covers them)")
+    assert not (directory / MODEL_FILE).exists() and not (directory / REPORT_JSON).exists()
+
+
+def test_fit_at_the_minimum_names_the_ops_that_fall_back(tmp_path):
+    from profiler.fit_report import REPORT_JSON, fit_directory
+    import json
+
+    directory = thin_copy(tmp_path, {op: 4 for op in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj",
+                                                      "attention_prefill", "attention_decode")}
+                          | {"sampler": 3, "rotary_emb": 0})
+    model, _ = fit_directory(directory)
+    report = json.loads((directory / REPORT_JSON).read_text())
+    assert report["fallback_ops"] == ["rotary_emb", "sampler"]  # catalogue order
+    assert "attention_prefill" in model.regressors and "sampler" not in model.regressors
+    assert "(rotary_emb, sampler)" in (directory / "fit_report.md").read_text()

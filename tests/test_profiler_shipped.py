@@ -7,20 +7,23 @@ import pytest
 
 from experiments.config import ConfigError, SweepConfig, load_config
 from experiments.point import build_cost_model, run_point
-from profiler import RooflineCostModel, get_model_spec
+from profiler import get_model_spec
 from profiler.fitted import FittedCostModel
 from profiler.profile_data import ProfileError
 from profiler.shipped import load_fitted, profile_dir_for, shipped_profile_dir
 
 RECORDED = Path(__file__).parent / "data" / "profiles" / "cpu-tiny-llama"
 TINY = str(Path("profiler/data/models/tiny-llama").resolve())
+# The host as a device named cpu, inline (as tests/data/engine/tiny_engine.yaml describes it).
+CPU = ("{name: cpu, memory_gib: 23.5, dense_bf16_tflops: 0.0688, memory_bandwidth_gb_per_s: 12.4, "
+       "gpu_link: {kind: pcie, gb_per_s_per_direction: 12.4}, host_link: {gb_per_s_per_direction: 12.4}}")
 
 
-def config(tmp_path, cost_model: str) -> Path:
+def config(tmp_path, cost_model: str, device: str = CPU) -> Path:
     path = tmp_path / "c.yaml"
     path.write_text(textwrap.dedent(f"""
         model: {TINY}
-        device: h100-sxm
+        device: {device}
         cost_model: {cost_model}
         trace: {{kind: poisson, qps: 20, num_requests: 40, prompt_tokens: [20, 300], output_tokens: [5, 30]}}
         engine: {{scheduler: sarathi, chunk_size: 256, max_num_seqs: 32}}
@@ -52,10 +55,11 @@ def test_auto_uses_a_shipped_profile_only_when_present(tmp_path):
     shutil.copytree(RECORDED, tmp_path / "h100-sxm" / "tiny-llama")
     assert shipped_profile_dir("h100-sxm", TINY, tmp_path) == tmp_path / "h100-sxm" / "tiny-llama"
     assert profile_dir_for("roofline", "h100-sxm", TINY, tmp_path) is None
-    # Nothing is shipped for the built-in models yet, so auto prices them with the roofline.
-    base, points = load_config(config(tmp_path, "auto"))
-    assert isinstance(build_cost_model(SweepConfig.model_validate({**points[0], "model": "llama-3-8b"})),
-                      RooflineCostModel)
+    # No profile directory is shipped for the built-in models, so auto does not price them with a
+    # fitted profile (it uses the shipped kernel tables or the roofline: profiler.measured).
+    base, points = load_config(config(tmp_path, "auto", "h100-sxm"))
+    assert not isinstance(build_cost_model(SweepConfig.model_validate({**points[0], "model": "llama-3-8b"})),
+                          FittedCostModel)
 
 
 def test_a_profile_refuses_another_model_or_tp():
@@ -63,3 +67,78 @@ def test_a_profile_refuses_another_model_or_tp():
         load_fitted(RECORDED, get_model_spec("llama-3-8b"))
     with pytest.raises(ProfileError, match="tensor_parallel_size 1"):
         load_fitted(RECORDED, get_model_spec(TINY), tensor_parallel_size=2)
+
+
+def points_of(path: Path) -> SweepConfig:
+    return SweepConfig.model_validate(load_config(path)[1][0])
+
+
+def test_a_cpu_profile_does_not_price_a_gpu(tmp_path):
+    # Issue 14: a CPU profile priced an H100 (P99 TBT 159 s, exit 0). Refused, both devices named.
+    point = points_of(config(tmp_path, f"profile:{RECORDED}", "h100-sxm"))
+    expected = (f"{RECORDED}: measured on 'cpu' (AMD EPYC, cpu; profile.json device), but the point prices "
+                "device 'h100-sxm': a profile prices only the device it was measured on; a CPU profile prices "
+                "the CPU engine: give device: a device file with name: cpu describing the host (as "
+                "tests/data/engine/tiny_engine.yaml does), or use a profile measured on 'h100-sxm'")
+    for build in (build_cost_model, run_point):
+        with pytest.raises(ProfileError) as info:
+            build(point)
+        assert str(info.value) == expected
+
+
+def gpu_profile(tmp_path, spec_name, name: str) -> Path:
+    """The recorded profile relabelled as measured on a GPU (spec_name: its built-in key or None)."""
+    import json
+
+    directory = tmp_path / "gpu-profile"
+    shutil.copytree(RECORDED, directory)
+    sidecar = directory / "profile.json"
+    meta = json.loads(sidecar.read_text())
+    meta["device"].update(kind="cuda", name=name, spec_name=spec_name)
+    sidecar.write_text(json.dumps(meta))
+    return directory
+
+
+def test_a_gpu_profile_prices_only_its_own_gpu(tmp_path):
+    directory = gpu_profile(tmp_path, "h100-sxm", "NVIDIA H100 80GB HBM3")
+    assert isinstance(build_cost_model(points_of(config(tmp_path, f"profile:{directory}", "h100-sxm"))),
+                      FittedCostModel)
+    with pytest.raises(ProfileError) as info:
+        build_cost_model(points_of(config(tmp_path, f"profile:{directory}", "a100-80gb")))
+    assert str(info.value) == (
+        f"{directory}: measured on 'h100-sxm' (NVIDIA H100 80GB HBM3, cuda; profile.json device), but the "
+        "point prices device 'a100-80gb': a profile prices only the device it was measured on; set device: "
+        "h100-sxm, or use a profile measured on 'a100-80gb'")
+
+
+def test_a_gpu_without_a_builtin_name_matches_a_device_described_under_its_name(tmp_path):
+    directory = gpu_profile(tmp_path, None, "NVIDIA RTX 6000 Ada Generation")
+    with pytest.raises(ProfileError, match=r"measured on 'NVIDIA RTX 6000 Ada Generation' \(NVIDIA RTX 6000 Ada "
+                                           r"Generation, cuda; .*set device: a device file named "
+                                           r"'NVIDIA RTX 6000 Ada Generation'"):
+        build_cost_model(points_of(config(tmp_path, f"profile:{directory}", "l40s")))
+    described = CPU.replace("name: cpu", "name: NVIDIA RTX 6000 Ada Generation")
+    assert isinstance(build_cost_model(points_of(config(tmp_path, f"profile:{directory}", described))),
+                      FittedCostModel)
+
+
+def test_auto_refuses_a_shipped_profile_of_another_device(tmp_path, monkeypatch):
+    # A profile filed under profiler/data/h100-sxm/ that was measured on a CPU is refused too.
+    import profiler.shipped as shipped
+
+    shutil.copytree(RECORDED, tmp_path / "data" / "h100-sxm" / "tiny-llama")
+    monkeypatch.setattr(shipped, "DATA_DIR", tmp_path / "data")
+    monkeypatch.setattr(shipped.profile_dir_for, "__defaults__", (tmp_path / "data",))
+    with pytest.raises(ProfileError, match=r"measured on 'cpu' .* prices device 'h100-sxm'"):
+        build_cost_model(points_of(config(tmp_path, "auto", "h100-sxm")))
+
+
+def test_a_profile_too_thin_to_fit_is_refused_for_a_point(tmp_path):
+    import pandas as pd
+
+    directory = tmp_path / "thin"
+    shutil.copytree(RECORDED, directory)
+    table = pd.read_csv(directory / "attention_decode.csv")
+    table.head(2).to_csv(directory / "attention_decode.csv", index=False)
+    with pytest.raises(ProfileError, match=rf"^{directory}: too few profiled shapes .*: attention_decode has 2;"):
+        build_cost_model(points_of(config(tmp_path, f"profile:{directory}")))
