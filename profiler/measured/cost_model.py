@@ -63,7 +63,7 @@ from profiler.roofline import (BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, STEP_OVER
                                ring_all_reduce_time_s)
 
 GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
-KERNEL_LATENCY_S = 3e-6  # floor of one small kernel: AIConfigurator system.yaml `mem_empirical_constant_latency`
+KERNEL_LATENCY_S = 3e-6  # a device without kernel_latency_s: AIConfigurator system.yaml `mem_empirical_constant_latency`
 CUDA_GRAPH_MAX_TOKENS = 512  # vLLM's default largest CUDA-graph capture size (module docstring)
 LOGIT_BYTES = 4  # the sampler reads fp32 logits (vLLM `Sampler`)
 
@@ -104,7 +104,8 @@ class MeasuredCostModel:
         device: the device's datasheet figures (roofline fallbacks, all-reduce without a table).
         tensor_parallel_size: GPUs the model is sharded over.
         dtype_bytes, kv_dtype_bytes: must be 2 (the imported tables are bf16).
-        step_overhead_s: host time per step; default the roofline's assumed `STEP_OVERHEAD_S`.
+        step_overhead_s: host time per step; default the device's `step_overhead_s` (an assumption
+            unless the device file measured it: no imported table times the host).
         cuda_graph_max_tokens: steps up to this many tokens use the graph-mode all-reduce times.
         name: the `cost_model` value that selected this model (for `describe()`).
 
@@ -135,7 +136,9 @@ class MeasuredCostModel:
         self.layer_gemms = model.layer_gemm_shapes(tp)
         self.heads = model.num_attention_heads // tp
         self.kv_heads = model.kv_heads_per_rank(tp)
-        self.step_overhead_s = STEP_OVERHEAD_S if step_overhead_s is None else step_overhead_s
+        self.step_overhead_s = (getattr(device, "step_overhead_s", STEP_OVERHEAD_S) if step_overhead_s is None
+                                else step_overhead_s)
+        self.kernel_latency_s = getattr(device, "kernel_latency_s", KERNEL_LATENCY_S)
         self.cuda_graph_max_tokens = cuda_graph_max_tokens
         self.name = name
         self.num_predictions = self.out_of_grid_steps = 0
@@ -167,24 +170,27 @@ class MeasuredCostModel:
     def _fit_efficiencies(self) -> tuple[float, float]:
         """Roofline efficiencies fitted to the device's GEMM table (the medians of achieved / peak
         FLOP/s over GEMMs of m ≥ 2048 and n, k ≥ 4096, and of achieved / datasheet bandwidth over
-        m ≤ 8, n·k ≥ 4096²); the roofline's assumed defaults without a table."""
+        m ≤ 8, n·k ≥ 4096²); the device's own (datasheet file or assumed defaults) without a table."""
+        defaults = (getattr(self.device, "gemm_flops_efficiency", FLOPS_EFFICIENCY),
+                    getattr(self.device, "memory_bandwidth_efficiency", BANDWIDTH_EFFICIENCY))
         source = self._device_source("gemm")
         if source is None:
-            return FLOPS_EFFICIENCY, BANDWIDTH_EFFICIENCY
+            return defaults
         g = source.tables["gemm"]
         m, n, k, t = (g[c].to_numpy(dtype=np.float64) for c in ("m", "n", "k", "time_s"))
         big = (m >= 2048) & (n >= 4096) & (k >= 4096)
         small = (m <= 8) & (n * k >= 4096.0 ** 2)
-        flops = float(np.median(2 * m[big] * n[big] * k[big] / t[big])) / self.device.peak_bf16_flops if big.any() else FLOPS_EFFICIENCY
+        flops = float(np.median(2 * m[big] * n[big] * k[big] / t[big])) / self.device.peak_bf16_flops if big.any() else defaults[0]
         bw = (float(np.median(2 * (m[small] * k[small] + k[small] * n[small] + m[small] * n[small]) / t[small]))
-              / self.device.mem_bandwidth_bytes_per_s) if small.any() else BANDWIDTH_EFFICIENCY
+              / self.device.mem_bandwidth_bytes_per_s) if small.any() else defaults[1]
         return min(max(flops, 0.05), 1.0), min(max(bw, 0.05), 1.0)
 
     def _roofline_gemm_s(self, m: float, n: float, k: float) -> float:
-        return gemm_time_s(max(m, 1.0), n, k, self.device, 2, self.flops_efficiency, self.bandwidth_efficiency)
+        return gemm_time_s(max(m, 1.0), n, k, self.device, 2, self.flops_efficiency, self.bandwidth_efficiency,
+                           self.kernel_latency_s)
 
     def _elementwise_roofline_s(self, num_bytes: float) -> float:
-        return num_bytes / (self.device.mem_bandwidth_bytes_per_s * self.bandwidth_efficiency) + KERNEL_LATENCY_S
+        return num_bytes / (self.device.mem_bandwidth_bytes_per_s * self.bandwidth_efficiency) + self.kernel_latency_s
 
     def _gemm_curve(self, op: str, k: int, n: int, part: str | None = None) -> Curve:
         """t(m) of one GEMM of this model (module docstring, preference order)."""
@@ -332,7 +338,7 @@ class MeasuredCostModel:
         flops = self._attn_flops_per_pair * pairs
         num_bytes = self._attn_kv_bytes_per_token * kv_tokens + self._attn_qo_bytes_per_token * query_tokens
         return max(flops / (self.device.peak_bf16_flops * self.flops_efficiency),
-                   num_bytes / (self.device.mem_bandwidth_bytes_per_s * self.bandwidth_efficiency)) + KERNEL_LATENCY_S
+                   num_bytes / (self.device.mem_bandwidth_bytes_per_s * self.bandwidth_efficiency)) + self.kernel_latency_s
 
     # -- per step ----------------------------------------------------------------------------
 
@@ -433,11 +439,22 @@ class MeasuredCostModel:
         """Duration (s) of one step; 0.0 for an empty batch. Arrays as in `CostModel`.
 
         A one-token prefill chunk is priced as a decode (one query over its context; vLLM's
-        attention batches it with the decodes).
+        attention batches it with the decodes). Counts the step in `num_predictions` and, when
+        any part was off its grid, in `out_of_grid_steps` / `out_of_range`.
 
         Raises:
             ValueError: the three arrays differ in length.
         """
+        total, out = self._price(query_tokens, context_tokens, is_prefill)
+        self.num_predictions += 1
+        if out:
+            self.out_of_grid_steps += 1
+            for part in out:
+                self.out_of_range[part] += 1
+        return total
+
+    def _price(self, query_tokens, context_tokens, is_prefill) -> tuple[float, frozenset]:
+        """(seconds, parts out of grid) of one step, nothing counted."""
         q = query_tokens.tolist() if isinstance(query_tokens, np.ndarray) else list(query_tokens)
         c = context_tokens.tolist() if isinstance(context_tokens, np.ndarray) else list(context_tokens)
         p = is_prefill.tolist() if isinstance(is_prefill, np.ndarray) else list(is_prefill)
@@ -445,7 +462,7 @@ class MeasuredCostModel:
             raise ValueError(f"query_tokens, context_tokens, is_prefill must align; got lengths "
                              f"{len(q)}, {len(c)}, {len(p)}")
         if not q:
-            return 0.0
+            return 0.0, frozenset()
         num_tokens = int(sum(q))
         prefills, decode_rows, decode_kv = [], 0.0, 0.0
         for qi, ci, pi in zip(q, c, p):
@@ -459,16 +476,12 @@ class MeasuredCostModel:
         out: set = set()
         attention_s = self.model.num_layers * self._attention_layer_s(
             prefills, decode_rows, decode_kv / decode_rows if decode_rows else 0.0, out)
-        self.num_predictions += 1
-        if token_out or seq_out or out:
-            self.out_of_grid_steps += 1
-            for part in token_out | seq_out | out:
-                self.out_of_range[part] += 1
-        return token_s + seq_s + attention_s
+        return token_s + seq_s + attention_s, token_out | seq_out | frozenset(out)
 
     def breakdown(self, query_tokens, context_tokens, is_prefill) -> dict[str, float]:
         """Seconds per part of one step: `gemm_s`, `elementwise_s`, `all_reduce_s` (all layers),
-        `attention_s`, `lm_head_s`, `sampler_s`, `overhead_s`; all 0.0 for an empty batch."""
+        `attention_s`, `lm_head_s`, `sampler_s`, `overhead_s`; all 0.0 for an empty batch. Not
+        counted as a simulated step."""
         q = list(np.asarray(query_tokens).tolist())
         names = ("gemm_s", "elementwise_s", "all_reduce_s", "attention_s", "lm_head_s", "sampler_s", "overhead_s")
         if not q:
@@ -482,8 +495,7 @@ class MeasuredCostModel:
         if self._all_reduce is not None:
             mode = "graph" if tokens <= self.cuda_graph_max_tokens else "eager"
             all_reduce = 2 * layers * self._all_reduce[mode](tokens * self.model.hidden_size * 2.0)[0]
-        total = self.predict_step_s(q, c, p)
-        self.num_predictions -= 1  # breakdown is not a simulated step
+        total = self._price(q, c, p)[0]
         lm_head, sampler = self._lm_head(len(q))[0], self._sampler(len(q))[0]
         attention = total - gemm - elementwise - all_reduce - lm_head - sampler - self.step_overhead_s
         return dict(zip(names, (gemm, elementwise, all_reduce, attention, lm_head, sampler, self.step_overhead_s)))

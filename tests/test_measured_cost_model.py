@@ -1,0 +1,198 @@
+"""MeasuredCostModel and LogGrid on small synthetic tables whose times are power laws, so the right
+answers are worked by hand: log-space interpolation is exact on a power law, and each part of a
+step (GEMMs, attention, all-reduce, element-wise, LM head, sampler, overhead) is a known sum.
+Then the shipped defaults: which tables `auto` picks per device and model, and refusals."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from profiler.device_spec import DeviceSpec, get_device_spec
+from profiler.measured.cost_model import MeasuredCostModel
+from profiler.measured.grid import LogGrid
+from profiler.measured.shipped import build_measured, measured_dirs, shipped_devices
+from profiler.measured.tables import MeasuredTableError, MeasuredTables
+from profiler.model_spec import ModelSpec, get_model_spec
+
+C_GEMM = 1e-12  # s per m·n·k
+TOY = ModelSpec("toy", 2, 256, 4, 2, 64, 512, 1024, 4096)
+DEVICE = DeviceSpec("toy-gpu", 1e14, 1e12, 80, 1e11, 1e-5, kernel_latency_s=3e-6, step_overhead_s=1e-4,
+                    memory_bandwidth_efficiency=0.8)
+META = {"source": {"name": "synthetic"}, "licence": "none", "engine": "vllm", "engine_version": "0",
+        "device": {"name": "Toy GPU", "key": "toy-gpu"}, "units": {}}
+
+
+def _product(**axes) -> pd.DataFrame:
+    grids = np.meshgrid(*axes.values(), indexing="ij")
+    return pd.DataFrame({k: g.ravel() for k, g in zip(axes, grids)})
+
+
+def synthetic_tables() -> MeasuredTables:
+    gemm = _product(m=[1, 8, 64, 512], n=[128, 256, 512, 1024, 2048], k=[64, 128, 256, 512, 1024])
+    gemm["time_s"] = C_GEMM * gemm["m"] * gemm["n"] * gemm["k"]
+    ctx = _product(batch_size=[1, 2, 4], query_tokens=[16, 64, 256, 1024])
+    ctx["time_s"] = 1e-6 * ctx["batch_size"] * ctx["query_tokens"]
+    dec = _product(batch_size=[1, 2, 4, 8], kv_tokens=[16, 64, 256, 1024])
+    dec["time_s"] = 1e-7 * dec["batch_size"] * dec["kv_tokens"]
+    for t in (ctx, dec):
+        t["num_heads"], t["num_kv_heads"], t["head_dim"] = 4, 2, 64
+    ar = _product(num_gpus=[2], size_bytes=[1024, 4096, 16384, 65536])
+    ar["mode"], ar["time_s"] = "graph", 1e-9 * ar["size_bytes"]
+    return MeasuredTables(dict(META), {"gemm": gemm, "context_attention": ctx, "decode_attention": dec,
+                                       "all_reduce": ar})
+
+
+def elementwise_s(num_bytes: float) -> float:
+    return num_bytes / (1e12 * 0.8) + 3e-6  # bandwidth × efficiency (no small-m GEMMs to fit it) + kernel latency
+
+
+# -- LogGrid ------------------------------------------------------------------------------------
+
+def test_log_grid_is_exact_on_a_power_law_and_flags_edges():
+    frame = _product(m=[1, 4, 16], k=[10, 100])
+    frame["time_s"] = 1e-6 * frame["m"] * frame["k"] ** 0.5
+    grid = LogGrid.from_frame(frame, ["m", "k"])
+    t, out = grid(2, 31.6227766)
+    assert t == pytest.approx(1e-6 * 2 * 31.6227766 ** 0.5) and not out
+    t, out = grid(64, 10)  # above m's range: clamped to 16 and flagged
+    assert t == pytest.approx(1e-6 * 16 * 10 ** 0.5) and out
+    assert grid(0.5, 10) == (pytest.approx(1e-6 * 10 ** 0.5), False)  # below: flat, not flagged
+
+
+def test_log_grid_fills_missing_cells_in_proportion_and_flags_them():
+    frame = _product(b=[1, 2, 4], s=[10, 100]).iloc[:-1]  # (4, 100) never measured
+    frame["time_s"] = 1e-6 * frame["b"] * frame["s"]
+    grid = LogGrid.from_frame(frame, ["b", "s"])
+    t, out = grid(4, 100)
+    assert t == pytest.approx(4e-4) and out  # filled from (2, 100) × 4 / 2
+    assert grid(1, 100) == (pytest.approx(1e-4), False)
+
+
+# -- a step priced part by part -----------------------------------------------------------------
+
+def test_decode_step_is_the_sum_of_its_parts():
+    model = MeasuredCostModel([synthetic_tables()], TOY, DEVICE)
+    # 4 decodes at context 63 (kv 64 with the new token). Per layer, GEMMs at m = 4:
+    # qkv 256 → 512, o 256 → 256, gate_up 256 → 1024, down 512 → 256.
+    gemm = C_GEMM * 4 * (256 * 512 + 256 * 256 + 256 * 1024 + 512 * 256)
+    attention = 1e-7 * 4 * 64
+    lm_head = C_GEMM * 4 * 1024 * 256
+    # Element-wise roofline: per layer 2 norms (8 B × 256), rotary (4 B × 6 heads × 64), SiLU·mul (6 B × 512);
+    # per step the embedding (4 B × 256) and the final norm; the sampler reads 3 × 1024 fp32 logits per sequence.
+    per_layer_ew = 2 * elementwise_s(4 * 8 * 256) + elementwise_s(4 * 4 * 384) + elementwise_s(4 * 6 * 512)
+    per_step_ew = elementwise_s(4 * 4 * 256) + elementwise_s(4 * 8 * 256)
+    sampler = elementwise_s(3 * 4 * 1024 * 4)
+    expected = 2 * (gemm + attention + per_layer_ew) + per_step_ew + lm_head + sampler + 1e-4
+    assert model.predict_step_s([1] * 4, [63] * 4, [False] * 4) == pytest.approx(expected, rel=1e-9)
+    assert model.out_of_grid_steps == 0 and model.num_predictions == 1
+    parts = model.breakdown([1] * 4, [63] * 4, [False] * 4)
+    assert parts["gemm_s"] == pytest.approx(2 * gemm) and parts["attention_s"] == pytest.approx(2 * attention)
+
+
+def test_prefill_chunk_priced_as_a_fresh_prefill_with_equal_pairs():
+    model = MeasuredCostModel([synthetic_tables()], TOY, DEVICE)
+    # q = 16 after c = 24: sqrt(16² + 2·16·24) = 32 tokens of fresh prefill: 1e-6 × 32 per layer.
+    parts = model.breakdown([16], [24], [True])
+    assert parts["attention_s"] == pytest.approx(2 * 32e-6)
+
+
+def test_all_reduce_two_per_layer_at_tp2():
+    model = MeasuredCostModel([synthetic_tables()], TOY, DEVICE, tensor_parallel_size=2)
+    # 8 tokens × 256 hidden × 2 bytes = 4096 bytes → 4.096 µs each, 2 per layer, 2 layers.
+    assert model.breakdown([1] * 8, [100] * 8, [False] * 8)["all_reduce_s"] == pytest.approx(4 * 4.096e-6)
+    assert "all_reduce at 2 GPUs" in model.describe()["parts"]["all_reduce"]
+
+
+def test_out_of_grid_steps_are_roofline_scaled_and_counted():
+    model = MeasuredCostModel([synthetic_tables()], TOY, DEVICE)
+    inside = model.breakdown([1] * 8, [63] * 8, [False] * 8)["attention_s"]
+    outside = model.breakdown([1] * 16, [63] * 16, [False] * 16)["attention_s"]
+    assert inside == pytest.approx(2 * 1e-7 * 8 * 64)
+    # The batch-8 edge × the roofline's ratio of 16 to 8 decode rows (its kernel latency dilutes 2× here).
+    ratio = model._decode_roofline_s(16, 63) / model._decode_roofline_s(8, 63)
+    assert 1.0 < ratio < 2.0 and outside == pytest.approx(inside * ratio)
+    model.predict_step_s([1] * 16, [63] * 16, [False] * 16)
+    model.predict_step_s([1] * 2, [63] * 2, [False] * 2)
+    model.predict_step_s([600], [0], [True])  # m 600 > 512: GEMMs past the table
+    assert model.out_of_grid_steps == 2
+    assert model.out_of_range["attention"] == 1 and model.out_of_range["gemm"] == 1
+    assert model.describe()["out_of_grid_steps"] == 2
+
+
+def test_model_specific_element_wise_ops_are_width_scaled():
+    tables = synthetic_tables()
+    small = ModelSpec("small", 2, 128, 4, 2, 64, 512, 1024, 4096)  # half TOY's hidden size
+    ops = pd.DataFrame({"op": "layernorm", "num_tokens": [1, 16, 256, 4096]})
+    ops["time_s"] = 1e-9 * ops["num_tokens"]
+    measured = MeasuredTables({**META, "model": small.__dict__, "tensor_parallel_size": 1}, {"layer_ops": ops})
+    model = MeasuredCostModel([measured, tables], TOY, DEVICE)
+    # TOY's rows are twice as wide: 64 tokens of TOY move the bytes of 128 tokens of `small`.
+    curve = model._elementwise["layernorm"][2]
+    assert curve(64)[0] == pytest.approx(1e-9 * 128)
+    assert "width 2" in model.describe()["parts"]["layernorm"]
+
+
+def test_refusals():
+    tables = synthetic_tables()
+    with pytest.raises(MeasuredTableError, match="measured on device 'toy-gpu', cannot price device 'h100-sxm'"):
+        MeasuredCostModel([tables], TOY, get_device_spec("h100-sxm"))
+    with pytest.raises(MeasuredTableError, match="bf16.*fp8"):
+        MeasuredCostModel([tables], TOY, DEVICE, dtype_bytes=1)
+    with pytest.raises(MeasuredTableError, match="at least one"):
+        MeasuredCostModel([], TOY, DEVICE)
+
+
+def test_uncovered_heads_are_listed_as_roofline_parts():
+    other = ModelSpec("wide", 2, 512, 8, 8, 64, 512, 1024, 4096)  # 8/8 heads: not in the tables
+    model = MeasuredCostModel([synthetic_tables()], other, DEVICE)
+    d = model.describe()
+    assert {"context_attention", "decode_attention"} <= set(d["roofline_parts"])
+    assert model.predict_step_s([1, 1], [10, 10], [False, False]) > 0
+
+
+# -- shipped defaults ---------------------------------------------------------------------------
+
+def test_every_target_device_has_shipped_tables():
+    assert set(shipped_devices()) >= {"h100-sxm", "h200", "b200", "rtx-pro-6000", "rtx-4090", "l40s", "a100-80gb"}
+
+
+def test_auto_on_h100_uses_aiconfigurator_with_provenance():
+    model = build_measured("auto", get_model_spec("llama-3-8b"), get_device_spec("h100-sxm"), 1)
+    d = model.describe()
+    assert d["name"] == "auto" and d["label"] == "measured (aiconfigurator vllm 0.19.0) on h100-sxm"
+    assert d["sources"][0]["licence"] == "Apache-2.0" and d["sources"][0]["commit"] == "095f58a"
+    assert d["parts"]["qkv_proj"].endswith("gemm (m, 6144, 4096)")
+    assert d["roofline_parts"] == ["layernorm", "rotary_emb", "act_fn", "embedding", "final_layernorm", "sampler"]
+
+
+def test_auto_on_rtx_pro_6000_prefers_the_models_own_profile():
+    model = build_measured("auto", get_model_spec("qwen3-32b"), get_device_spec("rtx-pro-6000"), 2)
+    parts = model.describe()["parts"]
+    assert parts["qkv_proj"].startswith("llmservingsim") and parts["attention"].endswith("mixed_attention")
+    assert parts["all_reduce"].startswith("aiconfigurator") and parts["qk_norm"].startswith("llmservingsim")
+    # Another model on the same card: per-shape GEMMs, element-wise ops width-scaled from a measured model.
+    other = build_measured("auto", get_model_spec("mistral-7b"), get_device_spec("rtx-pro-6000"), 1).describe()
+    assert "gemm (m," in other["parts"]["qkv_proj"] and "layer_ops.layernorm" in other["parts"]["layernorm"]
+
+
+def test_auto_without_tables_or_in_fp8_is_none_and_measured_dir_is_checked(tmp_path):
+    assert build_measured("auto", get_model_spec("llama-3-8b"), get_device_spec("a40"), 1) is None
+    assert build_measured("auto", get_model_spec("llama-3-8b"), get_device_spec("h100-sxm"), 1, dtype_bytes=1) is None
+    with pytest.raises(ValueError, match="is not a measured-table directory"):
+        measured_dirs(f"measured:{tmp_path}")
+    synthetic_tables().save(tmp_path / "t")
+    model = build_measured(f"measured:{tmp_path / 't'}", TOY, DEVICE, 1)
+    assert model.describe()["label"] == "measured (synthetic vllm 0) on toy-gpu"
+
+
+def test_decode_step_prices_are_stable_for_a_known_case():
+    # llama-3-8b on h100-sxm, 32 decodes at context 1000: GEMMs from the measured table dominate.
+    model = build_measured("auto", get_model_spec("llama-3-8b"), get_device_spec("h100-sxm"), 1)
+    step_s = model.predict_step_s([1] * 32, [1000] * 32, [False] * 32)
+    parts = model.breakdown([1] * 32, [1000] * 32, [False] * 32)
+    assert math.isclose(sum(parts.values()), step_s, rel_tol=1e-9)
+    # 32 layers × 4 GEMMs at m = 32 stream 13.1 GB of bf16 weights (6.5 G params × 2 B) at ≥ 60 % of 3.35 TB/s.
+    assert 3.5e-3 < parts["gemm_s"] < 6.5e-3
