@@ -394,6 +394,14 @@ class SweepConfig(_Strict):
             raise ValueError("fleet: sizing needs a capacity search; add search: {...}")
         return self
 
+    @field_validator("name")
+    @classmethod
+    def _folder_name(cls, name: str) -> str:  # the default --out is runs/<name>: it stays inside runs/
+        if not name.strip() or name.strip(".") == "" or any(c in name for c in "/\\\0"):
+            raise ValueError(f"{name!r} is not a folder name: runs/<name> is the default --out, so use one "
+                             "non-empty name without / or \\ (e.g. my-sweep)")
+        return name
+
     @field_validator("cost_model")
     @classmethod
     def _cost_model(cls, value: str) -> str:

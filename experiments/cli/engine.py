@@ -15,6 +15,7 @@ from rich.console import Console
 
 from experiments.cli.console import fail
 from experiments.config import ConfigError
+from experiments.outputs import OutputWriteError
 from experiments.verification.engine_run import run_config
 
 engine_app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -52,7 +53,7 @@ def run(
         run_dir = run_config(config, out=out, overrides=set_ or [], point=point, realtime=realtime, weights=weights,
                              device=device, dtype=dtype, attention=attention, forced_acceptance=forced_acceptance,
                              temperature=temperature, max_kv_gib=max_kv_gib, threads=threads, timing=timing)
-    except (ConfigError, ValueError) as exc:
+    except (ConfigError, ValueError, OutputWriteError) as exc:  # OutputFolderError is a ValueError
         fail(str(exc))
     console.print(f"wrote {run_dir}/requests.parquet, steps.parquet, drafts.parquet, plans.jsonl, outputs.jsonl, "
                   "summary.json, engine.json")

@@ -10,6 +10,7 @@ from typing import List, Optional
 import pandas as pd
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -19,7 +20,9 @@ from experiments.cli.console import fail
 from experiments.cli.engine import engine_app
 from experiments.planning.report import format_cell, recommend, write_capacity_report, write_report
 from experiments.planning.search import search_slo
-from experiments.planning.sweep import run_capacity_sweep, run_sweep, write_capacity_results, write_results
+from experiments.planning.sweep import (config_as_run, run_capacity_sweep, run_sweep, sweep_requests,
+                                        write_capacity_results, write_results)
+from experiments.outputs import CACHE_DIR, OutputFolderError, RunFolder
 from experiments.cli.profile import fit, profile
 from experiments.cli.trace import trace_app
 from experiments.cli.verify import calibrate, verify
@@ -67,7 +70,8 @@ def sweep(
     base, points = _load(config, set_)
     out_dir = out or Path("runs") / base.name
     try:
-        _run(base, points, out_dir, jobs, None if no_cache else out_dir / ".cache", backend, ray_address)
+        _run(base, points, out_dir, jobs, None if no_cache else out_dir / CACHE_DIR, backend, ray_address,
+             config=config)
     except BackendError as exc:
         fail(str(exc))
 
@@ -86,7 +90,7 @@ def simulate(
     if point >= len(points):
         labels = ", ".join(f"{i}: {describe_point(SweepConfig.model_validate(p))}" for i, p in enumerate(points))
         fail(f"--point {point} is out of range; this config has {len(points)} points ({labels})")
-    _run(base, [points[point]], out or Path("runs") / f"{base.name}-point{point}", jobs=1)
+    _run(base, [points[point]], out or Path("runs") / f"{base.name}-point{point}", jobs=1, config=config)
 
 
 def _load(config: Path, overrides: Optional[List[str]]):
@@ -97,29 +101,32 @@ def _load(config: Path, overrides: Optional[List[str]]):
 
 
 def _run(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Optional[int],
-         cache_dir: Optional[Path] = None, backend: str = "local", ray_address: Optional[str] = None) -> None:
+         cache_dir: Optional[Path] = None, backend: str = "local", ray_address: Optional[str] = None,
+         config: Optional[Path] = None) -> None:
+    """Claim `out_dir` (`experiments.outputs.RunFolder`: only our files in it, one run at a time,
+    the input `config` never written), run the points or the capacity search, write the outputs."""
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        fail(f"--out {out_dir}: cannot create the run folder ({exc.strerror or exc})")
-    if base.search is not None:
-        _run_capacity(base, points, out_dir, jobs, cache_dir, backend, ray_address)
-        return
+        with RunFolder(out_dir, inputs=[config] if config else ()) as folder:
+            if base.search is not None:
+                _run_capacity(base, points, folder, jobs, cache_dir, backend, ray_address)
+            else:
+                _run_points(base, points, folder, jobs, cache_dir, backend, ray_address)
+    except OutputFolderError as exc:
+        fail(str(exc))
+
+
+def _run_points(base: SweepConfig, points: list[dict], folder: RunFolder, jobs: Optional[int],
+                cache_dir: Optional[Path], backend: str, ray_address: Optional[str]) -> None:
     started = time.perf_counter()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console, transient=False) as progress:
         task = progress.add_task(f"simulating {base.name}", total=len(points))
         results = run_sweep(points, jobs=jobs, on_done=lambda i, row: progress.advance(task), cache_dir=cache_dir,
                             backend=backend, ray_address=ray_address)
-    table = write_results(results, out_dir, base.model_dump(mode="json"))
-    requests_path = out_dir / "requests.parquet"
-    requests = pd.read_parquet(requests_path) if requests_path.exists() else None
-    html_path = write_report(table, requests, base, out_dir)
+    table = write_results(results, folder, config_as_run(base))
+    folder.attempt(write_report, table, sweep_requests(results), base, folder.path, outputs=REPORT_FILES)
     _print_table(table, base)
-    written = [name for name in ("points.csv", "points.parquet", "requests.parquet", "steps.parquet", "report.md")
-               if (out_dir / name).exists()]
-    console.print(f"wrote {', '.join(written)} and {html_path.name} in {out_dir} "
-                  f"({time.perf_counter() - started:.1f} s)")
+    _finish(folder, table, cache_dir, started)
     if "error" in table and table["error"].notna().all():
         raise typer.Exit(1)
 
@@ -129,7 +136,7 @@ SHORT_COLUMNS = {"label": "point", "completed": "completed", "rejected": "reject
                  "tpot_s_p50": "TPOT p50 s", "slo_met": "SLO met"}
 
 
-def _run_capacity(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Optional[int],
+def _run_capacity(base: SweepConfig, points: list[dict], folder: RunFolder, jobs: Optional[int],
                   cache_dir: Optional[Path], backend: str = "local", ray_address: Optional[str] = None) -> None:
     """`search:` in the config: capacity per point by bisection, then the report."""
     started = time.perf_counter()
@@ -150,12 +157,38 @@ def _run_capacity(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Op
             twin.setdefault("search", {})["loads"] = []
             policy_check, _, _ = run_capacity_sweep([twin], jobs, lambda i, row: progress.advance(task), cache_dir,
                                                     backend, ray_address)
-    write_capacity_results(table, trials, out_dir, base.model_dump(mode="json"), loads)
-    html_path = write_capacity_report(table, trials, base, slo, out_dir, policy_check, loads)
+    write_capacity_results(table, trials, folder, config_as_run(base), loads)
+    folder.attempt(write_capacity_report, table, trials, base, slo, folder.path, policy_check, loads,
+                   outputs=REPORT_FILES)
     view = table.reindex(columns=["label", "capacity_qps", "capacity_ci_low", "capacity_ci_high", "error"])
     console.print(view.to_string(index=False))
-    console.print(f"wrote points.csv, trials.csv, report.md and {html_path.name} in {out_dir} "
-                  f"({time.perf_counter() - started:.1f} s)")
+    _finish(folder, table, cache_dir, started)
+
+
+REPORT_FILES = ("report.md", "report.html")
+
+
+def _finish(folder: RunFolder, table: pd.DataFrame, cache_dir: Optional[Path], started: float) -> None:
+    """Remove an earlier run's outputs this run did not rewrite, say what was written, and what
+    could not be (then exit 1: the finished points are still finished, and cached when the cache
+    could be written)."""
+    folder.remove_stale()
+    top = [name for name in folder.written if "/" not in name]
+    if top:
+        console.print(f"wrote {', '.join(top)} in {folder.path} ({time.perf_counter() - started:.1f} s)")
+    unstored = table["cache_error"].dropna() if "cache_error" in table else pd.Series(dtype=object)
+    if len(unstored):
+        err_console.print(f"[yellow]note:[/yellow] the results cache {cache_dir} could not be written for "
+                          f"{len(unstored)} of {len(table)} points ({unstored.iloc[0]}); a rerun recomputes them",
+                          highlight=False)
+    message = folder.failure_message()
+    if message is not None:
+        ran = int(table["error"].isna().sum()) if "error" in table else len(table)
+        kept = (f"; the results of the finished points are kept in {cache_dir}, so a rerun after freeing "
+                "space only writes the outputs") if cache_dir is not None and not len(unstored) else ""
+        err_console.print(f"[red]error:[/red] {escape(message)}. {ran} of {len(table)} points finished "
+                          f"(the table above){kept}", highlight=False)
+        raise typer.Exit(1)
 
 
 def _print_table(points: pd.DataFrame, base: SweepConfig) -> None:

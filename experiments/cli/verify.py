@@ -14,6 +14,7 @@ from rich.console import Console
 
 from experiments.verification.calibrate import LEDGER_NAME, calibrate as run_calibration
 from experiments.cli.console import fail
+from experiments.outputs import OutputFolderError, OutputWriteError, RunFolder, write_csv, write_text
 from experiments.deployment import build_pricer
 from experiments.point import build_cost_model
 from experiments.config import AcceptanceFile, ConfigError, SweepConfig, describe_point, load_config
@@ -105,7 +106,7 @@ def verify(
     try:
         failed = _verify_point(config, overrides, point, chosen, out_dir, engine_run, run_engine, fail_above, ledger,
                                engine, against_vllm_bench)[1]
-    except ValueError as exc:
+    except (ValueError, OutputWriteError) as exc:
         fail(str(exc))
     if failed:
         raise typer.Exit(1)
@@ -114,13 +115,26 @@ def verify(
 def _verify_point(config: Path, overrides: list[str], point: int, chosen: SweepConfig, out_dir: Path,
                   engine_run: Optional[Path], run_engine: bool, fail_above: Optional[float], ledger: Optional[Path],
                   engine: "EngineOptions", against_vllm_bench: Optional[Path] = None):
-    """One point's comparison and reports; returns (headline errors in %, the ones over
-    --fail-above, the end-to-end table with signed errors).
+    """One point's comparison and reports in `out_dir`, claimed as a run folder (only our files,
+    one run at a time: `experiments.outputs.RunFolder`); returns `_compare_point`'s result.
 
     Raises:
-        ValueError: the run cannot be compared (no steps, a run of another config, unreadable files).
+        ValueError: the run cannot be compared (no steps, a run of another config, unreadable
+            files), or the folder cannot be claimed (`OutputFolderError`).
+        OutputWriteError: a report file could not be written (named).
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with RunFolder(out_dir, inputs=[config]) as folder:
+        result = _compare_point(config, overrides, point, chosen, out_dir, engine_run, run_engine, fail_above,
+                                ledger, engine, against_vllm_bench)
+        folder.remove_stale()
+    return result
+
+
+def _compare_point(config: Path, overrides: list[str], point: int, chosen: SweepConfig, out_dir: Path,
+                   engine_run: Optional[Path], run_engine: bool, fail_above: Optional[float], ledger: Optional[Path],
+                   engine: "EngineOptions", against_vllm_bench: Optional[Path] = None):
+    """One point's comparison and reports; returns (headline errors in %, the ones over
+    --fail-above, the end-to-end table with signed errors)."""
     if against_vllm_bench is not None:
         steps, e2e, context = None, *_against_vllm(chosen, against_vllm_bench)
     else:
@@ -194,15 +208,29 @@ def _verify_recorded(bundle: Path, overrides: list[str], out: Optional[Path], fa
 
 def _verify_top(config: Path, overrides: list[str], top: int, out: Optional[Path], fail_above: Optional[float],
                 ledger: Optional[Path], engine: "EngineOptions") -> None:
-    """Simulate every point, verify the `top` best on the engine, write OUT/top.{json,md}."""
-    from experiments.planning.report import markdown_table
-    from experiments.planning.sweep import run_sweep
-
+    """Simulate every point, verify the `top` best on the engine, write OUT/top.{json,md}; OUT is
+    claimed as a run folder, each point<i>/ as one of its own."""
     try:
         base, points = load_config(config, overrides)
     except ConfigError as exc:
         fail(str(exc))
     out_dir = out or Path("runs") / f"{base.name}-verify"
+    try:
+        with RunFolder(out_dir, inputs=[config]) as folder:
+            passed = _verify_top_points(config, overrides, top, points, out_dir, fail_above, ledger, engine)
+            folder.remove_stale()
+    except (OutputFolderError, OutputWriteError) as exc:
+        fail(str(exc))
+    if not passed:
+        raise typer.Exit(1)
+
+
+def _verify_top_points(config: Path, overrides: list[str], top: int, points: list[dict], out_dir: Path,
+                       fail_above: Optional[float], ledger: Optional[Path], engine: "EngineOptions") -> bool:
+    """The work of `_verify_top` in its claimed folder; True when every chosen point passed."""
+    from experiments.planning.report import markdown_table
+    from experiments.planning.sweep import run_sweep
+
     plain = [{**p, "search": None} for p in points]  # rank on one simulated run per point
     rows = pd.DataFrame([r.row for r in run_sweep(plain)])
     ranked = rank_points(rows)
@@ -227,8 +255,8 @@ def _verify_top(config: Path, overrides: list[str], top: int, out: Optional[Path
         chosen_rows.append({**result, **({"step_mape_pct": headline["step_mape"]} if "step_mape" in headline else {}),
                             **{f"{m}_error_pct": signed.get(m) for m in HEADLINE_E2E}, "passed": not failed})
     summary = pd.DataFrame(chosen_rows)
-    (out_dir / "top.json").write_text(summary.to_json(orient="records", indent=2))
-    (out_dir / "top.md").write_text(f"# Verification of the {len(summary)} best points of {config}\n\n"
+    write_text(out_dir / "top.json", summary.to_json(orient="records", indent=2))
+    write_text(out_dir / "top.md", f"# Verification of the {len(summary)} best points of {config}\n\n"
                                     "Ranked in simulation (meeting the SLOs first, then goodput, then "
                                     "throughput). `step_mape_pct` is a mean absolute error; the `*_error_pct` "
                                     "columns are signed: (simulated − measured) / measured, percent. `passed`: "
@@ -238,8 +266,7 @@ def _verify_top(config: Path, overrides: list[str], top: int, out: Optional[Path
                                     + "Each point's full report is in point<i>/fidelity.md.\n\n"
                                     + "\n".join(markdown_table(summary)) + "\n")
     console.print(f"wrote top.json and top.md in {out_dir}")
-    if not summary["passed"].all():
-        raise typer.Exit(1)
+    return bool(summary["passed"].all())
 
 
 def rank_points(rows: pd.DataFrame) -> pd.DataFrame:
@@ -269,9 +296,11 @@ def calibrate(
 ) -> None:
     """Profile MODEL's ops on this machine and fit the cost model: one calibration directory."""
     try:
-        fitted, _ = run_calibration(model, device, budget_s, out, threads=threads, block_size=block_size,
-                                    log=console.print, engine_overhead=engine_overhead)
-    except ValueError as exc:
+        # adopt: the profiler writes its own files; the folder held only ours when claimed
+        with RunFolder(out, adopt=True):
+            fitted, _ = run_calibration(model, device, budget_s, out, threads=threads, block_size=block_size,
+                                        log=console.print, engine_overhead=engine_overhead)
+    except (ValueError, OutputWriteError) as exc:
         fail(str(exc))
     console.print((out / "fit_report.md").read_text())
     console.print(f"wrote calibration {out} ({len(fitted.regressors)} ops fitted); verify with "
@@ -389,8 +418,8 @@ def _with_measured_acceptance(point: SweepConfig, run_dir: Path, out_dir: Path) 
     if drafts.empty:
         return point
     csv_path = out_dir / "acceptance.csv"
-    drafts.rename(columns={"drafts_proposed": "proposed", "drafts_accepted": "accepted"})[
-        ["proposed", "accepted"]].to_csv(csv_path, index=False)
+    write_csv(csv_path, drafts.rename(columns={"drafts_proposed": "proposed", "drafts_accepted": "accepted"})[
+        ["proposed", "accepted"]])
     engine = point.engine.model_copy(update={"acceptance": AcceptanceFile(file=str(csv_path.resolve()))})
     return point.model_copy(update={"engine": engine})
 

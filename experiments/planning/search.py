@@ -97,9 +97,10 @@ LOAD_COLUMNS = ("point_id", "label", "trial_qps", "slo_met", "throughput_rps", "
                 "goodput_rps", "tbt_s_p99", "ttft_s_p90", "tpot_s_p50", "scheduling_delay_s_p50")
 
 
-def load_row(point: SweepConfig, point_id: int, qps: float) -> dict:
-    """One point at one QPS of the `search.loads` grid (seed 0, trimmed as the trials)."""
-    row = run_point(trial_config(point, qps, seed=0), point_id, trim_fraction=point.search.trim_fraction).row
+def load_row(point: SweepConfig, point_id: int, qps: float, run=run_point) -> dict:
+    """One point at one QPS of the `search.loads` grid (seed 0, trimmed as the trials); `run` is
+    `run_point` or one with its signature (the sweep's, which reuses cached simulations)."""
+    row = run(trial_config(point, qps, seed=0), point_id, trim_fraction=point.search.trim_fraction).row
     out = {k: row.get(k, np.nan) for k in LOAD_COLUMNS}
     out.update(trial_qps=qps, slo_met=bool(row["slo_met"]))
     return out

@@ -10,8 +10,9 @@ A point that fails is kept as a row with its error message; the other points sti
 from __future__ import annotations
 
 import os
-import shutil
 from concurrent.futures import as_completed
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,14 +21,11 @@ import yaml
 
 from experiments.planning.backends import make_pool
 from experiments.config import SweepConfig, describe_point, point_labels
-from experiments.point import PointResult, run_point
+from experiments.outputs import RunFolder, write_csv, write_parquet, write_text
+from experiments.point import PointResult, report_columns, run_point
 from experiments.planning.results_cache import ResultsCache, cache_key
-from experiments.planning.search import capacity_row, fleet_row, load_row, search_capacity
+from experiments.planning.search import capacity_row, fleet_row, load_row, search_capacity, search_slo
 from experiments.planning.vllm_flags import vllm_serve_command, vllm_serve_flags
-
-
-OUTPUT_FILES = ("points.csv", "points.parquet", "requests.parquet", "steps.parquet", "trials.csv", "loads.csv",
-                "trials.parquet", "config.yaml", "report.md", "report.html")
 
 
 def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
@@ -46,19 +44,11 @@ def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
     configs = [SweepConfig.model_validate(p) for p in points]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs)))
     results: dict[int, PointResult] = {}
-    if jobs == 1 and backend == "local":
-        for i, config in enumerate(configs):
-            results[i] = _safe_run(config, i, cache_dir)
-            if on_done:
-                on_done(i, results[i].row)
-    else:
-        with make_pool(backend, jobs, ray_address) as pool:
-            futures = {pool.submit(_safe_run, config, i, cache_dir): i for i, config in enumerate(configs)}
-            for future in as_completed(futures):
-                i = futures[future]
-                results[i] = future.result()
-                if on_done:
-                    on_done(i, results[i].row)
+    calls = {i: (_safe_run, (config, i, cache_dir)) for i, config in enumerate(configs)}
+    for i, result in _run_all(calls, jobs, backend, ray_address):
+        results[i] = result
+        if on_done:
+            on_done(i, result.row)
     ordered = [results[i] for i in range(len(configs))]
     for result, label in zip(ordered, point_labels(configs)):
         result.row["label"] = label
@@ -81,21 +71,15 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
     configs = [SweepConfig.model_validate(p) for p in points]
     labels = point_labels(configs)
     tasks = [(i, seed) for i, c in enumerate(configs) for seed in range(c.search.seeds)]
-    done: dict[tuple[int, int], tuple[float, list[dict]] | str] = {}
+    done: dict[tuple[int, int], SearchOutcome | str] = {}
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
-    with make_pool(backend, jobs, ray_address) as pool:
-        futures = {pool.submit(_safe_search, configs[i], i, seed, cache_dir): (i, seed) for i, seed in tasks}
-        for future in as_completed(futures):
-            done[futures[future]] = future.result()
-            if on_done:
-                on_done(futures[future][0], {})
-    grid = [(i, qps) for i, c in enumerate(configs) for qps in c.search.loads]
-    load_rows: dict[tuple[int, float], dict | str] = {}
-    if grid:
-        with make_pool(backend, max(1, min(jobs, len(grid))), ray_address) as pool:
-            futures = {pool.submit(_safe_load_row, configs[i], i, qps): (i, qps) for i, qps in grid}
-            for future in as_completed(futures):
-                load_rows[futures[future]] = future.result()
+    calls = {(i, seed): (_safe_search, (configs[i], i, seed, cache_dir)) for i, seed in tasks}
+    for task, outcome in _run_all(calls, jobs, backend, ray_address):
+        done[task] = outcome
+        if on_done:
+            on_done(task[0], {})
+    grid = {(i, qps): (_safe_load_row, (c, i, qps, cache_dir)) for i, c in enumerate(configs) for qps in c.search.loads}
+    load_rows = dict(_run_all(grid, max(1, min(jobs, len(grid))), backend, ray_address)) if grid else {}
     loads = pd.DataFrame([r for r in load_rows.values() if isinstance(r, dict)])
     if len(loads):
         loads = loads.sort_values(["point_id", "trial_qps"]).reset_index(drop=True)
@@ -110,9 +94,12 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
         if errors:
             row["error"] = errors[0]
         else:
-            row.update(capacity_row(labels[i], i, [o[0] for o in outcomes], config.search.qps[1]))
-            point_trials = [t for o in outcomes for t in o[1]]
-            row.update(fleet_row(config, row["capacity_qps"], point_trials))
+            row.update(capacity_row(labels[i], i, [o.capacity_qps for o in outcomes], config.search.qps[1]))
+            point_trials = [{**t, "point_id": i} for o in outcomes for t in o.trials]
+            row.update(fleet_row(config, row["capacity_qps"], point_trials), cached=all(o.cached for o in outcomes))
+            cache_errors = [o.cache_error for o in outcomes if o.cache_error]
+            if cache_errors:
+                row["cache_error"] = cache_errors[0]
             trials += point_trials
         rows.append(row)
     _unique_labels(rows)
@@ -133,6 +120,19 @@ def _error_text(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _run_all(calls: dict[Any, tuple[Callable, tuple]], jobs: int, backend: str, ray_address: str | None):
+    """Yield (key, fn(*args)) for each `key: (fn, args)` as they finish: inline with one local
+    job, else in a pool (`make_pool`)."""
+    if jobs == 1 and backend == "local":
+        for key, (fn, args) in calls.items():
+            yield key, fn(*args)
+        return
+    with make_pool(backend, jobs, ray_address) as pool:
+        futures = {pool.submit(fn, *args): key for key, (fn, args) in calls.items()}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+
 def _vllm_command(config: SweepConfig) -> str | None:
     """`vllm serve MODEL FLAGS` of a point; None for a model with no known repository."""
     try:
@@ -141,21 +141,56 @@ def _vllm_command(config: SweepConfig) -> str | None:
         return None
 
 
-def _safe_load_row(config: SweepConfig, point_id: int, qps: float):
+def _safe_load_row(config: SweepConfig, point_id: int, qps: float, cache_dir: Path | None = None):
+    cache = ResultsCache(cache_dir)
     try:
-        return load_row(config, point_id, qps)
+        return load_row(config, point_id, qps, run=partial(simulate_cached, cache=cache))
     except POINT_ERRORS as exc:
         return _error_text(exc)
+
+
+@dataclass
+class SearchOutcome:
+    """One point × seed capacity search: its capacity (QPS), trial rows, whether it came from the
+    cache, and why it could not be stored there (None when it was)."""
+
+    capacity_qps: float
+    trials: list[dict]
+    cached: bool
+    cache_error: str | None = None
 
 
 def _safe_search(config: SweepConfig, point_id: int, seed: int, cache_dir: Path | None = None):
+    """The search through the cache, keyed on the effective SLOs (the defaults when `slo:` is
+    empty) without the keys it does not read (`results_cache.REPORT_ONLY`)."""
     cache = ResultsCache(cache_dir)
+    keyed = config.model_copy(update={"slo": search_slo(config)})
     try:
-        result, _ = cache.get_or_compute(cache_key("capacity", config, seed),
-                                         lambda: search_capacity(config, point_id, seed))
-        return result
+        (capacity, trials), cached = cache.get_or_compute(cache_key("capacity", keyed, seed),
+                                                          lambda: search_capacity(config, point_id, seed), tuple)
     except POINT_ERRORS as exc:
         return _error_text(exc)
+    return SearchOutcome(capacity, trials, cached, cache.write_error)
+
+
+def simulate_cached(config: SweepConfig, point_id: int, trim_fraction: float = 0.0, *,
+                    cache: ResultsCache) -> PointResult:
+    """`run_point` through the cache: the simulation is stored without the columns `slo:` and
+    `goodput:` decide (and keyed without those keys: `results_cache.REPORT_ONLY`), which are then
+    derived for `config` (`report_columns`), so a change of SLOs or goodput re-uses it. The row
+    says whether it was `cached`, and `cache_error` when it could not be stored."""
+    bare = config.model_copy(update={"slo": {}, "goodput": {}})
+    raw, cached = cache.get_or_compute(cache_key("point", config, trim_fraction),
+                                       lambda: run_point(bare, point_id, trim_fraction), PointResult)
+    derived = report_columns(raw.row, raw.requests, bare)
+    row = {k: v for k, v in raw.row.items() if k not in derived}
+    row.update(point_id=point_id, label=describe_point(config))
+    row.update(report_columns(row, raw.requests, config), cached=cached)
+    if cache.write_error:
+        row["cache_error"] = cache.write_error
+    raw.requests["point_id"] = point_id
+    raw.steps["point_id"] = point_id
+    return PointResult(row, raw.requests, raw.steps)
 
 
 def _unique_labels(rows: list[dict]) -> None:
@@ -169,16 +204,12 @@ def _unique_labels(rows: list[dict]) -> None:
 
 
 def _safe_run(config: SweepConfig, point_id: int, cache_dir: Path | None = None) -> PointResult:
-    cache = ResultsCache(cache_dir)
     try:
-        result, cached = cache.get_or_compute(cache_key("point", config, point_id),
-                                              lambda: run_point(config, point_id))
+        return simulate_cached(config, point_id, cache=ResultsCache(cache_dir))
     except POINT_ERRORS as exc:
         row = {"point_id": point_id, "label": describe_point(config), "model": config.model, "device": config.device,
                "error": _error_text(exc)}
         return PointResult(row, pd.DataFrame({"point_id": []}), pd.DataFrame({"point_id": []}))
-    result.row["cached"] = cached
-    return result
 
 
 def rows_frame(rows: list[dict]) -> pd.DataFrame:
@@ -194,40 +225,50 @@ def rows_frame(rows: list[dict]) -> pd.DataFrame:
     return frame
 
 
-def clear_outputs(out_dir: Path) -> None:
-    """Remove an earlier run's outputs from `out_dir`, so none is left beside this run's."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name in OUTPUT_FILES:
-        (out_dir / name).unlink(missing_ok=True)
-    shutil.rmtree(out_dir / "plots", ignore_errors=True)
-
-
-def write_capacity_results(points: pd.DataFrame, trials: pd.DataFrame, out_dir: Path, raw_config: dict,
+def write_capacity_results(points: pd.DataFrame, trials: pd.DataFrame, folder: RunFolder, raw_config: dict,
                            loads: pd.DataFrame | None = None) -> None:
-    """points.csv/.parquet (capacity per point), trials.csv/.parquet (every bisection trial) and
-    loads.csv (each point at each QPS of `search.loads`)."""
-    clear_outputs(out_dir)
-    if loads is not None and len(loads):
-        loads.to_csv(out_dir / "loads.csv", index=False)
-    points.to_csv(out_dir / "points.csv", index=False)
-    points.to_parquet(out_dir / "points.parquet", index=False)
-    trials.to_csv(out_dir / "trials.csv", index=False)
-    trials.to_parquet(out_dir / "trials.parquet", index=False)
-    (out_dir / "config.yaml").write_text(yaml.safe_dump(raw_config, sort_keys=False))
+    """points.csv/.parquet (capacity per point), trials.csv/.parquet (every bisection trial),
+    loads.csv (each point at each QPS of `search.loads`) and config.yaml, each written whole or
+    not at all; a file that cannot be written is listed in `folder.failed` and the others still are."""
+    _write_frames(folder, {"loads.csv": loads if loads is not None and len(loads) else None, "points.csv": points,
+                           "points.parquet": points, "trials.csv": trials, "trials.parquet": trials})
+    folder.attempt(write_text, folder.path / "config.yaml", yaml.safe_dump(raw_config, sort_keys=False))
 
 
-def write_results(results: list[PointResult], out_dir: Path, raw_config: dict | None = None) -> pd.DataFrame:
-    """Write the tables of a sweep to `out_dir`; return the points table."""
-    clear_outputs(out_dir)
+def write_results(results: list[PointResult], folder: RunFolder, raw_config: dict | None = None) -> pd.DataFrame:
+    """Write the tables of a sweep to the run folder, each whole or not at all (a file that cannot
+    be written is listed in `folder.failed`; the others still are); return the points table."""
     points = rows_frame([r.row for r in results])
-    points.to_csv(out_dir / "points.csv", index=False)
-    points.to_parquet(out_dir / "points.parquet", index=False)
-    requests = [r.requests for r in results if len(r.requests)]
-    steps = [r.steps for r in results if len(r.steps)]
-    if requests:
-        pd.concat(requests, ignore_index=True).to_parquet(out_dir / "requests.parquet", index=False)
-    if steps:
-        pd.concat(steps, ignore_index=True).to_parquet(out_dir / "steps.parquet", index=False)
+    _write_frames(folder, {"points.csv": points, "points.parquet": points, "requests.parquet": sweep_requests(results),
+                           "steps.parquet": _concat([r.steps for r in results])})
     if raw_config is not None:
-        (out_dir / "config.yaml").write_text(yaml.safe_dump(raw_config, sort_keys=False))
+        folder.attempt(write_text, folder.path / "config.yaml", yaml.safe_dump(raw_config, sort_keys=False))
     return points
+
+
+def config_as_run(base: SweepConfig) -> dict:
+    """The config as run (after --set), as config.yaml records it: loadable again (engine keys
+    only where the scheduler reads them, which `load_config` insists on; paths absolute)."""
+    tree = base.model_dump(mode="json")
+    tree["engine"] = base.engine.model_dump(mode="json", include=set(base.engine.used_settings()))
+    return tree
+
+
+_FRAME_WRITERS = {".csv": write_csv, ".parquet": write_parquet}
+
+
+def _write_frames(folder: RunFolder, frames: dict[str, pd.DataFrame | None]) -> None:
+    """Each frame that is not None as the file it is named by (.csv or .parquet)."""
+    for name, frame in frames.items():
+        if frame is not None:
+            folder.attempt(_FRAME_WRITERS[Path(name).suffix], folder.path / name, frame)
+
+
+def sweep_requests(results: list[PointResult]) -> pd.DataFrame | None:
+    """Every point's requests in one frame (`point_id` tells them apart); None when none ran."""
+    return _concat([r.requests for r in results])
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame | None:
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else None

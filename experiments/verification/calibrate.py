@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from experiments.outputs import write_text
 from profiler.engine_overhead import EngineOverhead, draft_tokens
 
 LEDGER_NAME = "ledger.csv"
@@ -83,7 +84,7 @@ def measure_engine_overhead(calibration_dir: Path, model: str, *, threads: int =
         config = calibration_dir / f"{name}.yaml"
         # cost_model names this calibration: on one CPU thread the engine then times its steps at
         # the calibration's host speed (`cpu-normalized`), as the profile's ops were.
-        config.write_text(yaml.safe_dump({"name": "engine-overhead", "model": str(Path(model).resolve())
+        write_text(config, yaml.safe_dump({"name": "engine-overhead", "model": str(Path(model).resolve())
                                           if Path(model).exists() else model, "device": "h100-sxm",
                                           "cost_model": f"profile:{Path(calibration_dir).resolve()}",
                                           "trace": OVERHEAD_TRACE, "engine": {**OVERHEAD_ENGINE, **kv_pool, **extra}}))

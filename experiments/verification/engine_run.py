@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from experiments.config import DraftModel, SweepConfig, describe_point, load_config
 from experiments.deployment import build_acceptance_model, build_scheduler_config
+from experiments.outputs import RunFolder, write_staged, write_text
 from experiments.point import load_requests
 from gpu_engine.clock import TIMINGS
 
@@ -43,7 +44,10 @@ def run_config(config: Path, *, out: Optional[Path] = None, overrides: Sequence[
 
     Raises:
         ConfigError: the config or an override is invalid (names file, key and line).
-        ValueError: an option or the point is one the engine cannot run (says what is valid).
+        ValueError: an option or the point is one the engine cannot run (says what is valid);
+            `experiments.outputs.OutputFolderError`: the run folder holds files the tool did not
+            write or another run holds it.
+        experiments.outputs.OutputWriteError: an output could not be written (named).
     """
     _, points = load_config(config, overrides)
     if point >= len(points):
@@ -54,9 +58,13 @@ def run_config(config: Path, *, out: Optional[Path] = None, overrides: Sequence[
         raise ValueError(f"--timing {timing!r}: valid values are auto, {', '.join(TIMINGS)}")
     if realtime and timing.startswith("cpu"):
         raise ValueError(f"--timing {timing} applies to --fast runs; a --realtime run lives on the wall clock")
-    return _serve(chosen, out or Path("runs") / f"{chosen.name}-engine", realtime=realtime, weights=weights,
-                  device=device, dtype=dtype, attention=attention, forced=forced_acceptance,
-                  temperature=temperature, max_kv_gib=max_kv_gib, threads=threads, timing=timing)
+    out_dir = out or Path("runs") / f"{chosen.name}-engine"
+    with RunFolder(out_dir, inputs=[config]) as folder:  # only our files there, one run at a time
+        _serve(chosen, out_dir, realtime=realtime, weights=weights, device=device, dtype=dtype, attention=attention,
+               forced=forced_acceptance, temperature=temperature, max_kv_gib=max_kv_gib, threads=threads,
+               timing=timing)
+        folder.remove_stale()
+    return out_dir
 
 
 def _serve(point: SweepConfig, out_dir: Path, *, realtime: bool, weights: Optional[Path], device: str,
@@ -111,14 +119,14 @@ def _serve(point: SweepConfig, out_dir: Path, *, realtime: bool, weights: Option
         task = progress.add_task(f"engine {describe_point(point)} on {torch_device}", total=len(requests))
         result = run_trace(engine, requests, clock, on_finished=lambda _: progress.advance(task))
     wall_s = time.perf_counter() - started
-    result.write(out_dir)
+    write_staged(out_dir, result.write)  # each file whole or not at all
     settings = {"config": point.model_dump(mode="json"), "device": str(torch_device), "dtype": dtype_name,
                 "weights": str(checkpoint) if checkpoint else f"random (seed {point.engine.seed})",
                 "attention": attention_fn(attention, torch_device).__name__, "torch_threads": torch.get_num_threads(),
                 "clock": "wall" if realtime else "fast",
                 "timing": "wall" if realtime else timing, **_host_speed(clock), "forced_acceptance": forced,
                 "temperature": temperature, "wall_s": wall_s, "torch": torch.__version__, **info}
-    (out_dir / "engine.json").write_text(json.dumps(settings, indent=2, default=str))
+    write_text(out_dir / "engine.json", json.dumps(settings, indent=2, default=str))
     _print_summary(result.summary, wall_s)
     if info.get("trace_rows_rejected"):  # counted in engine.json; said here too, as `simulate` does
         err_console.print(f"[yellow]note:[/yellow] {info['trace_rows_rejected']} trace rows were skipped as invalid: "

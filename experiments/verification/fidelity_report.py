@@ -7,6 +7,7 @@ import base64
 import csv
 import datetime as dt
 import html
+import io
 import json
 import platform
 from importlib import metadata
@@ -19,6 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from experiments.outputs import save_figure, write_csv, write_text  # noqa: E402
 from experiments.planning.report import format_cell, markdown_table  # noqa: E402  (the sweep report's cell format)
 from experiments.verification.verify import STEP_KINDS, StepComparison  # noqa: E402
 
@@ -48,7 +50,7 @@ def write_fidelity(out_dir: Path, context: dict, steps: StepComparison | None, e
     plots.mkdir(parents=True, exist_ok=True)
     figures = []
     if steps is not None:
-        steps.frame.to_csv(out_dir / "steps_fidelity.csv", index=False)
+        write_csv(out_dir / "steps_fidelity.csv", steps.frame)
         figures.append(_scatter(steps.frame, plots / "step_scatter.png"))
     if e2e is not None:
         figures.append(_e2e_bars(e2e, plots / "e2e_errors.png"))
@@ -56,12 +58,12 @@ def write_fidelity(out_dir: Path, context: dict, steps: StepComparison | None, e
                 "passed": not failed, "steps": steps.summary() if steps is not None else None,
                 "e2e": e2e.to_dict(orient="records") if e2e is not None else None,
                 "extra": {title: table.to_dict(orient="records") for title, table in extra_sections}}
-    (out_dir / "fidelity.json").write_text(json.dumps(document, indent=2, default=_json_default))
+    write_text(out_dir / "fidelity.json", json.dumps(document, indent=2, default=_json_default))
     sections = _sections(steps, e2e) + list(extra_sections)
     figures += list(extra_figures)
-    (out_dir / "fidelity.md").write_text(_markdown(context, headline, failed, sections, figures, out_dir))
+    write_text(out_dir / "fidelity.md", _markdown(context, headline, failed, sections, figures, out_dir))
     html_path = out_dir / "fidelity.html"
-    html_path.write_text(_html(context, headline, failed, sections, figures))
+    write_text(html_path, _html(context, headline, failed, sections, figures))
     return html_path
 
 
@@ -86,11 +88,13 @@ def append_ledger(ledger: Path, context: dict, steps: StepComparison | None, e2e
                 if context.get(k) is not None})
     ledger.parent.mkdir(parents=True, exist_ok=True)
     columns = _existing_header(ledger) or LEDGER_COLUMNS  # a ledger begun by an older version keeps its columns
-    with ledger.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        if f.tell() == 0:
-            writer.writeheader()
-        writer.writerow({k: row.get(k, "") for k in columns})
+    text = io.StringIO(newline="")  # the ledger with the row appended, replaced whole (experiments.outputs)
+    writer = csv.DictWriter(text, fieldnames=columns)
+    if columns is LEDGER_COLUMNS:
+        writer.writeheader()
+    writer.writerow({k: row.get(k, "") for k in columns})
+    old = ledger.read_bytes().decode("utf-8") if columns is not LEDGER_COLUMNS else ""  # as written: \r\n rows
+    write_text(ledger, old + ("" if not old or old.endswith("\n") else "\n") + text.getvalue())
     return row
 
 
@@ -147,7 +151,7 @@ def _scatter(frame: pd.DataFrame, path: Path) -> Path:
     ax.set_title("Per step: predicted against measured")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
     return path
 
@@ -161,7 +165,7 @@ def _e2e_bars(e2e: pd.DataFrame, path: Path) -> Path:
     ax.invert_yaxis()
     ax.set_xlabel("signed error, % of measured (positive: simulator slower)")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
     return path
 
@@ -188,7 +192,7 @@ def timeseries_overlay(simulated: pd.DataFrame, measured: pd.DataFrame, logged: 
     axes[0].legend(fontsize=8)
     axes[-1].set_xlabel("seconds since the first arrival")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 

@@ -1,0 +1,416 @@
+"""Run folders: what a command may write where, one run at a time, every file written whole.
+
+Every command that writes a folder of outputs (`sweep`, `simulate`, `engine run`, `verify`,
+`calibrate`) claims it with `RunFolder`:
+
+- **Only our files.** The folder keeps a manifest (`.sarathi-sim.json`) of every file the tool
+  wrote there. A folder holding anything else (your `report.md`, the config being run, a `plots/`
+  of your own) is refused with the name of one such file, so nothing of yours is overwritten or
+  deleted: choose a fresh `--out`. A sub-folder with its own manifest (`verify`'s `engine/`) is
+  checked against that one. `OUT/.cache` may hold results-cache entries only.
+- **One run at a time.** The claim holds an exclusive `fcntl.flock` on `.sarathi-sim.lock` for the
+  whole run; a second run into the same folder stops at once, naming the folder and the pid that
+  holds it (the lock is released by the kernel when that process ends, even when it is killed).
+  It stops rather than waits: two sweeps of the same folder are a mistake more often than a queue.
+- **Whole files or none.** `write_atomic` writes a temporary file in the target's folder and
+  renames it into place (`os.replace`, atomic on POSIX within one filesystem), so a full disk or a
+  kill leaves the previous file or none, never a truncated one; a failure raises
+  `OutputWriteError` naming the file. Leftover temporaries (`.tmp-sarathi-*`) of a killed run are
+  removed at the next claim.
+
+The manifest is updated before each file is renamed into place, so a file the tool wrote is always
+listed (a listed file may be missing if the run died in between: harmless).
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+MANIFEST = ".sarathi-sim.json"
+LOCK = ".sarathi-sim.lock"
+CACHE_DIR = ".cache"
+TEMP_PREFIX = ".tmp-sarathi-"
+# Results-cache entries (`experiments.planning.results_cache`): a sha256 hex digest.
+_CACHE_ENTRY = re.compile(r"^[0-9a-f]{64}\.pkl$")
+
+# Run folders claimed by this process, by resolved path: their inputs (never overwritten) and
+# the files written this run (the others listed in the manifest are stale).
+_ACTIVE: dict[Path, "RunFolder"] = {}
+
+
+class OutputFolderError(ValueError):
+    """A folder that cannot be used for outputs: foreign files in it, another run holding it, an
+    input inside it, or it cannot be created. The message names the folder and what to do."""
+
+
+class OutputWriteError(OSError):
+    """An output file that could not be written (disk full, permissions); nothing partial is left.
+
+    Attributes:
+        path: the file that was not written.
+        reason: the operating system's reason (e.g. "No space left on device").
+    """
+
+    def __init__(self, path: Path, reason: str, errno_: int | None = None):
+        super().__init__(errno_, f"{path}: could not be written ({reason})")
+        self.path = Path(path)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def write_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
+    """Write `path` whole or not at all: `write(tmp)` fills a temporary file in the same folder,
+    which is then renamed over `path`. The nearest run folder above `path` lists it in its manifest.
+
+    Args:
+        path: the output file (its folder is created).
+        write: called with the temporary path (an empty file exists there); writes the content.
+
+    Returns:
+        `path`.
+
+    Raises:
+        OutputWriteError: the folder cannot be created or the write or rename failed (the
+            temporary file is removed); or `path` is an input of the run that claimed its folder.
+    """
+    path = Path(path)
+    owner = _owner(path)
+    if owner is not None and path.resolve() in owner.inputs:
+        raise OutputWriteError(path, "it is an input of this run; choose another --out", errno.EEXIST)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=path.suffix)
+        os.close(fd)
+    except OSError as exc:
+        raise OutputWriteError(path, exc.strerror or str(exc), exc.errno) from exc
+    tmp = Path(tmp_name)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; outputs are ordinary files
+        if owner is not None:
+            owner.record(path)
+        else:
+            _list_in_manifest(path)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OutputWriteError(path, exc.strerror or str(exc), exc.errno) from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """`write_atomic` of UTF-8 text."""
+    return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    """`write_atomic` of bytes."""
+    return write_atomic(path, lambda tmp: tmp.write_bytes(data))
+
+
+def write_parquet(path: str | Path, frame) -> Path:
+    """`write_atomic` of a pandas frame as Parquet (no index)."""
+    return write_atomic(path, lambda tmp: frame.to_parquet(tmp, index=False))
+
+
+def write_csv(path: str | Path, frame) -> Path:
+    """`write_atomic` of a pandas frame as CSV (no index)."""
+    return write_atomic(path, lambda tmp: frame.to_csv(tmp, index=False))
+
+
+def save_figure(fig, path: str | Path, **savefig_kwargs) -> Path:
+    """`write_atomic` of a matplotlib figure (format from `path`'s suffix)."""
+    fmt = Path(path).suffix.lstrip(".") or "png"
+    return write_atomic(path, lambda tmp: fig.savefig(tmp, format=fmt, **savefig_kwargs))
+
+
+def write_staged(directory: str | Path, write: Callable[[Path], Any]) -> list[Path]:
+    """`write_atomic` for a writer of several files that takes a folder (`gpu_engine`'s
+    `RunResult.write`): `write(staging)` fills a temporary folder inside `directory`, then each
+    file is renamed into place. Returns the files, in `directory`.
+
+    Raises:
+        OutputWriteError: a file could not be written (named; the staging folder is removed and
+            no file of this write is left half-written; those already renamed are whole).
+    """
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=directory, prefix=TEMP_PREFIX))
+    except OSError as exc:
+        raise OutputWriteError(directory, exc.strerror or str(exc), exc.errno) from exc
+    try:
+        try:
+            write(staging)
+        except OSError as exc:
+            name = Path(exc.filename).name if exc.filename else "an output"
+            raise OutputWriteError(directory / name, exc.strerror or str(exc), exc.errno) from exc
+        placed = []
+        for path in sorted(p for p in staging.rglob("*") if p.is_file()):
+            target = directory / path.relative_to(staging)
+            placed.append(write_atomic(target, lambda tmp, src=path: os.replace(src, tmp)))
+        return placed
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+class RunFolder:
+    """A claimed output folder (a context manager): checked, locked, its writes listed.
+
+    Args:
+        path: the folder (created when missing).
+        inputs: files this run reads (the config): refused when inside the folder, never written.
+        option: how the folder was named on the command line, for messages (`--out`).
+        adopt: on leaving, list every file now in the folder as ours (`calibrate`, whose profiler
+            writes files without `write_atomic`; the folder held only our files when claimed).
+
+    Raises (on entering):
+        OutputFolderError: the folder cannot be created, holds a file the tool did not write,
+            holds an input, or another run holds its lock (the message gives that run's pid).
+    """
+
+    def __init__(self, path: str | Path, inputs: Iterable[str | Path] = (), option: str = "--out",
+                 adopt: bool = False):
+        self.path = Path(path)
+        self.inputs = {Path(p).resolve() for p in inputs}
+        self.option = option
+        self.adopt = adopt
+        self.written: dict[str, None] = {}  # files written this run, in order (an ordered set)
+        self.failed: list[tuple[str, str]] = []  # (output, reason) of what could not be written
+        self._lock_fd: int | None = None
+        self._listed: set[str] = set()
+
+    # ----- claiming --------------------------------------------------------------------------
+    def __enter__(self) -> "RunFolder":
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputFolderError(f"{self.option} {self.path}: cannot create the run folder "
+                                    f"({exc.strerror or exc})") from None
+        if not self.path.is_dir():
+            raise OutputFolderError(f"{self.option} {self.path}: not a folder")
+        root = self.path.resolve()
+        for item in self.inputs:
+            if root == item or root in item.parents:
+                raise OutputFolderError(f"{self.option} {self.path}: holds {item.name}, an input of this run; "
+                                        "outputs go into a folder of their own: choose another --out")
+        self._refuse_foreign()  # before the lock file is made: a refused folder is left as it was
+        self._lock()
+        try:
+            self._refuse_foreign()  # again under the lock (another run may have been writing)
+            self._listed = set(read_manifest(self.path))
+            _remove_temporaries(self.path)
+            self._write_manifest()
+        except BaseException:
+            self._unlock()
+            raise
+        _ACTIVE[root] = self
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        _ACTIVE.pop(self.path.resolve(), None)
+        try:
+            if self.adopt:
+                own = [p for p in _files(self.path) if _owner_root(p) == self.path.resolve()
+                       and p.name not in (MANIFEST, LOCK) and not p.name.startswith(TEMP_PREFIX)]
+                self._listed |= {p.relative_to(self.path).as_posix() for p in own}
+                self._write_manifest()
+        finally:
+            self._unlock()
+
+    def _refuse_foreign(self) -> None:
+        foreign = foreign_files(self.path)
+        if foreign:
+            more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+            raise OutputFolderError(
+                f"{self.option} {self.path}: holds {foreign[0]}{more}, which sarathi-sim did not write; "
+                f"so that nothing of yours is overwritten or deleted, outputs go into a fresh folder: "
+                f"choose a new --out (e.g. {self.path / 'run'}) or an empty folder")
+
+    def _lock(self) -> None:
+        lock_path = self.path / LOCK
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise OutputFolderError(f"{self.option} {self.path}: cannot create its lock file "
+                                    f"({exc.strerror or exc})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise OutputFolderError(f"{self.option} {self.path}: another sarathi-sim run (pid {holder}) is writing "
+                                    "this folder; wait for it to finish or choose another --out") from None
+        pid = f"{os.getpid()}\n".encode()
+        os.pwrite(fd, pid, 0)
+        os.ftruncate(fd, len(pid))
+        self._lock_fd = fd
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # ----- writing ---------------------------------------------------------------------------
+    def record(self, path: Path) -> None:
+        """List `path` (a file inside this folder) in the manifest before it is renamed into place."""
+        name = Path(path).resolve().relative_to(self.path.resolve()).as_posix()
+        self.written[name] = None
+        if name not in self._listed:
+            self._listed.add(name)
+            self._write_manifest()
+
+    def attempt(self, write: Callable[..., Any], *args, outputs: Iterable[str] = ()) -> Any:
+        """`write(*args)`, or None when it raised an OSError (an `OutputWriteError`, or a folder
+        that cannot be made): the file is added to `failed` with the reason, and so is each of
+        `outputs` (files `write` makes after the failing one) that this run did not write."""
+        try:
+            return write(*args)
+        except OSError as exc:
+            path = Path(getattr(exc, "path", None) or exc.filename or "?")
+            reason = getattr(exc, "reason", None) or exc.strerror or str(exc)
+            self.failed.append((self._name(path), reason))
+            for name in outputs:
+                if name not in self.written and name != self._name(path):
+                    self.failed.append((name, f"not written after {self._name(path)} failed"))
+            return None
+
+    def failure_message(self) -> str | None:
+        """'could not write A, B (reason); C (reason) in FOLDER', or None when all was written."""
+        if not self.failed:
+            return None
+        by_reason: dict[str, list[str]] = {}
+        for name, reason in self.failed:
+            by_reason.setdefault(reason, []).append(name)
+        parts = "; ".join(f"{', '.join(names)} ({reason})" for reason, names in by_reason.items())
+        return f"could not write {parts} in {self.path}"
+
+    def _name(self, path: Path) -> str:
+        try:
+            return Path(path).resolve().relative_to(self.path.resolve()).as_posix()
+        except ValueError:
+            return str(path)
+
+    def remove_stale(self) -> list[str]:
+        """Delete the files an earlier run listed here that this run did not write (so no old
+        table or plot sits beside this run's); returns their names. Only manifest files go."""
+        stale = sorted(self._listed - set(self.written))
+        for name in stale:
+            (self.path / name).unlink(missing_ok=True)
+        self._listed -= set(stale)
+        for folder in sorted({(self.path / n).parent for n in stale}, key=lambda p: -len(p.parts)):
+            if folder != self.path and folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        self._write_manifest()
+        return stale
+
+    def _write_manifest(self) -> None:
+        _dump_manifest(self.path, self._listed)
+
+
+def read_manifest(folder: Path) -> list[str]:
+    """The files listed in `folder`'s manifest ([] when there is none or it is unreadable)."""
+    try:
+        files = json.loads((Path(folder) / MANIFEST).read_text()).get("files", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [f for f in files if isinstance(f, str)]
+
+
+def foreign_files(folder: Path) -> list[str]:
+    """Files under `folder` (relative, sorted) that the tool did not write: not in its manifest
+    (or a nested run folder's), not a results-cache entry, lock, manifest or temporary."""
+    folder = Path(folder)
+    listed = set(read_manifest(folder))
+    foreign = []
+    for entry in sorted(folder.iterdir()):
+        name = entry.name
+        if name in (MANIFEST, LOCK) or name.startswith(TEMP_PREFIX):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            if (entry / MANIFEST).is_file():  # a run folder of its own (verify's engine/, point<i>/)
+                foreign += [f"{name}/{f}" for f in foreign_files(entry)]
+            elif name == CACHE_DIR:
+                foreign += [f"{name}/{p.name}" for p in sorted(entry.iterdir())
+                            if not (_CACHE_ENTRY.match(p.name) or p.name.startswith(TEMP_PREFIX))]
+            else:
+                foreign += [p.relative_to(folder).as_posix() for p in _files(entry)
+                            if p.relative_to(folder).as_posix() not in listed
+                            and not p.name.startswith(TEMP_PREFIX)]
+        elif name not in listed:
+            foreign.append(name)
+    return foreign
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in Path(folder).rglob("*") if p.is_file() or p.is_symlink())
+
+
+def _remove_temporaries(folder: Path) -> None:
+    """Temporaries of a killed write (ours by their prefix), outside nested run folders."""
+    for path in Path(folder).rglob(f"{TEMP_PREFIX}*"):
+        if _owner_root(path) == Path(folder).resolve() and path.is_file():
+            path.unlink(missing_ok=True)
+
+
+def _owner_root(path: Path) -> Path | None:
+    """The nearest folder above `path` with a manifest (resolved), or None."""
+    for parent in Path(path).resolve().parents:
+        if (parent / MANIFEST).is_file():
+            return parent
+    return None
+
+
+def _list_in_manifest(path: Path) -> None:
+    """A file written into a run folder no run of this process holds (`verify` appending to a
+    calibration's ledger.csv): list it in that folder's manifest, so the folder stays ours."""
+    root = _owner_root(path)
+    if root is None:
+        return
+    files = set(read_manifest(root))
+    name = Path(path).resolve().relative_to(root).as_posix()
+    if name not in files:
+        _dump_manifest(root, files | {name})
+
+
+def _dump_manifest(folder: Path, files: set[str]) -> None:
+    """Write `folder`'s manifest atomically (not through `write_atomic`: it lists itself nowhere)."""
+    text = json.dumps({"tool": "sarathi-sim", "files": sorted(files)}, indent=1) + "\n"
+    path = Path(folder) / MANIFEST
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=TEMP_PREFIX)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise OutputWriteError(path, exc.strerror or str(exc), exc.errno) from exc
+
+
+def _owner(path: Path) -> RunFolder | None:
+    """The run folder claimed in this process that holds `path` (the nearest one)."""
+    if not _ACTIVE:
+        return None
+    for parent in Path(path).resolve().parents:
+        if parent in _ACTIVE:
+            return _ACTIVE[parent]
+    return None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
