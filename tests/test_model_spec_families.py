@@ -268,3 +268,10 @@ def test_unreadable_config_names_the_file(tmp_path, text, match):
 def test_non_whole_shape_names_the_key(tmp_path, value):
     with pytest.raises(ValueError, match=r"config\.json: hidden_size must be a whole number"):
         get_model_spec(write(tmp_path, {**LLAMA_3_1_8B, "hidden_size": value}))
+
+
+def test_readme_lists_every_builtin_model():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert [name for name in BUILTIN_MODELS if f"`{name}`" not in readme] == []
