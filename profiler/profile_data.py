@@ -97,18 +97,27 @@ class Profile:
         """Read a profile directory written by `save` (or `sarathi-sim profile`).
 
         Raises:
-            ProfileError: no sidecar, a sidecar key missing, a listed CSV missing, or a CSV
-                without its family's columns; the message names the file.
+            ProfileError: no sidecar, a sidecar key missing or its model not a model spec, a
+                listed CSV missing, or a CSV without its family's columns; the message names the file.
         """
         directory = Path(directory)
         sidecar = directory / SIDECAR
         if not sidecar.is_file():
             raise ProfileError(f"{directory}: not a profile directory (no {SIDECAR}); "
                                "create one with `sarathi-sim profile`")
-        meta = json.loads(sidecar.read_text())
+        try:
+            meta = json.loads(sidecar.read_text())
+        except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError) as exc:
+            raise ProfileError(f"{sidecar}: not readable JSON ({type(exc).__name__}: {exc})") from None
+        if not isinstance(meta, dict):
+            raise ProfileError(f"{sidecar}: must hold a JSON object, got {type(meta).__name__}")
         missing = [k for k in _REQUIRED_META if k not in meta]
         if missing:
             raise ProfileError(f"{sidecar}: missing keys {missing}")
+        try:
+            ModelSpec(**meta["model"])
+        except (TypeError, ValueError) as exc:  # unknown or missing shape keys, bad counts
+            raise ProfileError(f"{sidecar}: model: not a model spec ({exc})") from None
         tables = {}
         for family, entry in meta.get("families", {}).items():
             path = directory / entry["file"]

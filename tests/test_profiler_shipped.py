@@ -142,3 +142,24 @@ def test_a_profile_too_thin_to_fit_is_refused_for_a_point(tmp_path):
     table.head(2).to_csv(directory / "attention_decode.csv", index=False)
     with pytest.raises(ProfileError, match=rf"^{directory}: too few profiled shapes .*: attention_decode has 2;"):
         build_cost_model(points_of(config(tmp_path, f"profile:{directory}")))
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda meta: {**meta, "model": {**meta["model"], "num_experts": 8}}, r"model: not a model spec \(.*num_experts"),
+    (lambda meta: {**meta, "model": {**meta["model"], "hidden_size": 0}}, r"model: not a model spec \(.*hidden_size"),
+    (lambda meta: [meta], r"must hold a JSON object, got list"),
+])
+def test_a_bad_sidecar_is_a_profile_error_naming_it(tmp_path, edit, match):
+    import json
+
+    from profiler.profile_data import Profile
+
+    directory = tmp_path / "bad"
+    shutil.copytree(RECORDED, directory)
+    sidecar = directory / "profile.json"
+    sidecar.write_text(json.dumps(edit(json.loads(sidecar.read_text()))))
+    with pytest.raises(ProfileError, match=rf"^{sidecar}: {match}"):
+        Profile.load(directory)
+    sidecar.write_text("{truncated")
+    with pytest.raises(ProfileError, match=rf"^{sidecar}: not readable JSON"):
+        Profile.load(directory)
