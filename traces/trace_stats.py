@@ -41,13 +41,14 @@ def gap_cv(arrivals_s: np.ndarray) -> float:
 
     The burstiness measure of `trace stats`: 1 for a Poisson process, 0 for a constant rate,
     1 / sqrt(γ) for gamma gaps with shape γ, > 1 for bursty traffic. NaN when there are fewer
-    than two arrivals or the mean gap is 0 (all at one instant).
+    than two gaps (one gap has no spread to measure: its CV is not 0, it is unknown) or the
+    mean gap is 0 (all at one instant).
 
     Args:
         arrivals_s: arrival times in seconds, shape (n,), any order (sorted here).
     """
     gaps_s = np.diff(np.sort(np.asarray(arrivals_s, dtype=float)))
-    if gaps_s.size == 0 or gaps_s.mean() <= 0.0:
+    if gaps_s.size < 2 or gaps_s.mean() <= 0.0:
         return float("nan")
     return float(gaps_s.std() / gaps_s.mean())
 

@@ -12,5 +12,6 @@ def fail(message: str) -> None:
     The message is escaped, so text in brackets ("[low, high]", a list value) prints as written
     instead of being read as rich markup.
     """
-    Console(stderr=True, width=120).print(f"[red]error:[/red] {escape(message)}", highlight=False)
+    # soft_wrap: one line however long (a long path must not be broken where a script reads it).
+    Console(stderr=True, width=120).print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)

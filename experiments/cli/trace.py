@@ -1,7 +1,9 @@
 """`sarathi-sim trace stats|convert`: look at a trace or lengths file, or turn it into canonical form."""
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -11,14 +13,17 @@ from rich.console import Console
 from rich.table import Table
 
 from experiments.cli.console import fail
+from experiments.outputs import save_figure, write_atomic
 from traces import (LengthsLoadResult, TraceFormatError, TraceLoadResult, TraceSummary, cut, lengths_with_arrivals,
                     read_lengths, read_trace, scale_to_qps, summarize_lengths, summarize_requests, write_canonical)
 from traces.readers.formats import detect_format, format_by_name
+from traces.writers import LAYOUTS, layout_of, write_canonical_text
 
 trace_app = typer.Typer(add_completion=False, no_args_is_help=True,
                         help="Inspect a trace or lengths file (stats) or write it as a canonical trace (convert).")
 _WIDTH = max(shutil.get_terminal_size((120, 24)).columns, 120)
 console = Console(width=_WIDTH)
+_PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 FileArgument = typer.Argument(..., exists=True, dir_okay=False, help="Trace or lengths file (format from its header).")
 FormatOption = typer.Option("auto", "--format", help="Override the detected format (canonical, azure, vidur, "
@@ -37,6 +42,10 @@ def stats(
     strict: bool = StrictOption,
 ) -> None:
     """Count, span, mean QPS, burstiness (CV of gaps), length percentiles; rejected rows by reason."""
+    path = None
+    if plot:
+        path = _output_file("--plot-to", plot_to or Path(f"{file.stem}.stats.png"), file, _PLOT_SUFFIXES,
+                            f"{file.stem}.stats.png")
     loaded = _read(file, format, strict)
     if isinstance(loaded, TraceLoadResult):
         summary = summarize_requests(loaded.requests, max_model_len)
@@ -45,27 +54,35 @@ def stats(
         summary = summarize_lengths(loaded.prompt_tokens, loaded.output_tokens, None, max_model_len)
         arrivals_s = None
     _print_stats(loaded, summary)
-    if plot:
-        path = plot_to or Path(f"{file.stem}.stats.png")
-        _plot(loaded, arrivals_s, path)
-        console.print(f"wrote {path}")
+    if path is not None:
+        try:
+            _plot(loaded, arrivals_s, path)
+        except OSError as exc:
+            fail(str(exc))
+        console.print(f"wrote {path}", highlight=False)
 
 
 @trace_app.command()
 def convert(
     file: Path = FileArgument,
-    to: Path = typer.Option(..., "--to", help="Output: .csv (canonical CSV) or .jsonl (canonical JSON lines)."),
+    to: str = typer.Option(..., "--to", help="Output file: .csv (canonical CSV), .jsonl (canonical JSON lines) or "
+                                             ".parquet; - writes canonical CSV to standard output."),
     format: str = FormatOption,
     strict: bool = StrictOption,
     max_requests: Optional[int] = typer.Option(None, "--max-requests", min=1, help="Keep the first N requests."),
     qps: Optional[float] = typer.Option(None, "--qps",
                                         help="Time-scale a trace to this mean rate; required for a lengths-only "
                                              "file (Poisson arrivals at this rate)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the Poisson arrivals given to a lengths-only file."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the Poisson arrivals given to a lengths-only file."),
 ) -> None:
-    """Write FILE as a canonical trace (arrival_s in seconds from 0, prompt_tokens, output_tokens)."""
-    if to.resolve() == file.resolve():
-        fail(f"--to {to} is the input file; choose another path")
+    """Write FILE as a canonical trace (arrival_s in seconds from 0, prompt_tokens, output_tokens).
+
+    The output is written whole or not at all (a temporary file in its folder, then renamed), never
+    over FILE itself; its folder must exist. With --to - the trace goes to standard output and the
+    summary to standard error.
+    """
+    to_stdout = to == "-"
+    target = None if to_stdout else _output_file("--to", Path(to).expanduser(), file, tuple(LAYOUTS), f"{file.stem}.csv")
     loaded = _read(file, format, strict)
     try:
         if isinstance(loaded, TraceLoadResult):
@@ -78,9 +95,45 @@ def convert(
             requests = lengths_with_arrivals(loaded.prompt_tokens[rows], loaded.output_tokens[rows], qps, seed)
     except ValueError as exc:
         fail(str(exc))
-    write_canonical(requests, to)
-    console.print(loaded.summary(), highlight=False)
-    console.print(f"wrote {len(requests)} requests to {to}")
+    report = Console(stderr=True, width=_WIDTH) if to_stdout else console
+    if to_stdout:
+        _write_stdout(requests)
+    else:
+        try:
+            write_atomic(target, lambda tmp: write_canonical(requests, tmp, layout_of(target)))
+        except OSError as exc:  # OutputWriteError names the file and the system's reason
+            fail(str(exc))
+    report.print(loaded.summary(), highlight=False)
+    report.print(f"wrote {len(requests)} requests to {'standard output' if to_stdout else target}", highlight=False)
+
+
+def _write_stdout(requests: list) -> None:
+    """Canonical CSV on standard output; a closed pipe (`| head`) ends quietly, a failed write is an error."""
+    try:
+        write_canonical_text(requests, sys.stdout)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader stopped early, as `head` does: not an error of ours. Point stdout at
+        # /dev/null so Python's own flush at exit does not complain about the closed pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(0)
+    except OSError as exc:
+        fail(f"standard output could not be written ({exc.strerror or exc})")
+
+
+def _output_file(option: str, path: Path, source: Path, suffixes: tuple[str, ...], default_name: str) -> Path:
+    """An output path checked before any work: a file with one of `suffixes`, in a folder that
+    exists, not the input `source` by any name (symlink or hard link). Errors end the command."""
+    if path.is_dir():
+        fail(f"{option} {path} is a folder; give a file in it, e.g. {option} {path / default_name}")
+    if not path.parent.is_dir():
+        fail(f"{option} {path}: folder {path.parent} does not exist (create it first)")
+    if path.suffix.lower() not in suffixes:
+        also = ", or - for standard output" if option == "--to" else ""
+        fail(f"{option} {path}: unknown suffix {path.suffix or '(none)'!r}; use {', '.join(suffixes)}{also}")
+    if path.resolve() == source.resolve() or (path.exists() and os.path.samefile(path, source)):
+        fail(f"{option} {path} is the input file; choose another path")
+    return path
 
 
 def _read(file: Path, format: str, strict: bool) -> TraceLoadResult | LengthsLoadResult:
@@ -135,7 +188,7 @@ def _plot(loaded: TraceLoadResult | LengthsLoadResult, arrivals_s: np.ndarray | 
         ax.set_ylabel("requests")
     fig.suptitle(f"{loaded.path.name} ({loaded.format})")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
 
 
