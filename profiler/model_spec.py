@@ -192,4 +192,7 @@ def get_model_spec(name_or_path: str | Path) -> ModelSpec:
         raise ValueError(f"unknown model {str(name_or_path)!r}: not a file or a directory with a "
                          f"config.json; built-in names are {sorted(BUILTIN_MODELS)}")
     fields = spec_fields(read_config_json(path), path)
-    return ModelSpec(name=path.parent.name or str(path), **fields)
+    try:
+        return ModelSpec(name=path.parent.name or str(path), **fields)
+    except ValueError as exc:  # a count not positive, heads not a multiple of the KV heads
+        raise ValueError(f"{path}: {exc}") from None

@@ -275,3 +275,12 @@ def test_readme_lists_every_builtin_model():
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert [name for name in BUILTIN_MODELS if f"`{name}`" not in readme] == []
+
+
+@pytest.mark.parametrize("extra, match", [
+    ({"num_key_value_heads": 0}, "num_key_value_heads must be > 0"),
+    ({"num_key_value_heads": 5}, "num_attention_heads 32 is not a multiple of num_key_value_heads 5"),
+])
+def test_impossible_shapes_name_the_file(tmp_path, extra, match):
+    with pytest.raises(ValueError, match=r"config\.json: model 'model': " + match):
+        get_model_spec(write(tmp_path, {**LLAMA_3_1_8B, **extra}))
