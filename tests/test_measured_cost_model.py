@@ -196,3 +196,17 @@ def test_decode_step_prices_are_stable_for_a_known_case():
     assert math.isclose(sum(parts.values()), step_s, rel_tol=1e-9)
     # 32 layers × 4 GEMMs at m = 32 stream 13.1 GB of bf16 weights (6.5 G params × 2 B) at ≥ 60 % of 3.35 TB/s.
     assert 3.5e-3 < parts["gemm_s"] < 6.5e-3
+
+
+def test_heldout_error_is_zero_on_a_power_law_and_exact_on_a_kink():
+    from profiler.measured.heldout import heldout_errors, mape
+
+    frame = _product(m=[1, 2, 4, 8], k=[1, 10])
+    frame["time_s"] = 1e-6 * frame["m"] ** 1.5
+    errors = heldout_errors(LogGrid.from_frame(frame, ["m", "k"]))
+    assert mape(errors[0]) == pytest.approx(0.0, abs=1e-9) and errors[1].size == 0
+    # A flat-then-linear curve t = max(1, m / 2) µs: leaving out m = 2 predicts sqrt(1 · 2) = 1.414 µs
+    # against 1 (41.4 % off); m = 4 predicts sqrt(1 · 4) = 2, exact. Two k columns: each twice.
+    frame["time_s"] = 1e-6 * np.maximum(1.0, frame["m"] / 2)
+    errors = heldout_errors(LogGrid.from_frame(frame, ["m", "k"]))
+    assert sorted(errors[0]) == pytest.approx([0.0, 0.0, math.sqrt(2) - 1, math.sqrt(2) - 1])
