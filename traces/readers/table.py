@@ -65,8 +65,21 @@ class RawTable:
         )
 
 
+# Parquet files begin (and end) with these 4 bytes (Apache Parquet format specification).
+_PARQUET_MAGIC = b"PAR1"
+
+
 def first_line(path: Path) -> str:
-    """The first line of the file without its newline or a UTF-8 byte-order mark."""
+    """The first line of the file without its newline or a UTF-8 byte-order mark.
+
+    Raises:
+        TraceFormatError: the file is not UTF-8 text (a Parquet file is named as such).
+    """
+    with path.open("rb") as handle:
+        if handle.read(len(_PARQUET_MAGIC)) == _PARQUET_MAGIC:
+            raise TraceFormatError(path, field="header", value="PAR1...",
+                                   expected="a CSV or JSON-lines trace; this is a Parquet file (trace convert writes "
+                                   "Parquet for pandas/Arrow, and .csv or .jsonl to read back)")
     try:
         with path.open(encoding="utf-8-sig") as handle:
             return handle.readline().rstrip("\r\n")
