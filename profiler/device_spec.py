@@ -37,6 +37,17 @@ class AllReduceFit:
 
 
 @dataclass(frozen=True)
+class AttentionFit:
+    """The attention kernel's roofline: max(FLOPs / (peak × flops_efficiency), bytes /
+    (bandwidth × bandwidth_efficiency)) + latency_s + per_sequence_s × sequences (fractions, s)."""
+
+    flops_efficiency: float
+    bandwidth_efficiency: float
+    latency_s: float
+    per_sequence_s: float
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
     """One accelerator: datasheet figures, and the roofline's efficiencies on it.
 
@@ -56,6 +67,8 @@ class DeviceSpec:
         memory_bandwidth_efficiency: fraction of the bandwidth memory-bound kernels reach.
         kernel_latency_s: fixed time every kernel launch adds (s).
         step_overhead_s: host time per step outside the kernels (s).
+        attention: the attention kernel's own terms (None: the GEMM efficiency, memory
+            bandwidth efficiency and kernel latency, no per-sequence cost).
         all_reduce: per TP degree, the fitted all-reduce terms (empty: the link figures with
             efficiency 1).
         source: where the datasheet figures come from (a file, "inline", a built-in's sheet).
@@ -75,6 +88,7 @@ class DeviceSpec:
     memory_bandwidth_efficiency: float = DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY
     kernel_latency_s: float = DEFAULT_KERNEL_LATENCY_S
     step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S
+    attention: AttentionFit | None = None
     all_reduce: Mapping[int, AllReduceFit] = field(default_factory=dict)
     source: str = ""
     efficiency_source: str = "assumed defaults"
@@ -95,15 +109,23 @@ class DeviceSpec:
         fit = self.all_reduce.get(tp)
         return fit if fit is not None else AllReduceFit(self.interconnect_latency_s, 1.0)
 
+    def attention_terms(self) -> AttentionFit:
+        """The attention kernel's terms: the fit where there is one, else the GEMM terms."""
+        if self.attention is not None:
+            return self.attention
+        return AttentionFit(self.gemm_flops_efficiency, self.memory_bandwidth_efficiency, self.kernel_latency_s, 0.0)
+
     def describe(self) -> dict[str, Any]:
         """The figures a point was priced with, in the units of a device file, for reports.
 
         Returns a flat JSON-ready dict: name, memory_gib, dense_bf16_tflops, dense_fp8_tflops
         (None without FP8), memory_bandwidth_gb_per_s, gpu_link (kind, gb_per_s_per_direction,
         latency_us), host_link_gb_per_s_per_direction, gemm_flops_efficiency,
-        memory_bandwidth_efficiency, kernel_latency_us, step_overhead_ms, all_reduce (per TP:
+        memory_bandwidth_efficiency, kernel_latency_us, attention (flops_efficiency,
+        bandwidth_efficiency, latency_us, per_sequence_us), step_overhead_ms, all_reduce (per TP:
         latency_us, link_bandwidth_efficiency), source, efficiency_source.
         """
+        attention = self.attention_terms()
         return {
             "name": self.name,
             "memory_gib": self.memory_gib,
@@ -117,6 +139,9 @@ class DeviceSpec:
             "gemm_flops_efficiency": self.gemm_flops_efficiency,
             "memory_bandwidth_efficiency": self.memory_bandwidth_efficiency,
             "kernel_latency_us": self.kernel_latency_s * 1e6,
+            "attention": {"flops_efficiency": attention.flops_efficiency,
+                          "bandwidth_efficiency": attention.bandwidth_efficiency,
+                          "latency_us": attention.latency_s * 1e6, "per_sequence_us": attention.per_sequence_s * 1e6},
             "step_overhead_ms": self.step_overhead_s * 1e3,
             "all_reduce": {str(tp): {"latency_us": fit.latency_s * 1e6,
                                      "link_bandwidth_efficiency": fit.link_bandwidth_efficiency}
@@ -129,7 +154,8 @@ class DeviceSpec:
 def _spec(fields: dict[str, Any]) -> DeviceSpec:
     """A DeviceSpec from the SI fields `profiler.device_file` returns."""
     all_reduce = {tp: AllReduceFit(*terms) for tp, terms in fields.pop("all_reduce", {}).items()}
-    return DeviceSpec(**fields, all_reduce=all_reduce)
+    attention = fields.pop("attention", None)
+    return DeviceSpec(**fields, all_reduce=all_reduce, attention=None if attention is None else AttentionFit(*attention))
 
 
 BUILTIN_DEVICES: dict[str, DeviceSpec] = {name: _spec(fields) for name, fields in builtin_device_fields().items()}

@@ -12,7 +12,9 @@ The kernels, as vLLM 0.19 runs a Llama-family decoder (`vllm/model_executor/mode
 - per layer, four GEMMs over all T tokens (`ModelSpec.layer_gemm_shapes`: qkv_proj, o_proj,
   gate_up_proj, down_proj);
 - per layer, attention (one kernel for the step's prefill chunks, one for its decodes; FLOPs
-  over query-key pairs, bytes = KV read of context + query tokens, Q read and O write);
+  over query-key pairs, bytes = KV read of context + query tokens, Q read and O write), at the
+  device's attention terms (`DeviceSpec.attention_terms`: own FLOP/s and bandwidth fractions,
+  latency per call and cost per sequence where fitted, else the GEMM terms);
 - per layer, the element-wise kernels, memory-bound (FLOPs negligible), each one launch:
   the two RMSNorms with their residual adds **fused** into them (vLLM `RMSNorm.forward_cuda`
   with a residual calls `fused_add_rms_norm`: read x and residual, write both: 4 × hidden
@@ -43,7 +45,7 @@ import numpy as np
 from profiler.cost_model import step_arrays
 from profiler.device_file import (DEFAULT_GEMM_FLOPS_EFFICIENCY, DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY,
                                   DEFAULT_STEP_OVERHEAD_S)
-from profiler.device_spec import DeviceSpec
+from profiler.device_spec import AttentionFit, DeviceSpec
 from profiler.model_spec import ModelSpec
 
 # The assumed defaults, under the names `roofline_tuning` and `fitted` import.
@@ -203,7 +205,13 @@ class RooflineCostModel:
         self._qo_bytes_per_token = 2.0 * heads_per_rank * model.head_dim * dtype_bytes
         self._kv_bytes_per_token_layer = model.kv_bytes_per_token(kv_dtype_bytes, tp) / model.num_layers
         # Attention runs in BF16 even with FP8 weights (vLLM dequantises an FP8 KV cache).
-        self._attn_flops_per_s = device.peak_bf16_flops * flops_efficiency
+        # The attention kernel has its own terms where the device has them fitted.
+        attention = device.attention_terms() if device.attention is not None else AttentionFit(
+            flops_efficiency, bandwidth_efficiency, kernel_latency_s, 0.0)
+        self._attn_flops_per_s = device.peak_bf16_flops * attention.flops_efficiency
+        self._attn_bytes_per_s = device.mem_bandwidth_bytes_per_s * attention.bandwidth_efficiency
+        self._attn_latency_s = attention.latency_s
+        self._attn_per_seq_s = attention.per_sequence_s
         self._bytes_per_s = device.mem_bandwidth_bytes_per_s * bandwidth_efficiency
         self._elementwise_bytes_per_token = elementwise_bytes_per_token(model, tp, dtype_bytes, kv_dtype_bytes)
         self._elementwise_launch_s = (model.num_layers * ELEMENTWISE_KERNELS_PER_LAYER
@@ -231,7 +239,7 @@ class RooflineCostModel:
             if num_tokens == num_seqs and not np.any(is_prefill):
                 # Plain decodes (q = 1 each): q c + q (q + 1) / 2 = c + 1 pairs, c + q KV tokens read.
                 context = float(np.asarray(context_tokens).sum())
-                attention_s = self._attention_group_s(context + num_seqs, context + num_seqs, num_seqs)
+                attention_s = self._attention_group_s(context + num_seqs, context + num_seqs, num_seqs, num_seqs)
             else:
                 q = np.asarray(query_tokens, dtype=np.float64)
                 c = np.asarray(context_tokens, dtype=np.float64)
@@ -246,7 +254,7 @@ class RooflineCostModel:
         num_tokens = sum(query_tokens)
         if num_tokens == num_seqs and not any(is_prefill):
             context = float(sum(context_tokens))
-            return num_tokens, self._attention_group_s(context + num_seqs, context + num_seqs, num_seqs)
+            return num_tokens, self._attention_group_s(context + num_seqs, context + num_seqs, num_seqs, num_seqs)
         prefill_pairs = prefill_kv = prefill_q = prefill_c = 0
         prefills = [i for i, prefill in enumerate(is_prefill) if prefill]  # a mixed step: usually one
         for i in prefills:
@@ -267,9 +275,9 @@ class RooflineCostModel:
                 if not prefill:
                     decode_pairs += q * c + q * (q + 1) // 2
         if not prefill_q:
-            return num_tokens, self._attention_group_s(decode_pairs, decode_kv, decode_q)
-        return num_tokens, (self._attention_group_s(prefill_pairs, prefill_kv, prefill_q)
-                            + self._attention_group_s(decode_pairs, decode_kv, decode_q))
+            return num_tokens, self._attention_group_s(decode_pairs, decode_kv, decode_q, num_decodes)
+        return num_tokens, (self._attention_group_s(prefill_pairs, prefill_kv, prefill_q, len(prefills))
+                            + self._attention_group_s(decode_pairs, decode_kv, decode_q, num_decodes))
 
     def predict_decode_steps_s(self, context_tokens, num_steps: int, first_step: int = 0) -> list[float]:
         """Durations (s) of consecutive plain-decode steps of the same sequences.
@@ -291,13 +299,14 @@ class RooflineCostModel:
         base_s = self._token_s(num_seqs) + self._seq_s(num_seqs)
         context0 = float(sum(context_tokens) if isinstance(context_tokens, list) else np.asarray(context_tokens).sum())
         layers, per_pair, flops_per_s = self.model.num_layers, self._attn_flops_per_pair, self._attn_flops_per_s
-        kv_per_token, bytes_per_s, latency_s = self._kv_bytes_per_token_layer, self._bytes_per_s, self.kernel_latency_s
+        kv_per_token, bytes_per_s, latency_s = self._kv_bytes_per_token_layer, self._attn_bytes_per_s, self._attn_latency_s
         qo_bytes = self._qo_bytes_per_token * float(num_seqs)
+        per_seq_s = self._attn_per_seq_s * num_seqs
         durations = []
         for j in range(first_step, first_step + num_steps):
             tokens = context0 + num_seqs * j + num_seqs  # exact: integers; pairs = KV tokens = c + 1 each
             attention_s = layers * (max(per_pair * tokens / flops_per_s,
-                                        (kv_per_token * tokens + qo_bytes) / bytes_per_s) + latency_s)
+                                        (kv_per_token * tokens + qo_bytes) / bytes_per_s) + latency_s + per_seq_s)
             durations.append(base_s + attention_s + self.step_overhead_s)
         return durations
 
@@ -377,20 +386,21 @@ class RooflineCostModel:
         pairs = q * c + q * (q + 1) / 2  # query-key pairs, causal within the chunk
         kv_tokens = c + q
         if not prefill.any():  # decode-only step: the common case, one group
-            return 0.0, self._attention_group_s(pairs.sum(), kv_tokens.sum(), q.sum())
+            return 0.0, self._attention_group_s(pairs.sum(), kv_tokens.sum(), q.sum(), q.size)
         decode = ~prefill
-        decode_s = (self._attention_group_s(pairs[decode].sum(), kv_tokens[decode].sum(), q[decode].sum())
-                    if decode.any() else 0.0)
-        return (self._attention_group_s(pairs[prefill].sum(), kv_tokens[prefill].sum(), q[prefill].sum()),
-                decode_s)
+        decode_s = (self._attention_group_s(pairs[decode].sum(), kv_tokens[decode].sum(), q[decode].sum(),
+                                            int(decode.sum())) if decode.any() else 0.0)
+        return (self._attention_group_s(pairs[prefill].sum(), kv_tokens[prefill].sum(), q[prefill].sum(),
+                                        int(prefill.sum())), decode_s)
 
-    def _attention_group_s(self, pairs: float, kv_tokens: float, query_tokens: float) -> float:
-        """All layers of one attention kernel over a group of sequences, from the group's sums;
-        0 for an empty group."""
+    def _attention_group_s(self, pairs: float, kv_tokens: float, query_tokens: float, num_seqs: int) -> float:
+        """All layers of one attention kernel over a group of `num_seqs` sequences, from the
+        group's sums: the roofline at the attention terms (`DeviceSpec.attention_terms`) + the
+        call's latency + a cost per sequence; 0 for an empty group."""
         if not query_tokens:
             return 0.0
         flops = self._attn_flops_per_pair * float(pairs)
         num_bytes = (self._kv_bytes_per_token_layer * float(kv_tokens)
                      + self._qo_bytes_per_token * float(query_tokens))
-        return self.model.num_layers * (roofline_time_s(flops, num_bytes, self._attn_flops_per_s, self._bytes_per_s)
-                                        + self.kernel_latency_s)
+        return self.model.num_layers * (roofline_time_s(flops, num_bytes, self._attn_flops_per_s, self._attn_bytes_per_s)
+                                        + self._attn_latency_s + self._attn_per_seq_s * num_seqs)

@@ -14,11 +14,23 @@ commit 095f58a, Apache-2.0; copies in `../shared/profiles/aiconfigurator/`, neve
   `collector/collect_all_reduce.py` builds `torch.ones(shape, dtype)` of `size` elements),
   latency in **milliseconds per call** (CUDA-event time / runs / repeats). Only the
   `vllm_graph` rows (captured in a CUDA graph, as vLLM V1 runs its steps) are fitted.
+- `attention/vllm/<version>/{context,generation}_attention_perf.parquet`: one vLLM attention
+  backend call (upstream `collector/vllm/collect_attn.py`, KV blocks of 64 tokens) over
+  batch_size sequences, latency in **milliseconds**: context rows run isl query tokens each with
+  no cached context; generation rows one query token over `step` cached tokens. Only bf16-KV rows
+  without a sliding window are fitted.
+
+Rows measured faster than the datasheet allows (below max(FLOPs / peak, bytes / bandwidth):
+weights served from L2 cache, as the collector reruns the same few kernels, or mis-timed) are
+left out and counted (`*_rows_faster_than_datasheet`): 4,930 of h200_sxm's 15,017 context
+attention rows, 1,499 of l40s's 9,240 GEMM rows.
 
 Fitted, per device (against the datasheet figures of its `profiler/data/devices/<name>.yaml`):
 - GEMM: t = max(2 m n k / (peak × gemm_flops), (m k + k n + m n) × 2 / (bandwidth ×
   memory_bandwidth)) + kernel_latency, by least squares on log(predicted / measured)
   (`profiler.roofline_tuning.tune_roofline`), so every row counts by its relative error.
+- Attention (own terms, `fit_attention`): the roofline at its own FLOP/s and bandwidth
+  fractions + a latency per call + a cost per sequence.
 - All-reduce, per GPU count n: t = latency + 2 (n − 1) / n × bytes / (link bandwidth ×
   link_bandwidth), the same log least squares.
 
@@ -27,12 +39,13 @@ Run `python -m profiler.roofline_fit ../shared/profiles/aiconfigurator` to rewri
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from profiler.device_spec import BUILTIN_DEVICES, DeviceSpec
+from profiler.device_spec import BUILTIN_DEVICES, AttentionFit, DeviceSpec
 
 # AIConfigurator system folder -> built-in device name.
 AIC_SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200",
@@ -138,10 +151,31 @@ def relative_errors(predicted, measured) -> dict[str, float]:
             "median_pct": round(float(np.median(err)), 2), "p90_pct": round(float(np.quantile(err, 0.9)), 2)}
 
 
+def physical_gemm_rows(system_dir: Path, device: DeviceSpec):
+    """`read_gemm_rows` without the rows measured faster than the datasheet allows (latency below
+    max(2 m n k / peak, bytes / bandwidth): weights served from L2 cache, as the collector reruns
+    the same few GEMMs, or mis-timed): (m, n, k, latency_s, version, rows dropped)."""
+    m, n, k, latency_s, version = read_gemm_rows(system_dir)
+    t_c, t_m = gemm_terms(device, m, n, k)
+    keep = latency_s >= np.maximum(t_c, t_m)
+    return m[keep], n[keep], k[keep], latency_s[keep], version, int((~keep).sum())
+
+
+def physical_attention_rows(system_dir: Path, device: DeviceSpec, phase: str):
+    """`read_attention_rows` without the rows faster than the datasheet allows (as
+    `physical_gemm_rows`): (frame, rows dropped)."""
+    frame = read_attention_rows(system_dir, phase)
+    t_c, t_m = attention_terms(device, frame)
+    keep = frame["latency_s"].to_numpy() >= np.maximum(t_c, t_m)
+    return frame[keep], int((~keep).sum())
+
+
 def fit_system(system_dir: Path, device: DeviceSpec) -> dict:
     """The `roofline_fits.yaml` entry of one AIConfigurator system: efficiencies, latencies (µs),
     the per-TP all-reduce terms and the in-sample errors of each fit."""
-    m, n, k, gemm_s, version = read_gemm_rows(system_dir)
+    import pandas as pd
+
+    m, n, k, gemm_s, version, gemm_dropped = physical_gemm_rows(system_dir, device)
     flops_eff, bw_eff, latency_s = fit_gemm(device, m, n, k, gemm_s)
     t_c, t_m = gemm_terms(device, m, n, k)
     predicted = np.maximum(t_c / flops_eff, t_m / bw_eff) + latency_s
@@ -149,6 +183,7 @@ def fit_system(system_dir: Path, device: DeviceSpec) -> dict:
              "gemm_flops": round(flops_eff, 4), "memory_bandwidth": round(bw_eff, 4),
              "kernel_latency_us": round(latency_s * 1e6, 3), "all_reduce": {}, "error": {}}
     entry["error"].update({f"gemm_{key}": value for key, value in relative_errors(predicted, gemm_s).items()})
+    entry["error"]["gemm_rows_faster_than_datasheet"] = gemm_dropped
     tps, num_bytes, ar_s, _ = read_all_reduce_rows(system_dir)
     for tp in sorted(set(tps.tolist())):
         rows = tps == tp
@@ -157,7 +192,102 @@ def fit_system(system_dir: Path, device: DeviceSpec) -> dict:
         ar_pred = ar_latency_s + ring_factor(tp) * num_bytes[rows] / (device.interconnect_bandwidth_bytes_per_s * link_eff)
         entry["error"].update({f"all_reduce_tp{tp}_{key}": value
                                for key, value in relative_errors(ar_pred, ar_s[rows]).items()})
+    frames = {}
+    for phase in ("context", "generation"):
+        frames[phase], entry["error"][f"{phase}_attention_rows_faster_than_datasheet"] = \
+            physical_attention_rows(system_dir, device, phase)
+    attention = fit_attention(device, pd.concat(list(frames.values())))
+    entry["attention"] = {"flops": round(attention.flops_efficiency, 4),
+                          "memory_bandwidth": round(attention.bandwidth_efficiency, 4),
+                          "latency_us": round(attention.latency_s * 1e6, 3),
+                          "per_sequence_us": round(attention.per_sequence_s * 1e6, 4)}
+    rounded = AttentionFit(entry["attention"]["flops"], entry["attention"]["memory_bandwidth"],
+                           entry["attention"]["latency_us"] / 1e6, entry["attention"]["per_sequence_us"] / 1e6)
+    entry["error"].update(attention_errors(frames, dataclasses.replace(device, attention=rounded)))
     return entry
+
+
+def read_attention_rows(system_dir: Path, phase: str):
+    """Rows of a system's `<phase>_attention_perf` table (phase "context" or "generation") with a
+    bf16 KV cache and no sliding window: a pandas frame with batch_size, isl, step, num_heads,
+    num_key_value_heads, head_dim and latency_s.
+
+    Units (upstream `collector/vllm/collect_attn.py`): one vLLM attention backend call over
+    batch_size sequences, latency in ms. Context rows: isl query tokens each, no cached context.
+    Generation rows: one query token each over `step` cached tokens (the query attends to
+    step + 1 keys).
+    """
+    import pandas as pd
+
+    path, _ = _table(system_dir, "attention", f"{phase}_attention_perf")
+    frame = pd.read_parquet(path)
+    _require(path, frame, ("batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim",
+                           "kv_cache_dtype", "latency"))
+    full_window = frame["window_size"] == 0 if "window_size" in frame.columns else True  # absent: no window
+    frame = frame[(frame["kv_cache_dtype"] == "bfloat16") & full_window].copy()
+    frame["latency_s"] = frame["latency"] * 1e-3  # ms -> s
+    return frame
+
+
+def _attention_shapes(frame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(query tokens q, cached tokens c, sequences b) per row of `read_attention_rows`' frame."""
+    b = frame["batch_size"].to_numpy(np.float64)
+    context = frame["op_name"].to_numpy() == "context_attention"
+    q = np.where(context, frame["isl"].to_numpy(np.float64), 1.0)
+    c = np.where(context, 0.0, frame["step"].to_numpy(np.float64))
+    return q, c, b
+
+
+def attention_terms(device: DeviceSpec, frame) -> tuple[np.ndarray, np.ndarray]:
+    """(compute s, memory s) of each attention row at the datasheet rates (see `fit_attention`)."""
+    q, c, b = _attention_shapes(frame)
+    heads, kv_heads, d = (frame[k].to_numpy(np.float64) for k in ("num_heads", "num_key_value_heads", "head_dim"))
+    t_c = 4.0 * heads * d * b * (q * c + q * (q + 1) / 2) / device.peak_bf16_flops
+    t_m = (2 * kv_heads * d * _BF16_BYTES * b * (c + q) + 2 * heads * d * _BF16_BYTES * b * q) / device.mem_bandwidth_bytes_per_s
+    return t_c, t_m
+
+
+def fit_attention(device: DeviceSpec, frame) -> AttentionFit:
+    """The attention terms minimising the squared log error over both phases' rows: per call,
+    max(4 H d × b (q c + q (q + 1) / 2) / (peak × flops), (2 KV d × 2 B × b (c + q) + 2 H d × 2 B
+    × b q) / (bandwidth × memory_bandwidth)) + latency + per_sequence × b, as
+    `RooflineCostModel._attention_group_s` prices one layer (H, KV: query and KV heads, d: head
+    dim, bf16)."""
+    from scipy.optimize import least_squares
+
+    t_c, t_m = attention_terms(device, frame)
+    _, _, b = _attention_shapes(frame)
+    y = frame["latency_s"].to_numpy()
+
+    def log_error(p: np.ndarray) -> np.ndarray:
+        return np.log((np.maximum(t_c / p[0], t_m / p[1]) + p[2] + p[3] * b) / y)
+
+    result = least_squares(log_error, [0.5, 0.7, 5e-6, 1e-7], bounds=([0.01, 0.01, 0.0, 0.0], [1.0, 1.0, 1e-3, 1e-4]),
+                           x_scale=[0.1, 0.1, 1e-6, 1e-7])
+    return AttentionFit(*(float(v) for v in result.x))
+
+
+def attention_errors(frames: dict, device: DeviceSpec) -> dict[str, float]:
+    """The roofline's attention kernel (`RooflineCostModel._attention_group_s`, one layer at
+    TP1, the device's attention terms) against measured attention rows (`frames`: phase ->
+    rows); MAPE, median and p90 in percent per phase."""
+    from profiler.model_spec import ModelSpec
+    from profiler.roofline import RooflineCostModel
+
+    errors: dict[str, float] = {}
+    for phase, frame in frames.items():
+        predicted = np.empty(len(frame))
+        groups = frame.groupby(["num_heads", "num_key_value_heads", "head_dim"]).indices
+        for (heads, kv_heads, head_dim), index in groups.items():
+            shape = ModelSpec("attention", 1, int(heads * head_dim), int(heads), int(kv_heads), int(head_dim),
+                              1, 1, 1 << 20)
+            cost = RooflineCostModel(shape, device)
+            q, c, b = _attention_shapes(frame.iloc[index])
+            predicted[index] = [cost._attention_group_s(bi * (qi * ci + qi * (qi + 1) / 2), bi * (ci + qi), bi * qi,
+                                                        int(bi)) for bi, qi, ci in zip(b, q, c)]
+        errors.update({f"{phase}_attention_{key}": value
+                       for key, value in relative_errors(predicted, frame["latency_s"].to_numpy()).items()})
+    return errors
 
 
 _HEADER = """\
@@ -166,7 +296,7 @@ _HEADER = """\
 # states the units and the formulas). Derived figures only; the tables are not shipped.
 # Source: ai-dynamo/aiconfigurator, aic-core/src/aiconfigurator_core/systems/data/<system>/,
 # commit 095f58a (2026-08-21); licence Apache-2.0. Engine: vLLM version per device below.
-# Errors are in-sample, percent of the measured time.
+# Errors: in-sample, percent of the measured time.
 """
 
 

@@ -115,7 +115,7 @@ def test_device_figures_reach_the_model():
     assert (cost.flops_efficiency, cost.bandwidth_efficiency, cost.kernel_latency_s, cost.step_overhead_s) == \
         (0.5, 0.5, pytest.approx(2e-6), pytest.approx(0.1e-3))
     h100 = RooflineCostModel(LLAMA_3_8B, H100)
-    assert (h100.flops_efficiency, h100.bandwidth_efficiency) == (0.7633, 0.8006)
+    assert (h100.flops_efficiency, h100.bandwidth_efficiency) == (0.7633, 0.7992)
 
 
 def test_default_decode_is_a_few_ms():
