@@ -128,3 +128,32 @@ def test_profile_file_missing_a_key_is_named(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="broken.json.*spearman_prompt_output"):
         load_profile(str(path))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", r"broken.json: not a workload profile: not readable as JSON \(JSONDecodeError"),
+    ("[" * 100_000 + "]" * 100_000, r"not readable as JSON \(RecursionError"),
+    ('{"n": 1' + "0" * 4_300 + "}", r"not readable as JSON \(ValueError: Exceeds the limit \(4300 digits\)"),
+    ("[1, 2]", "broken.json: not a workload profile: a JSON list, expected an object"),
+])
+def test_a_profile_file_that_is_not_a_json_object_is_named(tmp_path, text, message):
+    path = tmp_path / "broken.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_profile(str(path))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(spearman_prompt_output="high"), r"broken.json: workload profile holds a value of the wrong type"),
+    (lambda d: d["quantiles"].update(prompt_tokens=5), "quantiles.prompt_tokens must be a list of finite numbers"),
+    (lambda d: d["quantiles"]["output_tokens"].__setitem__(3, float("nan")), "quantiles.output_tokens must be a list of finite"),
+    (lambda d: d.update(spearman_prompt_output=float("nan")), r"spearman_prompt_output must be in \[-1, 1\]"),
+])
+def test_a_profile_with_a_wrong_or_nan_value_is_named(tmp_path, change, message):
+    # NaN quantiles passed the monotonicity check (NaN comparisons are False) and sampled NaN lengths.
+    data = json.loads((PROFILES_DIR / "azure-conv.json").read_text())
+    change(data)
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=message):
+        load_profile(str(path))

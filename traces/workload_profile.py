@@ -60,10 +60,19 @@ class WorkloadProfile:
         """Load and check a profile file (format: `traces.profiles.build_profiles`).
 
         Raises:
-            ValueError: a missing key or an inconsistent table, naming the file.
+            ValueError: text that is not a JSON object (not JSON, nested too deeply, an integer
+                of over 4,300 digits), a missing key, a value of the wrong type, or an
+                inconsistent table, naming the file.
+            OSError: the file cannot be read.
         """
         path = Path(path)
-        data = json.loads(path.read_text())
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError, int digits
+            raise ValueError(f"{path}: not a workload profile: not readable as JSON ({type(error).__name__}: "
+                             f"{str(error)[:120]})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: not a workload profile: a JSON {type(data).__name__}, expected an object")
         try:
             quantiles = data["quantiles"]
             profile = cls(
@@ -81,17 +90,23 @@ class WorkloadProfile:
             )
         except KeyError as error:
             raise ValueError(f"{path}: workload profile lacks key {error}") from None
+        except (TypeError, ValueError) as error:  # a list where a number belongs, "x" as a float...
+            raise ValueError(f"{path}: workload profile holds a value of the wrong type ({error})") from None
         profile._check(path)
         return profile
 
     def _check(self, path: Path) -> None:
         p = self.probability
+        for name, values in (("probability", p), ("prompt_tokens", self.prompt_quantiles_tokens),
+                             ("output_tokens", self.output_quantiles_tokens)):
+            if values.ndim != 1 or not np.all(np.isfinite(values)):
+                raise ValueError(f"{path}: quantiles.{name} must be a list of finite numbers")
         if not (p.size >= 2 and p[0] == 0.0 and p[-1] == 1.0 and np.all(np.diff(p) > 0)):
             raise ValueError(f"{path}: quantiles.probability must rise strictly from 0 to 1")
         for name, values in (("prompt_tokens", self.prompt_quantiles_tokens), ("output_tokens", self.output_quantiles_tokens)):
             if values.shape != p.shape or np.any(np.diff(values) < 0) or values[0] < 1:
                 raise ValueError(f"{path}: quantiles.{name} must be {p.size} non-decreasing values >= 1")
-        if not -1.0 <= self.spearman_prompt_output <= 1.0:
+        if not -1.0 <= self.spearman_prompt_output <= 1.0:  # NaN fails this too
             raise ValueError(f"{path}: spearman_prompt_output must be in [-1, 1]")
 
     @property
