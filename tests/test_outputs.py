@@ -274,3 +274,20 @@ def _holds(lock: Path, pid: int) -> bool:
         return lock.read_text().strip() == str(pid)
     except OSError:
         return False
+
+
+def test_a_calibration_folder_adopts_the_profilers_files_and_the_ledger_verify_appends(tmp_path):
+    """`calibrate` claims its folder with adopt (the profiler writes its CSVs itself); `verify`
+    later appends ledger.csv there without holding it: both stay listed, so a re-calibration into
+    the same folder is allowed, while a file of the user's there is not."""
+    calibration = tmp_path / "cal"
+    with RunFolder(calibration, adopt=True):
+        (calibration / "gemm.csv").write_text("op,m\n")  # as profiler/profile_data.py writes it
+        outputs.write_text(calibration / "overhead_run.yaml", "name: x\n")
+    outputs.write_text(calibration / "ledger.csv", "date\n2026-12-01\n")
+    assert outputs.read_manifest(calibration) == ["gemm.csv", "ledger.csv", "overhead_run.yaml"]
+    with RunFolder(calibration, adopt=True):
+        pass
+    (calibration / "mine.txt").write_text("x")
+    with pytest.raises(OutputFolderError, match="holds mine.txt"):
+        RunFolder(calibration, adopt=True).__enter__()

@@ -52,3 +52,146 @@ def test_sigkill_then_resume_recomputes_nothing_finished(tmp_path):
     columns = ["label", "completed", "tbt_s_p99", "ttft_s_p90", "num_steps"]
     pd.testing.assert_frame_equal(points[columns], again[columns])
     assert not again["cached"].any()
+
+
+# ----- a change of reporting only re-uses the cached work -------------------------------------
+
+import math  # noqa: E402
+
+import pytest  # noqa: E402
+
+from experiments.config import SweepConfig, load_config  # noqa: E402
+from experiments.planning import sweep as sweep_module  # noqa: E402
+from experiments.planning.results_cache import cache_key  # noqa: E402
+from experiments.planning.sweep import search_cache_key  # noqa: E402
+
+SEARCH = """
+name: cap
+trace: {kind: poisson, qps: 1, num_requests: 40, prompt_tokens: [100, 400], output_tokens: [10, 40]}
+engine: {scheduler: sarathi, chunk_size: 512}
+slo: {tbt_p99_s: 0.05}
+search: {qps: [1, 16], num_requests: 40, seeds: 1, precision: 0.2, max_trials: 6, loads: [2, 4]}
+variants:
+  - {engine.chunk_size: [256, 512]}
+"""
+
+
+def _first_point(tmp_path, text, overrides=()):
+    path = tmp_path / "k.yaml"
+    path.write_text(text)
+    return SweepConfig.model_validate(load_config(path, list(overrides))[1][0])
+
+
+@pytest.mark.parametrize("override, same_point, same_search", [
+    ("slo={tbt_p99_s: 0.02}", True, False),          # a trial's pass/fail reads the SLOs
+    ("goodput={ttft_s: 0.5}", True, True),
+    ("fleet={target_qps: 20}", True, True),
+    ("name=renamed", True, True),
+    ("search.loads=[2, 4, 8]", True, True),           # the grid is its own work
+    ("search.num_requests=50", True, False),
+    ("search.trim_fraction=0.2", True, False),        # read by every trial (the point key gets it as an extra)
+    ("engine.block_size=32", False, False),
+    ("trace.seed=1", False, True),                     # the search sets each trial's seed itself
+    ("trace.qps=2", False, True),                      # ... and its QPS
+    ("trace.num_requests=80", False, True),            # ... and its size (search.num_requests)
+    ("engine.max_num_seqs=64", False, False),
+])
+def test_cache_keys_leave_out_exactly_the_keys_the_work_does_not_read(tmp_path, override, same_point, same_search):
+    base = _first_point(tmp_path, SEARCH)
+    changed = _first_point(tmp_path, SEARCH, [override])
+
+    def search_key(c):
+        return search_cache_key(c, 0)
+
+    assert (cache_key("point", base, 0.0) == cache_key("point", changed, 0.0)) is same_point
+    assert (search_key(base) == search_key(changed)) is same_search
+
+
+def test_search_key_of_no_slo_is_that_of_the_defaults_written_out(tmp_path):
+    """`slo: {}` searches against Sarathi-Serve's defaults for an 8B model (P99 TBT 0.1 s, P50
+    scheduling delay 2 s): writing them out is the same work."""
+    bare = _first_point(tmp_path, SEARCH.replace("slo: {tbt_p99_s: 0.05}\n", ""))
+    explicit = _first_point(tmp_path, SEARCH, ["slo={tbt_p99_s: 0.1, scheduling_delay_p50_s: 2.0}"])
+    assert search_cache_key(bare, 0) == search_cache_key(explicit, 0)
+    assert search_cache_key(bare, 0) != search_cache_key(bare, 1)  # each seed is its own bisection
+
+
+def test_changing_slo_or_goodput_re_renders_a_sweep_from_the_cache(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(CONFIG)
+    out = tmp_path / "out"
+    first = CliRunner().invoke(app, ["sweep", str(config), "--out", str(out), "--jobs", "1"])
+    assert first.exit_code == 0, first.output
+    tbt = pd.read_csv(out / "points.csv")["tbt_s_p99"].to_numpy()
+    limit = float((tbt.min() + tbt.max()) / 2)  # between the points: some pass, some fail
+
+    args = ["sweep", str(config), "--out", str(out), "--jobs", "1", "--set", f"slo={{tbt_p99_s: {limit}}}",
+            "--set", "goodput={ttft_s: 0.05}"]
+    second = CliRunner().invoke(app, args)
+    assert second.exit_code == 0, second.output
+    points = pd.read_csv(out / "points.csv")
+    assert points["cached"].all()  # nothing simulated again
+    assert list(points["slo_tbt_p99_s"]) == [bool(t <= limit) for t in tbt]
+    assert list(points["slo_met"]) == [bool(t <= limit) for t in tbt]
+    assert 0 < points["slo_met"].sum() < len(points)
+    requests = pd.read_parquet(out / "requests.parquet")
+    for _, point in points.iterrows():
+        mine = requests[requests["point_id"] == point["point_id"]]
+        good = ((mine["finish_reason"] == "completed") & (mine["ttft_s"] <= 0.05)).sum()
+        assert point["goodput_rps"] == pytest.approx(good / point["makespan_s"], rel=1e-12)
+
+    fresh = CliRunner().invoke(app, args[:3] + [str(tmp_path / "fresh"), "--no-cache"] + args[4:])
+    assert fresh.exit_code == 0
+    recomputed = pd.read_csv(tmp_path / "fresh" / "points.csv")
+    columns = ["label", "tbt_s_p99", "slo_tbt_p99_s", "slo_met", "goodput_rps"]
+    pd.testing.assert_frame_equal(points[columns], recomputed[columns])
+
+
+def test_capacity_search_re_uses_its_trials_unless_the_slos_or_the_search_change(tmp_path, monkeypatch):
+    """Counted calls: a bisection per point and seed, a simulation per point and grid load."""
+    calls = {"searches": 0, "load_runs": 0}
+    search, run = sweep_module.search_capacity, sweep_module.run_point
+
+    def counting_search(*args, **kwargs):
+        calls["searches"] += 1
+        return search(*args, **kwargs)
+
+    def counting_run(*args, **kwargs):
+        calls["load_runs"] += 1
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "search_capacity", counting_search)
+    monkeypatch.setattr(sweep_module, "run_point", counting_run)
+    config = tmp_path / "s.yaml"
+    config.write_text(SEARCH)
+    cache = tmp_path / "cache"
+
+    def run_with(*overrides):
+        before = dict(calls)
+        points = load_config(config, list(overrides))[1]
+        result = sweep_module.run_capacity_sweep(points, jobs=1, cache_dir=cache)
+        return result, {k: calls[k] - before[k] for k in calls}
+
+    (table, _, loads), counts = run_with()
+    assert counts == {"searches": 2, "load_runs": 4}
+    assert not table["cached"].any()
+    capacities = list(table["capacity_qps"])
+
+    (table, _, _), counts = run_with("fleet={target_qps: 20, gpu_hour_usd: 2}")
+    assert counts == {"searches": 0, "load_runs": 0}
+    assert table["cached"].all() and list(table["capacity_qps"]) == capacities
+    assert list(table["fleet_replicas"]) == [math.ceil(20 / c) for c in capacities]
+
+    (_, _, loads), counts = run_with("goodput={ttft_s: 0.5}")
+    assert counts == {"searches": 0, "load_runs": 0}
+    assert loads["goodput_rps"].notna().all()
+
+    (table, _, loads), counts = run_with("slo={tbt_p99_s: 0.02}")
+    assert counts == {"searches": 2, "load_runs": 0}  # new bisections; the grid runs re-judged
+    assert list(loads["slo_met"]) == [bool(t <= 0.02) for t in loads["tbt_s_p99"]]
+
+    _, counts = run_with("search.loads=[2, 4, 8]")
+    assert counts == {"searches": 0, "load_runs": 2}  # only QPS 8, for each point
+
+    _, counts = run_with("search.num_requests=50")
+    assert counts == {"searches": 2, "load_runs": 4}

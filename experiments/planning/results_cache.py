@@ -29,8 +29,10 @@ from experiments.outputs import TEMP_PREFIX
 #   capacity), `search:` (the caller passes its trim_fraction, the one key a trial reads, as an
 #   extra), the sweep's `name` and `variants` (already applied to the point).
 # - "capacity" (one bisection): every trial's pass/fail depends on the SLOs, so `slo:` stays in
-#   the key (the caller puts the effective SLOs there: Sarathi-Serve's defaults when none are
-#   set); `goodput:` and `fleet:` only shape the report, and `search.loads` is a separate grid.
+#   the key (the caller keys the config as its trials see it, `sweep.search_cache_key`: the
+#   effective SLOs, Sarathi-Serve's defaults when none are set, and the QPS, size and seeds the
+#   search sets itself); `goodput:` and `fleet:` only shape the report, and `search.loads` is a
+#   separate grid (each of its loads is "point" work).
 REPORT_ONLY = {
     "point": ("name", "variants", "slo", "goodput", "fleet", "search"),
     "capacity": ("name", "variants", "goodput", "fleet", "search.loads"),

@@ -24,7 +24,7 @@ from experiments.config import SweepConfig, describe_point, point_labels
 from experiments.outputs import RunFolder, write_csv, write_parquet, write_text
 from experiments.point import PointResult, report_columns, run_point
 from experiments.planning.results_cache import ResultsCache, cache_key
-from experiments.planning.search import capacity_row, fleet_row, load_row, search_capacity, search_slo
+from experiments.planning.search import capacity_row, fleet_row, load_row, search_capacity, trial_config
 from experiments.planning.vllm_flags import vllm_serve_command, vllm_serve_flags
 
 
@@ -160,13 +160,22 @@ class SearchOutcome:
     cache_error: str | None = None
 
 
+def search_cache_key(config: SweepConfig, seed: int) -> str:
+    """The cache key of one point × seed bisection: the config as its trials see it (`trial_config`
+    at a placeholder QPS: the QPS, trial size and seeds the search sets itself, and the effective
+    SLOs, Sarathi-Serve's defaults when `slo:` is empty), without the keys it does not read
+    (`results_cache.REPORT_ONLY`).
+
+    Raises:
+        ValueError: a closed-loop trace (`trial_config`)."""
+    return cache_key("capacity", trial_config(config, 1.0, seed), seed)
+
+
 def _safe_search(config: SweepConfig, point_id: int, seed: int, cache_dir: Path | None = None):
-    """The search through the cache, keyed on the effective SLOs (the defaults when `slo:` is
-    empty) without the keys it does not read (`results_cache.REPORT_ONLY`)."""
+    """The search through the cache (`search_cache_key`); its error text when it fails."""
     cache = ResultsCache(cache_dir)
-    keyed = config.model_copy(update={"slo": search_slo(config)})
     try:
-        (capacity, trials), cached = cache.get_or_compute(cache_key("capacity", keyed, seed),
+        (capacity, trials), cached = cache.get_or_compute(search_cache_key(config, seed),
                                                           lambda: search_capacity(config, point_id, seed), tuple)
     except POINT_ERRORS as exc:
         return _error_text(exc)
