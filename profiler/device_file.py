@@ -38,8 +38,6 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 DEVICES_DIR = DATA_DIR / "devices"
 FITS_FILE = DATA_DIR / "roofline_fits.yaml"
 
-LINK_KINDS = ("nvlink", "pcie", "xgmi")
-
 # Defaults for a device whose file gives no efficiencies. Assumptions, not measurements:
 # - 60 % of the dense tensor-core peak for GEMMs and 80 % of the datasheet bandwidth for
 #   memory-bound kernels: the roofline's constants before the fits [recall, not measured]; the

@@ -17,7 +17,7 @@ all-reduce sends and receives at the same time and is bound by one direction.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -89,7 +89,7 @@ class DeviceSpec:
     kernel_latency_s: float = DEFAULT_KERNEL_LATENCY_S
     step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S
     attention: AttentionFit | None = None
-    all_reduce: Mapping[int, AllReduceFit] = field(default_factory=dict)
+    all_reduce: tuple[tuple[int, AllReduceFit], ...] = ()  # (tp, fit) pairs: keeps the spec hashable
     source: str = ""
     efficiency_source: str = "assumed defaults"
 
@@ -106,7 +106,7 @@ class DeviceSpec:
     def all_reduce_terms(self, tp: int) -> AllReduceFit:
         """(latency_s, link bandwidth efficiency) of one all-reduce over `tp` GPUs: the fit for
         that TP degree when there is one, else the link's latency at full link bandwidth."""
-        fit = self.all_reduce.get(tp)
+        fit = dict(self.all_reduce).get(tp)
         return fit if fit is not None else AllReduceFit(self.interconnect_latency_s, 1.0)
 
     def attention_terms(self) -> AttentionFit:
@@ -145,7 +145,7 @@ class DeviceSpec:
             "step_overhead_ms": self.step_overhead_s * 1e3,
             "all_reduce": {str(tp): {"latency_us": fit.latency_s * 1e6,
                                      "link_bandwidth_efficiency": fit.link_bandwidth_efficiency}
-                           for tp, fit in sorted(self.all_reduce.items())},
+                           for tp, fit in self.all_reduce},
             "source": self.source,
             "efficiency_source": self.efficiency_source,
         }
@@ -153,7 +153,7 @@ class DeviceSpec:
 
 def _spec(fields: dict[str, Any]) -> DeviceSpec:
     """A DeviceSpec from the SI fields `profiler.device_file` returns."""
-    all_reduce = {tp: AllReduceFit(*terms) for tp, terms in fields.pop("all_reduce", {}).items()}
+    all_reduce = tuple((tp, AllReduceFit(*terms)) for tp, terms in sorted(fields.pop("all_reduce", {}).items()))
     attention = fields.pop("attention", None)
     return DeviceSpec(**fields, all_reduce=all_reduce, attention=None if attention is None else AttentionFit(*attention))
 
