@@ -8,6 +8,22 @@ Scheduler-specific keys (`SCHEDULER_KEYS`): setting a key the chosen scheduler d
 error, in the layer (base or variant) that set it. A key inherited from the base by a variant
 whose scheduler does not use it is dropped for that point, not an error (the base sets
 `chunk_size` for sarathi; a `{engine.scheduler: vllm}` variant simply does not have one).
+A layer that changes `trace.kind` starts the trace afresh (no trace key is inherited: `qps`
+samples a profile but time-scales a file).
+
+Merging: a mapping in a variant or a `--set` value merges key by key into the block it lands on,
+exactly as its dotted keys would: `{engine: {chunk_size: 256}}` is `{engine.chunk_size: 256}`
+and keeps the base's other engine keys. Values that are one setting, not a block of settings
+(`_WHOLE_VALUES`: length specs, `acceptance`, `draft`, a device mapping), replace what was there.
+
+Precedence, lowest first: the file's base, then each variant (expanded into points), then the
+`--set` keys, which are the last word and apply to every point. A `--set` that changes a value a
+variant set says so in a `ConfigWarning` naming the variants it overrides. A `--set` of a
+scheduler-specific key (`engine.chunk_size=300`) applies to the points whose scheduler reads it
+and is noted as not applying to the others; it is an error when no point reads it. Points that
+come out identical (a `--set engine.scheduler` over variants that differed only in scheduler)
+run once, with a warning. Numbers are finite and in range (`_MAX_*` bounds below, each with
+its reason); a file trace's path must exist when the config loads, before any point runs.
 """
 from __future__ import annotations
 
@@ -15,8 +31,10 @@ import copy
 import itertools
 import json
 import re
+import typing
+import warnings
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Callable, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -26,9 +44,11 @@ from simulator.metrics import LATENCY_METRICS, PERCENTILES
 from simulator.scheduler import SCHEDULERS
 from traces import (ClosedLoopWorkload, LengthDistribution, Request, cut, length_distribution, lengths_with_arrivals,
                     read_lengths, read_trace, scale_to_qps, synthetic_trace, time_window)
+from traces.arrivals import check_rate
 from traces.length_distributions import EmpiricalLength
 from traces.readers import FORMATS
 from traces.readers.by_format import burstgpt_filter
+from traces.time_bounds import MAX_QPS, MIN_BURSTINESS
 from traces.workload_profile import check_profile_name
 
 
@@ -36,8 +56,32 @@ class ConfigError(ValueError):
     """A config problem, already phrased for the user (file, key, what is valid)."""
 
 
+class ConfigWarning(UserWarning):
+    """A config that loads but may not do what its author meant (a --set overriding a variant)."""
+
+
+# Bounds of counts, each far above any real use and below where the number itself does harm:
+# a request count sizes arrays of per-request state up front (10 M requests are GBs and hours of
+# simulation), a token count above 2**24 exceeds every built-in model's context (131,072 at
+# most) over a hundredfold, and seeds are the 32-bit numbers numpy's legacy RandomState takes.
+_MAX_REQUESTS = 10_000_000
+_MAX_TOKENS = 2**24
+_MAX_SEED = 2**32 - 1
+_MAX_REPLICAS = 10_000  # one SimPy process and one KV pool each
+# KV blocks one GPU may hold: block ids above 2**31 - 1 do not fit the int32 block table the
+# attention kernels read (vllm/v1/worker/block_table.py, `BlockTable.block_table`), and the
+# simulator's free list costs ~36 bytes a block (9.2e18 blocks grew to 13 GB before being
+# killed). `_check_kv_pool_override` also bounds it by the device's memory.
+_MAX_KV_BLOCKS = 2**31 - 1
+_MAX_THINK_TIME_S = 1e6  # 11.6 days; float seconds keep sub-microsecond resolution far beyond it
+_Seed = Annotated[int, Field(ge=0, le=_MAX_SEED)]
+_Requests = Annotated[int, Field(ge=1, le=_MAX_REQUESTS)]
+_Tokens = Annotated[int, Field(ge=1, le=_MAX_TOKENS)]
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: NaN and ±inf are refused for every float field (qps: .nan, slo: .inf).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -54,8 +98,8 @@ class _Strict(BaseModel):
 class LengthClip(_Strict):
     """Bounds in tokens applied to lengths drawn from a profile: {min: 1, max: null}."""
 
-    min: int = Field(default=1, ge=1)
-    max: int | None = Field(default=None, ge=1)
+    min: _Tokens = 1
+    max: _Tokens | None = None
 
     @model_validator(mode="after")
     def _ordered(self) -> "LengthClip":
@@ -73,12 +117,19 @@ class _OpenLoop(_Strict):
     """Arrival-process keys of the generated kinds: `arrival` at `qps`, gamma's `burstiness`."""
 
     arrival: Literal["poisson", "gamma", "constant"] = "poisson"
-    burstiness: float | None = Field(default=None, gt=0)  # gamma shape γ (vLLM --burstiness); 1 = Poisson
+    burstiness: float | None = Field(default=None, ge=MIN_BURSTINESS)  # gamma shape γ (vLLM --burstiness); 1 = Poisson
 
     @model_validator(mode="after")
     def _burstiness_for_gamma(self) -> "_OpenLoop":
         if self.burstiness is not None and self.arrival != "gamma":
             raise ValueError(f"burstiness applies to arrival: gamma only (arrival is {self.arrival!r})")
+        return self
+
+    @model_validator(mode="after")
+    def _rate_spans_a_trace(self) -> "_OpenLoop":
+        # A kind that knows its count: (num_requests - 1) / qps must stay within traces.time_bounds.
+        if getattr(self, "num_requests", None) is not None:
+            check_rate(self.qps, self.num_requests)  # ValueError naming qps, the span and the bound
         return self
 
 
@@ -92,6 +143,10 @@ class _Lengths(_Strict):
     @classmethod
     def _length_spec(cls, spec: LengthSpec, info) -> LengthSpec:
         length_distribution(spec, info.field_name.removesuffix("_tokens"))  # raises ValueError, naming the problem
+        too_long = [n for n in _numbers_in(spec) if n > _MAX_TOKENS]
+        if too_long:
+            raise ValueError(f"{too_long[0]:g} tokens is more than {_MAX_TOKENS:,}, over a hundred times the longest "
+                             "context of any built-in model")
         return spec
 
     def distributions(self) -> tuple[LengthDistribution, LengthDistribution]:
@@ -99,14 +154,24 @@ class _Lengths(_Strict):
         return length_distribution(self.prompt_tokens, "prompt"), length_distribution(self.output_tokens, "output")
 
 
+def _numbers_in(spec: Any) -> list[float]:
+    """Every number in a length spec (a number, a list of them, or a mapping of them)."""
+    if isinstance(spec, bool) or isinstance(spec, str):
+        return []
+    if isinstance(spec, (int, float)):
+        return [spec]
+    values = spec.values() if isinstance(spec, dict) else spec if isinstance(spec, (list, tuple)) else []
+    return [n for value in values for n in _numbers_in(value)]
+
+
 class ProfileTrace(_OpenLoop):
     """Sample a trace from a workload profile (built-in name or .json path): joint lengths, clipped."""
 
     kind: Literal["profile"]
     name: str
-    qps: float = Field(gt=0)
-    num_requests: int = Field(default=2048, ge=1)
-    seed: int = 0
+    qps: float = Field(gt=0, le=MAX_QPS)
+    num_requests: _Requests = 2048
+    seed: _Seed = 0
     prompt_tokens: LengthClip = LengthClip()
     output_tokens: LengthClip = LengthClip()
 
@@ -130,8 +195,8 @@ class FileTrace(_Strict):
     kind: Literal["file"]
     path: str | None = None  # may be given on the command line: --set trace.path=FILE
     format: str = "auto"
-    qps: float | None = Field(default=None, gt=0)
-    max_requests: int | None = Field(default=None, ge=1)
+    qps: float | None = Field(default=None, gt=0, le=MAX_QPS)
+    max_requests: _Requests | None = None
     window_s: tuple[float, float] | None = None  # [start, end) seconds after the first arrival
     strict: bool = False
     models: list[str] | None = None  # BurstGPT `Model` values to keep
@@ -177,9 +242,9 @@ class SyntheticTrace(_OpenLoop, _Lengths):
     """
 
     kind: Literal["poisson", "synthetic"]
-    qps: float = Field(gt=0)
-    num_requests: int = Field(default=2048, ge=1)
-    seed: int = 0
+    qps: float = Field(gt=0, le=MAX_QPS)
+    num_requests: _Requests = 2048
+    seed: _Seed = 0
 
     @model_validator(mode="after")
     def _poisson_kind(self) -> "SyntheticTrace":
@@ -199,10 +264,10 @@ class LengthsFileTrace(_OpenLoop):
 
     kind: Literal["lengths_file"]
     path: str | None = None
-    qps: float = Field(gt=0)
-    max_requests: int | None = Field(default=None, ge=1)
+    qps: float = Field(gt=0, le=MAX_QPS)
+    max_requests: _Requests | None = None
     strict: bool = False
-    seed: int = 0
+    seed: _Seed = 0
 
     def load(self) -> tuple[list[Request], dict]:
         """Row i (of the valid rows, at most max_requests) is request i (traces.lengths_with_arrivals)."""
@@ -220,10 +285,10 @@ class ClosedLoopTrace(_Lengths):
     """`clients` concurrent clients; each sends its next request `think_time_s` after one completes."""
 
     kind: Literal["closed_loop"]
-    clients: int = Field(ge=1)
-    think_time_s: float = Field(default=0.0, ge=0)
-    num_requests: int = Field(default=2048, ge=1)
-    seed: int = 0
+    clients: _Requests
+    think_time_s: float = Field(default=0.0, ge=0, le=_MAX_THINK_TIME_S)
+    num_requests: _Requests = 2048
+    seed: _Seed = 0
 
     def workload(self) -> ClosedLoopWorkload:
         """The request source the simulator drives (traces.ClosedLoopWorkload)."""
@@ -264,26 +329,26 @@ class EngineConfig(_Strict):
     """Serving-engine settings of one point (DESIGN.md's `engine:` block)."""
 
     scheduler: str = "sarathi"
-    chunk_size: int = Field(default=512, ge=1)
-    max_num_batched_tokens: int | None = Field(default=None, ge=1)
-    long_prefill_token_threshold: int | None = Field(default=None, ge=1)
-    max_num_seqs: int = Field(default=128, ge=1)
-    max_model_len: int | None = Field(default=None, ge=2)
+    chunk_size: _Tokens = 512
+    max_num_batched_tokens: _Tokens | None = None
+    long_prefill_token_threshold: _Tokens | None = None
+    max_num_seqs: _Tokens = 128
+    max_model_len: int | None = Field(default=None, ge=2, le=_MAX_TOKENS)
     block_size: int = Field(default=16, ge=1, le=256)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    num_gpu_blocks: int | None = Field(default=None, ge=1)
+    num_gpu_blocks: int | None = Field(default=None, ge=1, le=_MAX_KV_BLOCKS)  # and what the device holds
     dtype: Literal["bf16", "fp8"] = "bf16"
     kv_cache_dtype: Literal["bf16", "fp8"] = "bf16"
     tensor_parallel_size: int = Field(default=1, ge=1)
     pipeline_parallel_size: int = Field(default=1, ge=1)
-    replicas: int = Field(default=1, ge=1)
+    replicas: int = Field(default=1, ge=1, le=_MAX_REPLICAS)
     router: Literal["round_robin", "least_outstanding", "random"] = "round_robin"
     preemption: Literal["recompute", "swap"] = "recompute"
     policy: Literal["fcfs", "priority"] = "fcfs"
     split_n: int = Field(default=0, ge=0, le=64)
     acceptance: Annotated[float, Field(ge=0, le=1)] | list[Annotated[float, Field(ge=0, le=1)]] | AcceptanceFile = 0.7
     draft: Literal["ngram"] | DraftModel = "ngram"
-    seed: int = 0
+    seed: _Seed = 0
     on_too_long: Literal["reject", "truncate"] = "reject"  # prompt + output > max_model_len
     enable_prefix_caching: bool = True  # vllm_v1 only, on as in vLLM V1 (simulator/scheduler/prefix_cache.py)
 
@@ -297,7 +362,7 @@ class EngineConfig(_Strict):
         values = value if isinstance(value, list) else [value]
         if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1
                              for v in values):
-            raise ValueError(f"acceptance must be {valid}; got {value!r}")
+            raise ValueError(f"acceptance must be {valid}")  # _validate adds what it got
         return value
 
     @field_validator("scheduler")
@@ -348,11 +413,11 @@ class SearchConfig(_Strict):
 
     qps: tuple[float, float] = (0.5, 64.0)
     precision: float = Field(default=0.025, gt=0, lt=1)
-    num_requests: int = Field(default=2048, ge=10)
+    num_requests: int = Field(default=2048, ge=10, le=_MAX_REQUESTS)
     seeds: int = Field(default=3, ge=1, le=20)
     trim_fraction: float = Field(default=0.1, ge=0, lt=0.5)
     max_trials: int = Field(default=20, ge=2, le=60)
-    loads: list[Annotated[float, Field(gt=0)]] = []  # QPS grid for the load-dependent policy table
+    loads: list[Annotated[float, Field(gt=0, le=MAX_QPS)]] = []  # QPS grid for the load-dependent policy table
 
     @field_validator("qps")
     @classmethod
@@ -417,7 +482,7 @@ class SweepConfig(_Strict):
         except (ValueError, OSError) as exc:
             raise ValueError(f"model: {exc}") from None
         try:
-            get_device_spec(self.device)
+            device = get_device_spec(self.device)
         except ValueError as exc:
             raise ValueError(f"device: {exc}") from None
         e = self.engine
@@ -428,6 +493,8 @@ class SweepConfig(_Strict):
         if e.pipeline_parallel_size > model.num_layers:
             raise ValueError(f"engine.pipeline_parallel_size ({e.pipeline_parallel_size}) exceeds "
                              f"{model.name}'s {model.num_layers} layers")
+        if e.num_gpu_blocks is not None:
+            _check_kv_pool_override(e, model, device)
         if e.split_n and isinstance(e.acceptance, AcceptanceFile):
             from simulator.acceptance import EmpiricalAcceptance
             try:
@@ -460,17 +527,37 @@ class SweepConfig(_Strict):
                     f"{', '.join(f'{p:g}' for p in PERCENTILES)} (e.g. tbt_p99_s)"
                 )
             if value <= 0:
-                raise ValueError(f"SLO {key} must be > 0 seconds, got {value}")
+                raise ValueError(f"SLO {key} must be a finite number > 0 seconds, got {value}")
         return slo
 
     @field_validator("goodput")
     @classmethod
     def _goodput_keys(cls, goodput: dict[str, float]) -> dict[str, float]:
         valid = {"ttft_s", "tpot_s", "e2e_s"}
-        for key in goodput:
+        for key, value in goodput.items():
             if key not in valid:
                 raise ValueError(f"bad goodput key {key!r}; valid: {', '.join(sorted(valid))}")
+            if value <= 0:  # NaN and inf are refused before this (allow_inf_nan=False)
+                raise ValueError(f"goodput {key} must be a finite number > 0 seconds, got {value}")
         return goodput
+
+
+def _check_kv_pool_override(e: EngineConfig, model, device) -> None:
+    """ValueError unless `engine.num_gpu_blocks` could be held by one GPU of `device`.
+
+    The bound is the device's whole memory (`memory_gib`, not × gpu_memory_utilization) as KV of
+    one pipeline stage's layers at the smallest KV dtype (fp8, 1 byte a value), with no weights:
+    a generous ceiling, so an override may still model a pool larger than vLLM would size, but
+    not one no GPU of this kind could allocate (vLLM's --num-gpu-blocks-override would fail).
+    """
+    stage_layers = -(-model.num_layers // e.pipeline_parallel_size)
+    block_bytes = e.block_size * model.kv_bytes_per_token(1, e.tensor_parallel_size) // model.num_layers * stage_layers
+    most_blocks = int(device.memory_gib * 2**30 // block_bytes)
+    if e.num_gpu_blocks > most_blocks:
+        raise ValueError(
+            f"engine.num_gpu_blocks: {e.num_gpu_blocks} blocks are more KV than one {device.name} holds: blocks of "
+            f"{e.block_size} tokens of {model.name} take {block_bytes:,} bytes each even at 1 byte a value, so its "
+            f"{device.memory_gib:g} GiB hold at most {most_blocks:,} (with no weights)")
 
 
 def slo_summary_key(slo_key: str) -> str:
@@ -481,20 +568,48 @@ def slo_summary_key(slo_key: str) -> str:
 
 # ----- loading -------------------------------------------------------------------------------
 
-def load_config(path: str | Path, overrides: list[str] = ()) -> tuple[SweepConfig, list[dict[str, Any]]]:
+def load_config(path: str | Path, overrides: list[str] = (),
+                on_warning: Callable[[str], None] | None = None) -> tuple[SweepConfig, list[dict[str, Any]]]:
     """Read, override and validate a config file; expand its variants.
+
+    Precedence (the module docstring): the file's base, then each variant, then the `--set`
+    keys, applied to every point after its variant. Mappings merge as their dotted keys would.
 
     Args:
         path: the YAML file.
-        overrides: "dotted.key=value" strings (value parsed as YAML), applied before validation.
+        overrides: "dotted.key=value" strings (value parsed as YAML).
+        on_warning: called with the text of each warning (a --set changing what a variant set, a
+            --set some points' scheduler does not read, points that came out identical);
+            default `warnings.warn(text, ConfigWarning)`.
 
     Returns:
-        (base config, list of point dicts ready for `SweepConfig.model_validate`, one per point).
+        (base config with the --set keys, list of point dicts ready for
+        `SweepConfig.model_validate`, one per distinct point, in variant order).
 
     Raises:
-        ConfigError: with the file, the key (and its line where known) and what is valid.
+        ConfigError: with the file, the key (and its line where known) and what is valid; also a
+            --set no point reads, and a file trace whose path is unset or does not exist.
     """
     path = Path(path)
+    warn = on_warning or (lambda text: warnings.warn(text, ConfigWarning, stacklevel=4))  # at load_config's caller
+    raw, root_node = _read_yaml(path)
+    folder = path.resolve().parent
+    _resolve_paths(raw, folder)
+    set_keys = _parse_overrides(overrides)
+    _resolve_paths(set_keys, Path.cwd())
+    if "variants" in set_keys:  # --set 'variants=[...]' replaces the list the points come from
+        raw["variants"] = set_keys.pop("variants")
+    base_tree = copy.deepcopy(raw)
+    _apply_overrides(base_tree, {}, set_keys)
+    base = _validate(base_tree, path, root_node, where="")
+    points = _expand(raw, set_keys, path, root_node, warn)
+    in_file = isinstance(raw.get("trace"), dict) and "path" in raw["trace"] and "trace.path" not in set_keys
+    _check_trace_files(points, base, path, _line_of(root_node, ["trace", "path"]) if in_file else None)
+    return base, [tree for tree, _, _ in points]
+
+
+def _read_yaml(path: Path):
+    """(the file's mapping, its YAML node tree for line numbers); ConfigError if unreadable."""
     try:
         text = path.read_text()
     except OSError as exc:
@@ -506,36 +621,174 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> tuple[SweepConfi
         root_node = yaml.compose(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # a 4,300-digit integer; nesting deeper than the stack
+        raise ConfigError(f"{path}: cannot read the YAML: {_parse_problem(exc)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys (name, model, trace, engine, ...)")
-    _resolve_paths(raw, path.resolve().parent)
-    set_keys = {}
+    return raw, root_node
+
+
+def _parse_problem(exc: Exception) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return str(exc).split(";")[0]  # Python's int-digits message, without its sys.set_int_max_str_digits hint
+
+
+def _parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """--set strings as flat dotted keys (a mapping value becomes its dotted keys; later wins)."""
+    set_keys: dict[str, Any] = {}
     for item in overrides:
-        key, sep, value = item.partition("=")
+        key, sep, text = item.partition("=")
+        key = key.strip()
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected dotted.key=value, e.g. --set trace.path=conv.csv")
-        set_keys[key.strip()] = yaml.safe_load(value)
-    _resolve_paths(set_keys, Path.cwd())
-    for key, value in set_keys.items():
-        _set_dotted(raw, key, value, f"--set {key}")
-    _drop_unused_scheduler_keys(raw, set_keys)
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({problem}); "
+                              "quote text, write lists as [1, 2] and mappings as {k: v}") from None
+        except (ValueError, RecursionError) as exc:
+            raise ConfigError(f"--set {item!r}: cannot read the value: {_parse_problem(exc)}") from None
+        set_keys.update(_flatten({key: value}))
+    return set_keys
 
-    base = _validate(raw, path, root_node, where="")
-    points = []
-    for index, variant in enumerate(raw.get("variants") or [{}]):
+
+# Mapping values that are one setting, not a block of settings: a variant or --set replaces them
+# whole (a length spec switching `dist: zipf` to `dist: normal` must not keep `theta`).
+_WHOLE_VALUES = ("device", "trace.prompt_tokens", "trace.output_tokens", "engine.acceptance", "engine.draft")
+
+
+def _flatten(layer: dict, prefix: str = "") -> dict[str, Any]:
+    """A variant or --set layer as dotted keys: {engine: {chunk_size: 256}} -> {engine.chunk_size: 256},
+    so nested and dotted forms merge identically. `_WHOLE_VALUES` stay whole; an empty mapping
+    (nothing to merge) adds no key."""
+    flat: dict[str, Any] = {}
+    for key, value in layer.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and dotted not in _WHOLE_VALUES:
+            flat.update(_flatten(value, dotted + "."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def _expand(raw: dict, set_keys: dict[str, Any], path: Path, root_node,
+            warn: Callable[[str], None]) -> list[tuple[dict, SweepConfig, str]]:
+    """The points (tree, validated config, which variant): each variant's combinations on the base,
+    then the --set keys. Warns about variants a --set overrode, points a --set does not apply to,
+    and identical points (kept once); ConfigError for a --set that applies to no point."""
+    variants = raw.get("variants") or [{}]
+    overridden: dict[str, dict[str, list]] = {}  # set key -> {"variants[i] (key)": [values]}
+    not_applied: dict[str, list[str]] = {key: [] for key in set_keys}
+    points: list[tuple[dict, SweepConfig, str]] = []
+    same: dict[str, list[str]] = {}  # a point's settings -> the labels of the points that have them
+    for index, variant in enumerate(variants):
         if not isinstance(variant, dict):
             raise ConfigError(f"{path}: variants[{index}] must be a mapping of dotted keys, got {variant!r}")
-        empty = [k for k, v in variant.items() if v == []]
+        layer = _flatten(variant)
+        empty = [k for k, v in layer.items() if v == []]
         if empty:
             raise ConfigError(f"{path}: variants[{index}] {empty[0]}: an empty list gives no points; "
                               "list at least one value")
         line = _variant_line(root_node, index)
-        for combo in _cross(variant):
-            point = _apply_variant(raw, combo, f"{path}: variants[{index}]")
-            _resolve_paths(point, path.resolve().parent)
-            _validate(point, path, root_node, where=f"variants[{index}] {combo}: ", line=line)
-            points.append(point)
-    return base, points
+        for combo in _cross(layer):
+            where = f"variants[{index}] {_shown(combo)}" if raw.get("variants") else "the base"
+            tree = _apply_variant(raw, combo, f"{path}: variants[{index}]")
+            changed, skipped = _apply_overrides(tree, combo, set_keys)
+            _resolve_paths(tree, path.resolve().parent)
+            config = _validate(tree, path, root_node, where=f"{where}: " if raw.get("variants") else "", line=line)
+            label = f"{where} ({describe_point(config)})"
+            for set_key, variant_key in changed:
+                values = overridden.setdefault(set_key, {}).setdefault(f"variants[{index}] ({variant_key}", [])
+                if combo[variant_key] not in values:
+                    values.append(combo[variant_key])
+            for set_key in skipped:
+                not_applied[set_key].append(label)
+            # Settings as validated (defaults filled in): a key left out and its default are the same point.
+            labels = same.setdefault(json.dumps(config.model_dump(mode="json"), sort_keys=True), [])
+            labels.append(where)
+            if len(labels) == 1:
+                points.append((tree, config, where))
+    for set_key, variant_values in overridden.items():
+        targets = " and ".join(f"{variant}: {', '.join(_shown(v) for v in values)})"
+                               for variant, values in variant_values.items())
+        warn(f"--set {set_key}={_shown(set_keys[set_key])} overrides {targets}: "
+             "a --set applies to every point, after its variant")
+    total = sum(len(_cross(_flatten(v))) for v in variants if isinstance(v, dict))
+    for set_key, labels in not_applied.items():
+        leaf = set_key.removeprefix("engine.")
+        readers = ", ".join(s for s, keys in SCHEDULER_KEYS.items() if leaf in keys)
+        if labels and len(labels) == total:
+            raise ConfigError(f"--set {set_key}: no point's scheduler reads {leaf} (it is read by {readers}); "
+                              "set engine.scheduler too, or leave it out")
+        if labels:
+            warn(f"--set {set_key}={_shown(set_keys[set_key])} does not apply to {' and '.join(labels)}: "
+                 f"only {readers} read {leaf}")
+    for (tree, config, where) in points:
+        labels = same[json.dumps(config.model_dump(mode="json"), sort_keys=True)]
+        if len(labels) > 1:
+            warn(f"{len(labels)} points are the same{' once the --set keys are applied' if set_keys else ''} "
+                 f"({describe_point(config)}): {', '.join(labels)}; it runs once, as {where}")
+    return points
+
+
+def _shown(value: Any) -> str:
+    """A value as written in YAML flow style: {engine.chunk_size: 256}, [1, 2], vllm."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_shown(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_shown(v) for v in value) + "]"
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """Whether dotted keys `a` and `b` set the same value (one is the other or inside it)."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def _apply_overrides(tree: dict, combo: dict[str, Any], set_keys: dict[str, Any]) -> tuple[list, list[str]]:
+    """Apply the --set keys to one point (`tree`, which already holds its variant `combo`), in place.
+
+    Returns (the (set key, variant key) pairs whose value the --set changed, the scheduler-specific
+    --set keys left out because this point's scheduler does not read them). With `engine.scheduler`
+    among the --set keys every key is applied (and checked) as given.
+    """
+    touched = [(s, k) for s in set_keys for k in combo if _overlaps(s, k)]
+    before = {k: copy.deepcopy(_get_dotted(tree, k)) for _, k in touched}
+    old_kind = _get_dotted(tree, "trace.kind")
+    for key, value in set_keys.items():
+        _set_dotted(tree, key, value, f"--set {key}")
+    _drop_unused_scheduler_keys(tree, set_keys)
+    _restart_trace_on_kind_change(tree, set_keys, old_kind)
+    skipped = []
+    engine = tree.get("engine")
+    if isinstance(engine, dict) and "engine.scheduler" not in set_keys:
+        reads = SCHEDULER_KEYS.get(engine.get("scheduler", EngineConfig.model_fields["scheduler"].default), set())
+        for key in set_keys:
+            leaf = key.removeprefix("engine.")
+            if key.startswith("engine.") and leaf in _SCHEDULER_SPECIFIC and leaf not in reads and key not in combo:
+                engine.pop(leaf, None)
+                skipped.append(key)
+    return [(s, k) for s, k in touched if _get_dotted(tree, k) != before[k]], skipped
+
+
+def _check_trace_files(points: list[tuple[dict, SweepConfig, str]], base: SweepConfig, path: Path,
+                       line: int | None) -> None:
+    """ConfigError unless every point's trace file (kinds with a `path`) is set and is a file:
+    caught when the config loads, not when the point runs. A variant is named only where its
+    trace differs from the base's; `line` is that of the file's trace.path (None: not in the file)."""
+    for _, config, where in points:
+        if not hasattr(config.trace, "path"):
+            continue
+        variant = f"{where}: " if where != "the base" and config.trace != base.trace else ""
+        at = f"{path}: {variant}trace.path{f' (line {line})' if line and not variant else ''}"
+        if config.trace.path is None:
+            raise ConfigError(f"{at}: not set: give it in the config or with --set trace.path=FILE")
+        resolved = Path(config.trace.path).expanduser()
+        if not resolved.is_file():
+            problem = "is a folder, not a trace file" if resolved.is_dir() else "no such file"
+            raise ConfigError(f"{at}: {problem}: {resolved}")
 
 
 # Keys holding file paths: relative paths in a config file are relative to the file's folder;
@@ -584,6 +837,18 @@ def _drop_unused_scheduler_keys(tree: dict, explicit: dict[str, Any]) -> None:
             engine.pop(key, None)
 
 
+def _restart_trace_on_kind_change(tree: dict, layer: dict[str, Any], old_kind: Any) -> None:
+    """When `layer` (a variant combination or the --set keys) changed `trace.kind`, the trace starts
+    afresh: only the trace keys the layer set stay. A key can mean different things in two kinds
+    (`qps` samples a profile at that rate but time-scales a file), so none is inherited."""
+    trace = tree.get("trace")
+    if "trace.kind" not in layer or not isinstance(trace, dict) or trace.get("kind") == old_kind:
+        return
+    for key in list(trace):
+        if not any(_overlaps(k, f"trace.{key}") for k in layer):
+            del trace[key]
+
+
 def _validate(raw: dict, path: Path, root_node, where: str, line: int | None = None) -> SweepConfig:
     try:
         return SweepConfig.model_validate(raw)
@@ -592,9 +857,13 @@ def _validate(raw: dict, path: Path, root_node, where: str, line: int | None = N
         for err in exc.errors():
             loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "tagged-union["))]
             key = ".".join(p for p in loc if p not in TRACE_KINDS or loc[0] != "trace")
+            message = err["msg"].removeprefix("Value error, ")
+            lead = re.match(r"([a-z_]+(?:\.[a-z_]+)*)(?:: | \()", message)
+            if not key and lead:  # a check across keys (SweepConfig._deployment_fits) leads with the key
+                key, loc = lead[1], lead[1].split(".")
+                message = message.removeprefix(f"{key}: ")
             at_line = line or _line_of(root_node, loc)
             at = f" (line {at_line})" if at_line else ""
-            message = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 message = "unknown key"
             elif not isinstance(err.get("input"), (dict, list)) and "input" in err:
@@ -611,9 +880,11 @@ def _cross(variant: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _apply_variant(raw: dict, combo: dict[str, Any], where: str) -> dict:
     point = copy.deepcopy({k: v for k, v in raw.items() if k != "variants"})
+    old_kind = _get_dotted(point, "trace.kind")
     for key, value in combo.items():
         _set_dotted(point, key, value, where)
     _drop_unused_scheduler_keys(point, combo)
+    _restart_trace_on_kind_change(point, combo, old_kind)
     return point
 
 

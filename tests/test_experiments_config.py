@@ -93,8 +93,8 @@ def test_booleans_are_not_numbers(tmp_path):
 
 
 def test_deployment_checked_before_running(tmp_path):
-    assert "model:" in error_of(tmp_path, BASE + "model: llama-9-8b\n")
-    assert "device:" in error_of(tmp_path, BASE + "device: tpu-v9\n")
+    assert "c.yaml: model (line 4): unknown model 'llama-9-8b'" in error_of(tmp_path, BASE + "model: llama-9-8b\n")
+    assert "c.yaml: device (line 4):" in error_of(tmp_path, BASE + "device: tpu-v9\n")
     message = error_of(tmp_path, BASE.replace("chunk_size: 512", "tensor_parallel_size: 3"))
     assert "engine.tensor_parallel_size" in message
     message = error_of(tmp_path, BASE.replace("chunk_size: 512", "max_model_len: 10000000"))
@@ -159,3 +159,78 @@ def test_search_refuses_a_closed_loop_trace(tmp_path):
     text = ("trace: {kind: closed_loop, clients: 4, num_requests: 20}\n"
             "search: {qps: [1, 8], num_requests: 20, seeds: 1}\n")
     assert "closed-loop trace sets a number of clients" in error_of(tmp_path, text)
+
+
+# ----- every number finite and in range, the key and line named (issue 14, item 6) ---------
+T = "trace: {kind: poisson, qps: 2, num_requests: 10}\n"
+
+
+@pytest.mark.parametrize("text,expected", [
+    (T + "slo: {tbt_p99_s: .nan}\n", "slo.tbt_p99_s (line 2): Input should be a finite number (got nan)"),
+    (T + "slo: {tbt_p99_s: -1}\n", "slo (line 2): SLO tbt_p99_s must be a finite number > 0 seconds, got -1.0"),
+    (T + "slo: {tbt_p99_s: .inf}\n", "slo.tbt_p99_s (line 2): Input should be a finite number (got inf)"),
+    (T + "goodput: {ttft_s: -2}\n", "goodput (line 2): goodput ttft_s must be a finite number > 0 seconds, got -2.0"),
+    (T + "goodput: {tpot_s: .nan}\n", "goodput.tpot_s (line 2): Input should be a finite number (got nan)"),
+    ("trace: {kind: poisson, qps: 2, seed: -1}\n", "trace.seed (line 1): Input should be greater than or equal to 0 (got -1)"),
+    (T + "engine: {seed: 4294967296}\n", "engine.seed (line 2): Input should be less than or equal to 4294967295"),
+    (T + "engine: {num_gpu_blocks: 9200000000000000000}\n",
+     "engine.num_gpu_blocks (line 2): Input should be less than or equal to 2147483647 (got 9200000000000000000)"),
+    # llama-3-8b: 2 (K, V) x 32 layers x 8 KV heads x 128 x 1 byte x 16 tokens = 1 MiB a block; 80 GiB / 1 MiB.
+    (T + "engine: {num_gpu_blocks: 81921}\n",
+     "engine.num_gpu_blocks (line 2): 81921 blocks are more KV than one h100-sxm holds: blocks of 16 tokens of "
+     "llama-3-8b take 1,048,576 bytes each even at 1 byte a value, so its 80 GiB hold at most 81,920 (with no weights)"),
+    ("trace: {kind: poisson, qps: .nan}\n", "trace.qps (line 1): Input should be a finite number (got nan)"),
+    ("trace: {kind: profile, name: sharegpt, qps: .inf}\n", "trace.qps (line 1): Input should be a finite number"),
+    ("trace: {kind: poisson, qps: 2000000}\n", "trace.qps (line 1): Input should be less than or equal to 1000000"),
+    ("trace: {kind: poisson, qps: 1.0e-300}\n", "trace (line 1): qps 1e-300 is too low for 2048 requests: they "
+                                               "would span 2.05e+303 s, more than the 1e9 s (31.7 years)"),
+    ("trace: {kind: synthetic, qps: 1, arrival: gamma, burstiness: .nan}\n",
+     "trace.burstiness (line 1): Input should be a finite number (got nan)"),
+    ("trace: {kind: synthetic, qps: 1, arrival: gamma, burstiness: 0.0001}\n",
+     "trace.burstiness (line 1): Input should be greater than or equal to 0.001 (got 0.0001)"),
+    ("trace: {kind: closed_loop, clients: 2, think_time_s: -1}\n",
+     "trace.think_time_s (line 1): Input should be greater than or equal to 0 (got -1)"),
+    ("trace: {kind: closed_loop, clients: 2, think_time_s: .inf}\n", "trace.think_time_s (line 1): Input should be a finite"),
+    ("trace: {kind: closed_loop, clients: 0}\n", "trace.clients (line 1): Input should be greater than or equal to 1"),
+    ("trace: {kind: file, window_s: [0, .inf]}\n", "trace.window_s.1 (line 1): Input should be a finite number (got inf)"),
+    ("trace: {kind: file, window_s: [.nan, 5]}\n", "trace.window_s.0 (line 1): Input should be a finite number (got nan)"),
+    ("trace: {kind: file, qps: -3}\n", "trace.qps (line 1): Input should be greater than 0 (got -3)"),
+    ("trace: {kind: poisson, qps: 2, num_requests: 100000000000}\n",
+     "trace.num_requests (line 1): Input should be less than or equal to 10000000 (got 100000000000)"),
+    ("trace: {kind: poisson, qps: 2, prompt_tokens: 100000000000000000000000}\n",
+     "trace.prompt_tokens (line 1): 1e+23 tokens is more than 16,777,216, over a hundred times the longest context"),
+    ("trace: {kind: profile, name: sharegpt, qps: 2, output_tokens: {max: 100000000}}\n",
+     "trace.output_tokens.max (line 1): Input should be less than or equal to 16777216"),
+    (T + "engine: {chunk_size: 100000000000}\n", "engine.chunk_size (line 2): Input should be less than or equal to 16777216"),
+    (T + "engine: {scheduler: vllm, max_num_batched_tokens: 0}\n", "engine.max_num_batched_tokens (line 2): Input should be greater"),
+    (T + "engine: {replicas: 1000000000}\n", "engine.replicas (line 2): Input should be less than or equal to 10000"),
+    (T + "engine: {gpu_memory_utilization: .nan}\n", "engine.gpu_memory_utilization (line 2): Input should be a finite"),
+    (T + "engine: {split_n: 2, acceptance: .nan}\n", "engine.acceptance (line 2): acceptance must be a probability"),
+    (T + "search: {qps: [1, .inf]}\n", "search.qps.1 (line 2): Input should be a finite number (got inf)"),
+    (T + "search: {qps: [4, 1]}\n", "search.qps (line 2): search.qps must be [low, high] with 0 < low < high"),
+    (T + "search: {loads: [1, .nan]}\n", "search.loads.1 (line 2): Input should be a finite number (got nan)"),
+    (T + "search: {precision: -0.1}\n", "search.precision (line 2): Input should be greater than 0"),
+    (T + "search: {num_requests: 100000000000}\n", "search.num_requests (line 2): Input should be less than or equal to 10000000"),
+    (T + "search: {}\nfleet: {target_qps: .nan}\n", "fleet.target_qps (line 3): Input should be a finite number"),
+    (T + "search: {}\nfleet: {target_qps: 10, gpu_hour_usd: -1}\n", "fleet.gpu_hour_usd (line 3): Input should be greater than 0"),
+])
+def test_every_number_is_finite_and_in_range_with_its_key_and_line(tmp_path, text, expected):
+    assert f"c.yaml: {expected}" in error_of(tmp_path, text)
+
+
+def test_a_kv_pool_override_the_device_can_hold_is_accepted(tmp_path):
+    base, _ = load_config(write(tmp_path, T + "engine: {num_gpu_blocks: 81920}\n"))
+    assert base.engine.num_gpu_blocks == 81920
+    # Pipeline stages hold a share of the layers: 2 stages of llama-3-8b's 32 hold twice the blocks.
+    base, _ = load_config(write(tmp_path, T + "engine: {num_gpu_blocks: 163840, pipeline_parallel_size: 2}\n"))
+    assert base.engine.num_gpu_blocks == 163840
+    assert "at most 163,840" in error_of(tmp_path, T + "engine: {num_gpu_blocks: 163841, pipeline_parallel_size: 2}\n")
+
+
+def test_unparseable_values_are_errors_not_tracebacks(tmp_path):
+    message = error_of(tmp_path, BASE, ["engine.chunk_size=[1,"])
+    assert message.startswith("--set 'engine.chunk_size=[1,': the value is not valid YAML")
+    message = error_of(tmp_path, BASE, ["trace.seed=" + "9" * 5000])
+    assert message.startswith("--set 'trace.seed=999") and "Exceeds the limit (4300 digits)" in message
+    message = error_of(tmp_path, BASE + "engine: {seed: " + "9" * 5000 + "}\n")
+    assert "cannot read the YAML: Exceeds the limit (4300 digits) for integer string conversion" in message

@@ -107,10 +107,10 @@ def test_azure_conv_config_on_the_real_file(tmp_path):
     assert row["offered_qps"] == pytest.approx(16.0)
 
 
-def test_missing_trace_path_is_a_clear_point_error(tmp_path):
+def test_missing_trace_path_is_caught_before_any_point_runs(tmp_path):
     result = runner.invoke(app, ["simulate", f"{CONFIGS}/azure_conv.yaml", "--out", str(tmp_path / "o")])
-    assert result.exit_code == 1
-    assert "trace.path is not set" in result.output
+    assert result.exit_code == 2 and not (tmp_path / "o").exists()
+    assert "azure_conv.yaml: trace.path: not set: give it in the config or with --set" in " ".join(result.output.split())
 
 
 # ----- ../shared/cases through the file path ------------------------------------------------

@@ -99,3 +99,36 @@ def test_closed_loop_kind_builds_the_workload_the_simulator_drives(tmp_path):
 ])
 def test_bad_trace_configs_name_the_key_and_what_is_valid(tmp_path, trace_yaml, message):
     assert message in error_of(tmp_path, trace_yaml)
+
+
+# ----- a file trace's path is checked when the config loads (issue 14, item 14) ---------------
+def test_a_missing_trace_file_is_a_config_error_naming_the_key_line_and_resolved_path(tmp_path, monkeypatch):
+    config = tmp_path / "c.yaml"
+    config.write_text("name: t\ntrace: {kind: file,\n        path: data/missing.csv}\n")
+    monkeypatch.chdir("/")
+    with pytest.raises(ConfigError) as info:
+        load_config(config)
+    assert str(info.value) == f"{config}: trace.path (line 3): no such file: {tmp_path / 'data' / 'missing.csv'}"
+    with pytest.raises(ConfigError) as info:
+        load_config(config, [f"trace.path={tmp_path}"])
+    assert str(info.value) == f"{config}: trace.path: is a folder, not a trace file: {tmp_path}"
+
+
+def test_an_unset_trace_path_is_a_config_error_for_both_file_kinds(tmp_path):
+    for kind in ("file", "lengths_file, qps: 2"):
+        config = tmp_path / "c.yaml"
+        config.write_text(f"trace: {{kind: {kind}}}\n")
+        with pytest.raises(ConfigError) as info:
+            load_config(config)
+        assert str(info.value) == (f"{config}: trace.path: not set: "
+                                   "give it in the config or with --set trace.path=FILE")
+
+
+def test_a_variant_with_a_missing_trace_file_is_named(tmp_path):
+    (tmp_path / "a.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,10,2\n")
+    config = tmp_path / "c.yaml"
+    config.write_text("trace: {kind: file, path: a.csv}\nvariants:\n  - {}\n  - {trace.path: b.csv}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(config)
+    assert str(info.value) == (f"{config}: variants[1] {{trace.path: b.csv}}: trace.path: "
+                               f"no such file: {tmp_path / 'b.csv'}")
