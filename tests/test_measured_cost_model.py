@@ -162,7 +162,8 @@ def test_every_target_device_has_shipped_tables():
 def test_auto_on_h100_uses_aiconfigurator_with_provenance():
     model = build_measured("auto", get_model_spec("llama-3-8b"), get_device_spec("h100-sxm"), 1)
     d = model.describe()
-    assert d["name"] == "auto" and d["label"] == "measured (aiconfigurator vllm 0.19.0) on h100-sxm"
+    assert d["name"] == "auto" and d["label"] == ("measured (aiconfigurator vllm 0.19.0) on h100-sxm; roofline for "
+                                                  "layernorm, rotary_emb, act_fn, embedding, final_layernorm, sampler")
     assert d["sources"][0]["licence"] == "Apache-2.0" and d["sources"][0]["commit"] == "095f58a"
     assert d["parts"]["qkv_proj"].endswith("gemm (m, 6144, 4096)")
     assert d["roofline_parts"] == ["layernorm", "rotary_emb", "act_fn", "embedding", "final_layernorm", "sampler"]
@@ -185,7 +186,7 @@ def test_auto_without_tables_or_in_fp8_is_none_and_measured_dir_is_checked(tmp_p
         measured_dirs(f"measured:{tmp_path}")
     synthetic_tables().save(tmp_path / "t")
     model = build_measured(f"measured:{tmp_path / 't'}", TOY, DEVICE, 1)
-    assert model.describe()["label"] == "measured (synthetic vllm 0) on toy-gpu"
+    assert model.describe()["label"].startswith("measured (synthetic vllm 0) on toy-gpu; roofline for layernorm")
 
 
 def test_decode_step_prices_are_stable_for_a_known_case():

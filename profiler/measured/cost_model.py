@@ -510,7 +510,10 @@ class MeasuredCostModel:
                     **({"model": s.meta["model"]["name"], "tensor_parallel_size": s.tensor_parallel_size}
                        if s.model is not None else {})} for s in self.sources]
         label = "; ".join(f"{s['name']} {s['engine']} {s['engine_version']}" for s in sources)
-        return {"name": self.name, "kind": "measured", "label": f"measured ({label}) on {self.device.name}",
+        label = f"measured ({label}) on {self.device.name}"
+        if self.roofline_parts:  # parts no table covers: say so in the one-line label too
+            label += f"; roofline for {', '.join(self.roofline_parts)}"
+        return {"name": self.name, "kind": "measured", "label": label,
                 "device": self.device.name, "sources": sources, "parts": dict(self.parts),
                 "roofline_parts": list(self.roofline_parts),
                 "roofline_efficiency": {"gemm_flops": self.flops_efficiency, "memory_bandwidth": self.bandwidth_efficiency},
@@ -527,15 +530,14 @@ def _measured_width(op: str, source: MeasuredTables) -> float:
             "rotary_emb": (heads + kv) * m.head_dim, "qk_norm": (heads + kv) * m.head_dim}[op]
 
 
-_GEMM_GRIDS: dict[int, LogGrid] = {}
-
-
 def _gemm_grid(source: MeasuredTables) -> LogGrid:
-    """The (m, n, k) grid of a source's GEMM table, built once per table object."""
-    key = id(source.tables["gemm"])
-    if key not in _GEMM_GRIDS:
-        _GEMM_GRIDS[key] = LogGrid.from_frame(source.tables["gemm"], ["m", "n", "k"], source=f"{source.label} gemm")
-    return _GEMM_GRIDS[key]
+    """The (m, n, k) grid of a source's GEMM table, built once per tables object (kept on it:
+    the shipped tables are loaded once per process, so every point's model shares the grid)."""
+    grid = source.__dict__.get("_gemm_grid")
+    if grid is None:
+        grid = source.__dict__["_gemm_grid"] = LogGrid.from_frame(source.tables["gemm"], ["m", "n", "k"],
+                                                                  source=f"{source.label} gemm")
+    return grid
 
 
 def _mixed_grids(rows: pd.DataFrame, label: str):
