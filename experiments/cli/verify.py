@@ -14,7 +14,7 @@ from rich.console import Console
 
 from experiments.verification.calibrate import LEDGER_NAME, calibrate as run_calibration
 from experiments.cli.console import fail
-from experiments.outputs import OutputFolderError, OutputWriteError, RunFolder, write_csv, write_text
+from experiments.outputs import OutputFolderError, OutputWriteError, RunFolder, write_atomic, write_csv, write_text
 from experiments.deployment import build_pricer
 from experiments.point import build_cost_model
 from experiments.config import AcceptanceFile, ConfigError, SweepConfig, describe_point, load_config
@@ -163,7 +163,21 @@ def _report(out_dir: Path, context: dict, steps, e2e, fail_above: Optional[float
 def _verify_recorded(bundle: Path, overrides: list[str], out: Optional[Path], fail_above: Optional[float],
                      ledger: Optional[Path]) -> dict:
     """`verify --against-run`: simulate the recorded deployment on its own trace (engine clock)
-    and compare end to end, per request and per second; returns the metrics over --fail-above."""
+    and compare end to end, per request and per second; returns the metrics over --fail-above.
+    OUT is claimed as a run folder (`experiments.outputs.RunFolder`)."""
+    out_dir = out or Path("runs") / f"{bundle.resolve().name}-verify"
+    try:
+        with RunFolder(out_dir, inputs=[bundle]) as folder:
+            failed = _compare_recorded(bundle, overrides, out_dir, fail_above, ledger)
+            folder.remove_stale()
+    except (OutputFolderError, OutputWriteError) as exc:
+        fail(str(exc))
+    return failed
+
+
+def _compare_recorded(bundle: Path, overrides: list[str], out_dir: Path, fail_above: Optional[float],
+                      ledger: Optional[Path]) -> dict:
+    """The work of `_verify_recorded` in its claimed folder."""
     import yaml
 
     from experiments.verification import recorded_run as rr
@@ -172,12 +186,11 @@ def _verify_recorded(bundle: Path, overrides: list[str], out: Optional[Path], fa
 
     try:
         run = rr.read_recorded_run(bundle)
-        out_dir = out or Path("runs") / f"{bundle.resolve().name}-verify"
-        out_dir.mkdir(parents=True, exist_ok=True)
         config_path = out_dir / "config.yaml"
         overridden = frozenset(o.split("=", 1)[0].strip() for o in overrides)
-        trace_path = rr.write_trace(run, out_dir / "trace.csv").resolve()
-        config_path.write_text(yaml.safe_dump(rr.bundle_config(run, trace_path, overridden), sort_keys=False))
+        simulated = rr.bundle_config(run, (out_dir / "trace.csv").resolve(), overridden)  # refuses before writing
+        rr.write_trace(run, out_dir / "trace.csv")
+        write_text(config_path, yaml.safe_dump(simulated, sort_keys=False))
         chosen = _point(_points(config_path, overrides), 0)
         result = simulate_point(chosen, build_pricer(chosen, build_cost_model(chosen)))
         e2e = e2e_fidelity(result.summary, rr.measured_summary(run))
@@ -193,8 +206,8 @@ def _verify_recorded(bundle: Path, overrides: list[str], out: Optional[Path], fa
                                 served["completion_s"].to_numpy(), list(served["token_times_s"]), horizon_s)
     (out_dir / "plots").mkdir(exist_ok=True)
     figure = timeseries_overlay(simulated_s, measured_s, run.timeseries, out_dir / "plots" / "per_second.png")
-    pd.concat({"measured": measured_s.set_index("t"), "simulated": simulated_s.set_index("t")}, axis=1).to_csv(
-        out_dir / "per_second.csv")
+    per_second = pd.concat({"measured": measured_s.set_index("t"), "simulated": simulated_s.set_index("t")}, axis=1)
+    write_atomic(out_dir / "per_second.csv", per_second.to_csv)
     summary = result.summary
     context = {"config": str(config_path), "point": describe_point(chosen), "model": chosen.model,
                "cost_model": chosen.cost_model, "source": f"recorded run {bundle}", "device": chosen.device,

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from experiments.outputs import write_atomic
 from simulator.metrics import percentile_stats
 
 REQUEST_FIELDS = ("input_toks", "output_toks", "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
@@ -246,11 +247,7 @@ def _device(hardware, config_path: Path) -> str:
 def write_trace(run: RecordedRun, path: Path) -> Path:
     """The run's requests as a canonical trace CSV (arrival_s, prompt_tokens, output_tokens)."""
     frame = run.requests[["arrival_s", "prompt_tokens", "output_tokens"]]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    frame.to_csv(tmp, index=False, float_format="%.9f")
-    tmp.replace(path)
-    return path
+    return write_atomic(path, lambda tmp: frame.to_csv(tmp, index=False, float_format="%.9f"))
 
 
 def per_request_errors(run: RecordedRun, simulated: pd.DataFrame) -> pd.DataFrame:
