@@ -13,14 +13,18 @@ field and saying the architecture is not supported yet — never a silent dense 
 - a sliding window in effect: `sliding_window` set and `use_sliding_window` not false (transformers
   `MistralConfig` and `Gemma2Config` have no `use_sliding_window`: a set window is always used —
   Mistral-7B-v0.1's 4096, Gemma-2's every other layer); `layer_types` naming a non-full layer;
-- attention logit soft-capping (`attn_logit_softcapping`, Gemma-2), biases beyond Qwen2's q/k/v
+- attention logit soft-capping (`attn_logit_softcapping`, Gemma-2), chunked local attention
+  (`attention_chunk_size`, Llama 4), multi-token prediction layers (`num_nextn_predict_layers`:
+  extra parameters), biases beyond Qwen2's q/k/v
   (`attention_bias`, `mlp_bias`), a pre-quantized checkpoint (`quantization_config`), a
   multimodal wrapper (`text_config`);
 - any other `model_type` (Gemma-2, for one: its LM head is tied by default and each layer has four
   norms, so reading it as a Llama over-counts gemma-2-9b by its 0.92 B-parameter embedding).
 
 Qwen2/2.5 and Qwen3 configs carry `sliding_window` with `use_sliding_window: false`: that is full
-attention, and accepted (vLLM `qwen2.py`/`qwen3.py` then build full-attention layers).
+attention, and accepted. The rule is vLLM's `ModelConfig.get_sliding_window` (`vllm/config`; pinned
+by vLLM's `tests/test_config.py::test_get_sliding_window`): None for a Qwen2 config with
+use_sliding_window false, the window when it is true, and a Mistral config's window whenever set.
 
 Defaults where a key is absent follow each family's transformers config class (`LlamaConfig`,
 `MistralConfig`, `Qwen2Config`, `Qwen3Config`): num_key_value_heads = num_attention_heads,
@@ -50,6 +54,8 @@ _UNSUPPORTED_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("multi-head latent attention (MLA)", ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
                                            "qk_nope_head_dim", "v_head_dim")),
     ("attention logit soft-capping", ("attn_logit_softcapping",)),
+    ("chunked local attention", ("attention_chunk_size",)),
+    ("multi-token prediction layers", ("num_nextn_predict_layers",)),
     ("biases on every attention projection", ("attention_bias",)),
     ("MLP biases", ("mlp_bias",)),
     ("a pre-quantized checkpoint (set engine.dtype instead, with the unquantized model's config)",

@@ -241,6 +241,8 @@ def test_gemma_2_is_refused_instead_of_over_counted(tmp_path):
     ({"mlp_bias": True}, r"mlp_bias=True \(MLP biases"),
     ({"model_type": "phi3"}, r"model_type='phi3' \(supported: llama, mistral, qwen2, qwen3"),
     ({"text_config": {"hidden_size": 4096}}, r"text_config=.*multimodal"),
+    ({"attention_chunk_size": 8192}, r"attention_chunk_size=8192 \(chunked local attention"),
+    ({"num_nextn_predict_layers": 1}, r"num_nextn_predict_layers=1 \(multi-token prediction"),
 ])
 def test_other_unmodelled_fields_are_refused(tmp_path, extra, field):
     with pytest.raises(ValueError, match=r"config\.json: architecture not supported yet: .*" + field):
