@@ -108,10 +108,10 @@ def check_device(directory: str | Path, meta: dict, device_name: str) -> None:
     raise ProfileError(f"{head}; set device: {want}, or use a profile measured on {device_name!r}")
 
 
-def load_fitted(directory: str | Path, model: ModelSpec | None = None,
-                tensor_parallel_size: int | None = None, device: str | None = None) -> FittedCostModel:
-    """The fitted model of a profile directory: `cost_model.joblib` when `sarathi-sim fit` wrote
-    one after the profile, else a fit in memory (not written: sweep workers share the folder).
+def checked_profile(directory: str | Path, model: ModelSpec | None = None,
+                    tensor_parallel_size: int | None = None, device: str | None = None) -> Profile:
+    """The profile of `directory` after every check a point needs, without fitting it (cheap
+    enough to run on each point of a config before any of them is simulated).
 
     Args:
         model, tensor_parallel_size: when given, must match the profile's.
@@ -122,9 +122,7 @@ def load_fitted(directory: str | Path, model: ModelSpec | None = None,
         ProfileError: not a profile directory; a model, tp or device the profile was not measured
             for; or a profile too thin to fit (`fitted.check_fit_coverage`).
     """
-    # scikit-learn (≈3 CPU-s to import) only when a profile is really used, not for `auto` on the roofline.
-    from profiler.fit_report import MODEL_FILE
-    from profiler.fitted import FittedCostModel, check_fit_coverage
+    from profiler.fitted import check_fit_coverage  # scikit-learn: only when a profile is really used
 
     directory = Path(directory)
     profile = Profile.load(directory)
@@ -138,8 +136,23 @@ def load_fitted(directory: str | Path, model: ModelSpec | None = None,
     if device is not None:
         check_device(directory, profile.meta, device)
     check_fit_coverage(profile, directory)
-    saved = directory / MODEL_FILE
-    if saved.is_file() and saved.stat().st_mtime >= (directory / SIDECAR).stat().st_mtime:
+    return profile
+
+
+def load_fitted(directory: str | Path, model: ModelSpec | None = None,
+                tensor_parallel_size: int | None = None, device: str | None = None) -> FittedCostModel:
+    """The fitted model of a profile directory: `cost_model.joblib` when `sarathi-sim fit` wrote
+    one after the profile, else a fit in memory (not written: sweep workers share the folder).
+
+    Args and raises: as `checked_profile`.
+    """
+    # scikit-learn (≈3 CPU-s to import) only when a profile is really used, not for `auto` on the roofline.
+    from profiler.fit_report import MODEL_FILE
+    from profiler.fitted import FittedCostModel
+
+    profile = checked_profile(directory, model, tensor_parallel_size, device)
+    saved = Path(directory) / MODEL_FILE
+    if saved.is_file() and saved.stat().st_mtime >= (Path(directory) / SIDECAR).stat().st_mtime:
         return FittedCostModel.load(saved)
     return FittedCostModel.fit(profile, source=str(directory))
 

@@ -163,3 +163,14 @@ def test_a_bad_sidecar_is_a_profile_error_naming_it(tmp_path, edit, match):
     sidecar.write_text("{truncated")
     with pytest.raises(ProfileError, match=rf"^{sidecar}: not readable JSON"):
         Profile.load(directory)
+
+
+def test_checked_profile_refuses_without_fitting(tmp_path, monkeypatch):
+    # The checks a point needs, cheap enough for a config check before any point runs.
+    from profiler.fitted import FittedCostModel as Fitted
+    from profiler.shipped import checked_profile
+
+    monkeypatch.setattr(Fitted, "fit", classmethod(lambda cls, *a, **k: pytest.fail("fitted")))
+    assert checked_profile(RECORDED, get_model_spec(TINY), 1, "cpu").meta["device"]["kind"] == "cpu"
+    with pytest.raises(ProfileError, match="prices device 'h100-sxm'"):
+        checked_profile(RECORDED, get_model_spec(TINY), 1, "h100-sxm")
