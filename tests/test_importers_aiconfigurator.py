@@ -150,3 +150,38 @@ def test_a_csv_with_nan_is_refused_on_load(tmp_path):
     path.write_text(path.read_text().replace("1e-05", "nan", 1))
     with pytest.raises(MeasuredTableError, match=r"gemm.csv: column 'time_s' is empty or NaN in row 1"):
         MeasuredTables.load(tmp_path / "out")
+
+
+def test_decode_latency_in_the_wrong_unit_is_refused(tmp_path):
+    system = _system(tmp_path, _gemm([0.01, 0.02]))
+    (system / "system.yaml").write_text("gpu:\n  bfloat16_tc_flops: 989000000000000\n  mem_bw: 3350000000000\n")
+    folder = system / "attention" / "vllm" / "0.19.0"
+    folder.mkdir(parents=True)
+    b, s = [1, 8, 64, 256], [1023, 4095, 16383, 65535]
+    rows = pd.DataFrame([(bb, ss) for bb in b for ss in s], columns=["batch_size", "step"])
+    kv_bytes = rows["batch_size"] * rows["step"] * 8 * 128 * 2 * 2  # 8 KV heads of 128, K and V, bf16
+    rows = rows.assign(num_heads=32, num_key_value_heads=8, head_dim=128, kv_cache_dtype="bfloat16",
+                       latency=kv_bytes / 2.5e12)  # 2.5 TB/s, but in seconds: 1000× too fast
+    rows.to_parquet(folder / "generation_attention_perf.parquet")
+    with pytest.raises(MeasuredTableError, match="generation_attention_perf.parquet: column 'latency'.*unit does not match"):
+        import_aiconfigurator(system)
+    rows.assign(latency=rows["latency"] * 1e3).to_parquet(folder / "generation_attention_perf.parquet")
+    assert len(import_aiconfigurator(system).tables["decode_attention"]) == 16  # milliseconds: accepted
+
+
+def test_sidecar_problems_are_named(tmp_path):
+    import json
+
+    tables = import_aiconfigurator(_system(tmp_path, _gemm([0.01, 0.02])))
+    tables.save(tmp_path / "out")
+    sidecar = tmp_path / "out" / "measured.json"
+    meta = json.loads(sidecar.read_text())
+    sidecar.write_text(json.dumps({**meta, "format_version": 9}))
+    with pytest.raises(MeasuredTableError, match="measured.json: format_version 9"):
+        MeasuredTables.load(tmp_path / "out")
+    del meta["licence"]
+    sidecar.write_text(json.dumps(meta))
+    with pytest.raises(MeasuredTableError, match=r"measured.json: missing keys \['licence'\]"):
+        MeasuredTables.load(tmp_path / "out")
+    with pytest.raises(MeasuredTableError, match="not a measured-table directory"):
+        MeasuredTables.load(tmp_path)

@@ -152,9 +152,10 @@ def import_aiconfigurator(system_dir: str | Path, device: str | None = None) -> 
 
     Raises:
         MeasuredTableError: no system.yaml, an unknown system without `device`, a table's file
-            missing a column or usable row, a latency unit that does not hold (a row set whose
-            GEMMs would beat the datasheet peak in system.yaml by 2×: the wrong unit), or no
-            table found; messages name the file and column.
+            missing a column or usable row, a latency unit that does not hold (the largest GEMMs
+            beating the datasheet bf16 peak in system.yaml by 2×, or the largest decodes reading
+            their KV cache at twice its bandwidth), or no table found; messages name the file and
+            column.
     """
     system = Path(system_dir)
     system_yaml = system / "system.yaml"
@@ -184,6 +185,8 @@ def import_aiconfigurator(system_dir: str | Path, device: str | None = None) -> 
         raise MeasuredTableError(f"{system}: no gemm, attention or comm table under */vllm/<version>/")
     if "gemm" in tables and gpu.get("bfloat16_tc_flops"):
         _check_gemm_unit(tables["gemm"], float(gpu["bfloat16_tc_flops"]), system / _FILES["gemm"][1])
+    if "decode_attention" in tables and gpu.get("mem_bw"):
+        _check_decode_unit(tables["decode_attention"], float(gpu["mem_bw"]), system / _FILES["decode_attention"][1])
     meta = {
         "source": SOURCE, "licence": LICENCE, "engine": "vllm", "engine_version": ", ".join(sorted(versions)),
         "device": {"name": ", ".join(sorted(device_names)) or system.name, "key": device, "system": system.name},
@@ -204,3 +207,16 @@ def _check_gemm_unit(gemm: pd.DataFrame, peak_flops: float, path: Path) -> None:
     if rate > 2 * peak_flops:
         raise MeasuredTableError(f"{path}: column 'latency' read as milliseconds gives {rate:.3g} FLOP/s, over "
                                  f"twice the bf16 peak {peak_flops:.3g} of system.yaml: the unit does not match")
+
+
+def _check_decode_unit(decode: pd.DataFrame, mem_bw: float, path: Path) -> None:
+    """A decode streams its KV cache: refuse if the largest decodes (top tenth by KV bytes, bf16 K
+    and V) would read it at over twice the datasheet bandwidth of system.yaml (a wrong time unit,
+    or `step` not the KV length). The six shipped systems read at 0.69–0.86 of it."""
+    kv_bytes = decode["batch_size"] * decode["kv_tokens"] * decode["num_kv_heads"] * decode["head_dim"] * 2 * BF16_BYTES
+    big = kv_bytes >= kv_bytes.quantile(0.9)
+    rate = float(np.median(kv_bytes[big] / decode["time_s"][big]))
+    if rate > 2 * mem_bw:
+        raise MeasuredTableError(f"{path}: column 'latency' read as milliseconds (with step as the KV length) streams "
+                                 f"the KV cache at {rate:.3g} B/s, over twice the {mem_bw:.3g} B/s of system.yaml: "
+                                 "the unit does not match")

@@ -118,7 +118,8 @@ class MeasuredTables:
         """Read a directory written by `save`.
 
         Raises:
-            MeasuredTableError: no sidecar, a required sidecar key missing, a listed file missing,
+            MeasuredTableError: no sidecar, a required sidecar key missing, another format version,
+                a listed file missing,
                 an unknown table, or a table with a missing column, a NaN or a non-positive time
                 (the message names the file, column and row).
         """
@@ -131,6 +132,9 @@ class MeasuredTables:
         missing = [k for k in _REQUIRED_META if k not in meta]
         if missing:
             raise MeasuredTableError(f"{sidecar}: missing keys {missing}")
+        if meta.get("format_version", FORMAT_VERSION) != FORMAT_VERSION:
+            raise MeasuredTableError(f"{sidecar}: format_version {meta.get('format_version')!r}; this version reads "
+                                     f"{FORMAT_VERSION} (re-run `sarathi-sim profile import`)")
         tables = {}
         for name, entry in meta.get("tables", {}).items():
             path = directory / entry["file"]
