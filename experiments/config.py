@@ -48,7 +48,8 @@ from traces.arrivals import check_rate
 from traces.length_distributions import EmpiricalLength
 from traces.readers import FORMATS
 from traces.readers.by_format import burstgpt_filter
-from traces.time_bounds import MAX_QPS, MIN_BURSTINESS
+from traces.readers.fields import MAX_TOKENS
+from traces.time_bounds import MAX_QPS, MAX_SPAN_S, MIN_BURSTINESS, short_number
 from traces.workload_profile import check_profile_name
 
 
@@ -62,10 +63,11 @@ class ConfigWarning(UserWarning):
 
 # Bounds of counts, each far above any real use and below where the number itself does harm:
 # a request count sizes arrays of per-request state up front (10 M requests are GBs and hours of
-# simulation), a token count above 2**24 exceeds every built-in model's context (131,072 at
-# most) over a hundredfold, and seeds are the 32-bit numbers numpy's legacy RandomState takes.
+# simulation), a step's token budget above 2**24 exceeds every built-in model's context (131,072
+# at most) over a hundredfold, and seeds are the 32-bit numbers numpy's legacy RandomState takes.
+# Request lengths share the trace readers' bound (traces.readers.fields.MAX_TOKENS, 2**31 - 1).
 _MAX_REQUESTS = 10_000_000
-_MAX_TOKENS = 2**24
+_MAX_STEP_TOKENS = 2**24
 _MAX_SEED = 2**32 - 1
 _MAX_REPLICAS = 10_000  # one SimPy process and one KV pool each
 # KV blocks one GPU may hold: block ids above 2**31 - 1 do not fit the int32 block table the
@@ -76,7 +78,8 @@ _MAX_KV_BLOCKS = 2**31 - 1
 _MAX_THINK_TIME_S = 1e6  # 11.6 days; float seconds keep sub-microsecond resolution far beyond it
 _Seed = Annotated[int, Field(ge=0, le=_MAX_SEED)]
 _Requests = Annotated[int, Field(ge=1, le=_MAX_REQUESTS)]
-_Tokens = Annotated[int, Field(ge=1, le=_MAX_TOKENS)]
+_Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+_StepTokens = Annotated[int, Field(ge=1, le=_MAX_STEP_TOKENS)]
 
 
 class _Strict(BaseModel):
@@ -143,25 +146,11 @@ class _Lengths(_Strict):
     @classmethod
     def _length_spec(cls, spec: LengthSpec, info) -> LengthSpec:
         length_distribution(spec, info.field_name.removesuffix("_tokens"))  # raises ValueError, naming the problem
-        too_long = [n for n in _numbers_in(spec) if n > _MAX_TOKENS]
-        if too_long:
-            raise ValueError(f"{too_long[0]:g} tokens is more than {_MAX_TOKENS:,}, over a hundred times the longest "
-                             "context of any built-in model")
         return spec
 
     def distributions(self) -> tuple[LengthDistribution, LengthDistribution]:
         """The prompt and output distributions these specs describe."""
         return length_distribution(self.prompt_tokens, "prompt"), length_distribution(self.output_tokens, "output")
-
-
-def _numbers_in(spec: Any) -> list[float]:
-    """Every number in a length spec (a number, a list of them, or a mapping of them)."""
-    if isinstance(spec, bool) or isinstance(spec, str):
-        return []
-    if isinstance(spec, (int, float)):
-        return [spec]
-    values = spec.values() if isinstance(spec, dict) else spec if isinstance(spec, (list, tuple)) else []
-    return [n for value in values for n in _numbers_in(value)]
 
 
 class ProfileTrace(_OpenLoop):
@@ -216,6 +205,9 @@ class FileTrace(_Strict):
     def _window(cls, window: tuple[float, float] | None) -> tuple[float, float] | None:
         if window is not None and not 0 <= window[0] < window[1]:
             raise ValueError(f"window_s must be [start, end) seconds with 0 <= start < end, got {list(window)}")
+        if window is not None and window[0] >= MAX_SPAN_S:  # no trace that loads spans that long
+            raise ValueError(f"window_s starts at {window[0]:g} s, after the {short_number(MAX_SPAN_S)} s "
+                             "(31.7 years) a trace may span: the window would always be empty")
         return window
 
     def load(self) -> tuple[list[Request], dict]:
@@ -329,11 +321,11 @@ class EngineConfig(_Strict):
     """Serving-engine settings of one point (DESIGN.md's `engine:` block)."""
 
     scheduler: str = "sarathi"
-    chunk_size: _Tokens = 512
-    max_num_batched_tokens: _Tokens | None = None
-    long_prefill_token_threshold: _Tokens | None = None
-    max_num_seqs: _Tokens = 128
-    max_model_len: int | None = Field(default=None, ge=2, le=_MAX_TOKENS)
+    chunk_size: _StepTokens = 512
+    max_num_batched_tokens: _StepTokens | None = None
+    long_prefill_token_threshold: _StepTokens | None = None
+    max_num_seqs: _StepTokens = 128
+    max_model_len: int | None = Field(default=None, ge=2, le=_MAX_STEP_TOKENS)
     block_size: int = Field(default=16, ge=1, le=256)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     num_gpu_blocks: int | None = Field(default=None, ge=1, le=_MAX_KV_BLOCKS)  # and what the device holds
@@ -424,7 +416,19 @@ class SearchConfig(_Strict):
     def _bracket(cls, qps: tuple[float, float]) -> tuple[float, float]:
         if not 0 < qps[0] < qps[1] < float("inf"):
             raise ValueError(f"search.qps must be [low, high] with 0 < low < high, got {list(qps)}")
+        if qps[1] > MAX_QPS:
+            raise ValueError(f"search.qps high ({qps[1]:g}) exceeds {short_number(MAX_QPS)} requests/s, "
+                             "the highest rate a trace may be drawn at (traces.time_bounds.MAX_QPS)")
         return qps
+
+    @model_validator(mode="after")
+    def _low_rate_spans_a_trace(self) -> "SearchConfig":
+        # The lowest trial draws num_requests at qps[0]; traces.check_rate bounds its span.
+        try:
+            check_rate(self.qps[0], self.num_requests)
+        except ValueError as exc:
+            raise ValueError(f"search.qps low: {exc}") from None
+        return self
 
 
 class FleetConfig(_Strict):
