@@ -124,7 +124,8 @@ def test_specs_build_each_distribution():
     ({"dist": "empirical", "profile": "nope"}, "unknown workload profile 'nope'; built-in: arxiv-summarization"),
     ({"dist": "uniform", "low": 10, "high": 5}, r"high must be a whole number of tokens >= low \(10\)"),
     ({"dist": "fixed", "tokens": 5, "min": 8, "max": 4}, r"max must be a whole number of tokens >= min \(8\)"),
-    ({"dist": "lognormal", "mean": 0, "std": 1}, "mean must be a finite number > 0"),
+    ({"dist": "lognormal", "mean": 0, "std": 1}, "mean must be a finite number >= 1, got 0"),
+    ({"dist": "lognormal", "mean": 0.5, "std": 1}, "mean must be a finite number >= 1"),  # under 1 token: no length
     (0, "tokens must be a whole number of tokens >= 1, got 0"),
     ("long", "prompt length must be an int"),
     ([1, 2, 3], "prompt length must be an int"),
@@ -132,3 +133,27 @@ def test_specs_build_each_distribution():
 def test_bad_specs_say_what_is_valid(spec, message):
     with pytest.raises(ValueError, match=message):
         length_distribution(spec)
+
+
+@pytest.mark.parametrize("spec, message", [
+    # A normal of mean 1e308 cast its draws to -9.2e18 tokens, a log-normal of std 1e300 raised
+    # OverflowError, a fixed 2**40 tokens passed: refused when sampled (a config's own bound,
+    # tighter, speaks first when the config is loaded).
+    ({"dist": "normal", "mean": 1e308, "std": 1e308}, "normal mean must be at most 2147483647 tokens .*got 1e"),
+    ({"dist": "lognormal", "mean": 1, "std": 1e300}, "lognormal std must be at most 2147483647 tokens"),
+    (2**40, r"fixed tokens must be at most 2147483647 tokens \(the longest length a trace may hold\), got 1099511627776"),
+    ([1, 2**62], "uniform high must be at most 2147483647"),
+    ({"dist": "fixed", "tokens": 5, "max": 2**40}, "fixed max must be at most 2147483647"),
+])
+def test_lengths_past_what_a_trace_may_hold_are_refused_when_sampled(spec, message):
+    distribution = length_distribution(spec)
+    with pytest.raises(ValueError, match=message):
+        distribution.sample(3, np.random.default_rng(0))
+    with pytest.raises(ValueError, match=message):
+        sample_lengths(distribution, length_distribution(5), 3, np.random.default_rng(0))
+
+
+def test_unbounded_draws_stop_at_the_largest_length_a_reader_accepts():
+    # normal(2e9, 2e9) draws past 2**31 - 1 are clipped there, never cast to garbage int64.
+    draws = length_distribution({"dist": "normal", "mean": 2e9, "std": 2e9}).sample(1000, np.random.default_rng(0))
+    assert draws.max() == 2**31 - 1 and draws.min() == 1

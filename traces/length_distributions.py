@@ -4,7 +4,7 @@ Every distribution samples whole token counts (int64, shape (n,)) from a caller'
 `numpy.random.Generator`, so a seed fixes the draws. Continuous draws are rounded to the
 nearest integer and then clipped: values below `min_tokens` (default 1; a request has at
 least one token of each kind) become `min_tokens`, values above `max_tokens` (default
-unbounded) become `max_tokens`. Clipping piles the cut-off mass onto the bounds; it does not
+2**31 - 1) become `max_tokens`. Clipping piles the cut-off mass onto the bounds; it does not
 redraw.
 
 `length_distribution(spec, field)` builds one from a config value: an int (fixed), a
@@ -22,6 +22,7 @@ import numpy as np
 
 from traces.arrivals import check_count
 from traces.lengths_table import LengthsTable, lengths_table_of_file, lengths_table_of_profile
+from traces.readers.fields import MAX_TOKENS
 
 # Bounded Zipf tabulates its CDF over max - min + 1 values; past this it would cost > 80 MB.
 MAX_ZIPF_SUPPORT = 10_000_000
@@ -33,12 +34,15 @@ class LengthDistribution:
 
     Attributes:
         min_tokens: the smallest length returned, >= 1.
-        max_tokens: the largest length returned, >= min_tokens; None for no upper bound.
+        max_tokens: the largest length returned, >= min_tokens; None for MAX_TOKENS (2**31 - 1,
+            the bound the readers put on a length: `traces.readers.fields`).
     """
 
     min_tokens: int = 1
     max_tokens: int | None = None
     name: ClassVar[str] = ""
+    # Parameters in tokens, besides min and max: each must be <= MAX_TOKENS to sample.
+    sizes: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         _check_int(self.min_tokens, "min", low=1)
@@ -48,11 +52,27 @@ class LengthDistribution:
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """n lengths in tokens, int64, shape (n,), within [min_tokens, max_tokens]."""
         check_count(n, "n")
+        self.check_sizes()
         return self.clip(self._draw(n, rng))
+
+    def check_sizes(self) -> None:
+        """ValueError naming the first parameter in tokens above MAX_TOKENS (2**31 - 1).
+
+        Checked when sampling rather than when built, so a config's own, tighter bound speaks
+        first (`experiments.config`). Without it a normal of mean 1e308 cast its draws to
+        -9.2e18 tokens, a log-normal of std 1e300 raised OverflowError, and a fixed 2**40
+        tokens passed.
+        """
+        for attribute in ("min_tokens", "max_tokens", *self.sizes):
+            value = getattr(self, attribute)
+            if value is not None and value > MAX_TOKENS:
+                name = {"min_tokens": "min", "max_tokens": "max"}.get(attribute, attribute)
+                raise ValueError(f"{self.name} {name} must be at most {MAX_TOKENS} tokens (the longest length a "
+                                 f"trace may hold), got {value!r}")
 
     def clip(self, values: np.ndarray) -> np.ndarray:
         """Round to whole tokens and clip to [min_tokens, max_tokens]; int64, shape of `values`."""
-        upper = np.inf if self.max_tokens is None else self.max_tokens
+        upper = MAX_TOKENS if self.max_tokens is None else self.max_tokens
         return np.clip(np.rint(np.asarray(values, dtype=float)), self.min_tokens, upper).astype(np.int64)
 
     def _draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -65,6 +85,7 @@ class FixedLength(LengthDistribution):
 
     tokens: int = 512
     name: ClassVar[str] = "fixed"
+    sizes: ClassVar[tuple[str, ...]] = ("tokens",)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -81,6 +102,7 @@ class UniformLength(LengthDistribution):
     low: int = 1
     high: int = 1
     name: ClassVar[str] = "uniform"
+    sizes: ClassVar[tuple[str, ...]] = ("low", "high")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -98,6 +120,7 @@ class NormalLength(LengthDistribution):
     mean: float = 512.0
     std: float = 0.0
     name: ClassVar[str] = "normal"
+    sizes: ClassVar[tuple[str, ...]] = ("mean", "std")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -120,10 +143,11 @@ class LogNormalLength(LengthDistribution):
     mean: float = 512.0
     std: float = 0.0
     name: ClassVar[str] = "lognormal"
+    sizes: ClassVar[tuple[str, ...]] = ("mean", "std")  # so (std / mean)**2 stays finite
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_real(self.mean, "mean", positive=True)
+        _check_real(self.mean, "mean", positive=False, low=1.0)  # a mean under 1 token is no length
         _check_real(self.std, "std", positive=False)
 
     def _draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -263,10 +287,11 @@ def _check_int(value: Any, name: str, low: int, low_name: str | None = None) -> 
         raise ValueError(f"{name} must be a whole number of tokens >= {bound}, got {value!r}")
 
 
-def _check_real(value: Any, name: str, positive: bool) -> None:
+def _check_real(value: Any, name: str, positive: bool, low: float = 0.0) -> None:
+    """A finite number >= low (> low when `positive`); its upper bound is checked when sampling."""
     ok = not isinstance(value, bool) and isinstance(value, (int, float, np.number)) and math.isfinite(value)
-    if not ok or value < 0 or (positive and value == 0):
-        raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
+    if not ok or value < low or (positive and value == low):
+        raise ValueError(f"{name} must be a finite number {'>' if positive else '>='} {low:g}, got {value!r}")
 
 
 def sample_lengths(
@@ -280,6 +305,8 @@ def sample_lengths(
     Otherwise prompt lengths are drawn first, then output lengths, independently.
     """
     if _same_source(prompt, output):
+        prompt.check_sizes()
+        output.check_sizes()
         prompt_tokens, output_tokens = prompt.table().sample_pairs(n, rng)
         return prompt.clip(prompt_tokens), output.clip(output_tokens)
     return prompt.sample(n, rng), output.sample(n, rng)
