@@ -17,6 +17,9 @@ Every command that writes a folder of outputs (`sweep`, `simulate`, `engine run`
   kill leaves the previous file or none, never a truncated one; a failure raises
   `OutputWriteError` naming the file. Leftover temporaries (`.tmp-sarathi-*`) of a killed run are
   removed at the next claim.
+- **Stale outputs go, nothing else.** A rerun into its folder deletes the files an earlier run
+  listed that it did not rewrite (`RunFolder.remove_stale`), except those kept across runs: a
+  ledger appended to (`write_atomic(keep=True)`), or a file another command wrote into the folder.
 
 The manifest is updated before each file is renamed into place, so a file the tool wrote is always
 listed (a listed file may be missing if the run died in between: harmless).
@@ -67,13 +70,16 @@ class OutputWriteError(OSError):
         return self.strerror
 
 
-def write_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
+def write_atomic(path: str | Path, write: Callable[[Path], None], keep: bool = False) -> Path:
     """Write `path` whole or not at all: `write(tmp)` fills a temporary file in the same folder,
     which is then renamed over `path`. The nearest run folder above `path` lists it in its manifest.
 
     Args:
         path: the output file (its folder is created).
         write: called with the temporary path (an empty file exists there); writes the content.
+        keep: a file that outlives runs (a ledger appended to): listed as kept, so a later run that
+            does not rewrite it leaves it (`RunFolder.remove_stale`). A file written into a run
+            folder no run of this process holds (`trace convert --to runs/x/t.csv`) is kept too.
 
     Returns:
         `path`.
@@ -97,7 +103,7 @@ def write_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
         write(tmp)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; outputs are ordinary files
         if owner is not None:
-            owner.record(path)
+            owner.record(path, keep)
         else:
             _list_in_manifest(path)
         os.replace(tmp, path)
@@ -110,9 +116,9 @@ def write_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
     return path
 
 
-def write_text(path: str | Path, text: str) -> Path:
+def write_text(path: str | Path, text: str, keep: bool = False) -> Path:
     """`write_atomic` of UTF-8 text."""
-    return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), keep)
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:
@@ -190,7 +196,8 @@ class RunFolder:
         self.written: dict[str, None] = {}  # files written this run, in order (an ordered set)
         self.failed: list[tuple[str, str]] = []  # (output, reason) of what could not be written
         self._lock_fd: int | None = None
-        self._listed: set[str] = set()
+        self._listed: set[str] = set()  # the manifest's files: this run's and earlier runs'
+        self._kept: set[str] = set()  # the manifest's files that no later run deletes
 
     # ----- claiming --------------------------------------------------------------------------
     def __enter__(self) -> "RunFolder":
@@ -210,7 +217,7 @@ class RunFolder:
         self._lock()
         try:
             self._refuse_foreign()  # again under the lock (another run may have been writing)
-            self._listed = set(read_manifest(self.path))
+            self._listed, self._kept = _read_lists(self.path)
             _remove_temporaries(self.path)
             self._write_manifest()
         except BaseException:
@@ -265,12 +272,15 @@ class RunFolder:
             self._lock_fd = None
 
     # ----- writing ---------------------------------------------------------------------------
-    def record(self, path: Path) -> None:
-        """List `path` (a file inside this folder) in the manifest before it is renamed into place."""
+    def record(self, path: Path, keep: bool = False) -> None:
+        """List `path` (a file inside this folder) in the manifest before it is renamed into place;
+        `keep`: as a file no later run deletes (`write_atomic`)."""
         name = Path(path).resolve().relative_to(self.path.resolve()).as_posix()
         self.written[name] = None
-        if name not in self._listed:
+        if name not in self._listed or (keep and name not in self._kept):
             self._listed.add(name)
+            if keep:
+                self._kept.add(name)
             self._write_manifest()
 
     def attempt(self, write: Callable[..., Any], *args, outputs: Iterable[str] = ()) -> Any:
@@ -307,7 +317,7 @@ class RunFolder:
     def remove_stale(self) -> list[str]:
         """Delete the files an earlier run listed here that this run did not write (so no old
         table or plot sits beside this run's); returns their names. Only manifest files go."""
-        stale = sorted(self._listed - set(self.written))
+        stale = sorted(self._listed - set(self.written) - self._kept)
         for name in stale:
             (self.path / name).unlink(missing_ok=True)
         self._listed -= set(stale)
@@ -318,16 +328,23 @@ class RunFolder:
         return stale
 
     def _write_manifest(self) -> None:
-        _dump_manifest(self.path, self._listed)
+        _dump_manifest(self.path, self._listed, self._kept)
 
 
 def read_manifest(folder: Path) -> list[str]:
-    """The files listed in `folder`'s manifest ([] when there is none or it is unreadable)."""
+    """The files listed in `folder`'s manifest, sorted ([] when there is none or it is unreadable)."""
+    return sorted(_read_lists(folder)[0])
+
+
+def _read_lists(folder: Path) -> tuple[set[str], set[str]]:
+    """(every file the manifest lists, those of them kept across runs)."""
     try:
-        files = json.loads((Path(folder) / MANIFEST).read_text()).get("files", [])
+        manifest = json.loads((Path(folder) / MANIFEST).read_text())
+        files, kept = manifest.get("files", []), manifest.get("kept", [])
     except (OSError, ValueError, AttributeError):
-        return []
-    return [f for f in files if isinstance(f, str)]
+        return set(), set()
+    kept = {f for f in kept if isinstance(f, str)} if isinstance(kept, list) else set()
+    return {f for f in files if isinstance(f, str)} | kept if isinstance(files, list) else kept, kept
 
 
 def foreign_files(folder: Path) -> list[str]:
@@ -380,15 +397,16 @@ def _list_in_manifest(path: Path) -> None:
     root = _owner_root(path)
     if root is None:
         return
-    files = set(read_manifest(root))
+    files, kept = _read_lists(root)
     name = Path(path).resolve().relative_to(root).as_posix()
-    if name not in files:
-        _dump_manifest(root, files | {name})
+    if name not in kept:
+        _dump_manifest(root, files | {name}, kept | {name})
 
 
-def _dump_manifest(folder: Path, files: set[str]) -> None:
-    """Write `folder`'s manifest atomically (not through `write_atomic`: it lists itself nowhere)."""
-    text = json.dumps({"tool": "sarathi-sim", "files": sorted(files)}, indent=1) + "\n"
+def _dump_manifest(folder: Path, files: set[str], kept: set[str]) -> None:
+    """Write `folder`'s manifest atomically (not through `write_atomic`: it lists itself nowhere):
+    every file the tool wrote there, and those no later run deletes (`write_atomic`'s `keep`)."""
+    text = json.dumps({"tool": "sarathi-sim", "files": sorted(files), "kept": sorted(kept)}, indent=1) + "\n"
     path = Path(folder) / MANIFEST
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=TEMP_PREFIX)
     try:

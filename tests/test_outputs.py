@@ -110,6 +110,14 @@ def test_rerun_into_its_own_folder_rewrites_and_removes_only_stale_outputs(tmp_p
     assert (folder / "a.txt").read_text() == "two"
     assert not (folder / "plots").exists()
     assert outputs.read_manifest(folder) == ["a.txt"]
+    with RunFolder(folder) as run:
+        outputs.write_text(folder / "ledger.csv", "row 1\n", keep=True)  # appended to run after run
+    with RunFolder(folder) as run:
+        assert run.remove_stale() == ["a.txt"]
+    outputs.write_text(folder / "trace.csv", "arrival_s\n")  # `trace convert --to` into the folder
+    with RunFolder(folder) as run:
+        assert run.remove_stale() == []
+    assert outputs.read_manifest(folder) == ["ledger.csv", "trace.csv"]
     (folder / "notes.txt").write_text("mine")  # the user adds a file: the folder is no longer only ours
     with pytest.raises(OutputFolderError, match="holds notes.txt, which sarathi-sim did not write"):
         RunFolder(folder).__enter__()

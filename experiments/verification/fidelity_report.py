@@ -94,7 +94,7 @@ def append_ledger(ledger: Path, context: dict, steps: StepComparison | None, e2e
         writer.writeheader()
     writer.writerow({k: row.get(k, "") for k in columns})
     old = ledger.read_bytes().decode("utf-8") if columns is not LEDGER_COLUMNS else ""  # as written: \r\n rows
-    write_text(ledger, old + ("" if not old or old.endswith("\n") else "\n") + text.getvalue())
+    write_text(ledger, old + ("" if not old or old.endswith("\n") else "\n") + text.getvalue(), keep=True)
     return row
 
 
