@@ -7,6 +7,8 @@ are in test_traces_bounds.py). Rows are JSON-lines file lines, CSV data rows fro
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from traces import TraceFormatError, read_trace
 
@@ -80,3 +82,23 @@ def test_a_float_that_overflows_is_too_large_and_shown_as_written(tmp_path):
 def test_a_folder_is_not_a_trace_file(tmp_path):
     with pytest.raises(IsADirectoryError, match="a folder, not a trace file"):
         read_trace(tmp_path)
+
+
+def test_json_lines_after_blank_lines_are_detected_and_numbered_by_file_line(tmp_path):
+    path = write(tmp_path, "\n  \n" + MOONCAKE_ROW + "\n" + MOONCAKE_ROW.replace('"input_length": 10', '"input_length": 0') + "\n")
+    result = read_trace(path)
+    assert result.format == "mooncake" and result.rejected_rows == {"prompt_tokens < 1": [4]}
+
+
+JSON_FRAGMENTS = [MOONCAKE_ROW, '{"timestamp": 9, "input_length": 0, "output_length": 5}', "[1]", "{oops", "", "   ",
+                  '{"x": ' + "[" * 5_000 + "]" * 5_000 + "}", '{"timestamp": 1, "input_length": ' + HUGE + ', "output_length": 2}',
+                  '{"timestamp": 1e400, "input_length": 3, "output_length": 2}', '{"timestamp": 2, "input_length": 3}']
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(JSON_FRAGMENTS), max_size=20))
+def test_json_lines_loaded_plus_rejected_add_up_to_the_non_blank_lines(tmp_path_factory, lines):
+    path = tmp_path_factory.mktemp("jsonl") / "trace.jsonl"
+    path.write_text("\n".join([MOONCAKE_ROW, *lines]) + "\n")
+    result = read_trace(path, format="mooncake")
+    assert len(result.requests) + result.num_rejected == 1 + sum(1 for line in lines if line.strip())

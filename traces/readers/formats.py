@@ -151,7 +151,7 @@ def detect_format(path: Path) -> TraceFormat:
         TraceFormatError: empty file, or a header that matches no known format (the message
             lists every known header).
     """
-    line = first_line(path)
+    line = first_line(path) or _first_text_line(path)  # JSON lines may start with blank ones
     if line.lstrip().startswith("{"):
         keys = set(json_keys(line))
         candidates = [spec for spec in FORMATS.values() if spec.jsonl]
@@ -164,6 +164,12 @@ def detect_format(path: Path) -> TraceFormat:
     raise TraceFormatError(
         path, field="header", value=line, expected=f"a header of a known trace format: {known_formats()}"
     )
+
+
+def _first_text_line(path: Path) -> str:
+    """The first line that is not blank, stripped ("" when there is none); read line by line."""
+    with path.open(encoding="utf-8-sig", errors="replace") as handle:
+        return next((line.strip() for line in handle if line.strip()), "")
 
 
 def check_header(path: Path, spec: TraceFormat) -> None:
