@@ -605,7 +605,7 @@ def load_config(path: str | Path, overrides: list[str] = (),
         raw["variants"] = set_keys.pop("variants")
     base_tree = copy.deepcopy(raw)
     _apply_overrides(base_tree, {}, set_keys)
-    base = _validate(base_tree, path, root_node, where="")
+    base = _validate(base_tree, path, root_node, where="", set_keys=set_keys)
     points = _expand(raw, set_keys, path, root_node, warn)
     in_file = isinstance(raw.get("trace"), dict) and "path" in raw["trace"] and "trace.path" not in set_keys
     _check_trace_files(points, base, path, _line_of(root_node, ["trace", "path"]) if in_file else None)
@@ -701,7 +701,8 @@ def _expand(raw: dict, set_keys: dict[str, Any], path: Path, root_node,
             tree = _apply_variant(raw, combo, f"{path}: variants[{index}]")
             changed, skipped = _apply_overrides(tree, combo, set_keys)
             _resolve_paths(tree, path.resolve().parent)
-            config = _validate(tree, path, root_node, where=f"{where}: " if raw.get("variants") else "", line=line)
+            config = _validate(tree, path, root_node, where=f"{where}: " if raw.get("variants") else "", line=line,
+                               set_keys=set_keys)
             label = f"{where} ({describe_point(config)})"
             for set_key, variant_key in changed:
                 values = overridden.setdefault(set_key, {}).setdefault(f"variants[{index}] ({variant_key}", [])
@@ -853,7 +854,10 @@ def _restart_trace_on_kind_change(tree: dict, layer: dict[str, Any], old_kind: A
             del trace[key]
 
 
-def _validate(raw: dict, path: Path, root_node, where: str, line: int | None = None) -> SweepConfig:
+def _validate(raw: dict, path: Path, root_node, where: str, line: int | None = None,
+              set_keys: dict[str, Any] | None = None) -> SweepConfig:
+    """The validated config, or ConfigError naming each bad key with its line in the file, or
+    `--set KEY` (no line) where the value came from the command line."""
     try:
         return SweepConfig.model_validate(raw)
     except ValidationError as exc:
@@ -868,6 +872,8 @@ def _validate(raw: dict, path: Path, root_node, where: str, line: int | None = N
                 message = message.removeprefix(f"{key}: ")
             at_line = line or _line_of(root_node, loc)
             at = f" (line {at_line})" if at_line else ""
+            if key and any(_overlaps(key, k) for k in set_keys or ()):
+                key, at = f"--set {key}", ""
             if err["type"] == "extra_forbidden":
                 message = "unknown key"
             elif not isinstance(err.get("input"), (dict, list)) and "input" in err:
