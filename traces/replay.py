@@ -44,8 +44,9 @@ def scale_to_qps(requests: Sequence[Request], qps: float) -> list[Request]:
     burstiness is kept.
 
     Raises:
-        ValueError: qps not a finite number > 0; or the rate of `requests` is undefined (fewer
-            than two requests, or all at one instant: zero span), since no factor can change it.
+        ValueError: qps not a finite number > 0; the rate of `requests` is undefined (fewer
+            than two requests, or all at one instant: zero span), since no factor can change it;
+            or the scaled span (n - 1) / qps over MAX_SPAN_S (`traces.time_bounds`).
     """
     check_positive(qps, "qps")
     arrivals_s = np.array([request.arrival_s for request in requests], dtype=float)
@@ -55,6 +56,10 @@ def scale_to_qps(requests: Sequence[Request], qps: float) -> list[Request]:
             f"cannot scale to {qps} requests/s: the trace's mean rate is undefined "
             f"({len(arrivals_s)} requests spanning 0 s)"
         )
+    span_s = (len(arrivals_s) - 1) / qps
+    if span_s > MAX_SPAN_S:
+        raise ValueError(f"qps {qps!r} is too low for this trace's {len(arrivals_s)} requests: they would span "
+                         f"{span_s:.3g} s, more than the {short_number(MAX_SPAN_S)} s (31.7 years) a trace may span")
     return time_scale(requests, qps / rate)
 
 
