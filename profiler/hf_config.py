@@ -33,6 +33,7 @@ head_dim = hidden_size / num_attention_heads, tie_word_embeddings = False.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 # model_type → (q/k/v projections carry biases, q/k RMSNorm per head). Sources: transformers
@@ -77,7 +78,7 @@ def read_config_json(path: Path) -> dict:
     """
     try:
         config = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError) as exc:
+    except (OSError, RecursionError, ValueError) as exc:  # JSONDecodeError, UnicodeDecodeError, int digits
         raise ValueError(f"{path}: not a readable JSON config ({type(exc).__name__}: {exc})") from None
     if not isinstance(config, dict):
         raise ValueError(f"{path}: must hold a JSON object (a model config), got {type(config).__name__}")
@@ -134,7 +135,8 @@ def spec_fields(config: dict, path: Path) -> dict:
             if default is None:
                 raise ValueError(f"{path}: missing required key {key!r}")
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value) or value != int(value)):
             raise ValueError(f"{path}: {key} must be a whole number, got {value!r}")
         return int(value)
 

@@ -258,15 +258,17 @@ def test_full_attention_layer_types_are_accepted(tmp_path):
     ("{not json", "not a readable JSON config"),
     ("[1, 2]", r"must hold a JSON object \(a model config\), got list"),
     ("[" * 100_000 + "]" * 100_000, "not a readable JSON config"),
+    ('{"hidden_size": ' + "9" * 5000 + "}", "not a readable JSON config"),  # past Python's int digits limit
+    (b"\xff\xfe{", "not a readable JSON config \\(UnicodeDecodeError"),  # not UTF-8
 ])
 def test_unreadable_config_names_the_file(tmp_path, text, match):
     path = tmp_path / "config.json"
-    path.write_text(text)
+    path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
     with pytest.raises(ValueError, match=r"config\.json: " + match):
         get_model_spec(path)
 
 
-@pytest.mark.parametrize("value", ["4096", 4096.5, True])
+@pytest.mark.parametrize("value", ["4096", 4096.5, True, float("inf"), float("nan")])
 def test_non_whole_shape_names_the_key(tmp_path, value):
     with pytest.raises(ValueError, match=r"config\.json: hidden_size must be a whole number"):
         get_model_spec(write(tmp_path, {**LLAMA_3_1_8B, "hidden_size": value}))
