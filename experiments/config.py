@@ -872,7 +872,7 @@ def _validate(raw: dict, path: Path, root_node, where: str, line: int | None = N
                 message = message.removeprefix(f"{key}: ")
             at_line = line or _line_of(root_node, loc)
             at = f" (line {at_line})" if at_line else ""
-            if key and any(_overlaps(key, k) for k in set_keys or ()):
+            if key and any(key == k or key.startswith(k + ".") for k in set_keys or ()):  # the value --set gave
                 key, at = f"--set {key}", ""
             if err["type"] == "extra_forbidden":
                 message = "unknown key"

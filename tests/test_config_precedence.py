@@ -175,3 +175,11 @@ def test_a_variant_changing_the_trace_kind_starts_the_trace_afresh(tmp_path):
                       "same.yaml")
     _, points, _ = load(same_kind, "trace={kind: profile, name: sharegpt}")  # the same kind: merged
     assert points[0]["trace"] == {"kind": "profile", "name": "sharegpt", "qps": 16, "num_requests": 100, "seed": 3}
+
+
+def test_a_set_invalid_for_one_point_names_that_point_and_the_keys():
+    with pytest.raises(ConfigError) as info:
+        load_config(QUICKSTART, ["engine.max_num_seqs=300"], on_warning=lambda text: None)
+    assert str(info.value) == (f"{QUICKSTART}: variants[1] {{engine.scheduler: sarathi, engine.chunk_size: 256}}: "
+                               "engine (line 20): max_num_seqs (300) must be <= chunk_size (256): each decode takes "
+                               "one token of the budget")
