@@ -107,7 +107,7 @@ class Profile:
                                "create one with `sarathi-sim profile`")
         try:
             meta = json.loads(sidecar.read_text())
-        except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError) as exc:
+        except (OSError, RecursionError, ValueError) as exc:  # JSONDecodeError, UnicodeDecodeError, int digits
             raise ProfileError(f"{sidecar}: not readable JSON ({type(exc).__name__}: {exc})") from None
         if not isinstance(meta, dict):
             raise ProfileError(f"{sidecar}: must hold a JSON object, got {type(meta).__name__}")
