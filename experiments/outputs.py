@@ -34,7 +34,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 MANIFEST = ".sarathi-sim.json"
 LOCK = ".sarathi-sim.lock"
@@ -101,7 +101,8 @@ def write_atomic(path: str | Path, write: Callable[[Path], None], keep: bool = F
     tmp = Path(tmp_name)
     try:
         write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; outputs are ordinary files
+        _flush_to_disk(tmp)  # a full disk may only say so here (delayed allocation, NFS)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it 0600; outputs are ordinary files
         if owner is not None:
             owner.record(path, keep)
         else:
@@ -119,11 +120,6 @@ def write_atomic(path: str | Path, write: Callable[[Path], None], keep: bool = F
 def write_text(path: str | Path, text: str, keep: bool = False) -> Path:
     """`write_atomic` of UTF-8 text."""
     return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), keep)
-
-
-def write_bytes(path: str | Path, data: bytes) -> Path:
-    """`write_atomic` of bytes."""
-    return write_atomic(path, lambda tmp: tmp.write_bytes(data))
 
 
 def write_parquet(path: str | Path, frame) -> Path:
@@ -238,9 +234,9 @@ class RunFolder:
             self._unlock()
 
     def _refuse_foreign(self) -> None:
-        foreign = foreign_files(self.path)
+        foreign = foreign_files(self.path, limit=2)
         if foreign:
-            more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+            more = " (and more)" if len(foreign) > 1 else ""
             raise OutputFolderError(
                 f"{self.option} {self.path}: holds {foreign[0]}{more}, which sarathi-sim did not write; "
                 f"so that nothing of yours is overwritten or deleted, outputs go into a fresh folder: "
@@ -347,29 +343,39 @@ def _read_lists(folder: Path) -> tuple[set[str], set[str]]:
     return {f for f in files if isinstance(f, str)} | kept if isinstance(files, list) else kept, kept
 
 
-def foreign_files(folder: Path) -> list[str]:
-    """Files under `folder` (relative, sorted) that the tool did not write: not in its manifest
-    (or a nested run folder's), not a results-cache entry, lock, manifest or temporary."""
-    folder = Path(folder)
+def foreign_files(folder: Path, limit: int | None = None) -> list[str]:
+    """Files under `folder` (relative) that the tool did not write: not in its manifest (or a
+    nested run folder's), not a results-cache entry, lock, manifest or temporary. The folder's own
+    files come first (sorted), then those in its sub-folders; with `limit`, the scan stops after
+    that many (a refused `--out ~` is not walked to the end)."""
+    found = []
+    for name in _foreign(Path(folder)):
+        found.append(name)
+        if limit is not None and len(found) >= limit:
+            break
+    return found
+
+
+def _foreign(folder: Path) -> Iterator[str]:
     listed = set(read_manifest(folder))
-    foreign = []
-    for entry in sorted(folder.iterdir()):
-        name = entry.name
-        if name in (MANIFEST, LOCK) or name.startswith(TEMP_PREFIX):
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            if (entry / MANIFEST).is_file():  # a run folder of its own (verify's engine/, point<i>/)
-                foreign += [f"{name}/{f}" for f in foreign_files(entry)]
-            elif name == CACHE_DIR:
-                foreign += [f"{name}/{p.name}" for p in sorted(entry.iterdir())
-                            if not (_CACHE_ENTRY.match(p.name) or p.name.startswith(TEMP_PREFIX))]
-            else:
-                foreign += [p.relative_to(folder).as_posix() for p in _files(entry)
-                            if p.relative_to(folder).as_posix() not in listed
-                            and not p.name.startswith(TEMP_PREFIX)]
-        elif name not in listed:
-            foreign.append(name)
-    return foreign
+    entries = sorted(folder.iterdir())
+    folders = [e for e in entries if e.is_dir() and not e.is_symlink()]
+    for entry in entries:
+        if entry not in folders and entry.name not in (MANIFEST, LOCK) and not entry.name.startswith(TEMP_PREFIX) \
+                and entry.name not in listed:
+            yield entry.name
+    for entry in folders:
+        if (entry / MANIFEST).is_file():  # a run folder of its own (verify's engine/, point<i>/)
+            yield from (f"{entry.name}/{name}" for name in _foreign(entry))
+        elif entry.name == CACHE_DIR:
+            yield from (f"{entry.name}/{p.name}" for p in sorted(entry.iterdir())
+                        if not (_CACHE_ENTRY.match(p.name) or p.name.startswith(TEMP_PREFIX)))
+        else:
+            for dirpath, _, filenames in os.walk(entry):
+                for filename in sorted(filenames):
+                    relative = (Path(dirpath) / filename).relative_to(folder).as_posix()
+                    if relative not in listed and not filename.startswith(TEMP_PREFIX):
+                        yield relative
 
 
 def _files(folder: Path) -> list[Path]:
@@ -428,7 +434,18 @@ def _owner(path: Path) -> RunFolder | None:
     return None
 
 
+def _flush_to_disk(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+_UMASK = _umask()  # read once: os.umask can only be read by setting it

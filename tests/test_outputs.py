@@ -60,7 +60,7 @@ def test_out_dot_with_user_files_is_refused_and_left_untouched(tmp_path):
     result = runner.invoke(app, ["sweep", str(config), "--out", str(mine)])
 
     assert result.exit_code == 2
-    assert "plots/figure.png (and 1 more), which sarathi-sim did not write" in _said(result)
+    assert "holds report.md (and more), which sarathi-sim did not write" in _said(result)
     assert "choose a new --out" in _said(result)
     assert (mine / "report.md").read_text() == "my notes\n"
     assert (mine / "plots" / "figure.png").read_bytes() == b"my figure"
