@@ -244,3 +244,12 @@ def test_a_bad_value_given_with_set_is_named_as_a_set_without_a_file_line(tmp_pa
                                                                  "number (got nan)")
     assert error_of(tmp_path, BASE, ["engine={chunk_sise: 4}"]).endswith("c.yaml: --set engine.chunk_sise: unknown key")
     assert "c.yaml: trace.qps (line 2): Input should be a finite" in error_of(tmp_path, BASE.replace("qps: 2", "qps: .nan"))
+
+
+def test_no_config_model_lets_nan_or_inf_through():
+    # allow_inf_nan=False is set once on _Strict; a model that replaced model_config would lose it.
+    import experiments.config as config_module
+    models = [m for m in vars(config_module).values()
+              if isinstance(m, type) and issubclass(m, config_module._Strict) and m is not config_module._Strict]
+    assert len(models) >= 14
+    assert [m.__name__ for m in models if m.model_config.get("allow_inf_nan") is not False] == []
