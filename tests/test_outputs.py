@@ -299,3 +299,23 @@ def test_a_calibration_folder_adopts_the_profilers_files_and_the_ledger_verify_a
     (calibration / "mine.txt").write_text("x")
     with pytest.raises(OutputFolderError, match="holds mine.txt"):
         RunFolder(calibration, adopt=True).__enter__()
+
+
+TINY = REPO / "tests" / "data" / "engine" / "tiny_engine.yaml"
+
+
+@pytest.mark.parametrize("command", [
+    ["engine", "run", str(TINY), "--dtype", "float32"],
+    ["verify", str(TINY), "--run-engine"],
+    ["calibrate", "--model", str(REPO / "tests" / "data" / "engine" / "tiny" / "config.json"), "--budget-s", "2"],
+])
+def test_engine_verify_and_calibrate_refuse_a_folder_of_the_users_before_any_work(tmp_path, command):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "results.csv").write_text("keep me\n")
+    started = time.monotonic()
+    result = runner.invoke(app, command + ["--out", str(mine)])
+    assert result.exit_code == 2, result.output
+    assert f"--out {mine}: holds results.csv, which sarathi-sim did not write" in _said(result)
+    assert time.monotonic() - started < 10  # refused before profiling or serving anything
+    assert sorted(p.name for p in mine.iterdir()) == ["results.csv"]
