@@ -18,6 +18,7 @@ this command):
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from profiler import RooflineCostModel
 from profiler.device_spec import get_device_spec
 from profiler.importers.aiconfigurator import import_aiconfigurator
 from profiler.importers.llmservingsim import import_llmservingsim
@@ -124,7 +126,20 @@ def cross_source_section() -> None:
         cells = [statistics.median(lcm._gemm[op](t)[0] / a._gemm[op](t)[0] - 1 for t in tokens)
                  for op in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")]
         print(f"| rtx-pro-6000 (LLMServingSim) | qwen3-32b tp{tp} | " + " | ".join(f"{100 * c:+.0f} %" for c in cells) + " | — |")
+    print("\nA decode step of Llama-2-70B TP2 on A100 (32 sequences at context 1000), ms:\n")
+    print("| cost model | step | GEMMs | attention | all-reduce | element-wise |\n|---|---|---|---|---|---|")
+    model, dev = get_model_spec("llama-2-70b"), get_device_spec("a100-80gb")
+    aic = import_aiconfigurator(PROFILES / "aiconfigurator" / "a100_sxm")
+    vidur = import_vidur(PROFILES / "vidur" / "compute" / "a100" / "meta-llama" / "Llama-2-70b-hf" / "mlp.csv", model, 2,
+                         all_reduce_csv=PROFILES / "vidur" / "network" / "a100_pairwise_nvlink" / "all_reduce.csv")
+    step = ([1] * 32, [1000] * 32, [False] * 32)
+    for label, cm in (("AIConfigurator (shipped default)", MeasuredCostModel([aic], model, dev, 2)),
+                      ("Vidur layer ops + all-reduce, AIConfigurator attention", MeasuredCostModel([vidur, aic], model, dev, 2))):
+        b = cm.breakdown(*step)
+        print(f"| {label} | {1e3 * sum(b.values()):.1f} | {1e3 * b['gemm_s']:.1f} | {1e3 * b['attention_s']:.1f} | "
+              f"{1e3 * b['all_reduce_s']:.1f} | {1e3 * b['elementwise_s']:.1f} |")
     # Attention: LLMServingSim's measured chunk-with-context vs AIConfigurator's fresh-prefill mapping.
+    model = get_model_spec("qwen3-32b")
     lss = import_llmservingsim(PROFILES / "llmservingsim" / "RTXPRO6000" / "Qwen/Qwen3-32B" / "bf16", model, 2)
     aic = import_aiconfigurator(PROFILES / "aiconfigurator" / "rtx_pro_6000_server")
     dev = get_device_spec("rtx-pro-6000")
@@ -164,7 +179,15 @@ def speed_section() -> None:
                 runs.append((time.perf_counter() - start) / 20_000 * 1e6)
             cells.append(statistics.median(runs))
         print(f"| {model_name} tp{tp} on {device} | {build_ms:.0f} | {cells[0]:.1f} | {cells[1]:.1f} |")
-    print()
+    roofline = RooflineCostModel(get_model_spec("llama-3-8b"), get_device_spec("h100-sxm"))
+    runs = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for i in range(20_000):
+            roofline.predict_step_s(*decode[i % 500])
+        runs.append((time.perf_counter() - start) / 20_000 * 1e6)
+    print(f"| (the roofline, llama-3-8b on h100-sxm, same decode steps) | — | {statistics.median(runs):.1f} | — |")
+    print(f"\n(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs while timing)\n")
 
 
 def sanity_section() -> None:

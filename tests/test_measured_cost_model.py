@@ -211,3 +211,12 @@ def test_heldout_error_is_zero_on_a_power_law_and_exact_on_a_kink():
     frame["time_s"] = 1e-6 * np.maximum(1.0, frame["m"] / 2)
     errors = heldout_errors(LogGrid.from_frame(frame, ["m", "k"]))
     assert sorted(errors[0]) == pytest.approx([0.0, 0.0, math.sqrt(2) - 1, math.sqrt(2) - 1])
+
+
+def test_speculative_verify_rows_count_as_decode_rows():
+    model = MeasuredCostModel([synthetic_tables()], TOY, DEVICE)
+    # A verify of 3 tokens and a decode, both after 63 cached tokens: 4 decode rows at mean context 63,
+    # the attention of 4 plain decodes; a one-token prefill chunk is a decode row too.
+    plain = model.breakdown([1] * 4, [63] * 4, [False] * 4)["attention_s"]
+    assert model.breakdown([3, 1], [63, 63], [False, False])["attention_s"] == pytest.approx(plain)
+    assert model.breakdown([1, 1, 1, 1], [63] * 4, [True, False, False, False])["attention_s"] == pytest.approx(plain)

@@ -455,22 +455,22 @@ class MeasuredCostModel:
 
     def _price(self, query_tokens, context_tokens, is_prefill) -> tuple[float, frozenset]:
         """(seconds, parts out of grid) of one step, nothing counted."""
-        q = query_tokens.tolist() if isinstance(query_tokens, np.ndarray) else list(query_tokens)
-        c = context_tokens.tolist() if isinstance(context_tokens, np.ndarray) else list(context_tokens)
-        p = is_prefill.tolist() if isinstance(is_prefill, np.ndarray) else list(is_prefill)
+        q, c, p = (x if isinstance(x, list) else x.tolist() if isinstance(x, np.ndarray) else list(x)
+                   for x in (query_tokens, context_tokens, is_prefill))
         if not len(q) == len(c) == len(p):
             raise ValueError(f"query_tokens, context_tokens, is_prefill must align; got lengths "
                              f"{len(q)}, {len(c)}, {len(p)}")
         if not q:
             return 0.0, frozenset()
         num_tokens = int(sum(q))
-        prefills, decode_rows, decode_kv = [], 0.0, 0.0
-        for qi, ci, pi in zip(q, c, p):
-            if pi and qi > 1:
-                prefills.append((float(qi), float(ci)))
-            else:
-                decode_rows += qi
-                decode_kv += qi * ci
+        prefill_index = [i for i, pi in enumerate(p) if pi and q[i] > 1] if any(p) else []
+        prefills = [(float(q[i]), float(c[i])) for i in prefill_index]
+        decode_rows = float(num_tokens - sum(q[i] for i in prefill_index))
+        if decode_rows == len(q) - len(prefill_index):  # plain decodes (one query each): sums in C
+            decode_kv = float(sum(c) - sum(c[i] for i in prefill_index))
+        else:  # speculative verifies among them: q rows each
+            chosen = set(prefill_index)
+            decode_kv = float(sum(qi * ci for i, (qi, ci) in enumerate(zip(q, c)) if i not in chosen))
         token_s, token_out = self._token_part(num_tokens)
         seq_s, seq_out = self._seq_part(len(q))
         out: set = set()

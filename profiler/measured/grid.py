@@ -69,6 +69,8 @@ class LogGrid:
         self._flat = self.log_times.ravel().tolist()
         self._filled_flat = self.filled.ravel().tolist()
         self._strides = [int(s // 8) for s in self.log_times.strides]
+        self._corners = [(bits, sum(b * st for b, st in zip(bits, self._strides)))
+                         for bits in product((0, 1), repeat=len(self.axes))]
         self.lower = [float(a[0]) for a in self.axes]
         self.upper = [float(a[-1]) for a in self.axes]
 
@@ -106,17 +108,26 @@ class LogGrid:
             i = max(i, 0)
             index.append(i)
             weight.append((u - coords[i]) / (coords[i + 1] - coords[i]))
+        flat, filled = self._flat, self._filled_flat
+        base = sum(i * s for i, s in zip(index, self._strides))
+        if len(index) == 1:  # the common shapes, without the general corner loop
+            f = weight[0]
+            a, b = base, base + self._strides[0]
+            return math.exp((1.0 - f) * flat[a] + f * flat[b]), out or filled[a] or filled[b]
+        if len(index) == 2:
+            f, g = weight
+            s0, s1 = self._strides
+            a, b, c, d = base, base + s1, base + s0, base + s0 + s1
+            total = (1.0 - f) * ((1.0 - g) * flat[a] + g * flat[b]) + f * ((1.0 - g) * flat[c] + g * flat[d])
+            return math.exp(total), out or filled[a] or filled[b] or filled[c] or filled[d]
         total = 0.0
-        flat, filled, strides = self._flat, self._filled_flat, self._strides
-        for corner in product((0, 1), repeat=len(index)):
+        for bits, delta in self._corners:
             w = 1.0
-            offset = 0
-            for c, i, f, s in zip(corner, index, weight, strides):
+            for c, f in zip(bits, weight):
                 w *= f if c else 1.0 - f
-                offset += (i + c) * s
             if w > 0.0:
-                total += w * flat[offset]
-                out = out or filled[offset]
+                total += w * flat[base + delta]
+                out = out or filled[base + delta]
         return math.exp(total), out
 
     def clamp(self, *point: float) -> tuple[float, ...]:
