@@ -14,6 +14,7 @@ A device file (or an inline `device:` mapping in a config) in datasheet units:
       gemm_flops: 0.6                  #   `fitted` = the shipped fit for this name
       memory_bandwidth: 0.8
       kernel_latency_us: 3
+      fp8_gemm: {flops: 0.5, memory_bandwidth: 0.5, kernel_latency_us: 6}   # FP8 weights' GEMMs
       attention: {flops: 0.5, memory_bandwidth: 0.7, latency_us: 8, per_sequence_us: 0.2}
       all_reduce: {2: {latency_us: 9, link_bandwidth: 0.6}}   # per TP degree, optional
     step_overhead_ms: 0.5              # optional host time per step
@@ -84,6 +85,14 @@ class AllReduceTerms(_Strict):
     link_bandwidth: float = Field(gt=0, le=2, allow_inf_nan=False)
 
 
+class GemmTerms(_Strict):
+    """A GEMM path's own roofline terms: fractions of the peaks and a latency per call (µs)."""
+
+    flops: float = Field(gt=0, le=1, allow_inf_nan=False)
+    memory_bandwidth: float = Field(gt=0, le=1, allow_inf_nan=False)
+    kernel_latency_us: float = Field(ge=0, allow_inf_nan=False)
+
+
 class AttentionTerms(_Strict):
     """The attention kernel's own roofline terms: fractions of the peaks, a latency per call (µs)
     and a cost per sequence in the batch (µs: block-table walks, whole KV blocks read)."""
@@ -96,11 +105,13 @@ class AttentionTerms(_Strict):
 
 class Efficiency(_Strict):
     """Fractions of the datasheet peaks, and latencies; each optional (default: the assumption;
-    attention absent: the GEMM terms, no per-sequence cost)."""
+    fp8_gemm absent: FP8 GEMMs at the BF16 GEMM terms; attention absent: the GEMM terms, no
+    per-sequence cost)."""
 
     gemm_flops: float = Field(default=DEFAULT_GEMM_FLOPS_EFFICIENCY, gt=0, le=1, allow_inf_nan=False)
     memory_bandwidth: float = Field(default=DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY, gt=0, le=1, allow_inf_nan=False)
     kernel_latency_us: float = Field(default=round(DEFAULT_KERNEL_LATENCY_S * 1e6, 9), ge=0, allow_inf_nan=False)
+    fp8_gemm: GemmTerms | None = None
     attention: AttentionTerms | None = None
     all_reduce: dict[int, AllReduceTerms] = {}
 
@@ -202,6 +213,9 @@ def device_fields_from_mapping(raw: Any, where: str, source: str | None = None) 
         "gemm_flops_efficiency": efficiency.gemm_flops,
         "memory_bandwidth_efficiency": efficiency.memory_bandwidth,
         "kernel_latency_s": efficiency.kernel_latency_us / 1e6,
+        "fp8_gemm": (None if efficiency.fp8_gemm is None else
+                     (efficiency.fp8_gemm.flops, efficiency.fp8_gemm.memory_bandwidth,
+                      efficiency.fp8_gemm.kernel_latency_us / 1e6)),
         "attention": (None if efficiency.attention is None else
                       (efficiency.attention.flops, efficiency.attention.memory_bandwidth,
                        efficiency.attention.latency_us / 1e6, efficiency.attention.per_sequence_us / 1e6)),

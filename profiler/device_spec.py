@@ -37,6 +37,16 @@ class AllReduceFit:
 
 
 @dataclass(frozen=True)
+class GemmFit:
+    """A GEMM path's roofline: max(FLOPs / (peak × flops_efficiency), bytes / (bandwidth ×
+    bandwidth_efficiency)) + latency_s (fractions, s)."""
+
+    flops_efficiency: float
+    bandwidth_efficiency: float
+    latency_s: float
+
+
+@dataclass(frozen=True)
 class AttentionFit:
     """The attention kernel's roofline: max(FLOPs / (peak × flops_efficiency), bytes /
     (bandwidth × bandwidth_efficiency)) + latency_s + per_sequence_s × sequences (fractions, s)."""
@@ -67,6 +77,7 @@ class DeviceSpec:
         memory_bandwidth_efficiency: fraction of the bandwidth memory-bound kernels reach.
         kernel_latency_s: fixed time every kernel launch adds (s).
         step_overhead_s: host time per step outside the kernels (s).
+        fp8_gemm: the FP8 GEMM path's own terms (None: the BF16 GEMM terms at the FP8 peak).
         attention: the attention kernel's own terms (None: the GEMM efficiency, memory
             bandwidth efficiency and kernel latency, no per-sequence cost).
         all_reduce: per TP degree, the fitted all-reduce terms (empty: the link figures with
@@ -88,6 +99,7 @@ class DeviceSpec:
     memory_bandwidth_efficiency: float = DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY
     kernel_latency_s: float = DEFAULT_KERNEL_LATENCY_S
     step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S
+    fp8_gemm: GemmFit | None = None
     attention: AttentionFit | None = None
     all_reduce: tuple[tuple[int, AllReduceFit], ...] = ()  # (tp, fit) pairs: keeps the spec hashable
     source: str = ""
@@ -109,6 +121,14 @@ class DeviceSpec:
         fit = dict(self.all_reduce).get(tp)
         return fit if fit is not None else AllReduceFit(self.interconnect_latency_s, 1.0)
 
+    def gemm_terms(self, dtype_bytes: int) -> GemmFit:
+        """The GEMM terms for operands `dtype_bytes` wide: the FP8 fit for 1-byte weights where
+        there is one (vLLM quantises the activations too: an extra pass and launch), else the
+        BF16 terms."""
+        if dtype_bytes == 1 and self.fp8_gemm is not None:
+            return self.fp8_gemm
+        return GemmFit(self.gemm_flops_efficiency, self.memory_bandwidth_efficiency, self.kernel_latency_s)
+
     def attention_terms(self) -> AttentionFit:
         """The attention kernel's terms: the fit where there is one, else the GEMM terms."""
         if self.attention is not None:
@@ -121,11 +141,12 @@ class DeviceSpec:
         Returns a flat JSON-ready dict: name, memory_gib, dense_bf16_tflops, dense_fp8_tflops
         (None without FP8), memory_bandwidth_gb_per_s, gpu_link (kind, gb_per_s_per_direction,
         latency_us), host_link_gb_per_s_per_direction, gemm_flops_efficiency,
-        memory_bandwidth_efficiency, kernel_latency_us, attention (flops_efficiency,
+        memory_bandwidth_efficiency, kernel_latency_us, fp8_gemm (flops_efficiency,
+        bandwidth_efficiency, latency_us), attention (flops_efficiency,
         bandwidth_efficiency, latency_us, per_sequence_us), step_overhead_ms, all_reduce (per TP:
         latency_us, link_bandwidth_efficiency), source, efficiency_source.
         """
-        attention = self.attention_terms()
+        attention, fp8 = self.attention_terms(), self.gemm_terms(1)
         return {
             "name": self.name,
             "memory_gib": self.memory_gib,
@@ -139,6 +160,8 @@ class DeviceSpec:
             "gemm_flops_efficiency": self.gemm_flops_efficiency,
             "memory_bandwidth_efficiency": self.memory_bandwidth_efficiency,
             "kernel_latency_us": self.kernel_latency_s * 1e6,
+            "fp8_gemm": {"flops_efficiency": fp8.flops_efficiency, "bandwidth_efficiency": fp8.bandwidth_efficiency,
+                         "latency_us": fp8.latency_s * 1e6},
             "attention": {"flops_efficiency": attention.flops_efficiency,
                           "bandwidth_efficiency": attention.bandwidth_efficiency,
                           "latency_us": attention.latency_s * 1e6, "per_sequence_us": attention.per_sequence_s * 1e6},
@@ -154,8 +177,9 @@ class DeviceSpec:
 def _spec(fields: dict[str, Any]) -> DeviceSpec:
     """A DeviceSpec from the SI fields `profiler.device_file` returns."""
     all_reduce = tuple((tp, AllReduceFit(*terms)) for tp, terms in sorted(fields.pop("all_reduce", {}).items()))
-    attention = fields.pop("attention", None)
-    return DeviceSpec(**fields, all_reduce=all_reduce, attention=None if attention is None else AttentionFit(*attention))
+    attention, fp8_gemm = fields.pop("attention", None), fields.pop("fp8_gemm", None)
+    return DeviceSpec(**fields, all_reduce=all_reduce, attention=None if attention is None else AttentionFit(*attention),
+                      fp8_gemm=None if fp8_gemm is None else GemmFit(*fp8_gemm))
 
 
 BUILTIN_DEVICES: dict[str, DeviceSpec] = {name: _spec(fields) for name, fields in builtin_device_fields().items()}

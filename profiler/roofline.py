@@ -52,6 +52,7 @@ from profiler.model_spec import ModelSpec
 FLOPS_EFFICIENCY = DEFAULT_GEMM_FLOPS_EFFICIENCY
 BANDWIDTH_EFFICIENCY = DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY
 STEP_OVERHEAD_S = DEFAULT_STEP_OVERHEAD_S
+FP8_ACTIVATION_QUANT_BYTES = 3  # per activation element: 2 read (bf16) + 1 written (fp8)
 SAMPLER_KERNELS = 6  # assumption, see module docstring
 SAMPLER_FP32_PASSES = 7  # assumption, see module docstring
 _FP32_BYTES = 4
@@ -79,18 +80,26 @@ def gemm_time_s(
     """Time (s) of one (m × k) @ (k × n) GEMM: m tokens through a k-in, n-out weight.
 
     FLOPs = 2 m n k (one multiply and one add per MAC). Bytes = (m k + k n + m n) × dtype_bytes:
-    the input activations, the weight and the output, each moved once (ideal tiling). The compute
+    the input activations, the weight and the output, each moved once (ideal tiling); FP8 weights
+    on a device with FP8 tensor cores add the activations' quantisation pass (3 m k bytes). The compute
     peak is `device.peak_flops(dtype_bytes)` × flops_efficiency, the bandwidth
     `device.mem_bandwidth_bytes_per_s` × bandwidth_efficiency, plus kernel_latency_s. Efficiencies
-    and latency left None are the device's.
+    and latency left None are the device's for that width (`DeviceSpec.gemm_terms`).
     """
-    flops_efficiency = device.gemm_flops_efficiency if flops_efficiency is None else flops_efficiency
-    bandwidth_efficiency = device.memory_bandwidth_efficiency if bandwidth_efficiency is None else bandwidth_efficiency
-    kernel_latency_s = device.kernel_latency_s if kernel_latency_s is None else kernel_latency_s
+    terms = device.gemm_terms(dtype_bytes)
+    flops_efficiency = terms.flops_efficiency if flops_efficiency is None else flops_efficiency
+    bandwidth_efficiency = terms.bandwidth_efficiency if bandwidth_efficiency is None else bandwidth_efficiency
+    kernel_latency_s = terms.latency_s if kernel_latency_s is None else kernel_latency_s
     flops = 2.0 * m * n * k
     num_bytes = float(m * k + k * n + m * n) * dtype_bytes
-    return roofline_time_s(flops, num_bytes, device.peak_flops(dtype_bytes) * flops_efficiency,
-                           device.mem_bandwidth_bytes_per_s * bandwidth_efficiency) + kernel_latency_s
+    bytes_per_s = device.mem_bandwidth_bytes_per_s * bandwidth_efficiency
+    time_s = roofline_time_s(flops, num_bytes, device.peak_flops(dtype_bytes) * flops_efficiency,
+                             bytes_per_s) + kernel_latency_s
+    if dtype_bytes == 1 and device.peak_fp8_flops is not None:
+        # W8A8: vLLM quantises the activations first (`Fp8LinearOp.apply` -> `scaled_fp8_quant`,
+        # vllm/model_executor/layers/quantization/utils/w8a8_utils.py): read m k bf16, write m k fp8.
+        time_s += FP8_ACTIVATION_QUANT_BYTES * m * k / bytes_per_s
+    return time_s
 
 
 def ring_all_reduce_time_s(num_bytes: float, device: DeviceSpec, tp: int) -> float:
@@ -158,7 +167,8 @@ class RooflineCostModel:
         kv_dtype_bytes: bytes per KV-cache element.
         flops_efficiency, bandwidth_efficiency, kernel_latency_s, step_overhead_s: override the
             device's `gemm_flops_efficiency`, `memory_bandwidth_efficiency`, `kernel_latency_s`
-            (s per kernel launch) and `step_overhead_s` (s per step); None keeps the device's.
+            (s per kernel launch) and `step_overhead_s` (s per step) for every kernel; None keeps
+            the device's (its FP8 GEMM terms for the GEMMs of 1-byte weights, where fitted).
 
     Raises:
         ValueError: an efficiency outside (0, 1], a negative latency or overhead, or a
@@ -177,6 +187,7 @@ class RooflineCostModel:
         step_overhead_s: float | None = None,
         kernel_latency_s: float | None = None,
     ) -> None:
+        given = (flops_efficiency, bandwidth_efficiency, kernel_latency_s)
         flops_efficiency = device.gemm_flops_efficiency if flops_efficiency is None else flops_efficiency
         bandwidth_efficiency = device.memory_bandwidth_efficiency if bandwidth_efficiency is None else bandwidth_efficiency
         step_overhead_s = device.step_overhead_s if step_overhead_s is None else step_overhead_s
@@ -196,6 +207,10 @@ class RooflineCostModel:
         self.bandwidth_efficiency = bandwidth_efficiency
         self.step_overhead_s = step_overhead_s
         self.kernel_latency_s = kernel_latency_s
+        # The GEMMs' own terms: the FP8 path's where the weights are 1 byte and the device has a fit.
+        gemm = device.gemm_terms(dtype_bytes)
+        self._gemm_terms = tuple(device_value if value is None else value for value, device_value in
+                                 zip(given, (gemm.flops_efficiency, gemm.bandwidth_efficiency, gemm.latency_s)))
 
         self._layer_gemms = model.layer_gemm_shapes(tp)
         self._lm_head_out = -(-model.vocab_size // tp)  # vocab-parallel LM head: ceil(vocab / tp)
@@ -333,8 +348,7 @@ class RooflineCostModel:
         return dict(zip(names, parts))
 
     def _gemm_s(self, m: int, n: int, k: int) -> float:
-        return gemm_time_s(m, n, k, self.device, self.dtype_bytes, self.flops_efficiency,
-                           self.bandwidth_efficiency, self.kernel_latency_s)
+        return gemm_time_s(m, n, k, self.device, self.dtype_bytes, *self._gemm_terms)
 
     def _token_parts(self, num_tokens: int) -> tuple[float, float, float]:
         """(linear_s, elementwise_s, all_reduce_s) of a step of `num_tokens` tokens, all layers."""

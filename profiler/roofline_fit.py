@@ -6,7 +6,8 @@ commit 095f58a, Apache-2.0; copies in `../shared/profiles/aiconfigurator/`, neve
 - `gemm/vllm/<version>/gemm_perf.parquet`: one vLLM `RowParallelLinear` (k in, n out, no bias)
   applied to an (m × k) input, timed under a CUDA graph. Columns m, n, k (elements), gemm_dtype,
   latency in **milliseconds per GEMM** (upstream `collector/vllm/collect_gemm.py`:
-  `results["latency_ms"] / outside_loop_count`). Only the `bfloat16` rows are fitted.
+  `results["latency_ms"] / outside_loop_count`). The `bfloat16` rows give the GEMM terms, the
+  `fp8` rows (per-tensor FP8, activations quantised in the call) the `fp8_gemm` terms.
   Hand check, h100_sxm row (m, n, k) = (32768, 65536, 12288): 2 m n k = 5.28e16 FLOP in
   63.75 ms = 829 TFLOP/s, 84 % of the 989.5 TFLOPS dense peak.
 - `comm/vllm/<version>/custom_allreduce_perf.parquet`: `tensor_model_parallel_all_reduce` over
@@ -51,6 +52,7 @@ from profiler.device_spec import BUILTIN_DEVICES, AttentionFit, DeviceSpec
 AIC_SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200",
                "rtx_pro_6000_server": "rtx-pro-6000", "l40s": "l40s", "a100_sxm": "a100-80gb"}
 _BF16_BYTES = 2
+_DTYPE_BYTES = {"bfloat16": 2, "fp8": 1}
 
 
 def _table(system_dir: Path, kind: str, name: str) -> tuple[Path, str]:
@@ -61,8 +63,10 @@ def _table(system_dir: Path, kind: str, name: str) -> tuple[Path, str]:
     return paths[0], paths[0].parent.name
 
 
-def read_gemm_rows(system_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]:
-    """(m, n, k, latency_s, vLLM version) of the bf16 rows of a system's gemm_perf table.
+def read_gemm_rows(system_dir: Path, gemm_dtype: str = "bfloat16") -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                           np.ndarray, str]:
+    """(m, n, k, latency_s, vLLM version) of the `gemm_dtype` rows ("bfloat16", "fp8": per-tensor
+    FP8 weights and activations) of a system's gemm_perf table.
 
     Raises:
         ValueError: the table is missing, lacks a column, or holds a latency that is not > 0.
@@ -72,10 +76,10 @@ def read_gemm_rows(system_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray
     path, version = _table(system_dir, "gemm", "gemm_perf")
     frame = pd.read_parquet(path)
     _require(path, frame, ("gemm_dtype", "m", "n", "k", "latency"))
-    frame = frame[frame["gemm_dtype"] == "bfloat16"]
+    frame = frame[frame["gemm_dtype"] == gemm_dtype]
     latency_s = frame["latency"].to_numpy(np.float64) * 1e-3  # ms -> s
     if not len(frame) or not (latency_s > 0).all():
-        raise ValueError(f"{path}: column latency: needs bf16 rows with latencies > 0")
+        raise ValueError(f"{path}: column latency: needs {gemm_dtype} rows with latencies > 0")
     m, n, k = (frame[c].to_numpy(np.float64) for c in ("m", "n", "k"))
     return m, n, k, latency_s, version
 
@@ -105,12 +109,13 @@ def _require(path: Path, frame, columns: tuple[str, ...]) -> None:
         raise ValueError(f"{path}: missing column(s) {missing}; has {list(frame.columns)}")
 
 
-def gemm_terms(device: DeviceSpec, m, n, k) -> tuple[np.ndarray, np.ndarray]:
-    """(compute s, memory s) of bf16 GEMMs at the device's full datasheet rates: 2 m n k / peak
-    and (m k + k n + m n) × 2 / bandwidth, as `profiler.roofline.gemm_time_s` prices them."""
+def gemm_terms(device: DeviceSpec, m, n, k, dtype_bytes: int = _BF16_BYTES) -> tuple[np.ndarray, np.ndarray]:
+    """(compute s, memory s) of GEMMs at the device's full datasheet rates: 2 m n k /
+    peak_flops(dtype_bytes) and (m k + k n + m n) × dtype_bytes / bandwidth, as
+    `profiler.roofline.gemm_time_s` prices them."""
     m, n, k = (np.asarray(a, dtype=np.float64) for a in (m, n, k))
-    return (2.0 * m * n * k / device.peak_bf16_flops,
-            (m * k + k * n + m * n) * _BF16_BYTES / device.mem_bandwidth_bytes_per_s)
+    return (2.0 * m * n * k / device.peak_flops(dtype_bytes),
+            (m * k + k * n + m * n) * dtype_bytes / device.mem_bandwidth_bytes_per_s)
 
 
 def ring_factor(tp) -> np.ndarray:
@@ -119,12 +124,12 @@ def ring_factor(tp) -> np.ndarray:
     return 2.0 * (tp - 1.0) / tp
 
 
-def fit_gemm(device: DeviceSpec, m, n, k, latency_s) -> tuple[float, float, float]:
+def fit_gemm(device: DeviceSpec, m, n, k, latency_s, dtype_bytes: int = _BF16_BYTES) -> tuple[float, float, float]:
     """(gemm_flops efficiency, memory_bandwidth efficiency, kernel_latency_s) minimising the
     squared log error of the roofline against the measured `latency_s` (arrays, seconds)."""
     from profiler.roofline_tuning import tune_roofline
 
-    t_c, t_m = gemm_terms(device, m, n, k)
+    t_c, t_m = gemm_terms(device, m, n, k, dtype_bytes)
     tuned = tune_roofline(np.full(len(t_c), "gemm"), t_c, t_m, latency_s)
     return tuned.flops_efficiency, tuned.bandwidth_efficiency, tuned.kernel_latency_s
 
@@ -151,14 +156,46 @@ def relative_errors(predicted, measured) -> dict[str, float]:
             "median_pct": round(float(np.median(err)), 2), "p90_pct": round(float(np.quantile(err, 0.9)), 2)}
 
 
-def physical_gemm_rows(system_dir: Path, device: DeviceSpec):
+def physical_gemm_rows(system_dir: Path, device: DeviceSpec, gemm_dtype: str = "bfloat16"):
     """`read_gemm_rows` without the rows measured faster than the datasheet allows (latency below
     max(2 m n k / peak, bytes / bandwidth): weights served from L2 cache, as the collector reruns
     the same few GEMMs, or mis-timed): (m, n, k, latency_s, version, rows dropped)."""
-    m, n, k, latency_s, version = read_gemm_rows(system_dir)
-    t_c, t_m = gemm_terms(device, m, n, k)
+    m, n, k, latency_s, version = read_gemm_rows(system_dir, gemm_dtype)
+    t_c, t_m = gemm_terms(device, m, n, k, _DTYPE_BYTES[gemm_dtype])
     keep = latency_s >= np.maximum(t_c, t_m)
     return m[keep], n[keep], k[keep], latency_s[keep], version, int((~keep).sum())
+
+
+def _has_gemm_dtype(system_dir: Path, gemm_dtype: str) -> bool:
+    import pandas as pd
+
+    path, _ = _table(system_dir, "gemm", "gemm_perf")
+    return bool((pd.read_parquet(path, columns=["gemm_dtype"])["gemm_dtype"] == gemm_dtype).any())
+
+
+def _fit_fp8_gemm(system_dir: Path, device: DeviceSpec) -> tuple[dict, dict]:
+    """The `fp8_gemm` terms (flops, memory_bandwidth, kernel_latency_us) fitted on the per-tensor
+    FP8 rows at the FP8 peak and 1-byte operands plus the activations' quantisation pass, as
+    `profiler.roofline.gemm_time_s` prices them, and their errors."""
+    from scipy.optimize import least_squares
+
+    from profiler.roofline import FP8_ACTIVATION_QUANT_BYTES
+
+    m, n, k, latency_s, _, dropped = physical_gemm_rows(system_dir, device, "fp8")
+    t_c, t_m = gemm_terms(device, m, n, k, 1)
+    t_quant = FP8_ACTIVATION_QUANT_BYTES * m * k / device.mem_bandwidth_bytes_per_s  # as gemm_time_s
+
+    def fp8_time_s(p: np.ndarray) -> np.ndarray:
+        return np.maximum(t_c / p[0], t_m / p[1]) + t_quant / p[1] + p[2]
+
+    result = least_squares(lambda p: np.log(fp8_time_s(p) / latency_s), [0.5, 0.5, 5e-6],
+                           bounds=([0.01, 0.01, 0.0], [1.0, 1.0, 1e-3]), x_scale=[0.1, 0.1, 1e-6])
+    flops_eff, bw_eff, kernel_s = (float(v) for v in result.x)
+    predicted = fp8_time_s(result.x)
+    errors = {f"fp8_gemm_{key}": value for key, value in relative_errors(predicted, latency_s).items()}
+    errors["fp8_gemm_rows_faster_than_datasheet"] = dropped
+    return ({"flops": round(flops_eff, 4), "memory_bandwidth": round(bw_eff, 4),
+             "kernel_latency_us": round(kernel_s * 1e6, 3)}, errors)
 
 
 def physical_attention_rows(system_dir: Path, device: DeviceSpec, phase: str):
@@ -184,6 +221,9 @@ def fit_system(system_dir: Path, device: DeviceSpec) -> dict:
              "kernel_latency_us": round(latency_s * 1e6, 3), "all_reduce": {}, "error": {}}
     entry["error"].update({f"gemm_{key}": value for key, value in relative_errors(predicted, gemm_s).items()})
     entry["error"]["gemm_rows_faster_than_datasheet"] = gemm_dropped
+    if device.peak_fp8_flops is not None and _has_gemm_dtype(system_dir, "fp8"):
+        entry["fp8_gemm"], fp8_errors = _fit_fp8_gemm(system_dir, device)
+        entry["error"].update(fp8_errors)
     tps, num_bytes, ar_s, _ = read_all_reduce_rows(system_dir)
     for tp in sorted(set(tps.tolist())):
         rows = tps == tp

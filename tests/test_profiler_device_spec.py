@@ -162,6 +162,9 @@ FIT_ERRORS = {"h100_sxm": ("h100-sxm", 12.6, 6.3, 21.0), "h200_sxm": ("h200", 14
               "l40s": ("l40s", 16.2, 2.3, 24.5), "a100_sxm": ("a100-80gb", 16.3, 7.7, 33.7)}
 
 
+FP8_GEMM_ERRORS = {"h100_sxm": 20.0, "h200_sxm": 23.4, "b200_sxm": 16.7, "rtx_pro_6000_server": 32.1, "l40s": 33.4}
+
+
 @pytest.mark.parametrize("system", sorted(FIT_ERRORS))
 def test_fitted_efficiencies_reproduce_their_tables(system):
     from profiler.roofline_fit import attention_errors, physical_attention_rows, physical_gemm_rows, read_all_reduce_rows
@@ -178,6 +181,11 @@ def test_fitted_efficiencies_reproduce_their_tables(system):
     tp2 = tps == 2
     ar_predicted = np.array([ring_all_reduce_time_s(b, device, 2) for b in num_bytes[tp2]])
     assert np.abs(ar_predicted / ar_measured[tp2] - 1).mean() * 100 == pytest.approx(all_reduce_mape, abs=0.1)
+    if system in FP8_GEMM_ERRORS:  # FP8 weights and activations: the fp8_gemm terms
+        m, n, k, measured, _, _ = physical_gemm_rows(_aic(system), device, "fp8")
+        rows = np.random.default_rng(0).choice(len(m), size=min(2000, len(m)), replace=False)
+        predicted = np.array([gemm_time_s(int(m[i]), int(n[i]), int(k[i]), device, dtype_bytes=1) for i in rows])
+        assert np.abs(predicted / measured[rows] - 1).mean() * 100 == pytest.approx(FP8_GEMM_ERRORS[system], abs=2.0)
     frame, _ = physical_attention_rows(_aic(system), device, "generation")
     errors = attention_errors({"generation": frame}, device)  # priced by RooflineCostModel, one layer
     assert errors["generation_attention_mape_pct"] == pytest.approx(attention_mape, abs=0.1)

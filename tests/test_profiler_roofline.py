@@ -54,6 +54,22 @@ def test_gate_projection_gemm_512_tokens():
     assert with_latency == pytest.approx(compute_s + 3.358e-6, rel=1e-12)
 
 
+def test_fp8_gemm_adds_the_activation_quantisation_pass():
+    # h100-sxm fp8_gemm terms (roofline_fits.yaml): 0.5836 of 1,979 TFLOPS, 0.6051 of 3.35 TB/s,
+    # 5.949 µs. 512 tokens through gate_proj (4096 -> 14336), 1-byte operands: compute 60.1 GFLOP
+    # / 1,155 TFLOP/s = 52.0 µs > memory 61.0 MB / 2.027 TB/s = 30.1 µs; + quantising the input,
+    # 3 x 512 x 4096 B / 2.027 TB/s = 3.1 µs.
+    compute_s = 2 * 512 * 4096 * 14336 / (1979e12 * 0.5836)
+    quant_s = 3 * 512 * 4096 / (3.35e12 * 0.6051)
+    assert gemm_time_s(512, 14336, 4096, H100, dtype_bytes=1) == pytest.approx(compute_s + 5.949e-6 + quant_s, rel=1e-12)
+    assert compute_s + 5.949e-6 + quant_s == pytest.approx(61.06e-6, rel=1e-3)
+    # Ampere has no FP8 tensor cores: weight-only FP8 at the BF16 peak, no activation pass.
+    a100 = get_device_spec("a100-80gb")
+    weight_only = max(2 * 512 * 4096 * 14336 / (312e12 * 0.7098),
+                      (512 * 4096 + 4096 * 14336 + 512 * 14336) / (2.039e12 * 0.6436)) + 4.536e-6
+    assert gemm_time_s(512, 14336, 4096, a100, dtype_bytes=1) == pytest.approx(weight_only, rel=1e-12)
+
+
 def test_small_decode_step_by_hand_kernel_by_kernel():
     # Rates: 100e12 x 0.5 = 50e12 FLOP/s, 1000e9 x 0.5 = 500e9 B/s; every kernel + 2 µs.
     # One decode (q = 1) over 100 cached tokens. All GEMMs at m = 1 are memory-bound:
