@@ -71,6 +71,15 @@ def heldout_section() -> None:
         ar = tables.tables["all_reduce"]
         errs = [heldout_errors(LogGrid.from_frame(rows, ["size_bytes"]))[0] for _, rows in ar.groupby(["num_gpus", "mode"])]
         _row(label, "all_reduce", {0: np.concatenate(errs)}, ["size"])
+    for gpu, folder, model, tp in (("a100", "Llama-2-70b-hf", "llama-2-70b", 2), ("a100", "Meta-Llama-3-8B", "llama-3-8b", 1),
+                                   ("h100", "Llama-2-7b-hf", "llama-2-7b", 1)):
+        tables = import_vidur(PROFILES / "vidur" / "compute" / gpu / "meta-llama" / folder / "mlp.csv", get_model_spec(model), tp,
+                              all_reduce_csv=PROFILES / "vidur" / "network" / f"{gpu}_pairwise_nvlink" / "all_reduce.csv")
+        label = f"Vidur {gpu} {model} tp{tp}"
+        for op, rows in tables.tables["layer_ops"].groupby("op"):
+            _row(label, op, heldout_errors(LogGrid.from_frame(rows, ["num_tokens"])), ["num_tokens"])
+        rows = tables.tables["all_reduce"]
+        _row(label, "all_reduce (2 GPUs)", heldout_errors(LogGrid.from_frame(rows[rows["num_gpus"] == 2], ["size_bytes"])), ["size"])
     for (hw, model_dir), (model, tps) in LSS.items():
         for tp in tps:
             tables = import_llmservingsim(PROFILES / "llmservingsim" / hw / model_dir / "bf16", get_model_spec(model), tp)
