@@ -123,6 +123,12 @@ def test_a_header_naming_a_column_twice_is_an_error(tmp_path):
         read_trace(write(tmp_path, "arrival_s,prompt_tokens,output_tokens,prompt_tokens\n0,1,1,2\n"))
 
 
+def test_a_trailing_comma_is_an_unnamed_column_reported_by_its_number(tmp_path):
+    result = read_trace(write(tmp_path, HEADER + ",,\n0,10,5,,\n1,20,6,,\n"))
+    assert len(result.requests) == 2
+    assert result.ignored_columns == ("(unnamed column 4)", "(unnamed column 5)")
+
+
 def test_lengths_files_are_split_the_same_way(tmp_path):
     text = "num_prefill_tokens,num_decode_tokens\n10,5\n\"20,6\n30,7\n"
     result = read_lengths(write(tmp_path, text))

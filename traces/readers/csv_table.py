@@ -55,7 +55,8 @@ def read_csv_table(path: Path) -> RawTable:
 
 
 def _unique_header(path: Path) -> list[str]:
-    header = csv_header(path)
+    # A trailing comma leaves a column without a name: it gets one, for messages and reports.
+    header = [name or f"(unnamed column {number})" for number, name in enumerate(csv_header(path), start=1)]
     seen = set()
     for name in header:
         if name in seen:
