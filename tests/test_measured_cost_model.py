@@ -220,3 +220,23 @@ def test_speculative_verify_rows_count_as_decode_rows():
     plain = model.breakdown([1] * 4, [63] * 4, [False] * 4)["attention_s"]
     assert model.breakdown([3, 1], [63, 63], [False, False])["attention_s"] == pytest.approx(plain)
     assert model.breakdown([1, 1, 1, 1], [63] * 4, [True, False, False, False])["attention_s"] == pytest.approx(plain)
+
+
+def test_a_point_names_its_cost_model(tmp_path):
+    from experiments.config import SweepConfig, load_config
+    from experiments.point import run_point
+
+    config = tmp_path / "c.yaml"
+    config.write_text("name: c\nmodel: qwen3-32b\ndevice: rtx-pro-6000\ncost_model: auto\n"
+                      "trace: {kind: poisson, qps: 2, num_requests: 20, prompt_tokens: [50, 400], output_tokens: [5, 40]}\n"
+                      "engine: {scheduler: vllm_v1, chunk_size: 512, max_num_seqs: 64, tensor_parallel_size: 2}\n"
+                      "variants:\n  - {cost_model: roofline}\n  - {device: a40, model: llama-3-8b, engine.tensor_parallel_size: 1}\n")
+    _, points = load_config(config)
+    rows = [run_point(SweepConfig.model_validate(p)).row for p in points]
+    assert rows[0]["cost_model_label"] == "roofline"
+    assert rows[1]["cost_model_label"] == "roofline (no measured tables for this device and dtype)"
+    assert len(rows) == 2
+    auto = SweepConfig.model_validate({**points[0], "cost_model": "auto"})
+    row = run_point(auto).row
+    assert row["cost_model_label"].startswith("measured (llmservingsim vllm 0.19.0; aiconfigurator vllm 0.19.0")
+    assert row["cost_model_steps_out_of_range"] == 0 and row["completed"] == 20
