@@ -8,6 +8,7 @@ point's result does not depend on the backend.
 from __future__ import annotations
 
 import atexit
+import signal
 import socket
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Callable
@@ -33,8 +34,29 @@ def make_pool(backend: str, jobs: int, ray_address: str | None = None):
     """
     check_available(backend, ray_address)
     if backend == "local":
-        return ProcessPoolExecutor(max_workers=jobs)
+        return LocalPool(max_workers=jobs, initializer=_ignore_interrupt)
     return RayPool(ray_address)
+
+
+def _ignore_interrupt() -> None:
+    """In a worker: Ctrl-C is the driver's to handle (it stops the pool and says what was kept);
+    a worker that took it too would print its own traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class LocalPool(ProcessPoolExecutor):
+    """Worker processes that stop at once when the sweep is interrupted or fails: leaving the
+    block on an exception cancels the points not started and ends the running ones (their
+    results cache entries are written whole or not at all, so nothing partial is kept),
+    instead of `ProcessPoolExecutor`'s wait for every queued point."""
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            return super().__exit__(exc_type, exc, tb)
+        for process in list((self._processes or {}).values()):
+            process.terminate()
+        self.shutdown(wait=False, cancel_futures=True)
+        return False
 
 
 def check_available(backend: str, ray_address: str | None = None) -> None:

@@ -228,9 +228,14 @@ def recommend(points: pd.DataFrame, slo: dict[str, float]) -> pd.Series | None:
 
 
 def point_name(row: pd.Series) -> str:
-    """A point named in full: 'sarathi chunk=256 (point 1: llama-3-8b on h100-sxm)'."""
-    where = f"{row['model']} on {row['device']}" if "model" in row and not _is_missing(row.get("model")) else ""
-    return f"{row['label']} (point {int(row['point_id'])}{': ' + where if where else ''})"
+    """A point named in full: 'sarathi chunk=256 (point 1: llama-3-8b on h100-sxm)', or
+    'llama-2-70b · a100-80gb · sarathi chunk=256 (point 3)' when its label names them already."""
+    label = str(row["label"])
+    where = ""
+    if "model" in row and not _is_missing(row.get("model")):
+        model, device = str(row["model"]), str(row.get("device"))
+        where = "" if label.startswith(f"{model} · {device} · ") else f"{model} on {device}"
+    return f"{label} (point {int(row['point_id'])}{': ' + where if where else ''})"
 
 
 def recommendation_lines(choice: Recommendation | None, points: pd.DataFrame, slo: dict[str, float]) -> list[str]:
@@ -576,8 +581,8 @@ def capacity_summary(points: pd.DataFrame, base: SweepConfig, slo: dict[str, flo
         warnings.append("One seed: the capacities have no confidence interval (search.seeds ≥ 2 gives one).")
     failed = points[points["error"].notna()] if "error" in points else points.iloc[0:0]
     if len(failed):
-        warnings.append(f"{len(failed)} of {len(points)} points failed: "
-                        + "; ".join(f"{point_name(r)}: {r['error']}" for _, r in failed.iterrows()))
+        warnings.append(f"{len(failed)} of {len(points)} points failed (errors under 'Points that failed'): "
+                        + ", ".join(failed["label"].astype(str)) + ".")
     never = ok[ok["capacity_qps"].isna()]
     if len(never):
         warnings.append(f"Meets the SLOs at no load searched (not even {s.qps[0]:g} QPS): "
@@ -603,7 +608,8 @@ def capacity_summary(points: pd.DataFrame, base: SweepConfig, slo: dict[str, flo
                      + ("; the 95 % intervals overlap, so the difference is within seed noise." if overlap else "."))
     command = best.get("vllm_command")
     command = None if _is_missing(command) else str(command)
-    lines.append(f"vLLM flags: `{best['vllm_flags']}`")
+    if command is None:  # a model with no known repository: the flags, for the user's own MODEL
+        lines.append(f"vLLM flags: `{best['vllm_flags']}`")
     if policy_check is not None and len(policy_check):
         value = policy_check.iloc[0].get("capacity_qps", float("nan"))
         lines.append(f"vLLM runs its own (v1) policy, not `{best['scheduler']}`: the same flags simulated "

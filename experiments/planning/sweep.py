@@ -77,7 +77,7 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
     for task, outcome in _run_all(calls, jobs, backend, ray_address):
         done[task] = outcome
         if on_done:
-            on_done(task[0], {})
+            on_done(task[0], {"trials": len(outcome.trials)} if isinstance(outcome, SearchOutcome) else {})
     grid = {(i, qps): (_safe_load_row, (c, i, qps, cache_dir)) for i, c in enumerate(configs) for qps in c.search.loads}
     load_rows = dict(_run_all(grid, max(1, min(jobs, len(grid))), backend, ray_address)) if grid else {}
     loads = pd.DataFrame([r for r in load_rows.values() if isinstance(r, dict)])

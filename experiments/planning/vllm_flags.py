@@ -10,7 +10,10 @@ import json
 import shlex
 from pathlib import Path
 
-from experiments.config import CHUNKING_SCHEDULERS, DraftModel, SweepConfig
+from dataclasses import dataclass
+from typing import Any, Mapping, Union
+
+from experiments.config import CHUNKING_SCHEDULERS, DraftModel, EngineConfig, SweepConfig
 
 # Hugging Face repositories of the built-in model specs (profiler/model_spec.py, whose comments
 # cite these repositories' config.json), the names `vllm serve` downloads. mistral-7b is v0.2
@@ -33,6 +36,52 @@ HF_MODEL_IDS = {
 _VLLM_DTYPE = {"bf16": "bfloat16"}
 
 
+@dataclass(frozen=True)
+class ServedPoint:
+    """What the vLLM command needs of a point: its model and engine settings (a `SweepConfig`
+    has both too, so every function here takes either)."""
+
+    model: str
+    engine: EngineConfig
+
+
+Point = Union[SweepConfig, ServedPoint]
+
+
+def served_point_from_row(row: Mapping[str, Any]) -> ServedPoint:
+    """A point as a run's points table records it: `model` and the engine settings its scheduler
+    read (`EngineConfig.used_settings`: lists and mappings as JSON text; missing or NaN cells are
+    keys it did not read).
+
+    Raises:
+        ValueError: the row lacks `model`, or its settings are not a valid engine config (a
+            table from another version of sarathi-sim); the message names the key.
+    """
+    import math
+
+    model = row.get("model")
+    if not isinstance(model, str):
+        raise ValueError("the points table has no model column for this point (it did not run)")
+    engine: dict[str, Any] = {}
+    for key in EngineConfig.model_fields:
+        if key == "num_gpu_blocks":  # the table holds the pool the memory model computed, not a setting
+            continue
+        value = row.get(key)
+        if value is None or isinstance(value, float) and math.isnan(value) or str(value) in ("<NA>", "nan"):
+            continue
+        value = value.item() if hasattr(value, "item") else value  # numpy / pandas scalars
+        if isinstance(value, str) and value[:1] in "[{":
+            value = json.loads(value)
+        if isinstance(value, float) and value.is_integer() and EngineConfig.model_fields[key].annotation in (
+                int, int | None):
+            value = int(value)
+        engine[key] = value
+    try:
+        return ServedPoint(model, EngineConfig.model_validate(engine))
+    except ValueError as exc:
+        raise ValueError(f"the points table's engine settings are not valid here: {exc}") from None
+
+
 def vllm_model_argument(model: str) -> str:
     """The MODEL argument of `vllm serve` for a config's `model`: a built-in name's Hugging Face
     repository (`HF_MODEL_IDS`), or the folder of a config.json given as a path.
@@ -51,7 +100,7 @@ def vllm_model_argument(model: str) -> str:
     return HF_MODEL_IDS[model]
 
 
-def vllm_serve_command(point: SweepConfig) -> str:
+def vllm_serve_command(point: Point) -> str:
     """`vllm serve MODEL FLAGS` for the point: `vllm_model_argument` and `vllm_serve_flags`, plus
     the weights' dtype and the seed, so the command is complete to paste.
 
@@ -65,7 +114,7 @@ def vllm_serve_command(point: SweepConfig) -> str:
                      *map(shlex.quote, extra)])
 
 
-def vllm_caveats(point: SweepConfig) -> list[str]:
+def vllm_caveats(point: Point) -> list[str]:
     """What the command cannot reproduce of the simulated point, one sentence each (empty when
     nothing): another scheduler than vLLM's own (V1) policy, swap preemption (V1 recomputes
     only), several replicas (one server each, behind your router)."""
@@ -84,11 +133,13 @@ def vllm_caveats(point: SweepConfig) -> list[str]:
     return notes
 
 
-def vllm_serve_flags(point: SweepConfig) -> str:
+def vllm_serve_flags(point: Point) -> str:
     """Command-line flags for `vllm serve MODEL` matching the point's engine settings.
 
     Chunking schedulers map `chunk_size` to `--max-num-batched-tokens` with chunked prefill on;
-    non-chunking ones to `--max-num-batched-tokens` = their budget with chunked prefill off.
+    non-chunking ones to `--max-num-batched-tokens` = their budget (max_model_len when unset, the
+    simulator's default) with chunked prefill off. `engine.num_gpu_blocks` becomes
+    `--num-gpu-blocks-override` (vLLM's CacheConfig.num_gpu_blocks_override).
     Split-N maps to `--speculative-config` (`ngram`, or `draft_model` with the draft's name).
     vLLM's own policy is v1's; a point simulated under another scheduler shares only its flags.
     """
@@ -98,8 +149,10 @@ def vllm_serve_flags(point: SweepConfig) -> str:
         flags += ["--enable-chunked-prefill", "--max-num-batched-tokens", str(e.chunk_size)]
     else:
         flags += ["--no-enable-chunked-prefill"]
-        if e.max_num_batched_tokens:
-            flags += ["--max-num-batched-tokens", str(e.max_num_batched_tokens)]
+        # No budget set: the simulator's is max_model_len (a whole prompt per step), as V0's was.
+        budget = e.max_num_batched_tokens or e.max_model_len
+        if budget:
+            flags += ["--max-num-batched-tokens", str(budget)]
     if e.long_prefill_token_threshold:
         flags += ["--long-prefill-token-threshold", str(e.long_prefill_token_threshold)]
     flags += ["--max-num-seqs", str(e.max_num_seqs), "--block-size", str(e.block_size),

@@ -8,6 +8,7 @@ run starts, so the rest of the CLI works without it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -92,10 +93,12 @@ def _serve(point: SweepConfig, out_dir: Path, *, realtime: bool, weights: Option
     requests, info = load_requests(point.trace)
     if not isinstance(requests, list):
         raise ValueError("closed-loop traces are not supported by the engine yet; use a file, profile or poisson trace")
-    model = build_model(args, dtype=DTYPES[dtype_name], device=torch_device, checkpoint_dir=checkpoint,
-                        seed=point.engine.seed, attention=attention)
     max_kv_bytes = (torch.cuda.mem_get_info(torch_device)[0] * 0.9 if torch_device.type == "cuda"
                     else max_kv_gib * 2**30)
+    check_fits_memory(args.spec, DTYPES[dtype_name].itemsize, build_scheduler_config(point), torch_device,
+                      available_memory_bytes(torch_device), max_kv_bytes)
+    model = build_model(args, dtype=DTYPES[dtype_name], device=torch_device, checkpoint_dir=checkpoint,
+                        seed=point.engine.seed, attention=attention)
     engine = build_engine(model, point.engine.scheduler, build_scheduler_config(point), temperature=temperature,
                           forced_acceptance=build_acceptance_model(point) if forced else None, seed=point.engine.seed,
                           max_kv_bytes=int(max_kv_bytes))
@@ -132,6 +135,53 @@ def _serve(point: SweepConfig, out_dir: Path, *, realtime: bool, weights: Option
         err_console.print(f"[yellow]note:[/yellow] {info['trace_rows_rejected']} trace rows were skipped as invalid: "
                           f"{info.get('trace_rows_rejected_detail', '')}", highlight=False)
     return out_dir
+
+
+def available_memory_bytes(device) -> int:
+    """Memory free for the engine on `device` (a torch.device): CUDA's free memory, or on the CPU
+    the host's available memory (Linux /proc/meminfo `MemAvailable`: free plus reclaimable cache;
+    elsewhere the free pages)."""
+    if device.type == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_fits_memory(spec, dtype_bytes: int, sched_config, device, available_bytes: int,
+                      max_kv_bytes: float) -> None:
+    """Refuse, before allocating anything, a model whose weights and KV pool do not fit.
+
+    Weights: `spec.num_params` × `dtype_bytes`; KV pool: `num_gpu_blocks` × `block_size` ×
+    `spec.kv_bytes_per_token(dtype_bytes)` (as `gpu_engine.kv_cache.KVCache.bytes_needed`).
+
+    Raises:
+        ValueError: the weights alone, or weights + KV pool, exceed `available_bytes`; or the KV
+            pool exceeds `max_kv_bytes` (--max-kv-gib on the CPU, 90 % of free memory on CUDA).
+            One line, naming the sizes in GiB and what to change.
+    """
+    gib = 2**30
+    weights = spec.num_params * dtype_bytes
+    kv = sched_config.num_gpu_blocks * sched_config.block_size * spec.kv_bytes_per_token(dtype_bytes)
+    where = f"{device} ({available_bytes / gib:.1f} GiB available)"
+    if weights > available_bytes:
+        raise ValueError(f"{spec.name} does not fit on {where}: its weights alone take {weights / gib:.1f} GiB "
+                         f"at {dtype_bytes} bytes per parameter; use a smaller model, a 2-byte --dtype, or a larger device")
+    if kv > max_kv_bytes:
+        raise ValueError(f"a KV pool of {sched_config.num_gpu_blocks} blocks of {sched_config.block_size} tokens takes "
+                         f"{kv / gib:.2f} GiB, over the {max_kv_bytes / gib:.2f} GiB allowed (--max-kv-gib on the CPU); "
+                         "set engine.num_gpu_blocks")
+    if weights + kv > available_bytes:
+        raise ValueError(f"{spec.name} does not fit on {where}: weights {weights / gib:.1f} GiB + KV pool "
+                         f"{kv / gib:.1f} GiB ({sched_config.num_gpu_blocks} blocks); set a smaller "
+                         "engine.num_gpu_blocks or --max-kv-gib, or use a smaller model")
 
 
 def _host_speed(clock) -> dict:

@@ -1,0 +1,159 @@
+"""The sweep and capacity reports (experiments/planning/report.py): labels by what differs, the
+recommendation's rule and runner-up, the marked tables, truncation and trace wording; hand-made
+points tables, so every expected value is worked out here."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from experiments.config import SweepConfig, point_labels
+from experiments.planning.report import (Recommendation, capacity_summary, format_cell, points_tables,
+                                         recommendation, recommendation_lines, trace_line, write_report)
+from experiments.planning.sweep import rows_frame
+
+SLO = {"tbt_p99_s": 0.1, "scheduling_delay_p50_s": 2.0}
+
+
+def _point(point_id: int, label: str, **metrics) -> dict:
+    row = {"point_id": point_id, "label": label, "model": "llama-3-8b", "device": "h100-sxm",
+           "num_requests": 100, "completed": 100, "truncated": 0, "rejected": 0, "rejected_too_long": 0,
+           "rejected_kv_capacity": 0, "rejected_budget": 0, "offered_qps": 10.0, "throughput_rps": 10.0,
+           "goodput_rps": 10.0, "output_throughput_tps": 1000.0, "ttft_s_p50": 0.05, "ttft_s_p90": 0.1,
+           "tbt_s_p50": 0.01, "tbt_s_p99": 0.05, "tpot_s_p50": 0.01, "e2e_s_p50": 1.0,
+           "scheduling_delay_s_p50": 0.01, "num_preemptions": 0, "num_gpu_blocks": 1000, "kv_usage_max": 0.5}
+    row.update(metrics)
+    row["slo_tbt_p99_s"] = bool(row["tbt_s_p99"] <= SLO["tbt_p99_s"])
+    row["slo_scheduling_delay_p50_s"] = bool(row["scheduling_delay_s_p50"] <= SLO["scheduling_delay_p50_s"])
+    row["slo_met"] = row["slo_tbt_p99_s"] and row["slo_scheduling_delay_p50_s"]
+    return row
+
+
+def test_points_are_labelled_by_what_differs():
+    base = {"trace": {"kind": "poisson", "qps": 4}, "engine": {"scheduler": "sarathi", "chunk_size": 512}}
+    same = [SweepConfig.model_validate({**base, "engine": {"scheduler": "sarathi", "chunk_size": c}}) for c in (256, 512)]
+    assert point_labels(same) == ["sarathi chunk=256", "sarathi chunk=512"]
+    devices = [SweepConfig.model_validate({**base, "device": d}) for d in ("h100-sxm", "a100-80gb")]
+    assert point_labels(devices) == ["h100-sxm · sarathi chunk=512", "a100-80gb · sarathi chunk=512"]
+    models = [SweepConfig.model_validate({**base, "model": "llama-2-7b", "device": "a100-80gb"}),
+              SweepConfig.model_validate(base)]
+    assert point_labels(models) == ["llama-2-7b · a100-80gb · sarathi chunk=512", "llama-3-8b · h100-sxm · sarathi chunk=512"]
+    # Any other differing key follows as key=value; a key only one scheduler reads is not a difference.
+    other = [SweepConfig.model_validate({**base, "engine": {"scheduler": "sarathi", "max_num_seqs": 64}}),
+             SweepConfig.model_validate({**base, "trace": {"kind": "poisson", "qps": 8}})]
+    assert point_labels(other) == ["sarathi chunk=512 max_num_seqs=64 trace.qps=4",
+                                   "sarathi chunk=512 max_num_seqs=128 trace.qps=8"]
+    mixed = [SweepConfig.model_validate({**base, "engine": {"scheduler": "vllm"}}), same[0]]
+    assert point_labels(mixed) == ["vllm", "sarathi chunk=256"]
+
+
+def test_recommendation_breaks_a_goodput_tie_by_slo_headroom_and_names_what_it_gives_up():
+    # A and B both meet the SLOs with goodput within 1 % (10.0 vs 10.05) and equal throughput;
+    # A's worst ratio is TBT 0.05 / 0.1 = 0.5, B's 0.09 / 0.1 = 0.9: A wins on headroom. C misses TBT.
+    points = pd.DataFrame([_point(0, "A", ttft_s_p90=0.4), _point(1, "B", goodput_rps=10.05, tbt_s_p99=0.09),
+                           _point(2, "C", tbt_s_p99=0.2, goodput_rps=12.0)])
+    choice = recommendation(points, SLO)
+    assert (choice.best["label"], choice.runner_up["label"], choice.decided_by) == ("A", "B", "SLO headroom")
+    assert choice.headroom == {0: 0.5, 1: pytest.approx(0.9)}
+    lines = recommendation_lines(choice, points, SLO)
+    assert lines[0].startswith("Recommended at this load: **A (point 0: llama-3-8b on h100-sxm)**")
+    assert lines[1].startswith("Rule: among the points meeting every SLO, the highest goodput")
+    assert "it lost on SLO headroom (0.90 against 0.50; goodput and throughput within 1 %)" in lines[2]
+    # A's P90 TTFT is 0.4 s against B's 0.1 s: 4.0× — the trade the rule made, said out loud.
+    assert lines[3] == "Against the runner-up the recommendation gives up TTFT P90 0.4 s against 0.1 s (4.0× higher)."
+
+
+def test_recommendation_by_goodput_beyond_the_tie_band():
+    # B's goodput 10.2 is 2 % above A's 10.0: outside the 1 % band, so B wins despite less headroom.
+    points = pd.DataFrame([_point(0, "A"), _point(1, "B", goodput_rps=10.2, tbt_s_p99=0.09)])
+    choice = recommendation(points, SLO)
+    assert (choice.best["label"], choice.runner_up["label"], choice.decided_by) == ("B", "A", "goodput")
+    assert "it lost on goodput (10 against 10.2 req/s)" in recommendation_lines(choice, points, SLO)[2]
+    # No SLO: nothing is recommended, and the report says why.
+    assert recommendation(points, {}) is None
+    assert recommendation_lines(None, points, {})[0].startswith("No SLO is set")
+
+
+def test_only_point_meeting_the_slos_and_none_meeting_them():
+    points = pd.DataFrame([_point(0, "A"), _point(1, "B", scheduling_delay_s_p50=3.0)])
+    choice = recommendation(points, SLO)
+    assert isinstance(choice, Recommendation) and choice.runner_up is None
+    assert recommendation_lines(choice, points, SLO)[-1] == "It is the only point meeting every SLO."
+    failing = pd.DataFrame([_point(0, "A", tbt_s_p99=0.3)])
+    assert recommendation(failing, SLO) is None
+    assert recommendation_lines(None, failing, SLO)[0].startswith("No point meets every SLO at this load")
+
+
+def test_tables_mark_the_recommended_row_and_each_value_over_its_slo():
+    points = pd.DataFrame([_point(0, "A"), _point(1, "B", tbt_s_p99=0.2, truncated=3)])
+    requests, latency, kv = points_tables(points, SLO, best_id=0)
+    assert requests.columns == ["point", "completed", "truncated", "rejected", "offered QPS", "req/s",
+                                "goodput (req/s)", "out tok/s", "SLO met", "SLOs missed"]
+    assert requests.cells[1][requests.columns.index("truncated")] == "3"
+    assert requests.cells[1][-1] == "TBT P99 > 0.1 s" and requests.cells[0][-1] == "—"
+    assert requests.best == latency.best == kv.best == [True, False]
+    tbt = latency.columns.index("TBT P99")
+    assert [row[tbt] for row in latency.miss] == [False, True]
+    assert sum(map(sum, latency.miss)) == 1  # nothing else is marked
+    assert kv.columns == ["point", "KV blocks", "KV usage max", "preemptions"]
+
+
+def test_report_files_show_marks_truncation_and_a_replayed_file(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n")
+    base = SweepConfig.model_validate({"name": "r", "trace": {"kind": "file", "path": str(trace), "qps": 2},
+                                       "slo": SLO})
+    points = pd.DataFrame([_point(0, "A", trace_source=str(trace)),
+                           _point(1, "B", tbt_s_p99=0.2, truncated=3, trace_source=str(trace)),
+                           {"point_id": 2, "label": "C", "model": "llama-2-70b", "device": "a100-80gb",
+                            "error": "ValueError: does not fit"}])
+    html = write_report(points, None, base, tmp_path).read_text()
+    md = (tmp_path / "report.md").read_text()
+    assert "| **A** ★ |" in md and "| **0.2** ✗ |" in md
+    assert "Truncated requests (engine.on_too_long: truncate" in md and "3 at B" in md
+    assert f"replayed from the file {trace}, time-scaled to a mean of 2 QPS" in md and "sampled" not in md
+    assert "**llama-3-8b** on **h100-sxm** (points 0, 1); **llama-2-70b** on **a100-80gb** (point 2)" in md
+    assert "- **C (point 2: llama-2-70b on a100-80gb):** ValueError: does not fit" in md
+    assert html.count('<tr class="best"') == 3 and html.count('class="miss"') == 1
+    assert html.count("<table>") == 3 and "max-width:1100px" in html
+
+
+def test_trace_line_says_sampled_only_for_generated_arrivals():
+    row = pd.Series({"num_requests": 10, "offered_qps": 3.9, "trace_source": "poisson poisson"})
+    poisson = SweepConfig.model_validate({"trace": {"kind": "poisson", "qps": 4}})
+    assert "sampled poisson arrivals at a nominal 4 QPS" in trace_line(row, poisson)
+    constant = SweepConfig.model_validate({"trace": {"kind": "synthetic", "qps": 4, "arrival": "constant"}})
+    assert "at a constant 4 QPS" in trace_line(row, constant) and "sampled" not in trace_line(row, constant)
+
+
+def test_integer_columns_stay_integers_in_points_csv(tmp_path):
+    frame = rows_frame([{"point_id": 0, "chunk_size": 512, "ttft_s_p50": 1.0},
+                        {"point_id": 1, "ttft_s_p50": 2.0}, {"point_id": 2, "chunk_size": 64, "ttft_s_p50": 64.0}])
+    frame.to_csv(tmp_path / "p.csv", index=False)
+    assert (tmp_path / "p.csv").read_text().splitlines() == ["point_id,chunk_size,ttft_s_p50", "0,512,1.0", "1,,2.0",
+                                                              "2,64,64.0"]
+    assert format_cell(frame.loc[1, "chunk_size"]) == "n/a" and format_cell(frame.loc[0, "chunk_size"]) == "512"
+
+
+def test_capacity_summary_names_rule_runner_up_warnings_and_command():
+    base = SweepConfig.model_validate({"trace": {"kind": "poisson", "qps": 1},
+                                       "search": {"qps": [1, 32], "num_requests": 100, "seeds": 2}})
+    common = {"model": "llama-3-8b", "device": "h100-sxm", "scheduler": "sarathi", "vllm_flags": "--x"}
+    points = pd.DataFrame([
+        {"point_id": 0, "label": "A", "capacity_qps": 10.0, "capacity_ci_low": 9.0, "capacity_ci_high": 11.0,
+         "capacity_at_bound": False, "vllm_command": "vllm serve m --a", **common},
+        {"point_id": 1, "label": "B", "capacity_qps": 12.0, "capacity_ci_low": 11.5, "capacity_ci_high": 12.5,
+         "capacity_at_bound": False, "vllm_command": "vllm serve m --b", **common},
+        {"point_id": 2, "label": "C", "capacity_qps": math.nan, "capacity_ci_low": math.nan,
+         "capacity_ci_high": math.nan, "capacity_at_bound": False, "vllm_command": "vllm serve m --c", **common},
+    ])
+    summary = capacity_summary(points, base, {"tbt_p99_s": 0.1})
+    assert summary.best_id == 1 and summary.command == "vllm serve m --b"
+    assert summary.recommendation[0] == ("Recommended: **B (point 1: llama-3-8b on h100-sxm)** — capacity 12 QPS "
+                                         "(95 % interval 11.5–12.5).")
+    # (12 − 10) / 12 = 16.7 % less; intervals [9, 11] and [11.5, 12.5] do not overlap.
+    assert summary.recommendation[2] == ("Runner-up: **A (point 0: llama-3-8b on h100-sxm)** — capacity 10 QPS "
+                                         "(95 % interval 9–11), 16.7% less.")
+    assert summary.warnings[0].startswith("Caution: trials of 100 requests are short")
+    assert summary.warnings[1] == "Meets the SLOs at no load searched (not even 1 QPS): C."
