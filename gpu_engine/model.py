@@ -20,7 +20,9 @@ from gpu_engine.kv_cache import KVCache
 from profiler import ModelSpec
 
 # Rotary base per built-in model (each model's Hugging Face config.json `rope_theta`).
-BUILTIN_ROPE_THETA = {"llama-3-8b": 500000.0, "mistral-7b": 1000000.0}
+BUILTIN_ROPE_THETA = {"llama-3-8b": 500000.0, "llama-3-70b": 500000.0, "llama-3.1-8b": 500000.0,
+                      "mistral-7b": 1000000.0, "mistral-nemo-12b": 1000000.0, "qwen2.5-7b": 1000000.0,
+                      "qwen3-8b": 1000000.0, "qwen3-14b": 1000000.0, "qwen3-32b": 1000000.0}
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionMetadata, float], torch.Tensor]
 
@@ -38,6 +40,15 @@ class ModelArgs:
     spec: ModelSpec
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        # The engine implements the Llama layer only; running a Qwen2/Qwen3 layer as one would
+        # time (and, with weights, compute) another model without a word.
+        missing = [what for what, present in (("q/k/v projection biases (Qwen2)", self.spec.qkv_bias),
+                                              ("per-head q/k RMSNorm (Qwen3)", self.spec.qk_norm)) if present]
+        if missing:
+            raise ValueError(f"model {self.spec.name!r} has {' and '.join(missing)}, which the engine does not "
+                             "implement yet (it runs Llama-architecture models: Llama 2/3, Mistral)")
 
     @classmethod
     def for_builtin(cls, spec: ModelSpec) -> "ModelArgs":

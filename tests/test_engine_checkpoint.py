@@ -96,3 +96,14 @@ def test_prompt_ids_are_seeded_per_request():
     assert len(ids) == 12 and all(0 <= t < 256 for t in ids)
     assert prompt_token_ids(r, 256, seed=1) == ids
     assert prompt_token_ids(Request(8, 0.0, 12, 3), 256, seed=1) != ids
+
+
+def test_models_the_engine_does_not_implement_are_refused():
+    """Qwen2's q/k/v biases and Qwen3's q/k norms are not in the engine's Llama layer: refused, not run as Llama."""
+    from gpu_engine.model import ModelArgs
+    from profiler import get_model_spec
+
+    for name, what in (("qwen2.5-7b", "q/k/v projection biases"), ("qwen3-8b", "per-head q/k RMSNorm")):
+        with pytest.raises(ValueError, match=f"'{name}' has {what}"):
+            ModelArgs.for_builtin(get_model_spec(name))
+    assert ModelArgs.for_builtin(get_model_spec("llama-3.1-8b")).rope_theta == 500000.0
