@@ -228,3 +228,14 @@ def test_stats_plot_to_is_checked_before_the_trace_is_read(tmp_path, trace_file)
     code, out = run("stats", trace_file, "--plot", "--plot-to", tmp_path / "a.svg")
     assert code == 0 and (tmp_path / "a.svg").read_text().lstrip().startswith("<?xml")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.svg", "in.csv"]  # no temporary left
+
+
+def test_file_and_column_names_in_brackets_print_as_written(tmp_path):
+    # rich read "[red]" as markup and printed "x.csv" and "user".
+    path = tmp_path / "[red]x.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens,[bold]user\n0,1,1,x\n")
+    code, out = run("stats", path)
+    assert code == 0 and "[red]x.csv (canonical): loaded 1, rejected 0" in out
+    assert "ignored unknown columns: [bold]user" in out
+    code, out = run("convert", path, "--to", tmp_path / "[b]o.csv")
+    assert code == 0 and f"wrote 1 requests to {tmp_path / '[b]o.csv'}" in out

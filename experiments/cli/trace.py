@@ -59,7 +59,7 @@ def stats(
             _plot(loaded, arrivals_s, path)
         except OSError as exc:
             fail(str(exc))
-        console.print(f"wrote {path}", highlight=False)
+        console.print(f"wrote {path}", highlight=False, markup=False)
 
 
 @trace_app.command()
@@ -103,8 +103,10 @@ def convert(
             write_atomic(target, lambda tmp: write_canonical(requests, tmp, layout_of(target)))
         except OSError as exc:  # OutputWriteError names the file and the system's reason
             fail(str(exc))
-    report.print(loaded.summary(), highlight=False)
-    report.print(f"wrote {len(requests)} requests to {'standard output' if to_stdout else target}", highlight=False)
+    # markup=False: file and column names are the user's text ("[red]x.csv" prints as written).
+    report.print(loaded.summary(), highlight=False, markup=False)
+    report.print(f"wrote {len(requests)} requests to {'standard output' if to_stdout else target}", highlight=False,
+                 markup=False)
 
 
 def _write_stdout(requests: list) -> None:
@@ -149,10 +151,11 @@ def _read(file: Path, format: str, strict: bool) -> TraceLoadResult | LengthsLoa
 
 def _print_stats(loaded: TraceLoadResult | LengthsLoadResult, summary: TraceSummary) -> None:
     """What was loaded and skipped (every rejection reason, filter, ignored column), then the stats."""
+    # markup=False: file and column names are the user's text ("[red]x.csv" prints as written).
     console.print(f"{loaded.path} ({loaded.format}): loaded {summary.num_requests}, rejected {loaded.num_rejected}",
-                  highlight=False)
+                  highlight=False, markup=False)
     for line in loaded.report_lines():
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, markup=False)
     table = Table(show_header=False, box=None)
     table.add_column(style="bold")
     table.add_column()
