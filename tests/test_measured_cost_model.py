@@ -240,3 +240,19 @@ def test_a_point_names_its_cost_model(tmp_path):
     row = run_point(auto).row
     assert row["cost_model_label"].startswith("measured (llmservingsim vllm 0.19.0; aiconfigurator vllm 0.19.0")
     assert row["cost_model_steps_out_of_range"] == 0 and row["completed"] == 20
+
+
+@pytest.mark.slow  # rebuilds every shipped table from ../shared (5–11 s)
+def test_shipped_tables_are_what_the_build_derives_from_the_public_files(tmp_path):
+    from profiler.measured.build_shipped import build
+    from profiler.measured.shipped import MEASURED_DIR
+    from tests.conftest import shared_path
+
+    written = build(shared_path("profiles"), tmp_path)
+    assert len(written) == 11  # 6 AIConfigurator systems + 5 LLMServingSim model/tp profiles
+    for directory in written:
+        shipped = MEASURED_DIR / directory.relative_to(tmp_path)
+        for file in directory.iterdir():
+            assert file.read_bytes() == (shipped / file.name).read_bytes(), f"{shipped / file.name} differs: rebuild it"
+    total = sum(f.stat().st_size for f in MEASURED_DIR.rglob("*") if f.is_file())
+    assert total < 2 * 2**20
