@@ -42,7 +42,7 @@ FITS_FILE = DATA_DIR / "roofline_fits.yaml"
 # Defaults for a device whose file gives no efficiencies. Assumptions, not measurements:
 # - 60 % of the dense tensor-core peak for GEMMs and 80 % of the datasheet bandwidth for
 #   memory-bound kernels: the roofline's constants before the fits [recall, not measured]; the
-#   fitted devices span 0.64-0.76 and 0.64-0.99 (profiler/data/roofline_fits.yaml).
+#   fitted devices span 0.64-0.76 and 0.64-0.82 (profiler/data/roofline_fits.yaml).
 # - 3 µs per kernel: AIConfigurator's `mem_empirical_constant_latency` in each of its
 #   system.yaml files (ai-dynamo/aiconfigurator, Apache-2.0); the fits give 2.3-4.5 µs.
 # - 0.5 ms of host work per step outside the kernels (scheduling, input preparation).
