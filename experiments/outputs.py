@@ -216,6 +216,9 @@ class RunFolder:
             self._listed, self._kept = _read_lists(self.path)
             _remove_temporaries(self.path)
             self._write_manifest()
+        except OutputWriteError as exc:
+            self._unlock()
+            raise OutputFolderError(f"{self.option} {self.path}: cannot write its manifest ({exc.reason})") from None
         except BaseException:
             self._unlock()
             raise
@@ -256,10 +259,15 @@ class RunFolder:
             os.close(fd)
             raise OutputFolderError(f"{self.option} {self.path}: another sarathi-sim run (pid {holder}) is writing "
                                     "this folder; wait for it to finish or choose another --out") from None
-        pid = f"{os.getpid()}\n".encode()
-        os.pwrite(fd, pid, 0)
-        os.ftruncate(fd, len(pid))
         self._lock_fd = fd
+        pid = f"{os.getpid()}\n".encode()
+        try:  # the holder's pid, for the message of a run that finds the folder taken
+            os.pwrite(fd, pid, 0)
+            os.ftruncate(fd, len(pid))
+        except OSError as exc:
+            self._unlock()
+            raise OutputFolderError(f"{self.option} {self.path}: cannot write its lock file "
+                                    f"({exc.strerror or exc})") from None
 
     def _unlock(self) -> None:
         if self._lock_fd is not None:

@@ -261,7 +261,7 @@ def _finish(folder: RunFolder, table: pd.DataFrame, cache_dir: Optional[Path], s
     could be written)."""
     import pandas as pd
 
-    folder.remove_stale()
+    folder.attempt(folder.remove_stale)  # its manifest may not be writable either
     top = [name for name in folder.written if "/" not in name]
     if top:
         console.print(f"wrote {', '.join(top)} in {folder.path} ({time.perf_counter() - started:.1f} s)")
