@@ -595,7 +595,7 @@ def load_config(path: str | Path, overrides: list[str] = (),
             --set no point reads, and a file trace whose path is unset or does not exist.
     """
     path = Path(path)
-    warn = on_warning or (lambda text: warnings.warn(text, ConfigWarning, stacklevel=4))  # at load_config's caller
+    said: list[str] = []
     raw, root_node = _read_yaml(path)
     folder = path.resolve().parent
     _resolve_paths(raw, folder)
@@ -606,9 +606,14 @@ def load_config(path: str | Path, overrides: list[str] = (),
     base_tree = copy.deepcopy(raw)
     _apply_overrides(base_tree, {}, set_keys)
     base = _validate(base_tree, path, root_node, where="", set_keys=set_keys)
-    points = _expand(raw, set_keys, path, root_node, warn)
+    points = _expand(raw, set_keys, path, root_node, said.append)
     in_file = isinstance(raw.get("trace"), dict) and "path" in raw["trace"] and "trace.path" not in set_keys
     _check_trace_files(points, base, path, _line_of(root_node, ["trace", "path"]) if in_file else None)
+    for text in said:  # only for a config that loads
+        if on_warning is None:
+            warnings.warn(text, ConfigWarning, stacklevel=2)  # at the caller's line
+        else:
+            on_warning(text)
     return base, [tree for tree, _, _ in points]
 
 
@@ -710,32 +715,48 @@ def _expand(raw: dict, set_keys: dict[str, Any], path: Path, root_node,
                     values.append(combo[variant_key])
             for set_key in skipped:
                 not_applied[set_key].append(label)
-            # Settings as validated (defaults filled in): a key left out and its default are the same point.
-            labels = same.setdefault(json.dumps(config.model_dump(mode="json"), sort_keys=True), [])
+            labels = same.setdefault(_settings_of(config), [])
             labels.append(where)
             if len(labels) == 1:
                 points.append((tree, config, where))
+    _warn_overridden(overridden, set_keys, warn)
+    _warn_not_applied(not_applied, set_keys, sum(len(labels) for labels in same.values()), warn)
+    for _, config, where in points:
+        labels = same[_settings_of(config)]
+        if len(labels) > 1:
+            warn(f"{len(labels)} points are the same{' once the --set keys are applied' if set_keys else ''} "
+                 f"({describe_point(config)}): {', '.join(labels)}; it runs once, as {where}")
+    return points
+
+
+def _settings_of(point: SweepConfig) -> str:
+    """A point's settings as validated (defaults filled in: a key left out and its default are
+    the same point), as one comparable string."""
+    return json.dumps(point.model_dump(mode="json"), sort_keys=True)
+
+
+def _warn_overridden(overridden: dict[str, dict[str, list]], set_keys: dict[str, Any],
+                     warn: Callable[[str], None]) -> None:
+    """One warning per --set key that changed values variants set, naming each variant and value."""
     for set_key, variant_values in overridden.items():
         targets = " and ".join(f"{variant}: {', '.join(_shown(v) for v in values)})"
                                for variant, values in variant_values.items())
         warn(f"--set {set_key}={_shown(set_keys[set_key])} overrides {targets}: "
              "a --set applies to every point, after its variant")
-    total = sum(len(_cross(_flatten(v))) for v in variants if isinstance(v, dict))
+
+
+def _warn_not_applied(not_applied: dict[str, list[str]], set_keys: dict[str, Any], num_points: int,
+                      warn: Callable[[str], None]) -> None:
+    """A warning per scheduler-specific --set some points do not read; ConfigError if none reads it."""
     for set_key, labels in not_applied.items():
         leaf = set_key.removeprefix("engine.")
         readers = ", ".join(s for s, keys in SCHEDULER_KEYS.items() if leaf in keys)
-        if labels and len(labels) == total:
+        if labels and len(labels) == num_points:
             raise ConfigError(f"--set {set_key}: no point's scheduler reads {leaf} (it is read by {readers}); "
                               "set engine.scheduler too, or leave it out")
         if labels:
             warn(f"--set {set_key}={_shown(set_keys[set_key])} does not apply to {' and '.join(labels)}: "
                  f"only {readers} read {leaf}")
-    for (tree, config, where) in points:
-        labels = same[json.dumps(config.model_dump(mode="json"), sort_keys=True)]
-        if len(labels) > 1:
-            warn(f"{len(labels)} points are the same{' once the --set keys are applied' if set_keys else ''} "
-                 f"({describe_point(config)}): {', '.join(labels)}; it runs once, as {where}")
-    return points
 
 
 def _shown(value: Any) -> str:
