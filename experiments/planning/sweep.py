@@ -6,6 +6,11 @@ Outputs in the run directory:
   steps.parquet                per-step records of every point (with point_id)
   config.yaml                  the config as run (after --set overrides)
 A point that fails is kept as a row with its error message; the other points still finish.
+Each file is written whole or not at all into a claimed run folder (`experiments.outputs`); one
+that cannot be written is listed in the folder's `failed`, the others are still written.
+Finished work is cached (`results_cache`) without the keys that only shape the report: a change
+of `slo:` or `goodput:` (or, for a search, `goodput:`, `fleet:`, `search.loads`) re-derives the
+rows from the cached simulations.
 """
 from __future__ import annotations
 
