@@ -2,6 +2,7 @@
 model to a profile directory); registered on the main app in `experiments/cli/main.py`."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -27,12 +28,44 @@ def profile(
 
     try:
         spec = get_model_spec(model)
-        run_profile(spec, device, budget_s, out, tensor_parallel_size=tensor_parallel_size,
-                    num_threads=threads, seed=seed, block_size=block_size, log=console.print)
+        with budget_progress(f"profiling {spec.name} on {device}", budget_s) as log:
+            run_profile(spec, device, budget_s, out, tensor_parallel_size=tensor_parallel_size,
+                        num_threads=threads, seed=seed, block_size=block_size, log=log)
     except ValueError as exc:
         console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2)
     console.print(f"wrote {out}; fit it with: sarathi-sim fit {out}")
+
+
+@contextmanager
+def budget_progress(description: str, budget_s: float):
+    """A progress bar over the profiler's time budget (the timing loop fills it, then re-times
+    shapes in rounds until the budget is spent), with the profiler's log lines printed above it.
+    Yields the `log` callable to hand to `run_profile`. Display only: nothing timed depends on it."""
+    import threading
+    import time
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    started = time.monotonic()
+    done = threading.Event()
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                  TextColumn("{task.completed:.0f}/{task.total:.0f} s of the budget"), TimeElapsedColumn(),
+                  console=Console(stderr=True)) as progress:
+        task = progress.add_task(description, total=budget_s)
+
+        def tick() -> None:
+            while not done.wait(0.5):
+                progress.update(task, completed=min(time.monotonic() - started, budget_s))
+
+        ticker = threading.Thread(target=tick, daemon=True)
+        ticker.start()
+        try:
+            yield progress.console.print
+        finally:
+            done.set()
+            ticker.join()
+            progress.update(task, completed=budget_s)
 
 
 def fit(
