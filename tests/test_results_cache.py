@@ -195,3 +195,24 @@ def test_capacity_search_re_uses_its_trials_unless_the_slos_or_the_search_change
 
     _, counts = run_with("search.num_requests=50")
     assert counts == {"searches": 2, "load_runs": 4}
+
+
+def test_a_cache_entry_of_another_shape_is_recomputed_not_trusted(tmp_path):
+    import pickle
+
+    config = tmp_path / "s.yaml"
+    config.write_text(SEARCH.replace("loads: [2, 4]", "loads: []"))
+    points = load_config(config)[1][:1]
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    point = SweepConfig.model_validate(points[0])
+    for value in ({"capacity": 3.0}, (3.0,), ("3", []), (3.0, ["a trial"])):  # none is (QPS, [trial rows])
+        (cache / f"{sweep_module.search_cache_key(point, 0)}.pkl").write_bytes(pickle.dumps(value))
+        table, trials, _ = sweep_module.run_capacity_sweep(points, jobs=1, cache_dir=cache)
+        assert "error" not in table and not table["cached"].any() and table["capacity_qps"].iloc[0] >= 1, value
+    again, _, _ = sweep_module.run_capacity_sweep(points, jobs=1, cache_dir=cache)  # the recomputed entry is good
+    assert again["cached"].all() and again["capacity_qps"].iloc[0] == table["capacity_qps"].iloc[0]
+    entry = cache / f"{cache_key('point', point, 0.0)}.pkl"
+    entry.write_bytes(pickle.dumps([1, 2, 3]))
+    result = sweep_module._safe_run(point, 0, cache)
+    assert "error" not in result.row and not result.row["cached"] and result.row["completed"] == 40

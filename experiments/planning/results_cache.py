@@ -77,9 +77,9 @@ class ResultsCache:
         self.directory = directory
         self.write_error: str | None = None
 
-    def get(self, key: str, expected: type | tuple[type, ...] = object) -> Any | None:
-        """The stored value, or None when absent, unreadable, not an `expected` instance (an entry
-        of another shape: recomputed, not trusted), or caching is off."""
+    def get(self, key: str, valid: Callable[[Any], bool] = lambda value: True) -> Any | None:
+        """The stored value, or None when absent, unreadable, not `valid` (an entry of another
+        shape, say from another version: recomputed, not trusted), or caching is off."""
         if self.directory is None:
             return None
         path = self.directory / f"{key}.pkl"
@@ -88,13 +88,13 @@ class ResultsCache:
                 value = pickle.load(f)
         except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError):
             return None
-        return value if isinstance(value, expected) else None
+        return value if value is not None and valid(value) else None
 
     def get_or_compute(self, key: str, compute: Callable[[], Any],
-                       expected: type | tuple[type, ...] = object) -> tuple[Any, bool]:
+                       valid: Callable[[Any], bool] = lambda value: True) -> tuple[Any, bool]:
         """(the stored value, True), or (compute(), False) after storing it. An exception from
         `compute` propagates and nothing is stored; a failed store only sets `write_error`."""
-        cached = self.get(key, expected)
+        cached = self.get(key, valid)
         if cached is not None:
             return cached, True
         value = compute()

@@ -181,10 +181,17 @@ def _safe_search(config: SweepConfig, point_id: int, seed: int, cache_dir: Path 
     cache = ResultsCache(cache_dir)
     try:
         (capacity, trials), cached = cache.get_or_compute(search_cache_key(config, seed),
-                                                          lambda: search_capacity(config, point_id, seed), tuple)
+                                                          lambda: search_capacity(config, point_id, seed),
+                                                          _is_search_result)
     except POINT_ERRORS as exc:
         return _error_text(exc)
     return SearchOutcome(capacity, trials, cached, cache.write_error)
+
+
+def _is_search_result(value) -> bool:
+    """A cache entry of `search_capacity`'s shape: (capacity QPS, trial rows)."""
+    return isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], (int, float)) \
+        and isinstance(value[1], list) and all(isinstance(t, dict) for t in value[1])
 
 
 def simulate_cached(config: SweepConfig, point_id: int, trim_fraction: float = 0.0, *,
@@ -195,7 +202,8 @@ def simulate_cached(config: SweepConfig, point_id: int, trim_fraction: float = 0
     says whether it was `cached`, and `cache_error` when it could not be stored."""
     bare = config.model_copy(update={"slo": {}, "goodput": {}})
     raw, cached = cache.get_or_compute(cache_key("point", config, trim_fraction),
-                                       lambda: run_point(bare, point_id, trim_fraction), PointResult)
+                                       lambda: run_point(bare, point_id, trim_fraction),
+                                       lambda value: isinstance(value, PointResult))
     derived = report_columns(raw.row, raw.requests, bare)
     row = {k: v for k, v in raw.row.items() if k not in derived}
     row.update(point_id=point_id, label=describe_point(config))
