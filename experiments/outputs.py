@@ -457,3 +457,17 @@ def _umask() -> int:
 
 
 _UMASK = _umask()  # read once: os.umask can only be read by setting it
+
+
+def _forget_in_child() -> None:
+    """In a forked child (a sweep's worker process): drop the inherited copies of the lock files
+    (closing them leaves the parent's lock held; LOCK_UN would release it for both), so that a
+    worker outliving a killed run does not keep its folder locked."""
+    for folder in _ACTIVE.values():
+        if folder._lock_fd is not None:
+            os.close(folder._lock_fd)
+            folder._lock_fd = None
+    _ACTIVE.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

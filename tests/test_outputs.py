@@ -319,3 +319,31 @@ def test_engine_verify_and_calibrate_refuse_a_folder_of_the_users_before_any_wor
     assert f"--out {mine}: holds results.csv, which sarathi-sim did not write" in _said(result)
     assert time.monotonic() - started < 10  # refused before profiling or serving anything
     assert sorted(p.name for p in mine.iterdir()) == ["results.csv"]
+
+
+def test_a_forked_worker_does_not_hold_the_lock_of_its_killed_parent(tmp_path):
+    """The sweep's worker processes are forked with the lock file open: they drop their copy, so
+    a run killed while a worker lives on leaves the folder free."""
+    script = textwrap.dedent("""
+        import os, sys, time
+        from experiments.outputs import RunFolder
+        folder = RunFolder(sys.argv[1]).__enter__()
+        child = os.fork()
+        if child == 0:
+            time.sleep(60)
+            os._exit(0)
+        print(child, flush=True)
+        time.sleep(60)
+    """)
+    out = tmp_path / "run"
+    parent = subprocess.Popen([sys.executable, "-c", script, str(out)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    try:
+        with pytest.raises(OutputFolderError, match=f"pid {parent.pid}"):
+            RunFolder(out).__enter__()
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        with RunFolder(out):  # the child still runs, and does not hold the folder
+            os.kill(child, 0)
+    finally:
+        os.kill(child, signal.SIGKILL)
