@@ -117,12 +117,20 @@ def test_report_files_show_marks_truncation_and_a_replayed_file(tmp_path):
     assert "- **C (point 2: llama-2-70b on a100-80gb):** ValueError: does not fit" in md
     assert html.count('<tr class="best"') == 3 and html.count('class="miss"') == 1
     assert html.count("<table>") == 3 and "max-width:1100px" in html
+    # The plots' recommended bar is green (#55A868), the others blue (#4C72B0).
+    import matplotlib.image
+    import numpy as np
+
+    pixels = matplotlib.image.imread(tmp_path / "plots" / "tbt_p99.png")[..., :3].reshape(-1, 3)
+    for colour in ((0x55, 0xA8, 0x68), (0x4C, 0x72, 0xB0)):
+        assert (np.abs(pixels - np.array(colour) / 255).max(axis=1) < 0.01).sum() > 100
 
 
 def test_trace_line_says_sampled_only_for_generated_arrivals():
     row = pd.Series({"num_requests": 10, "offered_qps": 3.9, "trace_source": "poisson poisson"})
     poisson = SweepConfig.model_validate({"trace": {"kind": "poisson", "qps": 4}})
     assert "sampled poisson arrivals at a nominal 4 QPS" in trace_line(row, poisson)
+    assert trace_line(row, poisson).startswith("Trace: generated (kind poisson); 10 requests")
     constant = SweepConfig.model_validate({"trace": {"kind": "synthetic", "qps": 4, "arrival": "constant"}})
     assert "at a constant 4 QPS" in trace_line(row, constant) and "sampled" not in trace_line(row, constant)
 

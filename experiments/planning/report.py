@@ -11,6 +11,7 @@ import base64
 import html
 import math
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,15 +134,16 @@ def write_report(points: pd.DataFrame, requests: pd.DataFrame | None, base: Swee
     plots_dir = out_dir / "plots"
     plots_dir.mkdir(parents=True, exist_ok=True)
     ok = points[points["error"].isna()] if "error" in points else points
+    choice = recommendation(points, base.slo)
+    best_id = None if choice is None else int(choice.best["point_id"])
     figures = [
-        _bar(ok, "tbt_s_p99", "P99 TBT (s)", base.slo.get("tbt_p99_s"), plots_dir / "tbt_p99.png"),
-        _bar(ok, "ttft_s_p90", "P90 TTFT (s)", base.slo.get("ttft_p90_s"), plots_dir / "ttft_p90.png"),
+        _bar(ok, "tbt_s_p99", "P99 TBT (s)", base.slo.get("tbt_p99_s"), plots_dir / "tbt_p99.png", best_id),
+        _bar(ok, "ttft_s_p90", "P90 TTFT (s)", base.slo.get("ttft_p90_s"), plots_dir / "ttft_p90.png", best_id),
     ]
     if requests is not None and len(requests):
         figures.append(_tbt_cdf(ok, requests, base.slo.get("tbt_p99_s"), plots_dir / "tbt_cdf.png"))
 
-    choice = recommendation(points, base.slo)
-    tables = points_tables(ok, base.slo, None if choice is None else int(choice.best["point_id"]))
+    tables = points_tables(ok, base.slo, best_id)
     header = _header_lines(points, base)
     sections = [("Recommendation", recommendation_lines(choice, points, base.slo))]
     failed = points[points["error"].notna()] if "error" in points else points.iloc[0:0]
@@ -333,7 +335,9 @@ def trace_line(first: pd.Series, base: SweepConfig) -> str:
         return (f"Trace: {first.get('trace_source', 'closed loop')}; {n} requests, {measured}; in a closed loop "
                 "the rate is an outcome, not an input).")
     arrival = getattr(trace, "arrival", "poisson")
-    source = first.get("trace_source", trace.kind)
+    source = {"profile": first.get("trace_source", "profile"),
+              "lengths_file": f"lengths from the file {first.get('trace_source', '')} (in file order)"}.get(
+        trace.kind, f"generated (kind {trace.kind})")
     if arrival == "constant":
         return f"Trace: {source}; {n} requests at a constant {trace.qps:g} QPS; {measured})."
     return (f"Trace: {source}; {n} requests with sampled {arrival} arrivals at a nominal {trace.qps:g} QPS; "
@@ -367,17 +371,31 @@ def _header_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
     return lines
 
 
-def _bar(points: pd.DataFrame, column: str, ylabel: str, slo: float | None, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+def _bar(points: pd.DataFrame, column: str, ylabel: str, slo: float | None, path: Path,
+         best_id: int | None = None) -> Path:
+    """One horizontal bar per point (labels stay readable however long), the recommended one
+    green, with the SLO as a dashed line."""
     values = points[column].astype(float).to_numpy() if column in points else np.zeros(len(points))
-    ax.bar(points["label"], np.nan_to_num(values), color="#4C72B0")
+    fig, ax = _point_bars(points, np.nan_to_num(values), best_id)
     if slo is not None:
-        ax.axhline(slo, color="#C44E52", linestyle="--", label=f"SLO {slo:g} s")
-        ax.legend(loc="upper right")
-    ax.set_ylabel(ylabel)
+        ax.axvline(slo, color="#C44E52", linestyle="--", label=f"SLO {slo:g} s")
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlabel(ylabel)
     ax.set_title(f"{ylabel} per point")
-    ax.tick_params(axis="x", rotation=20)
     return _save(fig, path)
+
+
+def _point_bars(points: pd.DataFrame, values: np.ndarray, best_id: int | None, xerr=None):
+    """A horizontal bar chart of `values`, one bar per point labelled (wrapped) by its label,
+    first point on top; the recommended point's bar green (#55A868), the others blue."""
+    labels = [textwrap.fill(str(label), 34) for label in points["label"]]
+    lines = sum(label.count("\n") + 1 for label in labels)
+    fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.28 * max(lines, 3)))
+    colours = ["#55A868" if best_id is not None and int(pid) == best_id else "#4C72B0" for pid in points["point_id"]]
+    ax.barh(range(len(labels)), values, xerr=xerr, capsize=3 if xerr is not None else 0, color=colours)
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.invert_yaxis()
+    return fig, ax
 
 
 def _tbt_cdf(points: pd.DataFrame, requests: pd.DataFrame, slo: float | None, path: Path) -> Path:
@@ -677,7 +695,8 @@ def write_capacity_report(points: pd.DataFrame, trials: pd.DataFrame, base: Swee
     ok = points[points["error"].isna()] if "error" in points else points
     if "capacity_qps" not in ok:  # every point failed: the report lists the errors only
         ok = ok.assign(capacity_qps=np.nan, capacity_ci_low=np.nan, capacity_ci_high=np.nan)
-    figures = [_capacity_bars(ok, plots_dir / "capacity.png")]
+    summary = capacity_summary(points, base, slo, policy_check, loads)
+    figures = [_capacity_bars(ok, plots_dir / "capacity.png", summary.best_id)]
     heatmap = _chunk_n_heatmap(ok, plots_dir / "capacity_chunk_x_n.png")
     if heatmap is not None:
         figures.append(heatmap)
@@ -689,7 +708,6 @@ def write_capacity_report(points: pd.DataFrame, trials: pd.DataFrame, base: Swee
                         ("ttft_s_p90", "ttft_p90_s")):
         if len(trials) and metric in trials:
             figures.append(_latency_vs_qps(trials, metric, slo.get(key), plots_dir / f"{metric}_vs_qps.png"))
-    summary = capacity_summary(points, base, slo, policy_check, loads)
     recommendation = summary.recommendation + ([f"Serve it with: `{summary.command}`"] if summary.command else [])
     sections = [("Recommendation", recommendation)] + ([("Warnings", summary.warnings)] if summary.warnings else [])
     tables = [capacity_table(ok, summary.best_id)]
@@ -761,13 +779,11 @@ def _pareto_plot(loads: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
-def _capacity_bars(points: pd.DataFrame, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+def _capacity_bars(points: pd.DataFrame, path: Path, best_id: int | None = None) -> Path:
     values = points["capacity_qps"].astype(float).to_numpy()
-    ax.bar(points["label"], np.nan_to_num(values), yerr=_capacity_errors(points), capsize=4, color="#4C72B0")
-    ax.set_ylabel("capacity (QPS)")
+    fig, ax = _point_bars(points, np.nan_to_num(values), best_id, xerr=_capacity_errors(points))
+    ax.set_xlabel("capacity (QPS)")
     ax.set_title("Capacity per point (95 % interval over seeds)")
-    ax.tick_params(axis="x", rotation=20)
     return _save(fig, path)
 
 
