@@ -259,6 +259,10 @@ class RunFolder:
             os.close(fd)
             raise OutputFolderError(f"{self.option} {self.path}: another sarathi-sim run (pid {holder}) is writing "
                                     "this folder; wait for it to finish or choose another --out") from None
+        except OSError as exc:  # a filesystem without locks (some FUSE mounts): say so, do not run unlocked
+            os.close(fd)
+            raise OutputFolderError(f"{self.option} {self.path}: cannot be locked ({exc.strerror or exc}); "
+                                    "choose a folder on a filesystem with file locks") from None
         self._lock_fd = fd
         pid = f"{os.getpid()}\n".encode()
         try:  # the holder's pid, for the message of a run that finds the folder taken

@@ -347,3 +347,13 @@ def test_a_forked_worker_does_not_hold_the_lock_of_its_killed_parent(tmp_path):
             os.kill(child, 0)
     finally:
         os.kill(child, signal.SIGKILL)
+
+
+def test_a_folder_that_cannot_be_locked_is_refused_not_run_unlocked(tmp_path, monkeypatch):
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(outputs.fcntl, "flock", no_locks)
+    with pytest.raises(OutputFolderError, match=r"run: cannot be locked \(No locks available\); choose a folder on"):
+        RunFolder(tmp_path / "run").__enter__()
+    assert not outputs._ACTIVE
