@@ -796,8 +796,8 @@ def _latency_vs_qps(trials: pd.DataFrame, metric: str, slo: float | None, path: 
     if slo is not None:
         ax.axhline(slo, color="#C44E52", linestyle="--", label=f"SLO {slo:g} s")
     ax.set_xlabel("QPS")
-    ax.set_ylabel(metric.replace("_s_", " (s) ").upper())
+    ax.set_ylabel(f"{metric_title(metric)} (s)")
     ax.set_yscale("log")
-    ax.set_title(f"{metric} of the bisection trials (first seed)")
+    ax.set_title(f"{metric_title(metric)} of the bisection trials (first seed)")
     ax.legend(fontsize=8, loc="upper left")
     return _save(fig, path)
