@@ -185,3 +185,25 @@ def test_sidecar_problems_are_named(tmp_path):
         MeasuredTables.load(tmp_path / "out")
     with pytest.raises(MeasuredTableError, match="not a measured-table directory"):
         MeasuredTables.load(tmp_path)
+
+
+def test_rows_faster_than_the_datasheet_are_dropped_and_counted(tmp_path):
+    from profiler.importers.aiconfigurator import faster_than_datasheet
+
+    # 1024³ GEMM on 1e15 FLOP/s and 1e12 B/s: max(2·1024³ / 1e15, 2·3·1024² / 1e12) = max(2.15, 6.29) µs.
+    gemm = pd.DataFrame({"m": [1024, 1024], "n": 1024, "k": 1024, "time_s": [5e-6, 7e-6]})
+    assert faster_than_datasheet("gemm", gemm, 1e15, 1e12).tolist() == [True, False]
+    # 2 decodes over 1000 KV tokens, 8 KV heads of 128: 2·1000·2·8·128·2 B = 8.19 MB → 8.19 µs at 1e12 B/s.
+    dec = pd.DataFrame({"batch_size": 2, "kv_tokens": 1000, "num_heads": 32, "num_kv_heads": 8, "head_dim": 128,
+                        "time_s": [8.0e-6, 8.4e-6]})
+    assert faster_than_datasheet("decode_attention", dec, 1e15, 1e12).tolist() == [True, False]
+    # Through the importer: system.yaml's figures, the count in measured.json.
+    m = [1024, 2048, 4096]
+    frame = pd.DataFrame({"m": m, "n": 4096, "k": 4096, "gemm_dtype": "bfloat16",
+                          "latency": [2 * 1024 * 4096 * 4096 / 2e15 * 1e3, 0.05, 0.09]})  # first: 2× the peak
+    system = _system(tmp_path, frame)
+    assert import_aiconfigurator(system).meta["dropped_faster_than_datasheet"] == {}  # no mem_bw: not checked
+    (system / "system.yaml").write_text("gpu:\n  bfloat16_tc_flops: 989000000000000\n  mem_bw: 3350000000000\n")
+    tables = import_aiconfigurator(system)
+    assert tables.meta["dropped_faster_than_datasheet"] == {"gemm_perf.parquet": 1}
+    assert tables.tables["gemm"]["m"].tolist() == [2048, 4096]

@@ -22,7 +22,12 @@ Layout read: `SYSTEM/system.yaml` and `SYSTEM/{gemm,attention,comm}/vllm/<versio
   Imported as size_bytes = 2 × message_size.
 
 Imported: bf16 GEMMs; attention with a bf16 KV cache and no sliding window (window_size 0; some
-systems' files have no window_size column: all their rows are full-window).
+systems' files have no window_size column: all their rows are full-window). Rows faster than the
+datasheet roofline of system.yaml (`faster_than_datasheet`) are dropped and counted in
+`meta["dropped_faster_than_datasheet"]`: h200_sxm's context attention from 1,536 tokens on runs
+up to 2.6× under its compute bound (its H100 twin sits 1.3× and more over it), and L40S's and
+RTX PRO 6000's small GEMMs and decodes read L2-resident operands; the cost model fills the holes
+from measured neighbours by the roofline's ratio and counts steps that touch them.
 Rows with NaN or non-positive latency are dropped and counted (`meta["dropped_rows"]`); a missing
 column or a file without one usable row is an error naming the file and column.
 """
@@ -187,15 +192,51 @@ def import_aiconfigurator(system_dir: str | Path, device: str | None = None) -> 
         _check_gemm_unit(tables["gemm"], float(gpu["bfloat16_tc_flops"]), system / _FILES["gemm"][1])
     if "decode_attention" in tables and gpu.get("mem_bw"):
         _check_decode_unit(tables["decode_attention"], float(gpu["mem_bw"]), system / _FILES["decode_attention"][1])
+    too_fast = {}
+    if gpu.get("bfloat16_tc_flops") and gpu.get("mem_bw"):
+        for name in ("gemm", "context_attention", "decode_attention"):
+            if name in tables:
+                keep = ~faster_than_datasheet(name, tables[name], float(gpu["bfloat16_tc_flops"]), float(gpu["mem_bw"]))
+                if not keep.all():
+                    too_fast[_FILES[name][1]] = int((~keep).sum())
+                    tables[name] = tables[name][keep].reset_index(drop=True)
     meta = {
         "source": SOURCE, "licence": LICENCE, "engine": "vllm", "engine_version": ", ".join(sorted(versions)),
         "device": {"name": ", ".join(sorted(device_names)) or system.name, "key": device, "system": system.name},
         "dtype": "bfloat16", "units": {"time_s": "seconds (source: latency in milliseconds)",
                                        "size_bytes": "bytes (source: message_size in bf16 elements)"},
         "datasheet": {"bf16_flops": gpu.get("bfloat16_tc_flops"), "mem_bandwidth_bytes_per_s": gpu.get("mem_bw")},
-        "dropped_rows": dropped, "tables": origins,
+        "dropped_rows": dropped, "dropped_faster_than_datasheet": too_fast, "tables": origins,
     }
     return MeasuredTables(meta, tables)
+
+
+def faster_than_datasheet(name: str, table: pd.DataFrame, peak_flops: float, mem_bw: float) -> np.ndarray:
+    """Rows measured faster than the datasheet roofline allows (max of FLOPs / peak and bytes /
+    bandwidth, at 100 % of both): L2-resident operands (the collector repeats one small shape) or
+    mis-timed rows, which a serving step, streaming every layer's weights and KV, does not see.
+
+    FLOPs and bytes: a GEMM 2 m n k and 2 (m k + k n + m n) bf16 bytes; a batch of b fresh
+    prefills of s tokens 4 h d b s (s + 1) / 2 (causal QKᵀ and PV) and b s (2 kv + 2 h) d × 2
+    bytes (K, V written and Q, O moved); a batch of b decodes over s KV tokens b s × 2 kv d × 2
+    bytes (K and V read). h, kv, d: heads, KV heads, head_dim per GPU.
+
+    Returns:
+        bool array (rows,): True where the row is faster than the bound.
+    """
+    t = table["time_s"].to_numpy(dtype=np.float64)
+    if name == "gemm":
+        m, n, k = (table[c].to_numpy(dtype=np.float64) for c in ("m", "n", "k"))
+        bound = np.maximum(2 * m * n * k / peak_flops, BF16_BYTES * (m * k + k * n + m * n) / mem_bw)
+    else:
+        b, h, kv, d = (table[c].to_numpy(dtype=np.float64) for c in ("batch_size", "num_heads", "num_kv_heads", "head_dim"))
+        if name == "context_attention":
+            q = table["query_tokens"].to_numpy(dtype=np.float64)
+            bound = np.maximum(4 * h * d * b * q * (q + 1) / 2 / peak_flops, b * q * (2 * kv + 2 * h) * d * BF16_BYTES / mem_bw)
+        else:
+            s = table["kv_tokens"].to_numpy(dtype=np.float64)
+            bound = b * s * 2 * kv * d * BF16_BYTES / mem_bw
+    return t < bound
 
 
 def _check_gemm_unit(gemm: pd.DataFrame, peak_flops: float, path: Path) -> None:

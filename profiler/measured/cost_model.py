@@ -190,6 +190,12 @@ class MeasuredCostModel:
         return gemm_time_s(max(m, 1.0), n, k, self.device, 2, self.flops_efficiency, self.bandwidth_efficiency,
                            self.kernel_latency_s)
 
+    def _gemm_roofline_v(self, m, n, k):
+        """`_roofline_gemm_s` over arrays (fills a GEMM grid's unmeasured cells)."""
+        return (np.maximum(2.0 * m * n * k / (self.device.peak_bf16_flops * self.flops_efficiency),
+                           2.0 * (m * k + k * n + m * n) / (self.device.mem_bandwidth_bytes_per_s * self.bandwidth_efficiency))
+                + self.kernel_latency_s)
+
     def _elementwise_roofline_s(self, num_bytes: float) -> float:
         return num_bytes / (self.device.mem_bandwidth_bytes_per_s * self.bandwidth_efficiency) + self.kernel_latency_s
 
@@ -207,7 +213,7 @@ class MeasuredCostModel:
             self.parts[part] = "roofline"
             self.roofline_parts.append(part)
             return lambda m: (self._roofline_gemm_s(m, n, k), False)
-        grid = _gemm_grid(source)
+        grid = _gemm_grid(source, self._gemm_roofline_v)
         blocks = max(1, math.ceil(n / grid.upper[1]))  # an LM head wider than the table
         n_block = n / blocks
         off_grid = not (grid.lower[1] <= n_block <= grid.upper[1] and grid.lower[2] <= k <= grid.upper[2])
@@ -318,9 +324,11 @@ class MeasuredCostModel:
         if source is not None:
             rows = source.tables["mixed_attention"]
             self.parts["attention"] = f"{source.label}: mixed_attention"
-            self._mixed = _mixed_grids(rows, source.label)
+            self._mixed = _mixed_grids(rows, source.label, self._chunk_roofline_s, self._decode_roofline_s)
             return
         heads = (self.heads, self.kv_heads, m.head_dim)
+        fill = {"context_attention": lambda b, isl: b * self._chunk_roofline_s(isl, 0.0),
+                "decode_attention": lambda b, kv: self._decode_roofline_s(b, kv - 1.0)}
         for table, attr, key in (("context_attention", "_prefill_grid", "query_tokens"),
                                  ("decode_attention", "_decode_grid", "kv_tokens")):
             source = self._device_source(table)
@@ -333,13 +341,14 @@ class MeasuredCostModel:
                 self.roofline_parts.append(table)
                 continue
             self.parts[table] = f"{source.label}: {table} at heads {heads[0]}/{heads[1]}, head_dim {heads[2]}"
-            setattr(self, attr, LogGrid.from_frame(rows, ["batch_size", key], source=f"{source.label} {table}"))
+            setattr(self, attr, LogGrid.from_frame(rows, ["batch_size", key], source=f"{source.label} {table}",
+                                                   roofline=fill[table]))
 
     def _attention_roofline_s(self, pairs: float, kv_tokens: float, query_tokens: float) -> float:
         flops = self._attn_flops_per_pair * pairs
         num_bytes = self._attn_kv_bytes_per_token * kv_tokens + self._attn_qo_bytes_per_token * query_tokens
-        return max(flops / (self.device.peak_bf16_flops * self.flops_efficiency),
-                   num_bytes / (self.device.mem_bandwidth_bytes_per_s * self.bandwidth_efficiency)) + self.kernel_latency_s
+        return np.maximum(flops / (self.device.peak_bf16_flops * self.flops_efficiency),
+                          num_bytes / (self.device.mem_bandwidth_bytes_per_s * self.bandwidth_efficiency)) + self.kernel_latency_s
 
     # -- per step ----------------------------------------------------------------------------
 
@@ -531,17 +540,18 @@ def _measured_width(op: str, source: MeasuredTables) -> float:
             "rotary_emb": (heads + kv) * m.head_dim, "qk_norm": (heads + kv) * m.head_dim}[op]
 
 
-def _gemm_grid(source: MeasuredTables) -> LogGrid:
+def _gemm_grid(source: MeasuredTables, roofline: Callable[..., np.ndarray]) -> LogGrid:
     """The (m, n, k) grid of a source's GEMM table, built once per tables object (kept on it:
-    the shipped tables are loaded once per process, so every point's model shares the grid)."""
+    the shipped tables are loaded once per process, so every point's model shares the grid;
+    `roofline` fills its unmeasured cells and depends only on the device and this table)."""
     grid = source.__dict__.get("_gemm_grid")
     if grid is None:
         grid = source.__dict__["_gemm_grid"] = LogGrid.from_frame(source.tables["gemm"], ["m", "n", "k"],
-                                                                  source=f"{source.label} gemm")
+                                                                  source=f"{source.label} gemm", roofline=roofline)
     return grid
 
 
-def _mixed_grids(rows: pd.DataFrame, label: str):
+def _mixed_grids(rows: pd.DataFrame, label: str, chunk_roofline, decode_roofline):
     """(prefill-only t(q, c), decode-only t(B, c), mixed t(q, c, B, c_d)) from a mixed_attention
     table, on its power-of-two grid (chunk 16·2^i, contexts 0 and 16·2^i, decodes 2^i); the
     table's in-between points (its ×1.5 skew grid) are not used for the grid."""
@@ -556,7 +566,10 @@ def _mixed_grids(rows: pd.DataFrame, label: str):
     for part, name in ((prefill, "prefill-only"), (decode, "decode-only"), (both, "mixed")):
         if part.empty:
             raise MeasuredTableError(f"{label} mixed_attention: no {name} rows on the power-of-two grid")
-    return (LogGrid.from_frame(prefill, ["prefill_tokens", "prefill_context_tokens"], source=f"{label} prefill"),
-            LogGrid.from_frame(decode, ["num_decodes", "decode_context_tokens"], source=f"{label} decode"),
+    return (LogGrid.from_frame(prefill, ["prefill_tokens", "prefill_context_tokens"], source=f"{label} prefill",
+                               roofline=chunk_roofline),
+            LogGrid.from_frame(decode, ["num_decodes", "decode_context_tokens"], source=f"{label} decode",
+                               roofline=decode_roofline),
             LogGrid.from_frame(both, ["prefill_tokens", "prefill_context_tokens", "num_decodes", "decode_context_tokens"],
-                               fill_axis=2, source=f"{label} mixed"))
+                               fill_axis=2, source=f"{label} mixed",
+                               roofline=lambda q, c, b, cd: chunk_roofline(q, c) + decode_roofline(b, cd)))

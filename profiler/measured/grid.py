@@ -8,9 +8,10 @@ context, a step without decodes) use log(1 + x) instead.
 A query outside an axis's measured range is clamped to the edge and reported as such: the caller
 scales the edge value with the roofline (`MeasuredCostModel`) and counts the step as out of grid.
 Cells the source never measured (tables are not full products: AIConfigurator skips large
-batch × length combinations) are filled before interpolation by proportional scaling along one
-axis (`fill_axis`: time ∝ that key, the compute- or memory-bound limit; lines of that axis with
-no measured cell, along the other axes in turn) and flagged; a query
+batch × length combinations; rows faster than the datasheet allows are dropped on import) are
+filled before interpolation from the nearest measured cell along one axis (`fill_axis`; lines of
+that axis with no measured cell, along the other axes in turn), scaled by the roofline's ratio
+between the two cells when a roofline is given, else in proportion to the key, and flagged; a query
 touching a filled cell is reported as out of grid too.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from itertools import product
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -37,6 +39,9 @@ class LogGrid:
         fill_axis: the dimension along which unmeasured cells are filled in proportion to the key
             (default the first).
         source: file/table name for error messages.
+        roofline: vectorised time of a cell from its key values (one array per axis); when given,
+            unmeasured cells are filled by its ratio to the measured neighbour's instead of the
+            key ratio (right in both the memory- and the compute-bound regime).
         flat_below: per axis, whether a query below its smallest value reads the edge without
             being out of grid (kernel times are flat at the small end: launch-bound); default
             True for every axis.
@@ -46,7 +51,8 @@ class LogGrid:
     """
 
     def __init__(self, axes: list[np.ndarray], times_s: np.ndarray, fill_axis: int = 0, source: str = "",
-                 flat_below: list[bool] | None = None) -> None:
+                 flat_below: list[bool] | None = None,
+                 roofline: Callable[..., np.ndarray] | None = None) -> None:
         self.source = source
         self.flat_below = list(flat_below) if flat_below is not None else [True] * len(axes)
         self.axes = [np.asarray(a, dtype=np.float64) for a in axes]
@@ -61,8 +67,11 @@ class LogGrid:
             raise GridError(f"{source}: a time is not > 0")
         self.filled = ~measured
         # Along fill_axis first; a line with no measured cell at all is then filled along the others.
+        scale = None
+        if roofline is not None and self.filled.any():
+            scale = np.asarray(roofline(*np.meshgrid(*self.axes, indexing="ij")), dtype=np.float64)
         for axis in (fill_axis, *(a for a in range(len(self.axes)) if a != fill_axis)):
-            times = _fill_proportional(times, self.axes[axis], axis)
+            times = _fill_proportional(times, self.axes[axis], axis, scale)
         self._log1p = [bool(a[0] <= 0) for a in self.axes]
         self._coords = [(np.log1p(a) if lp else np.log(a)).tolist() for a, lp in zip(self.axes, self._log1p)]
         self.log_times = np.log(times)
@@ -76,7 +85,8 @@ class LogGrid:
 
     @classmethod
     def from_frame(cls, frame: pd.DataFrame, keys: list[str], time_column: str = "time_s",
-                   fill_axis: int = 0, source: str = "") -> "LogGrid":
+                   fill_axis: int = 0, source: str = "",
+                   roofline: Callable[..., np.ndarray] | None = None) -> "LogGrid":
         """The grid over the distinct values of `keys` in `frame` (duplicates averaged in log).
 
         Raises:
@@ -89,7 +99,7 @@ class LogGrid:
         axes = [np.sort(frame[k].unique()).astype(np.float64) for k in keys]
         full = pd.MultiIndex.from_product(axes) if len(keys) > 1 else pd.Index(axes[0])
         values = np.exp(grouped.reindex(full).to_numpy()).reshape([a.size for a in axes])
-        return cls(axes, values, fill_axis, source)
+        return cls(axes, values, fill_axis, source, roofline=roofline)
 
     def __call__(self, *point: float) -> tuple[float, bool]:
         """(time_s at `point`, whether it is out of grid): clamped to the axes' ranges; the flag is
@@ -135,13 +145,18 @@ class LogGrid:
         return tuple(min(max(x, lo), hi) for x, lo, hi in zip(point, self.lower, self.upper))
 
 
-def _fill_proportional(times: np.ndarray, axis_values: np.ndarray, axis: int) -> np.ndarray:
-    """NaN cells replaced by the nearest measured cell along `axis` scaled by key ratio
-    (t(x) = t(x') · x / x'), the lower neighbour preferred."""
+def _fill_proportional(times: np.ndarray, axis_values: np.ndarray, axis: int,
+                       scale: np.ndarray | None = None) -> np.ndarray:
+    """NaN cells replaced by the nearest measured cell along `axis` scaled by the ratio of
+    `scale` (the roofline's time of each cell: t = t' · R / R'), or without it by the key ratio
+    (t = t' · x / x'); the lower neighbour preferred."""
     moved = np.moveaxis(times.copy(), axis, -1)
     flat = moved.reshape(-1, moved.shape[-1])
-    x = np.maximum(axis_values, 1.0)
-    for row in flat:
+    if scale is None:
+        x_rows = np.broadcast_to(np.maximum(axis_values, 1.0), flat.shape)
+    else:
+        x_rows = np.moveaxis(scale, axis, -1).reshape(-1, moved.shape[-1])
+    for row, x in zip(flat, x_rows):
         missing = np.flatnonzero(~np.isfinite(row))
         present = np.flatnonzero(np.isfinite(row))
         if missing.size == 0 or present.size == 0:
