@@ -164,6 +164,20 @@ def cross_source_section() -> None:
     print()
 
 
+def _us_per_step(cost_model, steps: list) -> float:
+    """Median of 5 runs of 20,000 `predict_step_s` calls cycling over `steps`, µs per call,
+    after one pass that warms the per-count caches (as a simulation's first steps do)."""
+    for s in steps:
+        cost_model.predict_step_s(*s)
+    runs = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for i in range(20_000):
+            cost_model.predict_step_s(*steps[i % len(steps)])
+        runs.append((time.perf_counter() - start) / 20_000 * 1e6)
+    return statistics.median(runs)
+
+
 def speed_section() -> None:
     print("## 3. Pricing speed (µs per predict_step_s, median of 5 runs of 20,000 steps)\n")
     print("| model | build ms | decode-only steps µs | mixed steps µs |\n|---|---|---|---|")
@@ -176,26 +190,10 @@ def speed_section() -> None:
         start = time.perf_counter()
         cm = build_measured("auto", get_model_spec(model_name), get_device_spec(device), tp)
         build_ms = 1e3 * (time.perf_counter() - start)
-        cells = []
-        for steps in (decode, mixed):
-            for s in steps:  # warm the per-count caches, as a simulation does within its first steps
-                cm.predict_step_s(*s)
-            runs = []
-            for _ in range(5):
-                start = time.perf_counter()
-                for i in range(20_000):
-                    cm.predict_step_s(*steps[i % 500])
-                runs.append((time.perf_counter() - start) / 20_000 * 1e6)
-            cells.append(statistics.median(runs))
+        cells = [_us_per_step(cm, steps) for steps in (decode, mixed)]
         print(f"| {model_name} tp{tp} on {device} | {build_ms:.0f} | {cells[0]:.1f} | {cells[1]:.1f} |")
     roofline = RooflineCostModel(get_model_spec("llama-3-8b"), get_device_spec("h100-sxm"))
-    runs = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for i in range(20_000):
-            roofline.predict_step_s(*decode[i % 500])
-        runs.append((time.perf_counter() - start) / 20_000 * 1e6)
-    print(f"| (the roofline, llama-3-8b on h100-sxm, same decode steps) | — | {statistics.median(runs):.1f} | — |")
+    print(f"| (the roofline, llama-3-8b on h100-sxm, same decode steps) | — | {_us_per_step(roofline, decode):.1f} | — |")
     print(f"\n(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs while timing)\n")
 
 

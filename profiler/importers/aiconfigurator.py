@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from profiler.measured.tables import MeasuredTableError, MeasuredTables
+from profiler.measured.tables import MeasuredTableError, MeasuredTables, require_columns
 
 SOURCE = {"name": "aiconfigurator", "repository": "ai-dynamo/aiconfigurator",
           "path": "aic-core/src/aiconfigurator_core/systems/", "commit": "095f58a"}
@@ -72,11 +72,7 @@ def _version_dir(system: Path, folder: str) -> Path | None:
 
 
 def _read(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
-    table = pd.read_parquet(path)
-    absent = [c for c in columns if c not in table]
-    if absent:
-        raise MeasuredTableError(f"{path}: missing columns {absent} (has {list(table.columns)})")
-    return table
+    return require_columns(pd.read_parquet(path), columns, path)
 
 
 def _usable_latency(table: pd.DataFrame, path: Path, dropped: dict) -> pd.DataFrame:
@@ -103,26 +99,25 @@ def _attention_rows(table: pd.DataFrame) -> pd.DataFrame:
     return table[(table["kv_cache_dtype"] == "bfloat16") & full_window]
 
 
-def convert_context_attention(table: pd.DataFrame) -> pd.DataFrame:
-    """bf16-KV, full-window rows of `context_attention_perf` as (heads, kv heads, head_dim,
-    batch_size, query_tokens = isl, time_s): latency ms → s."""
+def _convert_attention(table: pd.DataFrame, length_column: str, length_key: str) -> pd.DataFrame:
     rows = _attention_rows(table)
     out = pd.DataFrame({"num_heads": rows["num_heads"], "num_kv_heads": rows["num_key_value_heads"],
                         "head_dim": rows["head_dim"], "batch_size": rows["batch_size"],
-                        "query_tokens": rows["isl"]}).astype(np.int64)
+                        length_key: rows[length_column]}).astype(np.int64)
     out["time_s"] = rows["latency"].to_numpy(dtype=np.float64) * MS
     return out.reset_index(drop=True)
+
+
+def convert_context_attention(table: pd.DataFrame) -> pd.DataFrame:
+    """bf16-KV, full-window rows of `context_attention_perf` as (heads, kv heads, head_dim,
+    batch_size, query_tokens = isl, time_s): latency ms → s."""
+    return _convert_attention(table, "isl", "query_tokens")
 
 
 def convert_decode_attention(table: pd.DataFrame) -> pd.DataFrame:
     """bf16-KV, full-window rows of `generation_attention_perf` as (heads, kv heads, head_dim,
     batch_size, kv_tokens = step, time_s): latency ms → s."""
-    rows = _attention_rows(table)
-    out = pd.DataFrame({"num_heads": rows["num_heads"], "num_kv_heads": rows["num_key_value_heads"],
-                        "head_dim": rows["head_dim"], "batch_size": rows["batch_size"],
-                        "kv_tokens": rows["step"]}).astype(np.int64)
-    out["time_s"] = rows["latency"].to_numpy(dtype=np.float64) * MS
-    return out.reset_index(drop=True)
+    return _convert_attention(table, "step", "kv_tokens")
 
 
 def convert_all_reduce(table: pd.DataFrame, path: Path | str = "custom_allreduce_perf.parquet") -> pd.DataFrame:

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from profiler.measured.tables import MeasuredTableError, MeasuredTables
+from profiler.measured.tables import MeasuredTableError, MeasuredTables, require_columns
 from profiler.model_spec import ModelSpec
 
 SOURCE = {"name": "llmservingsim", "repository": "casys-kaist/LLMServingSim", "path": "profiler/perf/",
@@ -54,11 +54,7 @@ _OVERRIDES = {"intermediate_size": "intermediate_size", "num_attention_heads": "
 def _read_csv(path: Path, columns: list[str]) -> pd.DataFrame:
     if not path.is_file():
         raise MeasuredTableError(f"{path}: missing")
-    table = pd.read_csv(path)
-    absent = [c for c in columns if c not in table]
-    if absent:
-        raise MeasuredTableError(f"{path}: missing columns {absent} (has {list(table.columns)})")
-    return table
+    return require_columns(pd.read_csv(path), columns, path)
 
 
 def _times(table: pd.DataFrame, path: Path, dropped: dict) -> pd.DataFrame:

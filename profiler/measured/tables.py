@@ -154,9 +154,7 @@ def check_table(table: pd.DataFrame, name: str, path: str) -> pd.DataFrame:
     Raises:
         MeasuredTableError: naming `path`, the column and the first bad row (1-based data row).
     """
-    absent = [c for c in TABLE_COLUMNS[name] if c not in table]
-    if absent:
-        raise MeasuredTableError(f"{path}: missing columns {absent} (has {list(table.columns)})")
+    require_columns(table, TABLE_COLUMNS[name], path)
     for column in TABLE_COLUMNS[name]:
         bad = table[column].isna().to_numpy()
         if bad.any():
@@ -164,6 +162,18 @@ def check_table(table: pd.DataFrame, name: str, path: str) -> pd.DataFrame:
     bad = ~(table["time_s"].to_numpy(dtype=np.float64) > 0)
     if bad.any():
         raise MeasuredTableError(f"{path}: column 'time_s' is not > 0 in row {int(np.argmax(bad)) + 1}")
+    return table
+
+
+def require_columns(table: pd.DataFrame, columns, path) -> pd.DataFrame:
+    """`table` if it has every one of `columns`.
+
+    Raises:
+        MeasuredTableError: naming `path`, the missing columns and the ones it has.
+    """
+    absent = [c for c in columns if c not in table]
+    if absent:
+        raise MeasuredTableError(f"{path}: missing columns {absent} (has {list(table.columns)})")
     return table
 
 
