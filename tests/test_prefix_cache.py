@@ -6,6 +6,7 @@ import pytest
 
 from simulator.scheduler import SchedulerConfig, StepOutcome, make_scheduler
 from simulator.scheduler.prefix_cache import block_keys, named_tokens
+from tests.conftest import ConstantCostModel
 from traces import Request
 
 
@@ -192,7 +193,14 @@ def test_summary_counts_queries_hits_and_recomputed_tokens_as_vllm(constant_cost
     assert result.requests["cached_tokens"].tolist() == [0, 48, 0]
 
 
-def test_mooncake_conversation_trace_hit_rate_is_the_share_of_prefix_blocks_seen_before(constant_cost):
+class _ConstantDecodes(ConstantCostModel):
+    """10 ms steps, with the vectorised decode-window pricing the replica's fast path uses."""
+
+    def predict_decode_steps_s(self, context_tokens, num_steps, first_step):
+        return [self.step_s] * num_steps
+
+
+def test_mooncake_conversation_trace_hit_rate_is_the_share_of_prefix_blocks_seen_before():
     # Caching on, a pool that never evicts, each request after the previous one ended: a
     # request hits the leading run of its 512-token hash ids that an earlier request held as a
     # full prompt block, up to (prompt - 1) // 512 blocks. Computed here from the file alone.
@@ -211,11 +219,13 @@ def test_mooncake_conversation_trace_hit_rate_is_the_share_of_prefix_blocks_seen
         hits += min(run_length, (prompt - 1) // size) * size
         queries += prompt
         seen.update(ids[: prompt // size])
-    requests = [Request(i, 1000.0 * i, row["input_length"], row["output_length"], prefix_hash_ids=tuple(row["hash_ids"]))
+    # One output token each: outputs do not change what a later prompt can hit here (no request
+    # overlaps another, nothing is evicted), and 5 M token times would only slow the test.
+    requests = [Request(i, 1000.0 * i, row["input_length"], 1, prefix_hash_ids=tuple(row["hash_ids"]))
                 for i, row in enumerate(rows)]
     pool = sum(-(-(r.prompt_tokens + r.output_tokens) // size) for r in requests)  # every block ever allocated
     scheduler = v1(num_gpu_blocks=pool, block_size=size, max_model_len=200_000, max_num_seqs=1, chunk_size=200_000)
-    summary = simulate(requests, scheduler, constant_cost).summary
+    summary = simulate(requests, scheduler, _ConstantDecodes(0.01)).summary
     assert summary["completed"] == len(rows) == 12031
     assert (summary["prefix_cache_queries_tokens"], summary["prefix_cache_hits_tokens"]) == (queries, hits)
     assert summary["prefix_cache_hit_rate"] == pytest.approx(0.37338, abs=1e-5)  # 36.6 % of the ids were seen before

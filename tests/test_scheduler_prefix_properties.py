@@ -93,3 +93,31 @@ def test_prefix_cached_runs_are_deterministic_and_decode_windows_change_nothing(
     pd.testing.assert_frame_equal(a.steps, b.steps)
     pd.testing.assert_frame_equal(a.requests, slow.requests)
     pd.testing.assert_frame_equal(a.steps, slow.steps)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shared_prefix_scenarios())
+def test_lazy_registration_of_unshared_content_changes_nothing(scenario):
+    # Content no id names is registered only when its request is preempted (nobody else can hit
+    # it). Naming each request's whole stream with ids of its own makes the same content
+    # registered eagerly, as vLLM does: every record must be the same, block ids included.
+    from dataclasses import replace
+    config, requests, seed = scenario
+    eager = [replace(r, prefix_hash_ids=tuple(10_000 * (r.request_id + 1) + k for k in range(
+        -(-(r.prompt_tokens + r.output_tokens) // r.prefix_block_tokens)))) if not r.prefix_hash_ids else r
+        for r in requests]
+
+    def plans(trace):
+        scheduler = make_scheduler("vllm_v1", config)
+        outcome_fn = speculative_outcome_fn(PositionalAcceptance(0.7, seed=seed))
+        for r in trace:
+            scheduler.add_request(r)
+        now, out = 0.0, []
+        while scheduler.has_work():
+            plan = scheduler.schedule(now)
+            out.append(repr(plan))  # sequences with their block tables, preemptions, KV in use
+            now += 0.01
+            scheduler.complete_step(plan, outcome_fn(plan), now)
+        return out
+
+    assert plans(requests) == plans(eager)

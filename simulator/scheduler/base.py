@@ -262,7 +262,7 @@ class Scheduler:
                 for j in range(room, steps, size):  # step j writes token computed + j + 1
                     new_blocks[j] += 1
                 bm.grow_to(rid, computed + steps)
-            if caching:  # the blocks these decodes fill are cached as each step's would be
+            if caching and seq.request.prefix_hash_ids:  # as each step's would (others: lazily)
                 bm.cache_blocks(rid, computed + steps, seq.request)
             seq.num_computed_tokens = computed + steps
             seq.num_generated_tokens += steps
@@ -400,7 +400,8 @@ class Scheduler:
         if self.prefix_caching:
             if not seq.swapped_tokens:
                 seq.record_admission(hit_tokens)
-            bm.cache_blocks(seq.request_id, min(reserve, seq.num_tokens), seq.request)
+            if seq.request.prefix_hash_ids:  # content others may hit; the rest lazily (free_sequence)
+                bm.cache_blocks(seq.request_id, min(reserve, seq.num_tokens), seq.request)
         elif seq.dropped_tokens:
             seq.record_admission(0)
         if self.running_in_admission_order:
@@ -438,7 +439,7 @@ class Scheduler:
         """Free `seq`'s blocks and return it to `waiting` (recompute, or swap to host)."""
         self.running.remove(seq)
         del self._in_flight[seq.request_id]
-        self.block_manager.free(seq.request_id)
+        self._free_kv(seq, resumes=self.config.preemption != "swap")
         if self.config.preemption == "swap":
             seq.swap_out()
             self._swap_out_tokens += seq.swapped_tokens
@@ -446,6 +447,14 @@ class Scheduler:
             seq.reset_for_recompute()
         self.waiting.add_preempted(seq)
         preempted.append(seq)
+
+    def _free_kv(self, seq: Sequence, resumes: bool) -> None:
+        """Return `seq`'s blocks to the pool; with prefix caching its full blocks stay cached,
+        and are registered if it `resumes` by recompute (`PrefixCachingBlockManager.free_sequence`)."""
+        if self.prefix_caching:
+            self.block_manager.free_sequence(seq.request_id, seq.num_computed_tokens, seq.request, resumes)
+        else:
+            self.block_manager.free(seq.request_id)
 
     def _victim(self) -> Sequence | None:
         """The running sequence to preempt: the last in policy order (the newest under FCFS,
@@ -528,7 +537,7 @@ class Scheduler:
     def _finish(self, seq: Sequence, now_s: float) -> FinishedRequest:
         self.running.remove(seq)
         del self._in_flight[seq.request_id]
-        self.block_manager.free(seq.request_id)
+        self._free_kv(seq, resumes=False)
         r = seq.request
         return FinishedRequest(
             request_id=r.request_id,

@@ -36,7 +36,8 @@ can be hit.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
+from itertools import repeat
 
 from simulator.scheduler.block_manager import BlockManager
 from traces import Request
@@ -77,9 +78,16 @@ class PrefixCachingBlockManager(BlockManager):
     """A `BlockManager` whose freed full blocks stay cached until reused (module docstring).
 
     State, per physical block: a reference count (requests holding it) and its key (None for a
-    block not full of final tokens). The free queue holds every block with count 0, cached or
-    not, head first to be handed out; `num_free` counts cached free blocks as free, as vLLM's
-    `BlockPool.get_num_free_blocks` and its KV-usage gauge do.
+    block not full of final tokens, or not registered, `free_sequence`). The free queue holds
+    every block with count 0, cached or not, head first to be handed out; `num_free` counts
+    cached free blocks as free, as vLLM's `BlockPool.get_num_free_blocks` and its KV-usage gauge
+    do. The count is kept implicitly, for speed: 0 in the free queue, else 1 plus the block's
+    entry in `_shared` (holders beyond the first; most blocks are never shared).
+
+    The free queue is a deque with lazy deletion (an OrderedDict costs ~10x per block): taking a
+    free block out of its middle (a hit, `admit_cached`) bumps the block's generation, which
+    makes its queue entry stale; entries are `generation * num_blocks + block id`, and a stale
+    one is skipped when it reaches the head. `_is_free` says whether a block is in the queue.
 
     Extra API for the scheduler: `lookup` (longest cached prefix), `admit_cached` (take the hit
     blocks), `cache_blocks` (register a request's newly full blocks).
@@ -87,9 +95,12 @@ class PrefixCachingBlockManager(BlockManager):
 
     def __init__(self, num_blocks: int, block_size: int, watermark_fraction: float = 0.0):
         super().__init__(num_blocks, block_size, watermark_fraction)
-        self._free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
-        self._free = self._free_queue  # the base class reads len(self._free)
-        self._ref = [0] * num_blocks
+        self._queue: deque[int] = self._free  # the base class's deque of range(num_blocks)
+        self._gen = [0] * num_blocks
+        self._any_gen = False  # some block's generation is not 0 (entries need encoding)
+        self._is_free = bytearray(b"\x01") * num_blocks
+        self._num_free = num_blocks
+        self._shared: dict[int, int] = {}  # block id -> holders - 1, for blocks held by several
         self._key: list[BlockKey | None] = [None] * num_blocks
         self._cached: dict[BlockKey, int | dict[int, None]] = {}  # key -> block id, or ids (duplicates)
         self._num_cached_blocks: dict[int, int] = {}  # request id -> leading blocks registered
@@ -114,8 +125,8 @@ class PrefixCachingBlockManager(BlockManager):
 
     def num_evictable(self, block_ids: list[int]) -> int:
         """How many of `block_ids` sit in the free queue (count 0): taking them uses free blocks."""
-        ref = self._ref
-        return sum(1 for b in block_ids if ref[b] == 0)
+        is_free = self._is_free
+        return sum(is_free[b] for b in block_ids)
 
     def admit_cached(self, request_id: int, block_ids: list[int]) -> None:
         """Start `request_id`'s table with the hit blocks (`BlockPool.touch`: count + 1, out of
@@ -126,11 +137,15 @@ class PrefixCachingBlockManager(BlockManager):
         """
         if self._tables.get(request_id):
             raise RuntimeError(f"request {request_id} already holds blocks; a hit starts an empty table")
-        ref, free = self._ref, self._free_queue
+        is_free, gen, shared = self._is_free, self._gen, self._shared
         for b in block_ids:
-            if ref[b] == 0:
-                del free[b]
-            ref[b] += 1
+            if is_free[b]:  # out of the queue: its entry goes stale
+                is_free[b] = 0
+                gen[b] += 1
+                self._num_free -= 1
+                self._any_gen = True
+            else:
+                shared[b] = shared.get(b, 0) + 1
         self._tables[request_id] = list(block_ids)
         self._num_cached_blocks[request_id] = len(block_ids)
 
@@ -161,39 +176,51 @@ class PrefixCachingBlockManager(BlockManager):
 
     def ref_count(self, block_id: int) -> int:
         """Requests holding the block."""
-        return self._ref[block_id]
+        return 0 if self._is_free[block_id] else 1 + self._shared.get(block_id, 0)
 
     def free_block_ids(self) -> list[int]:
         """The free queue, head (next handed out) first."""
-        return list(self._free_queue)
+        n, gen, is_free = self.num_blocks, self._gen, self._is_free
+        return [e % n for e in self._queue if is_free[e % n] and e // n == gen[e % n]]
+
+    @property
+    def num_free(self) -> int:
+        return self._num_free
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - self._num_free
 
     # ----- the base class's allocation, with counts and eviction ---------------------------
     def grow_to(self, request_id: int, num_tokens: int) -> None:
         """As `BlockManager.grow_to`; each block taken from the queue head loses its key."""
         extra = self._extra_blocks(request_id, num_tokens)
-        if extra > len(self._free_queue):
+        if extra > self._num_free:
             raise RuntimeError(
-                f"KV pool exhausted: request {request_id} needs {extra} more blocks, {len(self._free_queue)} free"
+                f"KV pool exhausted: request {request_id} needs {extra} more blocks, {self._num_free} free"
             )
         table = self._tables.setdefault(request_id, [])
-        pop, ref, key_of = self._free_queue.popitem, self._ref, self._key
+        pop, key_of, is_free = self._queue.popleft, self._key, self._is_free
+        n, gen, stale = self.num_blocks, self._gen, self._any_gen
         for _ in range(extra):
-            b = pop(last=False)[0]
+            b = pop()
+            if stale:
+                while not (is_free[b % n] and b // n == gen[b % n]):  # a stale entry: skip it
+                    b = pop()
+                b %= n
+            is_free[b] = 0
             if key_of[b] is not None:
-                self._evict(b)
-            ref[b] = 1
+                self._drop_key(b)  # evict it
             table.append(b)
+        self._num_free -= extra
 
-    def _evict(self, block_id: int) -> None:
+    def _drop_key(self, block_id: int) -> None:
         key = self._key[block_id]
         self._key[block_id] = None
-        present = self._cached[key]
-        if isinstance(present, int):
-            del self._cached[key]
-        else:
+        present = self._cached.pop(key)
+        if not isinstance(present, int):  # duplicates: keep the others
             del present[block_id]
-            if len(present) == 1:
-                self._cached[key] = next(iter(present))
+            self._cached[key] = next(iter(present)) if len(present) == 1 else present
 
     def shrink_to(self, request_id: int, num_tokens: int) -> None:
         """Release blocks beyond ceil(num_tokens / block_size) (rejected draft slots: never cached)."""
@@ -207,23 +234,68 @@ class PrefixCachingBlockManager(BlockManager):
             self._num_cached_blocks[request_id] = len(table)
 
     def free(self, request_id: int) -> None:
-        """Release every block of `request_id`, tail first (`KVCacheManager.free`)."""
-        table = self._tables.pop(request_id, [])
-        self._num_cached_blocks.pop(request_id, None)
-        self._release(table[::-1])  # a copy: a plan may still read the table
+        """Release every block of `request_id`, tail first (`KVCacheManager.free`); those
+        without a key count as not full."""
+        self.free_sequence(request_id, 0, None, False)
 
-    def _release(self, blocks: list[int]) -> None:
-        """Count - 1 for each block, in eviction order; those reaching 0 rejoin the queue:
-        cached ones at the tail, the others at the head in order (`BlockPool.free_blocks`)."""
-        ref, key_of, queue = self._ref, self._key, self._free_queue
-        fresh = []
+    def free_sequence(self, request_id: int, num_computed_tokens: int, request: Request | None,
+                      resumes: bool) -> None:
+        """Release every block of `request_id` (tail first, `KVCacheManager.free`), whose first
+        `num_computed_tokens` tokens are computed.
+
+        Registration is lazy for content only the request itself can hit (blocks no id names:
+        `block_keys`): nobody else can look them up, so the scheduler does not register them
+        while the request runs. If it `resumes` (a recompute preemption), its full blocks are
+        registered now, before they are freed, so its re-admission can hit them as in vLLM;
+        otherwise (it finished, or was swapped out) its full blocks just go to the queue's tail
+        as vLLM's hashed ones do, with no key (no one could ever hit them).
+        """
+        table = self._tables.pop(request_id, [])
+        registered = self._num_cached_blocks.pop(request_id, 0)
+        full = min(len(table), num_computed_tokens // self.block_size) if request is not None else registered
+        for b in table[full:registered]:
+            # Registered for a chunk that was never computed (a priority victim taken out of
+            # the step it was scheduled in): vLLM keeps such hashes; their KV was never
+            # written, so here they are dropped.
+            if b not in self._shared and self._key[b] is not None:
+                self._drop_key(b)
+        if resumes and full > registered:
+            self._tables[request_id] = table
+            self._num_cached_blocks[request_id] = registered
+            self.cache_blocks(request_id, full * self.block_size, request)
+            del self._tables[request_id], self._num_cached_blocks[request_id]
+        self._release(table[::-1], len(table) - full)  # a copy: a plan may still read the table
+
+    def _release(self, blocks: list[int], num_partial: int | None = None) -> None:
+        """Count - 1 for each block, in eviction order; those reaching 0 rejoin the queue: full
+        ones (cached) at the tail, the others at the head in order (`BlockPool.free_blocks`).
+        Full: the blocks after the first `num_partial`, or, when it is None, those with a key."""
+        shared, key_of, queue = self._shared, self._key, self._queue
+        if num_partial is None:
+            blocks = sorted(blocks, key=lambda b: key_of[b] is not None)  # stable: keyless first
+            num_partial = sum(1 for b in blocks if key_of[b] is None)
+        fresh, full = blocks[:num_partial], blocks[num_partial:]
+        if shared and not shared.keys().isdisjoint(blocks):  # some stay held by others
+            fresh, full = self._unshare(fresh), self._unshare(full)
+        is_free = self._is_free
+        for part in (full, fresh):  # C-level maps: a request frees ~100 blocks
+            list(map(is_free.__setitem__, part, repeat(1)))
+        self._num_free += len(full) + len(fresh)
+        if self._any_gen:
+            n, gen = self.num_blocks, self._gen
+            full, fresh = [gen[b] * n + b for b in full], [gen[b] * n + b for b in fresh]
+        queue.extend(full)
+        queue.extendleft(reversed(fresh))  # prepend keeping their order
+
+    def _unshare(self, blocks: list[int]) -> list[int]:
+        """Drop one holder of each block; return those no one holds any more."""
+        shared, freed = self._shared, []
         for b in blocks:
-            ref[b] -= 1
-            if ref[b] == 0:
-                if key_of[b] is None:
-                    fresh.append(b)
-                else:
-                    queue[b] = None
-        for b in reversed(fresh):  # prepend keeping their order
-            queue[b] = None
-            queue.move_to_end(b, last=False)
+            n = shared.get(b)
+            if n is None:
+                freed.append(b)
+            elif n == 1:
+                del shared[b]
+            else:
+                shared[b] = n - 1
+        return freed

@@ -56,12 +56,27 @@ class VllmV1Scheduler(Scheduler):
         return max(candidates, key=self.waiting.key) if candidates else None
 
     def _build_plan(self, now_s: float) -> tuple[list[Entry], list[Sequence]]:
+        entries, preempted = self._one_pass()
+        while not entries and preempted and (self.running or self.waiting):
+            # Everything schedulable was preempted (a priority victim that was the request
+            # itself ends loop 1): vLLM runs that empty step at no cost and schedules again.
+            entries, more = self._one_pass()
+            preempted += more
+        return entries, preempted
+
+    def _one_pass(self) -> tuple[list[Entry], list[Sequence]]:
+        """One call of vLLM's `schedule()`: loop 1 over running, then (if nothing was
+        preempted) loop 2 over waiting."""
         preempted: list[Sequence] = []
         entries: list[Entry] = []
         budget = self.token_budget
         threshold = self.config.long_prefill_token_threshold
         bm = self.block_manager
-        caching = self.prefix_caching
+        size = bm.block_size
+        # Blocks are registered up to computed // size before each step (exactly, without
+        # drafts), so only a step that fills a block has any to register; and only requests
+        # whose ids others may share register as they run (`free_sequence`: the rest lazily).
+        caching, every_step = self.prefix_caching, bool(self.config.split_n)
         for seq in self._idle_running():
             if budget <= 0:
                 break
@@ -76,8 +91,10 @@ class VllmV1Scheduler(Scheduler):
                 if seq.request_id not in self._in_flight:
                     break  # preempted itself: vLLM stops loop 1 here
                 continue
-            if caching:
-                bm.cache_blocks(seq.request_id, seq.num_computed_tokens + n, seq.request)
+            computed = seq.num_computed_tokens
+            if (caching and seq.request.prefix_hash_ids
+                    and (every_step or (computed + n) // size > computed // size)):
+                bm.cache_blocks(seq.request_id, computed + n, seq.request)
             drafts = 0 if seq.is_prefill else self._drafts_for(seq, budget - n)
             entries.append((seq, n + drafts, drafts))
             budget -= n + drafts
