@@ -23,12 +23,15 @@ Where each part's time comes from, in order of preference (`describe()` says whi
    AIConfigurator), interpolated in log space (`LogGrid`); element-wise ops from any
    `layer_ops` table of the device at the same bytes (T × width scaled to the measured model's
    width);
-3. the roofline (`profiler.roofline`), with efficiencies fitted to the device's GEMM table.
+3. the roofline (`profiler.roofline`), with efficiencies fitted to the device's GEMM table (the
+   device's own without one).
 
 Outside a table's grid (a step of more tokens than the largest measured m, contexts past the
 longest measured, a larger all-reduce) the edge value is scaled by the roofline's ratio
 (time(point) / time(edge)), and the step is counted in `out_of_grid_steps` (`out_of_range` by
-family). Parts with no table at all are listed in `describe()["roofline_parts"]`.
+family); so is a step that reads a cell the table lacks (never measured, or dropped on import as
+faster than the datasheet), which `LogGrid` fills from the measured neighbour by the roofline's
+ratio. Parts with no table at all are listed in `describe()["roofline_parts"]`.
 
 Mapping a step onto the tables (approximations, stated):
 - AIConfigurator's context attention is measured for fresh prefills only; a chunk of q tokens
