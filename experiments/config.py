@@ -588,7 +588,9 @@ def load_config(path: str | Path, overrides: list[str] = (),
 
     Returns:
         (base config with the --set keys, list of point dicts ready for
-        `SweepConfig.model_validate`, one per distinct point, in variant order).
+        `SweepConfig.model_validate`, one per distinct point, in variant order). With --set keys
+        the base's `variants` are the points as run (`_variants_as_run`), so the base dumped and
+        loaded again with no --set gives the same points.
 
     Raises:
         ConfigError: with the file, the key (and its line where known) and what is valid; also a
@@ -607,6 +609,8 @@ def load_config(path: str | Path, overrides: list[str] = (),
     _apply_overrides(base_tree, {}, set_keys)
     base = _validate(base_tree, path, root_node, where="", set_keys=set_keys)
     points = _expand(raw, set_keys, path, root_node, said.append)
+    if set_keys and raw.get("variants"):  # the base records its variants as run (config.yaml loads again)
+        base = base.model_copy(update={"variants": _variants_as_run(base_tree, [tree for tree, _, _ in points])})
     in_file = isinstance(raw.get("trace"), dict) and "path" in raw["trace"] and "trace.path" not in set_keys
     _check_trace_files(points, base, path, _line_of(root_node, ["trace", "path"]) if in_file else None)
     for text in said:  # only for a config that loads
@@ -727,6 +731,22 @@ def _expand(raw: dict, set_keys: dict[str, Any], path: Path, root_node,
             warn(f"{len(labels)} points are the same{' once the --set keys are applied' if set_keys else ''} "
                  f"({describe_point(config)}): {', '.join(labels)}; it runs once, as {where}")
     return points
+
+
+def _variants_as_run(base_tree: dict, point_trees: list[dict]) -> list[dict[str, Any]]:
+    """Variants that give `point_trees` again from `base_tree` with no --set: each point's dotted
+    keys whose value differs from the base's (every trace key where the trace kind differs, since
+    a kind change starts the trace afresh), list values wrapped in a list so they are not crossed.
+    A key the base has and a point lacks is always one that point's scheduler does not read, so
+    its `engine.scheduler` (which differs) drops it again."""
+    base_flat = _flatten({k: v for k, v in base_tree.items() if k != "variants"})
+    variants = []
+    for tree in point_trees:
+        flat = _flatten(tree)
+        new_kind = flat.get("trace.kind") != base_flat.get("trace.kind")
+        variants.append({k: [v] if isinstance(v, list) else v for k, v in flat.items()
+                         if k not in base_flat or base_flat[k] != v or (new_kind and k.startswith("trace."))})
+    return variants
 
 
 def _settings_of(point: SweepConfig) -> str:

@@ -183,3 +183,28 @@ def test_a_set_invalid_for_one_point_names_that_point_and_the_keys():
     assert str(info.value) == (f"{QUICKSTART}: variants[1] {{engine.scheduler: sarathi, engine.chunk_size: 256}}: "
                                "engine (line 20): max_num_seqs (300) must be <= chunk_size (256): each decode takes "
                                "one token of the budget")
+
+
+@pytest.mark.parametrize("overrides", [
+    ["engine.chunk_size=300"],
+    ["engine.scheduler=vllm_v1", "trace.qps=8"],
+    ["engine.max_num_batched_tokens=4096"],
+    ["trace={kind: synthetic, qps: 4, num_requests: 50, prompt_tokens: [10, 20]}"],
+])
+def test_the_config_as_run_loads_again_to_the_same_points(tmp_path, overrides):
+    # config.yaml records the base and its variants; with --set keys they must give the points that ran.
+    import yaml
+
+    from experiments.planning.sweep import config_as_run
+    base, points = load_config(QUICKSTART, overrides, on_warning=lambda text: None)
+    again = write(tmp_path, yaml.safe_dump(config_as_run(base)), "config.yaml")
+    _, points_again = load_config(again, on_warning=lambda text: None)
+
+    def settings(trees):
+        return [SweepConfig.model_validate(p).model_dump(mode="json") for p in trees]
+    assert settings(points_again) == settings(points)
+
+
+def test_variants_as_run_of_a_set_chunk_size(tmp_path):
+    base, _ = load_config(QUICKSTART, ["engine.chunk_size=300"], on_warning=lambda text: None)
+    assert base.variants == [{"engine.scheduler": "vllm"}, {}]
