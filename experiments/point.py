@@ -97,13 +97,21 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0)
     # A fitted model counts the steps it priced beyond its profiled shapes (extrapolated).
     out_of_range = getattr(cost_model, "out_of_range", None)
     row["cost_model_steps_out_of_range"] = sum(out_of_range.values()) if out_of_range is not None else 0
-    row.update(slo_verdicts(result.summary, point.slo))
-    if point.goodput:
-        good = goodput_count(result.requests, point.goodput)
-        row["goodput_rps"] = good / row["makespan_s"] if row["makespan_s"] > 0 else 0.0
+    row.update(report_columns(row, result.requests, point))
     result.requests.insert(0, "point_id", point_id)
     result.steps.insert(0, "point_id", point_id)
     return PointResult(row, result.requests, result.steps)
+
+
+def report_columns(row: dict, requests: pd.DataFrame, point: SweepConfig) -> dict:
+    """The columns that only `slo:` and `goodput:` decide, from a point's summary row and its
+    requests: `slo_verdicts` and `goodput_rps` (requests/s meeting every goodput threshold). A
+    sweep re-derives them from a cached simulation when only those keys changed."""
+    columns = slo_verdicts(row, point.slo)
+    if point.goodput:
+        good = goodput_count(requests, point.goodput)
+        columns["goodput_rps"] = good / row["makespan_s"] if row["makespan_s"] > 0 else 0.0
+    return columns
 
 
 def slo_verdicts(summary: dict, slo: dict[str, float]) -> dict:
