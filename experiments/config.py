@@ -48,6 +48,7 @@ from traces.arrivals import check_rate
 from traces.length_distributions import EmpiricalLength
 from traces.readers import FORMATS
 from traces.readers.by_format import burstgpt_filter
+from traces.sessions import SessionWorkload
 from traces.readers.fields import MAX_TOKENS
 from traces.time_bounds import MAX_QPS, MAX_SPAN_S, MIN_BURSTINESS, short_number
 from traces.workload_profile import check_profile_name
@@ -288,11 +289,47 @@ class ClosedLoopTrace(_Lengths):
         return ClosedLoopWorkload(self.clients, self.think_time_s, prompt, output, self.num_requests, self.seed)
 
 
+class SessionsTrace(ClosedLoopTrace):
+    """`clients` multi-turn conversations of `turns` turns (traces.sessions): each turn's prompt is
+    the whole conversation so far plus `prompt_tokens` new user tokens, the next turn is sent
+    `think_time_s` after the answer (`output_tokens`) ends; `shared_prefix_tokens` of one of
+    `num_prefixes` system prompts open each conversation. A closed loop: num_requests is
+    clients x turns."""
+
+    kind: Literal["sessions"]  # type: ignore[assignment]
+    turns: int = Field(ge=1)
+    shared_prefix_tokens: int = Field(default=0, ge=0)
+    num_prefixes: int = Field(default=1, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _requests_are_turns(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "num_requests" not in data:
+            clients, turns = data.get("clients"), data.get("turns")
+            if all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (clients, turns)):
+                data = {**data, "num_requests": clients * turns}
+        return data
+
+    @model_validator(mode="after")
+    def _turns_make_the_requests(self) -> "SessionsTrace":
+        if self.num_requests != self.clients * self.turns:
+            raise ValueError(f"trace.num_requests is clients x turns ({self.clients * self.turns}) for kind "
+                             "sessions; leave it out")
+        return self
+
+    def workload(self) -> SessionWorkload:
+        """The conversations the simulator drives (traces.sessions.SessionWorkload)."""
+        user, output = self.distributions()
+        return SessionWorkload(self.clients, self.turns, self.think_time_s, user, output,
+                               self.shared_prefix_tokens, self.num_prefixes, self.seed)
+
+
 TraceConfig = Annotated[
-    Union[ProfileTrace, FileTrace, SyntheticTrace, LengthsFileTrace, ClosedLoopTrace], Field(discriminator="kind")
+    Union[ProfileTrace, FileTrace, SyntheticTrace, LengthsFileTrace, ClosedLoopTrace, SessionsTrace],
+    Field(discriminator="kind")
 ]
 # Every `kind:` value; validation errors name keys without it (trace.qps, not trace.poisson.qps).
-TRACE_KINDS = ("profile", "file", "poisson", "synthetic", "lengths_file", "closed_loop")
+TRACE_KINDS = ("profile", "file", "poisson", "synthetic", "lengths_file", "closed_loop", "sessions")
 
 
 # Keys that only some schedulers read; every other engine key applies to all of them.

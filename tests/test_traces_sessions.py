@@ -1,0 +1,89 @@
+"""Generated token identity: shared system prompts and multi-turn sessions, worked by hand."""
+from __future__ import annotations
+
+import pytest
+
+from simulator.scheduler import SchedulerConfig, make_scheduler
+from simulator.simulate import simulate
+from tests.conftest import ConstantCostModel
+from traces import Request
+from traces.sessions import SessionWorkload
+from traces.shared_prefix import PREFIX_ID_BASE, SESSION_ID_BASE, BLOCKS_PER_STREAM, with_shared_prefixes
+
+
+def test_shared_prefixes_split_requests_evenly_and_name_the_full_blocks():
+    requests = [Request(i, 0.1 * i, 10 + i, 5) for i in range(7)]
+    out = with_shared_prefixes(requests, shared_prefix_tokens=40, num_prefixes=3, seed=1)
+    assert [r.prompt_tokens for r in out] == [50 + i for i in range(7)]
+    assert [(r.arrival_s, r.output_tokens, r.request_id) for r in out] == [(0.1 * i, 5, i) for i in range(7)]
+    # 40 tokens = 2 full 16-token blocks (the third also holds the request's own tokens).
+    prefixes = sorted({r.prefix_hash_ids for r in out})
+    base = PREFIX_ID_BASE
+    assert prefixes == [(base + p * BLOCKS_PER_STREAM, base + p * BLOCKS_PER_STREAM + 1) for p in range(3)]
+    counts = sorted(sum(r.prefix_hash_ids == ids for r in out) for ids in prefixes)
+    assert counts == [2, 2, 3]
+    assert out == with_shared_prefixes(requests, 40, 3, seed=1)  # seeded
+    with pytest.raises(ValueError, match="num_prefixes must be >= 1"):
+        with_shared_prefixes(requests, 40, 0)
+    with pytest.raises(ValueError, match="already carry prefix_hash_ids"):
+        with_shared_prefixes([Request(0, 0.0, 10, 1, prefix_hash_ids=(1,))], 40)
+
+
+def test_session_turns_carry_the_whole_conversation():
+    # Shared prefix 32, user 20 and answer 10 tokens per turn: prompts 52, 82, 112; each turn's
+    # ids name its stream (prompt + answer) in 16-token blocks: the 2 prefix blocks, then the
+    # conversation's own.
+    workload = SessionWorkload(2, 3, think_time_s=0.5, user_tokens=20, output_tokens=10, shared_prefix_tokens=32)
+    first = workload.initial_requests()
+    assert [(r.request_id, r.prompt_tokens, r.output_tokens, r.arrival_s) for r in first] == [
+        (0, 52, 10, 0.0), (1, 52, 10, 0.0)]
+    second = workload.next_request(0, 2.0)
+    third = workload.next_request(0, 4.0)
+    assert (second.prompt_tokens, second.arrival_s, third.prompt_tokens) == (82, 2.5, 112)
+    assert workload.next_request(0, 6.0) is None  # three turns
+    own = SESSION_ID_BASE
+    assert first[0].prefix_hash_ids == (PREFIX_ID_BASE, PREFIX_ID_BASE + 1, own + 2, own + 3)  # ceil(62 / 16)
+    assert third.prefix_hash_ids[:6] == second.prefix_hash_ids  # each turn extends the last
+    assert len(third.prefix_hash_ids) == 8  # ceil(122 / 16)
+    assert first[1].prefix_hash_ids[2] == own + BLOCKS_PER_STREAM + 2  # conversation 1's own blocks
+    assert [workload.session_of(r.request_id) for r in (*first, second, third)] == [0, 1, 0, 0]
+    with pytest.raises(ValueError, match="turns must be an int >= 1"):
+        SessionWorkload(2, 0)
+
+
+def test_sessions_hit_the_previous_turn_and_the_shared_prompt():
+    # vllm_v1, block size 16. Turn 0 of conversation 0 caches its full prompt blocks at admission
+    # (3 of 52 tokens); conversation 1's turn 0, admitted in the same step, hits the 2 prefix
+    # blocks (32 tokens). Turn 0 computes 52 + 10 - 1 = 61 tokens: 3 full blocks, the third
+    # ending at 48. Turn 1 (82 tokens) hits those 3 blocks, 48 tokens; turn 2 (112) hits the
+    # 5 full blocks turn 1 computed (91 tokens), 80 tokens.
+    workload = SessionWorkload(2, 3, think_time_s=0.5, user_tokens=20, output_tokens=10, shared_prefix_tokens=32)
+    scheduler = make_scheduler("vllm_v1", SchedulerConfig(num_gpu_blocks=200, max_model_len=1024, chunk_size=512))
+    result = simulate(workload, scheduler, ConstantCostModel(0.01))
+    frame = result.requests.assign(session=lambda f: f["request_id"].map(workload.session_of))
+    by_session = {s: group.sort_values("request_id") for s, group in frame.groupby("session")}
+    assert by_session[0]["prompt_tokens"].tolist() == [52, 82, 112]
+    assert by_session[0]["cached_tokens"].tolist() == [0, 48, 80]
+    assert by_session[1]["cached_tokens"].tolist() == [32, 48, 80]
+    assert result.summary["prefix_cache_hits_tokens"] == 32 + 2 * (48 + 80)
+    assert (result.requests["finish_reason"] == "completed").all()
+
+
+def test_a_shared_prefix_longer_than_max_model_len_is_a_counted_rejection():
+    workload = SessionWorkload(3, 2, user_tokens=10, output_tokens=5, shared_prefix_tokens=300)
+    scheduler = make_scheduler("vllm_v1", SchedulerConfig(num_gpu_blocks=200, max_model_len=256, chunk_size=512))
+    result = simulate(workload, scheduler, ConstantCostModel(0.01))
+    assert result.summary["rejected_too_long"] == 6 and result.summary["completed"] == 0
+
+
+def test_sessions_trace_config():
+    from experiments.config import SweepConfig
+    config = SweepConfig(trace={"kind": "sessions", "clients": 4, "turns": 3, "prompt_tokens": 20,
+                                "output_tokens": 10, "shared_prefix_tokens": 32, "num_prefixes": 2},
+                         engine={"scheduler": "vllm_v1", "chunk_size": 512})
+    assert config.trace.num_requests == 12
+    workload = config.trace.workload()
+    assert isinstance(workload, SessionWorkload) and workload.turns == 3
+    with pytest.raises(ValueError, match="num_requests is clients x turns"):
+        SweepConfig(trace={"kind": "sessions", "clients": 4, "turns": 3, "num_requests": 5},
+                    engine={"scheduler": "vllm_v1", "chunk_size": 512})
