@@ -23,20 +23,14 @@ from pydantic.fields import FieldInfo
 
 from experiments import config as cfg
 
-# Sections of the page, in order: (heading, model, the key path its keys are written under).
-SECTIONS: tuple[tuple[str, type[BaseModel], str], ...] = (
+# The blocks of a config, in page order: (heading, model, the key path its keys are written
+# under). Trace kinds come from the `TraceConfig` union and nested models (length clips, draft
+# model, ...) from the fields' types (`sections`), so a new one is documented without a change here.
+TOP_SECTIONS: tuple[tuple[str, type[BaseModel], str], ...] = (
     ("Top level", cfg.SweepConfig, ""),
-    ("trace: kind profile", cfg.ProfileTrace, "trace."),
-    ("trace: kind file", cfg.FileTrace, "trace."),
-    ("trace: kind synthetic / poisson", cfg.SyntheticTrace, "trace."),
-    ("trace: kind lengths_file", cfg.LengthsFileTrace, "trace."),
-    ("trace: kind closed_loop", cfg.ClosedLoopTrace, "trace."),
     ("engine", cfg.EngineConfig, "engine."),
     ("search", cfg.SearchConfig, "search."),
     ("fleet", cfg.FleetConfig, "fleet."),
-    ("Length clip (`prompt_tokens` / `output_tokens` of a profile trace)", cfg.LengthClip, ""),
-    ("engine.draft: a draft model", cfg.DraftModel, "engine.draft."),
-    ("engine.acceptance: a measured file", cfg.AcceptanceFile, "engine.acceptance."),
 )
 _CONSTRAINTS = (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<"))
 
@@ -48,11 +42,36 @@ def render() -> str:
            "`python -m experiments.config_reference > docs/config.md`; do not edit by hand. "
            "How configs work (variants, `--set`, precedence, relative paths) is in the module docstring of "
            "`experiments/config.py` and the README; examples are in `experiments/configs/`.", ""]
-    for title, model, prefix in SECTIONS:
+    for title, model, prefix in sections():
         out += _section(title, model, prefix)
     out += _slo_section()
     out += _scheduler_keys_section()
     return "\n".join(out).rstrip() + "\n"
+
+
+def sections() -> list[tuple[str, type[BaseModel], str]]:
+    """Every model a config can hold: the top level, each trace kind, engine, search, fleet, then
+    the models nested in their fields (each under the first key that holds it)."""
+    trace_models = typing.get_args(typing.get_args(cfg.TraceConfig)[0])
+    found = [TOP_SECTIONS[0]]
+    for model in trace_models:
+        kinds = typing.get_args(model.model_fields["kind"].annotation)
+        found.append((f"trace: kind {' / '.join(kinds)}", model, "trace."))
+    found += TOP_SECTIONS[1:]
+    seen = {model for _, model, _ in found}
+    for _, model, prefix in found:  # grows while it is walked: nested models of nested models too
+        for name, field in model.model_fields.items():
+            for nested in _models_in(field.annotation):
+                if nested not in seen:
+                    seen.add(nested)
+                    found.append((f"{nested.__name__} (in `{prefix}{name}`)", nested, f"{prefix}{name}."))
+    return found
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
 
 
 def _section(title: str, model: type[BaseModel], prefix: str) -> list[str]:

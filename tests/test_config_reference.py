@@ -29,3 +29,12 @@ def test_reference_lists_every_key_with_its_type_default_and_bounds():
 def test_types_and_comments_are_read_from_the_models():
     assert type_text(EngineConfig.model_fields["max_model_len"].annotation) == "int \\| null"
     assert field_comments(EngineConfig)["on_too_long"] == "prompt + output > max_model_len"
+
+
+def test_every_trace_kind_and_nested_model_has_a_section():
+    from experiments.config_reference import sections
+
+    titles = [title for title, _, _ in sections()]
+    assert titles[:3] == ["Top level", "trace: kind profile", "trace: kind file"]
+    assert "trace: kind poisson / synthetic" in titles
+    assert "LengthClip (in `trace.prompt_tokens`)" in titles and "DraftModel (in `engine.draft`)" in titles
