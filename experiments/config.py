@@ -49,6 +49,7 @@ from traces.length_distributions import EmpiricalLength
 from traces.readers import FORMATS
 from traces.readers.by_format import burstgpt_filter
 from traces.sessions import SessionWorkload
+from traces.shared_prefix import with_shared_prefixes
 from traces.readers.fields import MAX_TOKENS
 from traces.time_bounds import MAX_QPS, MAX_SPAN_S, MIN_BURSTINESS, short_number
 from traces.workload_profile import check_profile_name
@@ -137,6 +138,17 @@ class _OpenLoop(_Strict):
         return self
 
 
+class _SharedPrefix(_Strict):
+    """A shared system prompt of `shared_prefix_tokens`, one of `num_prefixes`, in front of every
+    generated prompt (traces.shared_prefix, as vllm bench's prefix_repetition dataset)."""
+
+    shared_prefix_tokens: int = Field(default=0, ge=0)
+    num_prefixes: int = Field(default=1, ge=1)
+
+    def with_prefix(self, requests: list[Request]) -> list[Request]:
+        return with_shared_prefixes(requests, self.shared_prefix_tokens, self.num_prefixes, self.seed)
+
+
 class _Lengths(_Strict):
     """`prompt_tokens` and `output_tokens` length specs, checked by traces.length_distribution."""
 
@@ -154,7 +166,7 @@ class _Lengths(_Strict):
         return length_distribution(self.prompt_tokens, "prompt"), length_distribution(self.output_tokens, "output")
 
 
-class ProfileTrace(_OpenLoop):
+class ProfileTrace(_OpenLoop, _SharedPrefix):
     """Sample a trace from a workload profile (built-in name or .json path): joint lengths, clipped."""
 
     kind: Literal["profile"]
@@ -175,7 +187,8 @@ class ProfileTrace(_OpenLoop):
         """Arrivals, then joint lengths through the profile's copula, clipped (traces.synthetic_trace)."""
         prompt, output = (EmpiricalLength(profile=self.name, column=column, min_tokens=clip.min, max_tokens=clip.max)
                           for column, clip in (("prompt", self.prompt_tokens), ("output", self.output_tokens)))
-        requests = synthetic_trace(self.num_requests, self.qps, prompt, output, self.seed, self.arrival, self.burstiness)
+        requests = self.with_prefix(
+            synthetic_trace(self.num_requests, self.qps, prompt, output, self.seed, self.arrival, self.burstiness))
         return requests, {"trace_source": f"profile {self.name}", "trace_rows_rejected": 0}
 
 
@@ -228,7 +241,7 @@ class FileTrace(_Strict):
                           "trace_rows_rejected_detail": "; ".join(line.strip() for line in loaded.report_lines())}
 
 
-class SyntheticTrace(_OpenLoop, _Lengths):
+class SyntheticTrace(_OpenLoop, _Lengths, _SharedPrefix):
     """Generated arrivals (poisson | gamma | constant) and lengths from any distribution.
 
     `kind: poisson` is this kind with Poisson arrivals (the first name it had).
@@ -248,7 +261,8 @@ class SyntheticTrace(_OpenLoop, _Lengths):
     def load(self) -> tuple[list[Request], dict]:
         """traces.synthetic_trace: arrivals, then prompt and output lengths."""
         prompt, output = self.distributions()
-        requests = synthetic_trace(self.num_requests, self.qps, prompt, output, self.seed, self.arrival, self.burstiness)
+        requests = self.with_prefix(
+            synthetic_trace(self.num_requests, self.qps, prompt, output, self.seed, self.arrival, self.burstiness))
         return requests, {"trace_source": f"{self.kind} {self.arrival}", "trace_rows_rejected": 0}
 
 

@@ -87,3 +87,18 @@ def test_sessions_trace_config():
     with pytest.raises(ValueError, match="num_requests is clients x turns"):
         SweepConfig(trace={"kind": "sessions", "clients": 4, "turns": 3, "num_requests": 5},
                     engine={"scheduler": "vllm_v1", "chunk_size": 512})
+
+
+def test_generated_kinds_take_a_shared_prefix():
+    # 200 requests, 4 system prompts of 500 tokens = 31 full 16-token blocks (496 tokens): every
+    # request but the first of each prompt hits them (arrivals 0.25 s apart on average, far
+    # longer than a prefill), so hits = (200 - 4) * 496.
+    from experiments.config import SweepConfig
+    from experiments.point import run_point
+    trace = {"kind": "synthetic", "qps": 4, "num_requests": 200, "prompt_tokens": [50, 300],
+             "output_tokens": [20, 100], "shared_prefix_tokens": 500, "num_prefixes": 4}
+    row = run_point(SweepConfig(trace=trace, engine={"scheduler": "vllm_v1", "chunk_size": 512})).row
+    assert row["completed"] == 200 and row["prefix_cache_hits_tokens"] == 196 * 496
+    row = run_point(SweepConfig(trace={**trace, "shared_prefix_tokens": 0},
+                                engine={"scheduler": "vllm_v1", "chunk_size": 512})).row
+    assert row["prefix_cache_hits_tokens"] == 0
