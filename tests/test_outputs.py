@@ -328,11 +328,10 @@ def test_a_forked_worker_does_not_hold_the_lock_of_its_killed_parent(tmp_path):
         import os, sys, time
         from experiments.outputs import RunFolder
         folder = RunFolder(sys.argv[1]).__enter__()
-        child = os.fork()
-        if child == 0:
+        if os.fork() == 0:  # the child speaks once it runs (its fork hooks have run by then)
+            print(os.getpid(), flush=True)
             time.sleep(60)
             os._exit(0)
-        print(child, flush=True)
         time.sleep(60)
     """)
     out = tmp_path / "run"
