@@ -32,13 +32,15 @@ def _point(point_id: int, label: str, **metrics) -> dict:
 
 def test_points_are_labelled_by_what_differs():
     base = {"trace": {"kind": "poisson", "qps": 4}, "engine": {"scheduler": "sarathi", "chunk_size": 512}}
-    same = [SweepConfig.model_validate({**base, "engine": {"scheduler": "sarathi", "chunk_size": c}}) for c in (256, 512)]
+    same = [SweepConfig.model_validate({**base, "engine": {"scheduler": "sarathi", "chunk_size": c}})
+            for c in (256, 512)]
     assert point_labels(same) == ["sarathi chunk=256", "sarathi chunk=512"]
     devices = [SweepConfig.model_validate({**base, "device": d}) for d in ("h100-sxm", "a100-80gb")]
     assert point_labels(devices) == ["h100-sxm · sarathi chunk=512", "a100-80gb · sarathi chunk=512"]
     models = [SweepConfig.model_validate({**base, "model": "llama-2-7b", "device": "a100-80gb"}),
               SweepConfig.model_validate(base)]
-    assert point_labels(models) == ["llama-2-7b · a100-80gb · sarathi chunk=512", "llama-3-8b · h100-sxm · sarathi chunk=512"]
+    assert point_labels(models) == ["llama-2-7b · a100-80gb · sarathi chunk=512",
+                                    "llama-3-8b · h100-sxm · sarathi chunk=512"]
     # Any other differing key follows as key=value; a key only one scheduler reads is not a difference.
     other = [SweepConfig.model_validate({**base, "engine": {"scheduler": "sarathi", "max_num_seqs": 64}}),
              SweepConfig.model_validate({**base, "trace": {"kind": "poisson", "qps": 8}})]

@@ -330,7 +330,8 @@ def trace_line(first: pd.Series, base: SweepConfig) -> str:
     measured = f"offered {offered} QPS (measured over the arrivals: (n − 1) / span"
     if isinstance(trace, FileTrace):
         scaled = f", time-scaled to a mean of {trace.qps:g} QPS" if trace.qps else ", at the file's own times"
-        return f"Trace: replayed from the file {first.get('trace_source', trace.path)}{scaled}; {n} requests, {measured})."
+        source = first.get("trace_source", trace.path)
+        return f"Trace: replayed from the file {source}{scaled}; {n} requests, {measured})."
     if isinstance(trace, ClosedLoopTrace):
         return (f"Trace: {first.get('trace_source', 'closed loop')}; {n} requests, {measured}; in a closed loop "
                 "the rate is an outcome, not an input).")

@@ -173,11 +173,12 @@ def check_fits_memory(spec, dtype_bytes: int, sched_config, device, available_by
     where = f"{device} ({available_bytes / gib:.1f} GiB available)"
     if weights > available_bytes:
         raise ValueError(f"{spec.name} does not fit on {where}: its weights alone take {weights / gib:.1f} GiB "
-                         f"at {dtype_bytes} bytes per parameter; use a smaller model, a 2-byte --dtype, or a larger device")
+                         f"at {dtype_bytes} bytes per parameter; use a smaller model, a 2-byte --dtype, "
+                         "or a larger device")
     if kv > max_kv_bytes:
-        raise ValueError(f"a KV pool of {sched_config.num_gpu_blocks} blocks of {sched_config.block_size} tokens takes "
-                         f"{kv / gib:.2f} GiB, over the {max_kv_bytes / gib:.2f} GiB allowed (--max-kv-gib on the CPU); "
-                         "set engine.num_gpu_blocks")
+        raise ValueError(f"a KV pool of {sched_config.num_gpu_blocks} blocks of {sched_config.block_size} tokens "
+                         f"takes {kv / gib:.2f} GiB, over the {max_kv_bytes / gib:.2f} GiB allowed (--max-kv-gib on "
+                         "the CPU); set engine.num_gpu_blocks")
     if weights + kv > available_bytes:
         raise ValueError(f"{spec.name} does not fit on {where}: weights {weights / gib:.1f} GiB + KV pool "
                          f"{kv / gib:.1f} GiB ({sched_config.num_gpu_blocks} blocks); set a smaller "
