@@ -72,6 +72,13 @@ def build_cost_model(point: SweepConfig) -> CostModel:
         fitted = load_fitted(directory, model, e.tensor_parallel_size, device=device.name)
         overhead = EngineOverhead.load(directory)
         return WithEngineOverhead(fitted, overhead) if overhead is not None else fitted
+    if point.cost_model == "auto" or point.cost_model.startswith("measured:"):
+        from profiler.measured.shipped import build_measured  # shipped or imported kernel tables
+
+        measured = build_measured(point.cost_model, model, device, e.tensor_parallel_size, DTYPE_BYTES[e.dtype],
+                                  DTYPE_BYTES[e.kv_cache_dtype], cuda_graph_max_tokens=min(2 * e.max_num_seqs, 512))
+        if measured is not None:
+            return measured
     return RooflineCostModel(model, device, tensor_parallel_size=e.tensor_parallel_size,
                              dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=DTYPE_BYTES[e.kv_cache_dtype])
 
@@ -97,6 +104,14 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0)
     # A fitted model counts the steps it priced beyond its profiled shapes (extrapolated).
     out_of_range = getattr(cost_model, "out_of_range", None)
     row["cost_model_steps_out_of_range"] = sum(out_of_range.values()) if out_of_range is not None else 0
+    if hasattr(cost_model, "describe"):  # a measured model: its provenance, and steps off its grids
+        described = cost_model.describe()
+        row.update(cost_model_label=described["label"], cost_model_steps_out_of_range=described["out_of_grid_steps"])
+    elif isinstance(cost_model, RooflineCostModel):  # `auto` without measured tables says so
+        row["cost_model_label"] = "roofline" + (" (no measured tables for this device and dtype)"
+                                                if point.cost_model == "auto" else "")
+    else:
+        row["cost_model_label"] = point.cost_model
     row.update(report_columns(row, result.requests, point))
     result.requests.insert(0, "point_id", point_id)
     result.steps.insert(0, "point_id", point_id)
