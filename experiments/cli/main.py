@@ -36,8 +36,8 @@ class _Commands(LazyGroup):
         "trace": ("experiments.cli.trace", "trace_app", "Inspect a trace or lengths file (stats) or write it as a "
                   "canonical trace (convert)."),
         "engine": ("experiments.cli.engine", "engine_app", "Run a config's trace on the real torch engine (gpu_engine)."),
-        "profile": ("experiments.cli.profile", "profile", "Time every op of MODEL over a shape grid that fits "
-                    "--budget-s; write a profile directory."),
+        "profile": ("experiments.cli.profile", "profile_app", "Time the model's ops on this machine, or "
+                    "`profile import` public kernel tables."),
         "fit": ("experiments.cli.profile", "fit", "Fit per-op regressors to DIRECTORY; write cost_model.joblib and "
                 "fit_report.{md,json} there."),
         "calibrate": ("experiments.cli.verify", "calibrate", "Profile MODEL's ops on this machine and fit the cost "
