@@ -20,6 +20,7 @@ from gpu_engine.sampler import Sampler
 from gpu_engine.speculation import accepted_prefix, emitted_tokens
 from gpu_engine.swap import SwapSpace
 from simulator.scheduler import BatchPlan, FinishedRequest, Scheduler, ScheduledSequence, StepOutcome
+from simulator.scheduler.prefix_cache import named_tokens
 from traces import Request
 
 
@@ -98,9 +99,20 @@ class Engine:
         Returns:
             None when queued; the scheduler's rejection record otherwise.
 
+        Prefix caching: hits are served from the shared physical blocks the scheduler's block
+        tables name (no copy). With `prompt_ids` given, the caller vouches that requests whose
+        `prefix_hash_ids` agree have equal tokens there; the seeded ids (`prompt_token_ids`) do.
+
         Raises:
-            ValueError: `prompt_ids` does not hold `request.prompt_tokens` ids.
+            ValueError: `prompt_ids` does not hold `request.prompt_tokens` ids; or, with prefix
+                caching on, the request's ids name output tokens (a multi-turn session's answer,
+                which this engine generates itself, so its blocks could not match).
         """
+        if (getattr(self.scheduler, "prefix_caching", False) and request.prefix_hash_ids
+                and named_tokens(request) > request.prompt_tokens):
+            raise ValueError(f"request {request.request_id}: its prefix_hash_ids name output tokens (a multi-turn "
+                             "session's answer); the engine generates answers itself and cannot serve them with "
+                             "prefix caching: set engine.enable_prefix_caching: false for engine runs of sessions")
         if prompt_ids is None:
             prompt_ids = prompt_token_ids(request, self.runner.model.args.spec.vocab_size, self.prompt_seed)
         if len(prompt_ids) != request.prompt_tokens:

@@ -122,3 +122,20 @@ def test_every_scheduler_runs_on_the_engine_as_in_the_simulator(model, scheduler
     run, sim = both(model, scheduler_name, config, acceptance_seed=5)
     assert (run.requests["finish_reason"] == "completed").all()
     assert_same_records(run, sim)
+
+
+def test_prefix_cached_vllm_v1_runs_the_same_on_the_engine_as_in_the_simulator(model):
+    # Every other request opens with one of two shared 12-token prefixes (3 blocks of 4); the
+    # 28-block pool is tight, so requests are preempted and resume on their cached blocks.
+    from dataclasses import replace
+    requests = [replace(r, prompt_tokens=r.prompt_tokens + 12, prefix_hash_ids=(10 * (i % 4), 10 * (i % 4) + 1,
+                                                                                 10 * (i % 4) + 2),
+                        prefix_block_tokens=4) if i % 2 == 0 else r for i, r in enumerate(trace())]
+    config = SchedulerConfig(num_gpu_blocks=28, block_size=4, max_model_len=256, max_num_seqs=8, chunk_size=16)
+    run = run_trace(build_engine(model, "vllm_v1", config), requests, clock=PricedClock(PRICER))
+    sim = simulate(requests, make_scheduler("vllm_v1", config), PRICER)
+    assert_same_records(run, sim)
+    assert run.summary["num_preemptions"] > 0 and run.summary["prefix_cache_hits_tokens"] > 0
+    assert run.summary["preempted_cache_hits_tokens"] > 0
+    pd.testing.assert_frame_equal(run.requests[["cached_tokens", "resumed_cached_tokens"]],
+                                  sim.requests[["cached_tokens", "resumed_cached_tokens"]])
