@@ -9,7 +9,8 @@ Peaks are **dense** tensor-core rates; NVIDIA's H100/H200 sheets headline the 2:
 
 Memory assumption: `memory_gib` is the marketed capacity read as GiB. On the 80 GB HBM parts the
 device holds 80 GiB (nvidia-smi reports ≈80 GiB, within 1 %); on the others the marketed figure is
-likewise taken as GiB. The fixed runtime reserve in `memory.py` absorbs the difference.
+likewise taken as GiB. The KV pool (`memory.py`) uses the smaller CUDA-visible total vLLM logs
+(79.19 GiB on an H100-80GB) for the cards in `memory.CUDA_TOTAL_MEMORY_GIB`, `memory_gib` for others.
 
 Interconnect assumption: `interconnect_bandwidth_bytes_per_s` is the **per-direction** bandwidth of
 one GPU's link, i.e. half the bidirectional figure that datasheets print, because a ring
