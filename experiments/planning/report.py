@@ -223,12 +223,6 @@ def _pick(candidates: pd.DataFrame, headroom: dict[int, float]):
     return candidates.loc[ordered.index[0]], lambda pid: lost_at[pid]
 
 
-def recommend(points: pd.DataFrame, slo: dict[str, float]) -> pd.Series | None:
-    """The recommended point's row at this load (`recommendation`), or None."""
-    choice = recommendation(points, slo)
-    return None if choice is None else choice.best
-
-
 def point_name(row: pd.Series) -> str:
     """A point named in full: 'sarathi chunk=256 (point 1: llama-3-8b on h100-sxm)', or
     'llama-2-70b · a100-80gb · sarathi chunk=256 (point 3)' when its label names them already."""
