@@ -14,7 +14,11 @@ from itertools import chain
 import numpy as np
 import pandas as pd
 
+from simulator.records import RequestRecords, requests_table
+from simulator.records_percentiles import streamed_percentiles
+from simulator.records_sketch import GapSketch, gaps_of_flat
 from simulator.scheduler import COMPLETED, FINISH_REASONS, FinishedRequest
+from simulator.step_log import StepStats
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
 LATENCY_METRICS = ("ttft_s", "tbt_s", "itl_s", "tpot_s", "e2e_s", "scheduling_delay_s")
@@ -68,16 +72,8 @@ def gap_samples_s(token_times_per_request) -> tuple[np.ndarray, np.ndarray]:
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
     lengths = np.fromiter((len(t) for t in lists), np.int64, len(lists))
     times = np.fromiter(chain.from_iterable(lists), np.float64, int(lengths.sum()))
-    if times.size == 0:
-        return np.zeros(0), np.zeros(0)
-    owner = np.repeat(np.arange(lengths.size), lengths)  # request index of each token
-    first_of_request = np.r_[True, owner[1:] != owner[:-1]]
-    starts = np.flatnonzero(first_of_request | np.r_[True, np.diff(times) != 0])  # emission starts
-    counts = np.diff(np.r_[starts, times.size])
-    same_request = owner[starts[1:]] == owner[starts[:-1]]  # gap i is between emissions i and i + 1
-    gaps = np.diff(times[starts])[same_request]
-    tokens = counts[1:][same_request]
-    return gaps, np.repeat(gaps / tokens, tokens)
+    tbt, _, itl = gaps_of_flat(times, lengths)
+    return tbt, itl
 
 
 _GAP_CHUNK_REQUESTS = 2048
@@ -94,17 +90,16 @@ def tpot_s(token_times_s) -> float:
 def requests_frame(finished: list[FinishedRequest]) -> pd.DataFrame:
     """One row per request (DESIGN.md "Records") plus derived ttft_s, tpot_s, e2e_s, scheduling_delay_s.
 
-    Sorted by request_id. `token_times_s` stays a list column (Parquet stores it as a list).
+    Sorted by request_id. `token_times_s` holds one float64 array per request (Parquet stores
+    it as a list). The simulator builds the same frame from compact records as it runs
+    (`simulator.records.requests_table`, which adds `replica_id`); this is the path for a list
+    of records (the engine's).
     """
-    columns = list(FinishedRequest.__dataclass_fields__)
-    # Shallow rows: dataclasses.asdict would deep-copy every token_times_s list.
-    frame = pd.DataFrame([{c: getattr(f, c) for c in columns} for f in finished], columns=columns)
-    frame = frame.sort_values("request_id", kind="stable").reset_index(drop=True)
-    frame["ttft_s"] = frame["first_token_s"] - frame["arrival_s"]
-    frame["e2e_s"] = frame["completion_s"] - frame["arrival_s"]
-    frame["scheduling_delay_s"] = frame["first_scheduled_s"] - frame["arrival_s"]
-    frame["tpot_s"] = [tpot_s(t) for t in frame["token_times_s"]]
-    return frame
+    records = RequestRecords()
+    times = [t for f in finished for t in f.token_times_s]
+    records.note_step_ends(np.unique(np.asarray(times, dtype=np.float64)))  # every token time, as "step ends"
+    records.add(finished)
+    return requests_table([records]).drop(columns="replica_id")
 
 
 def percentile_stats(name: str, values: np.ndarray) -> dict[str, float]:
@@ -119,8 +114,8 @@ def percentile_stats(name: str, values: np.ndarray) -> dict[str, float]:
     return out
 
 
-def summarize(requests: pd.DataFrame, steps: pd.DataFrame, num_gpu_blocks: int,
-              trim_fraction: float = 0.0) -> dict[str, float]:
+def summarize(requests: pd.DataFrame, steps: pd.DataFrame | StepStats, num_gpu_blocks: int,
+              trim_fraction: float = 0.0, gaps: GapSketch | None = None) -> dict[str, float]:
     """Summary of a run: counts by finish reason, throughput, latency percentiles, KV usage.
 
     Throughput is over the makespan (first arrival to last completion) and counts tokens actually
@@ -131,12 +126,23 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, num_gpu_blocks: int,
         trim_fraction: latency percentiles skip requests arriving in the first and last
             `trim_fraction` of the arrival span (warm-up, when the system fills, and drain, when it
             empties); counts and throughput keep every request. 0 keeps all.
+        steps: the step table, or only its `StepStats` when the table was not kept.
+        gaps: the run's TBT/ITL sketch (already trimmed), needed when `requests` has no
+            `token_times_s` column (`output.token_times: false`); its percentiles are within
+            0.1 % (simulator/records_sketch.py). With token times, every percentile is exact
+            (`numpy.percentile`; past `_IN_MEMORY_TOKENS` tokens streamed in chunks,
+            simulator/records_percentiles.py, with the same result).
 
     Returns:
         A flat dict of floats/ints; every key is always present (NaN where undefined).
+
+    Raises:
+        ValueError: no token times and no sketch.
     """
     completed = int((requests["finish_reason"] == COMPLETED).sum())
-    done = requests[requests["generated_tokens"] > 0]
+    scalars = requests.drop(columns="token_times_s", errors="ignore")  # never copy the token column
+    done_mask = scalars["generated_tokens"].to_numpy() > 0
+    done = scalars[done_mask]
     out: dict[str, float] = {"num_requests": len(requests), "completed": completed}
     for reason in FINISH_REASONS[1:]:
         out[reason] = int((requests["finish_reason"] == reason).sum())
@@ -153,23 +159,37 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, num_gpu_blocks: int,
     if trim_fraction > 0 and len(done):
         first, last = requests["arrival_s"].min(), requests["arrival_s"].max()
         margin = trim_fraction * (last - first)
-        done = done[(done["arrival_s"] >= first + margin) & (done["arrival_s"] <= last - margin)]
+        arrivals = scalars["arrival_s"].to_numpy()
+        done_mask &= (arrivals >= first + margin) & (arrivals <= last - margin)
+        done = scalars[done_mask]
     out["num_measured"] = len(done)
-    tbt, itl = gap_samples_s(done["token_times_s"])
-    samples = {
-        "ttft_s": done["ttft_s"].to_numpy(),
-        "tbt_s": tbt,
-        "itl_s": itl,
-        "tpot_s": done["tpot_s"].to_numpy(),
-        "e2e_s": done["e2e_s"].to_numpy(),
-        "scheduling_delay_s": done["scheduling_delay_s"].to_numpy(),
-    }
+    if "token_times_s" in requests:
+        gap_stats = _gap_stats(requests["token_times_s"], done_mask, int(done["generated_tokens"].sum()))
+    elif gaps is not None:
+        gap_stats = {}
+        for name in ("tbt_s", "itl_s"):
+            _, mean, values = gaps.stats(name, PERCENTILES)
+            gap_stats.update(_stats_dict(name, mean, values))
+    else:
+        raise ValueError("summarize: the requests have no token_times_s column and no TBT/ITL sketch was "
+                         "given (gaps=): the TBT and ITL percentiles cannot be computed")
     for name in LATENCY_METRICS:
-        out.update(percentile_stats(name, samples[name]))
+        if name in ("tbt_s", "itl_s"):
+            out.update({k: v for k, v in gap_stats.items() if k.startswith(name)})
+        else:
+            out.update(percentile_stats(name, done[name].to_numpy()))
 
     out["num_preemptions"] = int(requests["num_preemptions"].sum())
     out["recomputed_tokens"] = int(requests["recomputed_tokens"].sum())
     out.update(prefix_cache_stats(requests))
+    if isinstance(steps, StepStats):  # the table was not kept: mean of the integer sum, exact to rounding
+        out["num_steps"] = steps.num_steps
+        if steps.num_steps:
+            out["kv_usage_mean"] = steps.kv_blocks_used_sum / steps.num_steps / num_gpu_blocks
+            out["kv_usage_max"] = steps.kv_blocks_used_max / num_gpu_blocks
+        else:
+            out["kv_usage_mean"] = out["kv_usage_max"] = float("nan")
+        return out
     out["num_steps"] = len(steps)
     if len(steps):
         usage = steps["kv_blocks_used"].to_numpy() / num_gpu_blocks
@@ -178,6 +198,40 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, num_gpu_blocks: int,
     else:
         out["kv_usage_mean"] = out["kv_usage_max"] = float("nan")
     return out
+
+
+# Token times of the measured requests up to which TBT/ITL samples are held at once (and
+# percentiles taken by numpy on them); beyond, they are streamed (same values, bounded memory).
+_IN_MEMORY_TOKENS = 1 << 24
+
+
+def _gap_stats(token_times: pd.Series, mask: np.ndarray, num_tokens: int) -> dict[str, float]:
+    """tbt_s_* and itl_s_* of the requests `mask` selects, from their token times."""
+    rows = np.flatnonzero(mask)
+
+    def chunks(which: int):
+        def generate():
+            for b0 in range(0, rows.size, _GAP_CHUNK_REQUESTS):
+                lists = token_times.iloc[rows[b0:b0 + _GAP_CHUNK_REQUESTS]].tolist()
+                lengths = np.fromiter(map(len, lists), np.int64, len(lists))
+                flat = np.concatenate([np.asarray(t, dtype=np.float64) for t in lists]) if lists else np.zeros(0)
+                yield gaps_of_flat(flat, lengths)[which]
+        return generate
+
+    out: dict[str, float] = {}
+    for name, which in (("tbt_s", 0), ("itl_s", 2)):
+        if num_tokens <= _IN_MEMORY_TOKENS:
+            parts = list(chunks(which)())
+            out.update(percentile_stats(name, np.concatenate(parts) if parts else np.zeros(0)))
+        else:
+            _, mean, values = streamed_percentiles(chunks(which), PERCENTILES)
+            out.update(_stats_dict(name, mean, values))
+    return out
+
+
+def _stats_dict(name: str, mean: float, values: list[float]) -> dict[str, float]:
+    """{name}_mean and {name}_p50 … as `percentile_stats` names them."""
+    return {f"{name}_mean": float(mean), **{f"{name}_p{p:g}": float(v) for p, v in zip(PERCENTILES, values)}}
 
 
 def prefix_cache_stats(requests: pd.DataFrame) -> dict[str, float]:

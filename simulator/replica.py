@@ -9,6 +9,7 @@ import numpy as np
 import simpy
 
 from simulator.pricing import StepPricer
+from simulator.records import RequestRecords
 from simulator.scheduler import BatchPlan, FinishedRequest, Scheduler, StepOutcome
 from simulator.step_log import StepLog
 from traces import Request
@@ -44,6 +45,9 @@ class Replica:
             none). Given it, runs of plain decode steps between arrivals and completions are
             taken in one go (`Scheduler.decode_window`): the same steps, times and records,
             without scheduling each; None turns this off.
+        records: where finished requests go (`simulator.records.RequestRecords`, compact
+            columns; token times as indices into this replica's step ends); a fresh one by default.
+        steps: the step log (`StepLog()` by default; `StepLog(keep=False)` keeps only its stats).
     """
 
     def __init__(
@@ -55,6 +59,8 @@ class Replica:
         replica_id: int = 0,
         on_finish: Callable[[FinishedRequest], None] | None = None,
         next_arrival_s: Callable[[], float] | None = None,
+        records: RequestRecords | None = None,
+        steps: StepLog | None = None,
     ):
         self.env = env
         self.scheduler = scheduler
@@ -63,8 +69,8 @@ class Replica:
         self.replica_id = replica_id
         self.on_finish = on_finish
         self.next_arrival_s = next_arrival_s
-        self.finished: list[FinishedRequest] = []
-        self.steps = StepLog()
+        self.records = records if records is not None else RequestRecords(replica_id)
+        self.steps = steps if steps is not None else StepLog()
         self.num_outstanding = 0  # submitted and not finished (the least-outstanding router reads it)
         self._wake: simpy.Event = env.event()
         self._window_open = False  # inside a decode window's timeout (`_decode_window`)
@@ -101,12 +107,13 @@ class Replica:
         return self._wake
 
     def _complete(self, plan: BatchPlan) -> None:
+        self.records.note_step_end(self.env.now)  # the time its tokens get (before they are recorded)
         finished = self.scheduler.complete_step(plan, self.outcome_fn(plan), self.env.now)
         self.num_outstanding -= len(finished)
         self._record(finished)
 
     def _record(self, finished: list[FinishedRequest]) -> None:
-        self.finished.extend(finished)
+        self.records.add(finished)
         if self.on_finish is not None:
             for f in finished:
                 self.on_finish(f)
@@ -170,6 +177,7 @@ class Replica:
         self._last_step_start_s = starts[steps - 1] if steps else previous_start_s
         if not steps:
             return
+        self.records.note_step_ends(ends[:steps])
         kv_used, finished = self.scheduler.advance_decodes(ends[:steps])
         self.num_outstanding -= len(finished)
         self._record(finished)

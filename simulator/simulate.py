@@ -10,11 +10,14 @@ import pandas as pd
 import simpy
 
 from profiler.cost_model import CostModel
-from simulator.metrics import requests_frame, summarize
+from simulator.metrics import summarize
 from simulator.pricing import StepPricer
+from simulator.records import RequestRecords, requests_table
+from simulator.records_sketch import GapSketch
 from simulator.replica import Replica, delay_until_s
 from simulator.router import Router
 from simulator.scheduler import BatchPlan, Scheduler, StepOutcome
+from simulator.step_log import StepLog, StepStats
 from traces import ClosedLoopWorkload, Request
 
 
@@ -23,8 +26,10 @@ class SimulationResult:
     """Records of one simulated run.
 
     Attributes:
-        requests: one row per request (`simulator.metrics.requests_frame`), with `replica_id`.
-        steps: one row per step of every replica (`simulator.step_log.STEP_COLUMNS`).
+        requests: one row per request (`simulator.metrics.requests_frame`), with `replica_id`;
+            no `token_times_s` column when the run did not keep token times.
+        steps: one row per step of every replica (`simulator.step_log.STEP_COLUMNS`); empty
+            (with the columns) when the run did not keep them.
         summary: flat dict from `simulator.metrics.summarize`.
     """
 
@@ -42,6 +47,8 @@ def simulate(
     seed: int = 0,
     trim_fraction: float = 0.0,
     fast_forward: bool = True,
+    keep_token_times: bool = True,
+    keep_steps: bool = True,
 ) -> SimulationResult:
     """Run `requests` through the replicas (one scheduler each) until every request has finished.
 
@@ -57,6 +64,15 @@ def simulate(
         trim_fraction: warm-up and drain trimmed from the latency statistics (`summarize`).
         fast_forward: take runs of plain decode steps in one go (`Replica`); the records are
             the same either way (tests check it), False only for such checks.
+        keep_token_times: keep every token's time (the `token_times_s` column; 4 bytes a token
+            while running). False: the TBT/ITL percentiles come from a sketch within 0.1 %
+            (simulator/records_sketch.py) and memory no longer grows with output length; with
+            `trim_fraction` > 0 this needs an open-loop trace (the window is known up front).
+        keep_steps: keep the step table (88 bytes a step); False keeps only what the summary
+            needs of it (`StepStats`).
+
+    Raises:
+        ValueError: keep_token_times=False with trim_fraction > 0 on a closed-loop workload.
 
     Simulated time depends only on the inputs and seeds (no wall clock), so a run is
     reproducible. Requests that can never be served are rejected with a finish reason and
@@ -66,12 +82,13 @@ def simulate(
     pricer = cost if isinstance(cost, StepPricer) else StepPricer(cost)
     env = simpy.Environment()
     closed_loop = requests if isinstance(requests, ClosedLoopWorkload) else None
-    placement: dict[int, int] = {}
     replicas: list[Replica] = []
-    dispatch = _Dispatcher(env, replicas, Router(router, replicas, seed), placement)
+    dispatch = _Dispatcher(env, replicas, Router(router, replicas, seed))
     on_finish = dispatch.closed_loop_callback(closed_loop) if closed_loop else None
     next_arrival = dispatch.next_arrival_s if fast_forward else None
-    replicas += [Replica(env, s, pricer, outcome_fn or StepOutcome.without_speculation, i, on_finish, next_arrival)
+    window_s = _sketch_window_s(requests, closed_loop, keep_token_times, trim_fraction)
+    replicas += [Replica(env, s, pricer, outcome_fn or StepOutcome.without_speculation, i, on_finish, next_arrival,
+                         records=RequestRecords(i, keep_token_times, window_s), steps=StepLog(keep=keep_steps))
                  for i, s in enumerate(schedulers)]
     if closed_loop:
         for request in closed_loop.initial_requests():
@@ -79,18 +96,43 @@ def simulate(
     else:
         env.process(dispatch.replay(sorted(requests, key=lambda r: r.arrival_s)))  # stable for ties
     env.run()  # ends when no event is left: all arrivals submitted, every replica idle
-    req_frame = requests_frame([f for r in replicas for f in r.finished])
-    req_frame["replica_id"] = req_frame["request_id"].map(placement).astype("int64")
-    step_frame = pd.concat([r.steps.to_frame() for r in replicas], ignore_index=True)
-    summary = summarize(req_frame, step_frame, schedulers[0].config.num_gpu_blocks, trim_fraction)
+    sketch = None
+    if not keep_token_times:
+        sketch = GapSketch()
+        for r in replicas:
+            r.records.flush()
+            sketch.merge(r.records.gap_sketch)
+    req_frame = requests_table([r.records for r in replicas])
+    stats = StepStats.merge([r.steps.stats() for r in replicas])
+    frames = [r.steps.to_frame() for r in replicas]
+    step_frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    del frames
+    summary = summarize(req_frame, step_frame if keep_steps else stats, schedulers[0].config.num_gpu_blocks,
+                        trim_fraction, gaps=sketch)
     return SimulationResult(req_frame, step_frame, summary)
 
 
-class _Dispatcher:
-    """Hands arriving requests to replicas through the router, recording where each went."""
+def _sketch_window_s(requests, closed_loop, keep_token_times: bool, trim_fraction: float) -> tuple[float, float]:
+    """The arrivals whose requests enter the TBT/ITL sketch: those `summarize` would measure
+    (its trim window over every request's arrival, rejected ones included)."""
+    if keep_token_times or trim_fraction <= 0:
+        return -math.inf, math.inf
+    if closed_loop is not None:
+        raise ValueError("a closed-loop run with trim_fraction > 0 must keep token times "
+                         "(output.token_times: true): its measurement window is only known at its end")
+    if not requests:
+        return -math.inf, math.inf
+    first = min(r.arrival_s for r in requests)
+    last = max(r.arrival_s for r in requests)
+    margin = trim_fraction * (last - first)
+    return first + margin, last - margin
 
-    def __init__(self, env: simpy.Environment, replicas: list[Replica], router: Router, placement: dict):
-        self.env, self.replicas, self.router, self.placement = env, replicas, router, placement
+
+class _Dispatcher:
+    """Hands arriving requests to replicas through the router (each replica's records say which it served)."""
+
+    def __init__(self, env: simpy.Environment, replicas: list[Replica], router: Router):
+        self.env, self.replicas, self.router = env, replicas, router
         self._replay_s: list[float] = []  # open loop: arrival times, submitted up to _replay_next
         self._replay_next = 0
         self._deliveries_s: list[float] = []  # closed loop: heap of scheduled arrival times
@@ -102,7 +144,6 @@ class _Dispatcher:
 
     def submit(self, request: Request, sent_at_s: float = -math.inf) -> None:
         index = self.router.pick() if len(self.replicas) > 1 else 0
-        self.placement[request.request_id] = index
         self.replicas[index].submit(request, sent_at_s)
 
     def replay(self, requests: list[Request]):

@@ -1,0 +1,213 @@
+"""Per-request records kept compact as the run goes (DESIGN.md, "Records").
+
+A finished request leaves the scheduler as a `FinishedRequest` holding a Python list of token
+times (~32 bytes a token). A replica turns each into a row of typed columns (`RequestRecords`)
+as it finishes, a few thousand at a time, and keeps its token times as int32 indices into the
+replica's own array of step end times: every token time is the end of the step that emitted it
+(`Scheduler.complete_step` / `advance_decodes` stamp the step's end), so one int32 per token
+replaces a float, and the per-request lists are freed as soon as they are recorded. With
+`keep_token_times=False` no per-token record is kept: the TBT/ITL samples go into a
+`GapSketch` (simulator/records_sketch.py, 0.1 % bound) and memory no longer grows with output
+length.
+
+`requests_table` merges the replicas' records into the one requests frame (sorted by
+request_id), building the token-time column a block of requests at a time, so two full copies
+of the records never exist at once.
+"""
+from __future__ import annotations
+
+import math
+from itertools import chain
+
+import numpy as np
+import pandas as pd
+
+from simulator.records_sketch import GapSketch, gaps_of_flat
+from simulator.scheduler import FINISH_REASONS, FinishedRequest
+
+# The scalar columns of FinishedRequest, in its field order, with their dtypes.
+SCALAR_COLUMNS = {
+    "request_id": np.int64, "arrival_s": np.float64, "prompt_tokens": np.int64, "output_tokens": np.int64,
+    "finish_reason": np.int8, "generated_tokens": np.int64, "first_scheduled_s": np.float64,
+    "first_token_s": np.float64, "completion_s": np.float64, "num_preemptions": np.int64,
+    "recomputed_tokens": np.int64, "cached_tokens": np.int64, "resumed_cached_tokens": np.int64,
+}
+_REASON_CODE = {reason: code for code, reason in enumerate(FINISH_REASONS)}
+_FLUSH_REQUESTS = 4096  # finished requests staged before they become typed rows
+_FRAME_BLOCK_REQUESTS = 8192  # requests per block when building the token-time column
+
+
+class GrowableArray:
+    """An append-only typed numpy buffer (capacity doubles), for columns of unknown length."""
+
+    def __init__(self, dtype, capacity: int = 1024) -> None:
+        self._buffer = np.empty(capacity, dtype=dtype)
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def extend(self, values) -> None:
+        values = np.asarray(values, dtype=self._buffer.dtype)
+        end = self._size + values.size
+        if end > self._buffer.size:
+            grown = np.empty(max(end, 2 * self._buffer.size), dtype=self._buffer.dtype)
+            grown[:self._size] = self._buffer[:self._size]
+            self._buffer = grown
+        self._buffer[self._size:end] = values
+        self._size = end
+
+    def view(self) -> np.ndarray:
+        """The values so far (a view: valid until the next `extend`)."""
+        return self._buffer[:self._size]
+
+    def release(self) -> np.ndarray:
+        """The values as an array of their own; the buffer is emptied (frees the spare capacity)."""
+        out = self._buffer[:self._size].copy() if self._size < self._buffer.size else self._buffer
+        self._buffer, self._size = np.empty(0, dtype=self._buffer.dtype), 0
+        return out
+
+
+class RequestRecords:
+    """The finished requests of one replica, as typed columns.
+
+    Args:
+        replica_id: written into every row's `replica_id`.
+        keep_token_times: keep each request's token times (int32 step indices, 4 bytes a
+            token); False keeps only `gap_sketch`.
+        sketch_window_s: (first, last) arrival times whose requests enter the sketch (the
+            trimmed measurement window); used only without token times.
+
+    The owner stamps every step end with `note_step_end(s)` before `add`-ing the requests that
+    step finished.
+    """
+
+    def __init__(self, replica_id: int = 0, keep_token_times: bool = True,
+                 sketch_window_s: tuple[float, float] = (-math.inf, math.inf)) -> None:
+        self.replica_id = replica_id
+        self.keep_token_times = keep_token_times
+        self.sketch_window_s = sketch_window_s
+        self.gap_sketch = None if keep_token_times else GapSketch()
+        self.step_end_s = GrowableArray(np.float64)
+        self.columns = {name: GrowableArray(dtype) for name, dtype in SCALAR_COLUMNS.items()}
+        self.tpot_s = GrowableArray(np.float64)
+        self.token_steps = GrowableArray(np.int32)  # index into step_end_s of each token, request by request
+        self.token_counts = GrowableArray(np.int64)  # tokens recorded per request
+        self._pending: list[FinishedRequest] = []
+
+    def __len__(self) -> int:
+        return len(self.tpot_s) + len(self._pending)
+
+    def note_step_end(self, end_s: float) -> None:
+        """A step ended at `end_s` (seconds; non-decreasing)."""
+        if self.keep_token_times:
+            self.step_end_s.extend((end_s,))
+
+    def note_step_ends(self, ends_s: list[float]) -> None:
+        """Steps ended at these times (a decode window's)."""
+        if self.keep_token_times:
+            self.step_end_s.extend(ends_s)
+
+    def add(self, finished: list[FinishedRequest]) -> None:
+        """Record finished (or rejected) requests; their token times must be step ends noted."""
+        self._pending.extend(finished)
+        if len(self._pending) >= _FLUSH_REQUESTS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Turn the staged requests into typed rows (and drop their token lists)."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        for name, column in self.columns.items():
+            if name == "finish_reason":
+                column.extend([_REASON_CODE[f.finish_reason] for f in pending])
+            else:
+                column.extend([getattr(f, name) for f in pending])
+        lists = [f.token_times_s for f in pending]
+        lengths = np.fromiter(map(len, lists), np.int64, len(lists))
+        times = np.fromiter(chain.from_iterable(lists), np.float64, int(lengths.sum()))
+        # tpot_s exactly as `simulator.metrics.tpot_s`: (last − first) / (n − 1), NaN for n <= 1.
+        self.tpot_s.extend([(t[-1] - t[0]) / (len(t) - 1) if len(t) > 1 else math.nan for t in lists])
+        if self.keep_token_times:
+            self.token_counts.extend(lengths)
+            self._add_token_steps(times)
+        else:
+            self._add_to_sketch(pending, times, lengths)
+
+    def _add_token_steps(self, times: np.ndarray) -> None:
+        ends = self.step_end_s.view()
+        steps = np.searchsorted(ends, times)
+        if times.size and (steps.max() >= ends.size or not np.array_equal(ends[steps], times)):
+            raise RuntimeError(f"replica {self.replica_id}: a token time is not the end of a step noted "
+                               "before it finished (RequestRecords.note_step_end): records would be wrong")
+        self.token_steps.extend(steps)
+
+    def _add_to_sketch(self, pending: list[FinishedRequest], times: np.ndarray, lengths: np.ndarray) -> None:
+        first, last = self.sketch_window_s
+        keep = np.fromiter((first <= f.arrival_s <= last for f in pending), bool, len(pending))
+        token_keep = np.repeat(keep, lengths)
+        tbt, tokens, _ = gaps_of_flat(times[token_keep], lengths[keep])
+        self.gap_sketch.add(tbt, tokens)
+
+
+def requests_table(records: list[RequestRecords]) -> pd.DataFrame:
+    """The requests frame of a run (`simulator.metrics.requests_frame`'s columns, sorted by
+    request_id, plus `replica_id`): `token_times_s` holds one float64 array per request (views
+    into one flat array) when the records kept token times, and is absent otherwise.
+
+    The records are emptied as their columns move into the frame, column by column, so the
+    frame and the records never both hold everything.
+    """
+    for r in records:
+        r.flush()
+    rows = [len(r.tpot_s) for r in records]
+    ids = np.concatenate([r.columns["request_id"].view() for r in records])
+    order = np.argsort(ids, kind="stable")
+    frame = pd.DataFrame(index=pd.RangeIndex(ids.size))
+    del ids
+    for name in SCALAR_COLUMNS:
+        column = np.concatenate([r.columns[name].release() for r in records])[order]
+        if name == "finish_reason":
+            frame[name] = pd.Series(np.asarray(FINISH_REASONS, dtype=object)[column]).astype(str)
+        else:
+            frame[name] = column
+    if all(r.keep_token_times for r in records):
+        frame["token_times_s"] = _token_times_column(records, order)
+    frame["ttft_s"] = frame["first_token_s"] - frame["arrival_s"]
+    frame["e2e_s"] = frame["completion_s"] - frame["arrival_s"]
+    frame["scheduling_delay_s"] = frame["first_scheduled_s"] - frame["arrival_s"]
+    frame["tpot_s"] = np.concatenate([r.tpot_s.release() for r in records])[order]
+    frame["replica_id"] = np.repeat(np.array([r.replica_id for r in records], dtype=np.int64), rows)[order]
+    return frame
+
+
+def _token_times_column(records: list[RequestRecords], order: np.ndarray) -> pd.Series:
+    """One float64 array per request, in `order` (views into one flat array), built a block of
+    requests at a time from the int32 step indices and each replica's step end times."""
+    lengths = np.concatenate([r.token_counts.release() for r in records])
+    ends = [r.step_end_s.release() for r in records]
+    step_base = np.cumsum([0] + [e.size for e in ends[:-1]])
+    all_ends = np.concatenate(ends)
+    del ends
+    parts = [r.token_steps.release() for r in records]
+    if len(parts) == 1:
+        steps = parts[0]
+    else:  # one index space: each replica's step indices shifted past the replicas before it
+        steps = np.concatenate([p + np.int64(base) for p, base in zip(parts, step_base)]).astype(
+            np.int32 if all_ends.size < 2**31 else np.int64)
+    del parts
+    starts = np.r_[0, np.cumsum(lengths)[:-1]]  # each request's first token in `steps`
+    sorted_lengths = lengths[order]
+    offsets = np.r_[0, np.cumsum(sorted_lengths)]
+    flat = np.empty(int(offsets[-1]), dtype=np.float64)
+    for b0 in range(0, order.size, _FRAME_BLOCK_REQUESTS):
+        block = slice(b0, b0 + _FRAME_BLOCK_REQUESTS)
+        begin, end = int(offsets[b0]), int(offsets[min(b0 + _FRAME_BLOCK_REQUESTS, order.size)])
+        if end == begin:
+            continue
+        rows = order[block]
+        delta = starts[rows] - offsets[b0:b0 + rows.size]  # token j of a request: steps[offset_j + delta]
+        source = np.repeat(delta, sorted_lengths[block]) + np.arange(begin, end)
+        flat[begin:end] = all_ends[steps[source]]
+    return pd.Series(np.split(flat, offsets[1:-1]) if order.size else [], dtype=object)
