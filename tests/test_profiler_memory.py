@@ -1,8 +1,10 @@
 """The KV pool vLLM 0.19 computes (profiler/memory.py): worked by hand, and against the pools
 vLLM printed in public start-up logs (tests/data/vllm_kv_pool_points.csv).
 
-The logged points are all vLLM 0.19.0 on H100-80GB (one public study, llm-d-planner's); every one
-lands within 3 % of vLLM's "GPU KV cache size" (the issue's target). The tightest is Qwen2.5-72B at
+The twelve logged points are all vLLM 0.19.0 on H100-80GB (one public study, llm-d-planner's):
+Llama-3.1-8B, Qwen2.5-7B, Qwen3-8B, CodeLlama-7B, phi-4, gemma-7b and Qwen2.5-72B at TP 1/2/4 and
+with an FP8 KV cache. Every one lands within 3 % of vLLM's "GPU KV cache size" (the issue's
+target), eleven within 0.2 %. The tightest is Qwen2.5-72B at
 TP 2 (+2.5 %): its pool is 3.04 GiB, 4 % of the requested memory, so the 0.08 GiB vLLM's loader
 holds beyond the parameter count (and which the model does not know of) is 2.5 % of it.
 Two of the model's constants come from the same logs (the non-torch figures and the 32 MiB
@@ -32,6 +34,12 @@ EXTRA_MODELS = {
     # Qwen/Qwen2.5-72B-Instruct: 80 layers, hidden 8192, 64 heads, 8 KV heads, ffn 29568, vocab
     # 152064, max_position_embeddings 32768, q/k/v biases, untied.
     "qwen2.5-72b": ModelSpec("qwen2.5-72b", 80, 8192, 64, 8, 128, 29568, 152064, 32768, qkv_bias=True),
+    # microsoft/phi-4 (Phi3ForCausalLM, Llama-shaped): 40 layers, hidden 5120, 40 heads, 10 KV heads,
+    # ffn 17920, vocab 100352, max_position_embeddings 16384, untied.
+    "phi-4": ModelSpec("phi-4", 40, 5120, 40, 10, 128, 17920, 100352, 16384),
+    # google/gemma-7b: 28 layers, hidden 3072, 16 heads (MHA) of head_dim 256, GeGLU ffn 24576 (the
+    # same three matrices as SwiGLU), vocab 256000, max_position_embeddings 8192, tied embeddings.
+    "gemma-7b": ModelSpec("gemma-7b", 28, 3072, 16, 16, 256, 24576, 256000, 8192, tie_word_embeddings=True),
 }
 
 
