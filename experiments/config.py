@@ -903,14 +903,23 @@ def _resolve_paths(tree: dict, folder: Path) -> None:
         value = node.get(key) if isinstance(node, dict) else None
         if not isinstance(value, str):
             continue
+        if dotted == "cost_model" and value.startswith("measured:"):  # measured:DIR[,DIR...]
+            node[key] = "measured:" + ",".join(_absolute(d, folder) for d in value[len("measured:"):].split(","))
+            continue
         prefix = "profile:" if dotted == "cost_model" and value.startswith("profile:") else ""
         value = value[len(prefix):]
         if dotted == "cost_model" and not prefix:
             continue  # auto / roofline
         is_path = (not dotted.endswith(("model", "device")) or value.endswith((".json", ".yaml", ".yml"))
                    or "/" in value or prefix)  # a device or model name is no path
-        if is_path and not Path(value).expanduser().is_absolute():
-            node[key] = prefix + str(folder / Path(value).expanduser())
+        if is_path:
+            node[key] = prefix + _absolute(value, folder)
+
+
+def _absolute(value: str, folder: Path) -> str:
+    """`value` as a path: unchanged when absolute (after ~), else under `folder`."""
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else folder / path)
 
 
 def _get_dotted(tree: dict, dotted: str):

@@ -253,3 +253,15 @@ def test_no_config_model_lets_nan_or_inf_through():
               if isinstance(m, type) and issubclass(m, config_module._Strict) and m is not config_module._Strict]
     assert len(models) >= 14
     assert [m.__name__ for m in models if m.model_config.get("allow_inf_nan") is not False] == []
+
+
+def test_measured_cost_model_dirs_are_relative_to_the_config_file(tmp_path):
+    """`cost_model: measured:DIR[,DIR]` names folders as paths do: relative to the config's folder."""
+    from experiments.config import _resolve_paths
+
+    tree = {"cost_model": "measured:tables/a,/abs/b"}
+    _resolve_paths(tree, tmp_path)
+    assert tree["cost_model"] == f"measured:{tmp_path / 'tables/a'},/abs/b"
+    flat = {"cost_model": "profile:cal"}
+    _resolve_paths(flat, tmp_path)
+    assert flat["cost_model"] == f"profile:{tmp_path / 'cal'}"
