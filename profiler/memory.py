@@ -34,8 +34,10 @@ top-k = vocab − 1, top-p 0.9 and temperature 0.5 (`vllm/v1/sample/sampler.py`,
 `ops/topk_topp_sampler.py` `forward_native`, `ops/topk_topp_triton.py`). Its peak is the larger of
 
     forward:  T × 2 bytes × (3 × intermediate / tp + 4 × hidden)
-              (gate_up output, the activated half, and four hidden-wide buffers: residual,
-              normed input, layer output, down projection — the MLP is the widest point)
+              (gate_up output and its activated half, the MLP being the widest point, and four
+              hidden-wide buffers — residual, normed input, layer output, down projection; the 4 is
+              read off the two forward-bound vLLM 0.19.0 H100 logs, CodeLlama-7B and
+              granite-3.1-8b, which leave 4.2–4.3 hidden widths beside the MLP's 3 × ffn)
     sampler:  R × vocab × (model-dtype logits + 4 fp32 copy + 4 probs + 4 exponential noise)
               + the Triton top-k/top-p scratch, min(next_pow2(min(SMs, R)), SMs) × vocab × 4
               + the step's hidden states kept alive, T × hidden × 2, and 2 × R × hidden × 2
