@@ -493,6 +493,18 @@ class FleetConfig(_Strict):
 _SLO_KEY = re.compile(r"^(?P<metric>[a-z_]+?)_p(?P<pct>\d+(?:\.\d+)?)_s$")
 
 
+class OutputConfig(_Strict):
+    """What each point keeps of its records, for huge runs (simulator/records.py).
+
+    `token_times: false` drops the per-token `token_times_s` column of requests.parquet (memory
+    then no longer grows with output length; TBT/ITL percentiles come from a log-binned sketch
+    within 0.1 %, simulator/records_sketch.py; the report has no TBT CDF). `steps: false` keeps no
+    step rows, so no steps.parquet (the summary's step count and KV usage are still computed)."""
+
+    token_times: bool = True
+    steps: bool = True
+
+
 class SweepConfig(_Strict):
     """A whole config file: one base point, its variants, SLOs and goodput thresholds."""
 
@@ -507,6 +519,7 @@ class SweepConfig(_Strict):
     goodput: dict[str, float] = {}
     search: SearchConfig | None = None
     fleet: FleetConfig | None = None
+    output: OutputConfig = OutputConfig()
 
     @model_validator(mode="after")
     def _fleet_needs_search(self) -> "SweepConfig":

@@ -140,7 +140,7 @@ def write_report(points: pd.DataFrame, requests: pd.DataFrame | None, base: Swee
         _bar(ok, "tbt_s_p99", "P99 TBT (s)", base.slo.get("tbt_p99_s"), plots_dir / "tbt_p99.png", best_id),
         _bar(ok, "ttft_s_p90", "P90 TTFT (s)", base.slo.get("ttft_p90_s"), plots_dir / "ttft_p90.png", best_id),
     ]
-    if requests is not None and len(requests):
+    if requests is not None and len(requests) and "token_times_s" in requests:  # absent: output.token_times false
         figures.append(_tbt_cdf(ok, requests, base.slo.get("tbt_p99_s"), plots_dir / "tbt_cdf.png"))
 
     tables = points_tables(ok, base.slo, best_id)
@@ -396,7 +396,7 @@ def _point_bars(points: pd.DataFrame, values: np.ndarray, best_id: int | None, x
 def _tbt_cdf(points: pd.DataFrame, requests: pd.DataFrame, slo: float | None, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for _, point in points.iterrows():
-        times = requests.loc[requests["point_id"] == point["point_id"], "token_times_s"]
+        times = requests.loc[requests["point_id"] == point["point_id"], "token_times_s"].dropna()  # none: not kept
         samples = np.sort(gap_samples_s(times)[0])
         if samples.size:
             ax.plot(samples, np.arange(1, samples.size + 1) / samples.size, label=point["label"])
