@@ -29,7 +29,10 @@ class VllmV1Scheduler(Scheduler):
 
     What vLLM keeps back: no watermark (`KVCacheManager.allocate_slots` compares the blocks to
     allocate with `get_num_free_blocks()` only), so the pool is used to its last block; what is
-    reserved at admission is the hit plus the first chunk, no more. Prefix caching is on by
+    reserved at admission is the hit plus the first chunk, no more. `long_prefill_token_threshold`
+    caps a request's tokens per step in both loops (`0 < threshold < num_new_tokens`); vLLM
+    leaves it 0 (off) unless --max-num-partial-prefills > 1, as here (None). max_num_seqs caps
+    `running`, checked before each admission as vLLM's `max_num_running_reqs`. Prefix caching is on by
     default, as `--enable-prefix-caching` is in V1. The budget is `chunk_size` (vLLM's
     --max-num-batched-tokens). Not modelled: vLLM's null block (block 0 of its pool is a
     placeholder, so it serves num_gpu_blocks - 1), async scheduling, and the repeated prefix-cache
