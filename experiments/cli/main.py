@@ -132,7 +132,8 @@ def _load(config: Path, overrides: Optional[List[str]]):
     from experiments.config import ConfigError, load_config
 
     try:
-        return load_config(config, overrides or [])
+        return load_config(config, overrides or [], on_warning=lambda text: err_console.print(
+            f"[yellow]warning:[/yellow] {escape(text)}", highlight=False))
     except ConfigError as exc:
         fail(str(exc))
 
