@@ -243,3 +243,20 @@ def test_engine_enable_prefix_caching_key():
     assert build_scheduler_config(sarathi).enable_prefix_caching is None  # the policy's default: off
     with pytest.raises(ValueError, match="engine.enable_prefix_caching is not used by scheduler 'sarathi'"):
         SweepConfig(trace=trace, engine={"scheduler": "sarathi", "chunk_size": 512, "enable_prefix_caching": True})
+
+
+def test_mooncake_hash_ids_that_are_not_integer_lists_are_counted_row_errors(tmp_path):
+    from traces import TraceFormatError
+    from traces.readers import read_trace
+    lines = ['{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}',
+             '{"timestamp": 1, "input_length": 600, "output_length": 5, "hash_ids": [0, "x"]}',
+             '{"timestamp": 2, "input_length": 600, "output_length": 5, "hash_ids": 7}',
+             '{"timestamp": 3, "input_length": 600, "output_length": 5}',
+             '{"timestamp": 4, "input_length": 600, "output_length": 5, "hash_ids": [1.5, true]}']
+    path = tmp_path / "mooncake.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    loaded = read_trace(path, format="mooncake", strict=False)
+    assert [r.prefix_hash_ids for r in loaded.requests] == [(0, 1), ()]
+    assert loaded.rejected_rows == {"malformed line": [2, 3, 5]}
+    with pytest.raises(TraceFormatError, match="row 2 .*expected hash_ids as a list of integers"):
+        read_trace(path, format="mooncake", strict=True)

@@ -53,7 +53,11 @@ def read_jsonl_table(path: Path, columns: list[str], list_keys: list[str]) -> Ra
                     value = record.get(key)
                     texts[key].append("" if value is None else str(value))
                 for key in list_keys:
-                    extra[key].append(_int_tuple(record.get(key)))
+                    ids = _int_tuple(record.get(key))
+                    if ids is None:  # a bad prefix-hash list is a row error, not silently dropped
+                        line_texts[-1], line_problems[-1] = line.strip(), problem or _bad_list(key)
+                        ids = ()
+                    extra[key].append(ids)
     except UnicodeDecodeError as error:
         raise not_utf8(path, error) from None
     line_numbers = np.asarray(lines, dtype=np.int64)
@@ -94,9 +98,15 @@ def _int_or_text(text: str) -> int | str:
     return int(text) if len(text) <= _MAX_INT_DIGITS else text
 
 
-def _int_tuple(value: object) -> tuple[int, ...]:
-    # Prefix hashes only feed prefix caching; an unusable list is dropped rather than failing the row.
+def _int_tuple(value: object) -> tuple[int, ...] | None:
+    # () when absent or null; None when not a list of integers (the row is then rejected, naming the key).
     # set(map(type, ...)) runs in C (a generator of isinstance calls was half the load time); bools are not ints.
+    if value is None:
+        return ()
     if isinstance(value, list) and (not value or set(map(type, value)) == {int}):
         return tuple(value)
-    return ()
+    return None
+
+
+def _bad_list(key: str) -> str:
+    return f"{key} as a list of integers (prefix-block hashes), or absent"
