@@ -48,7 +48,7 @@ from traces.arrivals import check_rate
 from traces.length_distributions import EmpiricalLength
 from traces.readers import FORMATS
 from traces.readers.by_format import burstgpt_filter
-from traces.sessions import SessionWorkload
+from traces.sessions import SessionWorkload, read_sessions
 from traces.shared_prefix import with_shared_prefixes
 from traces.readers.fields import MAX_TOKENS
 from traces.time_bounds import MAX_QPS, MAX_SPAN_S, MIN_BURSTINESS, short_number
@@ -308,10 +308,13 @@ class SessionsTrace(ClosedLoopTrace):
     the whole conversation so far plus `prompt_tokens` new user tokens, the next turn is sent
     `think_time_s` after the answer (`output_tokens`) ends; `shared_prefix_tokens` of one of
     `num_prefixes` system prompts open each conversation. A closed loop: num_requests is
-    clients x turns."""
+    clients x turns. Or `path:` a CSV of turns (`session_id,turn,user_tokens,output_tokens`,
+    traces.sessions.read_sessions), which then gives the conversations and their lengths."""
 
     kind: Literal["sessions"]  # type: ignore[assignment]
-    turns: int = Field(ge=1)
+    clients: int | None = Field(default=None, ge=1)  # type: ignore[assignment]
+    turns: int | None = Field(default=None, ge=1)
+    path: str | None = None
     shared_prefix_tokens: int = Field(default=0, ge=0)
     num_prefixes: int = Field(default=1, ge=1)
 
@@ -326,6 +329,14 @@ class SessionsTrace(ClosedLoopTrace):
 
     @model_validator(mode="after")
     def _turns_make_the_requests(self) -> "SessionsTrace":
+        if self.path is not None:
+            given = self.model_fields_set & {"clients", "turns", "num_requests", "prompt_tokens", "output_tokens"}
+            if given:
+                raise ValueError(f"trace.path gives the conversations and their lengths; leave out "
+                                 f"{', '.join('trace.' + k for k in sorted(given))}")
+            return self
+        if self.clients is None or self.turns is None:
+            raise ValueError("kind sessions needs trace.clients and trace.turns (or trace.path, a CSV of turns)")
         if self.num_requests != self.clients * self.turns:
             raise ValueError(f"trace.num_requests is clients x turns ({self.clients * self.turns}) for kind "
                              "sessions; leave it out")
@@ -333,6 +344,9 @@ class SessionsTrace(ClosedLoopTrace):
 
     def workload(self) -> SessionWorkload:
         """The conversations the simulator drives (traces.sessions.SessionWorkload)."""
+        if self.path is not None:
+            return SessionWorkload.from_turns(read_sessions(Path(self.path).expanduser()), self.think_time_s,
+                                              self.shared_prefix_tokens, self.num_prefixes, self.seed)
         user, output = self.distributions()
         return SessionWorkload(self.clients, self.turns, self.think_time_s, user, output,
                                self.shared_prefix_tokens, self.num_prefixes, self.seed)

@@ -102,3 +102,46 @@ def test_generated_kinds_take_a_shared_prefix():
     row = run_point(SweepConfig(trace={**trace, "shared_prefix_tokens": 0},
                                 engine={"scheduler": "vllm_v1", "chunk_size": 512})).row
     assert row["prefix_cache_hits_tokens"] == 0
+
+
+def test_sessions_replay_from_a_file_of_turns(tmp_path):
+    from traces.sessions import read_sessions
+    path = tmp_path / "turns.csv"
+    # Conversations keep their first row's order; their rows may interleave.
+    path.write_text("session_id,turn,user_tokens,output_tokens,note\n"
+                    "b,0,20,10,x\na,0,30,5,\nb,1,7,3,\nb,2,4,2,\n")
+    assert read_sessions(path) == [[(20, 10), (7, 3), (4, 2)], [(30, 5)]]
+    workload = SessionWorkload.from_turns(read_sessions(path), think_time_s=0.1)
+    first = workload.initial_requests()
+    assert [(r.prompt_tokens, r.output_tokens) for r in first] == [(20, 10), (30, 5)]
+    later = workload.next_request(0, 1.0)
+    assert (later.prompt_tokens, later.output_tokens, later.arrival_s) == (37, 3, 1.1)
+    assert workload.next_request(1, 1.0) is None  # conversation a has one turn
+    assert workload.next_request(0, 2.0).prompt_tokens == 44
+    assert workload.next_request(0, 3.0) is None and workload.num_requests == 4
+    from experiments.config import SweepConfig
+    from experiments.point import run_point
+    config = SweepConfig(trace={"kind": "sessions", "path": str(path)}, engine={"scheduler": "vllm_v1", "chunk_size": 256})
+    row = run_point(config).row
+    assert row["completed"] == 4 and row["prefix_cache_hits_tokens"] > 0
+    with pytest.raises(ValueError, match="trace.path gives the conversations and their lengths; leave out trace.turns"):
+        SweepConfig(trace={"kind": "sessions", "path": str(path), "turns": 3},
+                    engine={"scheduler": "vllm_v1", "chunk_size": 256})
+
+
+@pytest.mark.parametrize("body,message", [
+    ("a,0,5,5\na,2,5,5\n", "row 2: field 'turn': turn out of order: got '2'; expected turn 1 of session 'a' next"),
+    ("a,1,5,5\n", "row 1: field 'turn': turn out of order"),
+    ("a,0,5,5\na,1,0,5\n", "row 2: field 'user_tokens': got '0'; expected an integer from 1"),
+    ("a,0,5,x\n", "row 1: field 'output_tokens': got 'x'"),
+])
+def test_session_files_with_bad_turns_are_clear_errors(tmp_path, body, message):
+    from traces import TraceFormatError
+    from traces.sessions import read_sessions
+    path = tmp_path / "turns.csv"
+    path.write_text("session_id,turn,user_tokens,output_tokens\n" + body)
+    with pytest.raises(TraceFormatError, match=message.replace("(", "\\(")):
+        read_sessions(path)
+    (tmp_path / "no_turn.csv").write_text("session_id,user_tokens,output_tokens\na,5,5\n")
+    with pytest.raises(TraceFormatError, match="missing: turn"):
+        read_sessions(tmp_path / "no_turn.csv")

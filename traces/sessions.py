@@ -13,9 +13,13 @@ that ends inside the prompt's last block is not named, so those few tokens do no
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from traces.closed_loop import ClosedLoopWorkload
+from traces.errors import TraceFormatError
 from traces.request import Request
 from traces.shared_prefix import (BLOCKS_PER_STREAM, GENERATED_BLOCK_TOKENS, SESSION_ID_BASE, check_shared_prefix,
                                   prefix_assignment, prefix_ids)
@@ -51,11 +55,37 @@ class SessionWorkload(ClosedLoopWorkload):
         check_shared_prefix(shared_prefix_tokens, num_prefixes)
         super().__init__(num_sessions, think_time_s, user_tokens, output_tokens, num_sessions * turns, seed)
         self.turns = turns
+        users, answers = self._prompt_tokens.tolist(), self._output_tokens.tolist()
+        # (new user tokens, answer) of each turn, per conversation: draw s * turns + t.
+        self._conversations = [list(zip(users[s * turns:(s + 1) * turns], answers[s * turns:(s + 1) * turns]))
+                               for s in range(num_sessions)]
         self.shared_prefix_tokens = shared_prefix_tokens
         assignment = prefix_assignment(num_sessions, num_prefixes, seed)
         self._prefix_ids = [prefix_ids(int(p), shared_prefix_tokens) for p in assignment]
         self._turns_issued = [0] * num_sessions
         self._context_tokens = [shared_prefix_tokens] * num_sessions  # the conversation so far
+
+    @classmethod
+    def from_turns(cls, conversations: list[list[tuple[int, int]]], think_time_s: float = 0.0,
+                   shared_prefix_tokens: int = 0, num_prefixes: int = 1, seed: int = 0) -> "SessionWorkload":
+        """Conversations given turn by turn: conversations[s][t] = (new user tokens, answer
+        tokens) of turn t of conversation s (`read_sessions`). `turns` is then the longest.
+
+        Raises:
+            ValueError: no conversation, an empty one, or a count that is not an int >= 1.
+        """
+        if not conversations or any(not turns for turns in conversations):
+            raise ValueError("sessions need at least one conversation, each of at least one turn")
+        for turns in conversations:
+            for user, answer in turns:
+                for value in (user, answer):
+                    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                        raise ValueError(f"turn lengths must be ints >= 1, got {value!r}")
+        workload = cls(len(conversations), max(len(turns) for turns in conversations), think_time_s, 1, 1,
+                       shared_prefix_tokens, num_prefixes, seed)
+        workload._conversations = [list(turns) for turns in conversations]
+        workload.num_requests = sum(len(turns) for turns in conversations)
+        return workload
 
     def session_of(self, request_id: int) -> int:
         """The conversation request `request_id` belongs to."""
@@ -63,11 +93,10 @@ class SessionWorkload(ClosedLoopWorkload):
 
     def _issue(self, client_id: int, arrival_s: float) -> Request | None:
         turn = self._turns_issued[client_id]
-        if turn >= self.turns:
+        if turn >= len(self._conversations[client_id]):
             return None
         self._turns_issued[client_id] = turn + 1
-        draw = client_id * self.turns + turn
-        user, answer = int(self._prompt_tokens[draw]), int(self._output_tokens[draw])
+        user, answer = self._conversations[client_id][turn]
         prompt = self._context_tokens[client_id] + user
         self._context_tokens[client_id] = prompt + answer
         request_id = self.num_issued
@@ -81,3 +110,48 @@ class SessionWorkload(ClosedLoopWorkload):
         base = SESSION_ID_BASE + session * BLOCKS_PER_STREAM
         num_blocks = -(-num_tokens // GENERATED_BLOCK_TOKENS)
         return shared + tuple(range(base + len(shared), base + num_blocks))
+
+
+SESSION_COLUMNS = ("session_id", "turn", "user_tokens", "output_tokens")
+
+
+def read_sessions(path: str | Path) -> list[list[tuple[int, int]]]:
+    """Conversations from a CSV with columns `session_id,turn,user_tokens,output_tokens` (one row
+    per turn: the user's new tokens and the answer's; any other column is ignored), for
+    `SessionWorkload.from_turns`. Conversations keep the order of their first row; a
+    conversation's rows need not be adjacent, but its turns must read 0, 1, 2, ... in file order.
+
+    Raises:
+        TraceFormatError: a missing column; a turn out of order (naming the row, the session
+            and the turn expected); a length that is not an integer >= 1 (naming row and field).
+    """
+    path = Path(path)
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
+        raise TraceFormatError(path, expected=f"a CSV with columns {','.join(SESSION_COLUMNS)} ({error})") from None
+    missing = [c for c in SESSION_COLUMNS if c not in frame.columns]
+    if missing:
+        raise TraceFormatError(path, field="header", value=",".join(frame.columns),
+                               expected=f"the columns {','.join(SESSION_COLUMNS)} (missing: {', '.join(missing)})")
+    conversations: dict[str, list[tuple[int, int]]] = {}
+    for row, (session, turn, user, answer) in enumerate(frame[list(SESSION_COLUMNS)].itertuples(index=False), 1):
+        turns = conversations.setdefault(session.strip(), [])
+        if _count(path, row, "turn", turn, minimum=0) != len(turns):
+            raise TraceFormatError(path, row=row, field="turn", reason="turn out of order", value=turn,
+                                   expected=f"turn {len(turns)} of session {session.strip()!r} next (turns of a "
+                                   "session are 0, 1, 2, ... in file order)")
+        turns.append((_count(path, row, "user_tokens", user), _count(path, row, "output_tokens", answer)))
+    if not conversations:
+        raise TraceFormatError(path, expected="at least one turn row")
+    return list(conversations.values())
+
+
+def _count(path: Path, row: int, field: str, text: str, minimum: int = 1) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = None
+    if value is None or value < minimum or value > 10**9:
+        raise TraceFormatError(path, row=row, field=field, value=text, expected=f"an integer from {minimum} to 10^9")
+    return value
