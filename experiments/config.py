@@ -903,8 +903,8 @@ def _check_trace_files(points: list[tuple[dict, SweepConfig, str]], base: SweepC
     caught when the config loads, not when the point runs. A variant is named only where its
     trace differs from the base's; `line` is that of the file's trace.path (None: not in the file)."""
     for _, config, where in points:
-        if not hasattr(config.trace, "path"):
-            continue
+        if not hasattr(config.trace, "path") or (isinstance(config.trace, SessionsTrace) and config.trace.path is None):
+            continue  # generated sessions have no file
         variant = f"{where}: " if where != "the base" and config.trace != base.trace else ""
         at = f"{path}: {variant}trace.path{f' (line {line})' if line and not variant else ''}"
         if config.trace.path is None:

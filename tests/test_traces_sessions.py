@@ -145,3 +145,21 @@ def test_session_files_with_bad_turns_are_clear_errors(tmp_path, body, message):
     (tmp_path / "no_turn.csv").write_text("session_id,user_tokens,output_tokens\na,5,5\n")
     with pytest.raises(TraceFormatError, match="missing: turn"):
         read_sessions(tmp_path / "no_turn.csv")
+
+
+def test_sessions_config_files_load_with_and_without_a_turns_file(tmp_path):
+    from experiments.config import ConfigError, load_config
+    (tmp_path / "turns.csv").write_text("session_id,turn,user_tokens,output_tokens\na,0,20,10\n")
+    engine = "engine: {scheduler: vllm_v1, chunk_size: 256}\n"
+    generated = tmp_path / "generated.yaml"
+    generated.write_text("trace: {kind: sessions, clients: 2, turns: 3}\n" + engine)
+    base, points = load_config(generated)
+    assert base.trace.num_requests == 6 and len(points) == 1
+    from_file = tmp_path / "from_file.yaml"
+    from_file.write_text("trace: {kind: sessions, path: turns.csv}\n" + engine)  # relative to the config
+    base, _ = load_config(from_file)
+    assert base.trace.workload().num_requests == 1
+    missing = tmp_path / "missing.yaml"
+    missing.write_text("trace: {kind: sessions, path: nope.csv}\n" + engine)
+    with pytest.raises(ConfigError, match="trace.path.*no such file"):
+        load_config(missing)
