@@ -67,6 +67,10 @@ def build_cost_model(point: SweepConfig) -> CostModel:
 
     model = get_model_spec(point.model)
     device = get_device_spec(point.device)
+    if model.moe is not None:  # issue 18: experts priced by profiler/moe_cost.py
+        from profiler.moe_cost import build_moe_cost_model
+
+        return build_moe_cost_model(point, model, device)
     directory = profile_dir_for(point.cost_model, device, point.model)
     if directory is not None:
         fitted = load_fitted(directory, model, e.tensor_parallel_size, device=device.name)

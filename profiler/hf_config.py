@@ -1,14 +1,19 @@
 """Read a Hugging Face `config.json` into the fields of a `ModelSpec`, refusing what it cannot describe.
 
-`ModelSpec` describes a dense decoder with full attention in every layer: the transformers
-`model_type`s `llama`, `mistral`, `qwen2` and `qwen3` (and a config without `model_type`, read as
-`llama`, as the project's own test configs are). Any field that would change the parameter count
+`ModelSpec` describes a decoder with full attention in every layer: the transformers `model_type`s
+`llama`, `mistral`, `qwen2` and `qwen3` (and a config without `model_type`, read as `llama`, as the
+project's own test configs are), and the mixture-of-experts families `mixtral` (`num_local_experts`,
+`num_experts_per_tok`, experts of width `intermediate_size`), `qwen2_moe` and `qwen3_moe`
+(`num_experts`, `num_experts_per_tok`, `moe_intermediate_size`; Qwen2-MoE's shared expert of width
+`shared_expert_intermediate_size`; `moe_fields`). Any field that would change the parameter count
 or the attention cost in a way the spec does not model is a `ValueError` naming the file and the
 field and saying the architecture is not supported yet — never a silent dense approximation
 (issue 14: Mixtral-8x7B, 46.7 B parameters, was read as a dense 7.2 B model):
 
-- mixture of experts: `num_local_experts` (Mixtral), `num_experts` / `moe_intermediate_size`
-  (Qwen2-MoE, Qwen3-MoE), `n_routed_experts` / `n_shared_experts` (DeepSeek), ...;
+- mixture-of-experts fields on a dense `model_type` (`num_local_experts` on a `llama` config), the
+  other family's fields (`num_experts` on `mixtral`), dense layers among the sparse ones
+  (`decoder_sparse_step` > 1, `mlp_only_layers`), DeepSeek's `n_routed_experts` /
+  `n_shared_experts` / `first_k_dense_replace` / `moe_layer_freq`;
 - multi-head latent attention (DeepSeek-V2/V3): `kv_lora_rank`, `q_lora_rank`, `qk_rope_head_dim`, ...;
 - a sliding window in effect: `sliding_window` set and `use_sliding_window` not false (transformers
   `MistralConfig` and `Gemma2Config` have no `use_sliding_window`: a set window is always used —
@@ -36,6 +41,8 @@ import json
 import math
 from pathlib import Path
 
+from profiler.moe import MoESpec
+
 # model_type → (q/k/v projections carry biases, q/k RMSNorm per head). Sources: transformers
 # `modeling_qwen2.py` (`Qwen2Attention`: q_proj, k_proj, v_proj bias=True, o_proj bias=False),
 # `modeling_qwen3.py` (`q_norm`, `k_norm` = RMSNorm(head_dim); biases only with attention_bias).
@@ -44,14 +51,27 @@ SUPPORTED_MODEL_TYPES: dict[str, tuple[bool, bool]] = {
     "mistral": (False, False),
     "qwen2": (True, False),
     "qwen3": (False, True),
+    # Mixture of experts: transformers `modeling_mixtral.py` (Llama attention), `modeling_qwen2_moe.py`
+    # (Qwen2 attention, q/k/v biases), `modeling_qwen3_moe.py` (Qwen3 attention, q/k norms).
+    "mixtral": (False, False),
+    "qwen2_moe": (True, False),
+    "qwen3_moe": (False, True),
 }
+MOE_MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe")
+# The MoE fields each family reads (`moe_fields`); any other family's field is refused.
+_MOE_FIELDS = {"mixtral": ("num_local_experts", "num_experts_per_tok"),
+               "qwen2_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                             "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers"),
+               "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                             "decoder_sparse_step", "mlp_only_layers")}
+_ANY_MOE_FIELD = ("num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                  "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers")
 
 # Fields of architectures the spec does not model, by what they mean. A field counts when its value
 # is set (not null, 0, false or empty).
 _UNSUPPORTED_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("mixture of experts", ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
-                            "moe_intermediate_size", "n_shared_experts", "shared_expert_intermediate_size",
-                            "moe_layer_freq", "first_k_dense_replace")),
+    ("DeepSeek-style mixture of experts", ("n_routed_experts", "n_shared_experts", "moe_layer_freq",
+                                           "first_k_dense_replace")),
     ("multi-head latent attention (MLA)", ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
                                            "qk_nope_head_dim", "v_head_dim")),
     ("attention logit soft-capping", ("attn_logit_softcapping",)),
@@ -63,7 +83,8 @@ _UNSUPPORTED_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
      ("quantization_config",)),
     ("a multimodal model (its language model is in text_config)", ("text_config",)),
 )
-_SUPPORTED = "dense Llama, Mistral (no sliding window), Qwen2/2.5 and Qwen3 decoders with full attention"
+_SUPPORTED = ("dense Llama, Mistral (no sliding window), Qwen2/2.5 and Qwen3 decoders and Mixtral, Qwen2-MoE and "
+              "Qwen3-MoE mixtures of experts, with full attention")
 
 
 def _is_set(value) -> bool:
@@ -111,6 +132,13 @@ def check_supported(config: dict, path: Path) -> str:
     if isinstance(layer_types, list) and any(t != "full_attention" for t in layer_types):
         other = sorted({str(t) for t in layer_types} - {"full_attention"})
         problems.append(f"layer_types with {other} (layers without full attention)")
+    allowed = _MOE_FIELDS.get(model_type, ())
+    foreign = [f"{name}={config[name]!r}" for name in _ANY_MOE_FIELD
+               if name not in allowed and _is_set(config.get(name))
+               and not (name == "decoder_sparse_step" and config.get(name) == 1)]
+    if foreign:
+        problems.append(f"{', '.join(foreign)} (mixture-of-experts field(s) that model_type {model_type!r} does not "
+                        f"read{'; it reads ' + ', '.join(allowed) if allowed else ''})")
     if model_type not in SUPPORTED_MODEL_TYPES:
         problems.append(f"model_type={model_type!r} (supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
     if problems:
@@ -142,6 +170,7 @@ def spec_fields(config: dict, path: Path) -> dict:
 
     heads = whole("num_attention_heads")
     hidden = whole("hidden_size")
+    moe = moe_fields(config, path, model_type, whole)
     tied = config.get("tie_word_embeddings", False)
     if not isinstance(tied, bool):
         raise ValueError(f"{path}: tie_word_embeddings must be true or false, got {tied!r}")
@@ -157,4 +186,47 @@ def spec_fields(config: dict, path: Path) -> dict:
         tie_word_embeddings=tied,
         qkv_bias=qkv_bias,
         qk_norm=qk_norm,
+        moe=moe,
     )
+
+
+def moe_fields(config: dict, path: Path, model_type: str, whole) -> MoESpec | None:
+    """The `MoESpec` of a mixture-of-experts config (None for a dense model_type).
+
+    Mixtral (transformers `MixtralConfig`, vLLM `mixtral.py`): `num_local_experts` experts of width
+    `intermediate_size`, top-`num_experts_per_tok`. Qwen2-MoE / Qwen3-MoE (`Qwen2MoeConfig`,
+    `Qwen3MoeConfig`; vLLM `qwen2_moe.py`, `qwen3_moe.py`): `num_experts` experts of width
+    `moe_intermediate_size`, top-`num_experts_per_tok`; Qwen2-MoE adds a shared expert of width
+    `shared_expert_intermediate_size`. The counts that decide the parameter count are required
+    (no family default is assumed for them). Every layer must be sparse: `decoder_sparse_step`
+    (default 1) must be 1 and `mlp_only_layers` (default []) empty — a model mixing dense and
+    sparse layers is not described by the spec.
+
+    Args:
+        whole: `spec_fields`' reader of a whole-number key (names the file and key on error).
+
+    Raises:
+        ValueError: a required key missing or not a whole number, dense layers among the sparse
+            ones, or counts `MoESpec` refuses; the message names the file and the key.
+    """
+    if model_type not in MOE_MODEL_TYPES:
+        return None
+    if model_type == "mixtral":
+        experts_key, width_key, shared = "num_local_experts", "intermediate_size", 0
+    else:
+        experts_key, width_key = "num_experts", "moe_intermediate_size"
+        shared = whole("shared_expert_intermediate_size") if model_type == "qwen2_moe" else 0
+        step = config.get("decoder_sparse_step", 1)
+        if step != 1:
+            raise ValueError(f"{path}: decoder_sparse_step={step!r}: only every layer sparse (decoder_sparse_step 1) "
+                             "is supported; a model mixing dense and MoE layers is not")
+        if _is_set(config.get("mlp_only_layers")):
+            raise ValueError(f"{path}: mlp_only_layers={config['mlp_only_layers']!r}: dense layers among the MoE "
+                             "layers are not supported; expected an empty list")
+    try:
+        return MoESpec(num_experts=whole(experts_key), num_experts_per_tok=whole("num_experts_per_tok"),
+                       expert_intermediate_size=whole(width_key), shared_expert_intermediate_size=shared)
+    except ValueError as exc:
+        if str(exc).startswith(str(path)):
+            raise
+        raise ValueError(f"{path}: {exc} (keys {experts_key}, num_experts_per_tok, {width_key})") from None

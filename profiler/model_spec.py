@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profiler.hf_config import read_config_json, spec_fields
+from profiler.moe import MoESpec
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class ModelSpec:
     tie_word_embeddings: bool = False
     qkv_bias: bool = False
     qk_norm: bool = False
+    moe: MoESpec | None = None  # a mixture-of-experts block replaces the MLP in every layer
 
     def __post_init__(self) -> None:
         for field_name in ("num_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
@@ -79,10 +81,16 @@ class ModelSpec:
         (QKVParallelLinear), `o_proj` (RowParallelLinear), `gate_up_proj`
         (MergedColumnParallelLinear), `down_proj` (RowParallelLinear). Column-parallel layers
         split their output dimension over tp, row-parallel ones their input dimension.
+        A mixture-of-experts model has only `qkv_proj` and `o_proj` here: its experts and router
+        are one fused MoE block (`moe`, priced by `profiler.moe_cost`; vLLM `FusedMoE`).
 
         Raises:
             ValueError: as `kv_heads_per_rank`, or tp does not divide `intermediate_size`.
         """
+        if self.moe is not None:
+            q_out = self.num_attention_heads // tp * self.head_dim
+            kv_out = self.kv_heads_per_rank(tp) * self.head_dim
+            return (("qkv_proj", self.hidden_size, q_out + 2 * kv_out), ("o_proj", q_out, self.hidden_size))
         if self.intermediate_size % tp:
             raise ValueError(f"model {self.name!r}: tensor_parallel_size {tp} must divide "
                              f"intermediate_size {self.intermediate_size}")
@@ -103,10 +111,23 @@ class ModelSpec:
         embedding (vocab × hidden) + per layer (QKV, O, gate, up, down weights + 2 RMSNorm
         weights of hidden, + the q/k/v biases with `qkv_bias`, + 2 × head_dim with `qk_norm`)
         + final RMSNorm (hidden) + LM head (vocab × hidden) unless tied.
-        Source: transformers `LlamaForCausalLM`, `Qwen2ForCausalLM`, `Qwen3ForCausalLM`.
+        Source: transformers `LlamaForCausalLM`, `Qwen2ForCausalLM`, `Qwen3ForCausalLM`; with
+        `moe`, the MLP's weights are the whole MoE block's (`MoESpec.layer_params`: every expert,
+        shared expert and router; `MixtralForCausalLM`, `Qwen2MoeForCausalLM`, `Qwen3MoeForCausalLM`).
         """
+        return self._params(active=False)
+
+    @property
+    def num_active_params(self) -> int:
+        """Parameters one token uses (elements): `num_params` with only the top-k routed experts
+        of each MoE layer (plus its shared expert and router); equal to `num_params` for a dense model."""
+        return self._params(active=True)
+
+    def _params(self, active: bool) -> int:
         shapes = self.layer_gemm_shapes()
         linear = sum(in_dim * out_dim for _, in_dim, out_dim in shapes)
+        if self.moe is not None:
+            linear += (self.moe.active_layer_params if active else self.moe.layer_params)(self.hidden_size)
         per_layer = linear + 2 * self.hidden_size
         if self.qkv_bias:
             per_layer += shapes[0][2]  # one bias per output of the fused qkv_proj
@@ -119,6 +140,11 @@ class ModelSpec:
     def weight_bytes(self, dtype_bytes: int) -> int:
         """Bytes of all weights at `dtype_bytes` bytes per element (2 for bf16)."""
         return self.num_params * dtype_bytes
+
+    def expert_params(self) -> int:
+        """Routed-expert weights over all layers (elements): the part expert parallelism shards;
+        0 for a dense model."""
+        return 0 if self.moe is None else self.num_layers * self.moe.num_experts * self.moe.expert_params(self.hidden_size)
 
     def kv_bytes_per_token(self, dtype_bytes: int, tp: int = 1) -> int:
         """KV-cache bytes one token takes on one tensor-parallel rank, over all layers.
@@ -166,6 +192,16 @@ BUILTIN_MODELS: dict[str, ModelSpec] = {
         ModelSpec("qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936, 40960, qk_norm=True),
         ModelSpec("qwen3-14b", 40, 5120, 40, 8, 128, 17408, 151936, 40960, qk_norm=True),
         ModelSpec("qwen3-32b", 64, 5120, 64, 8, 128, 25600, 151936, 40960, qk_norm=True),
+        # Mixture of experts: mistralai/Mixtral-8x7B-v0.1 and Qwen/Qwen3-30B-A3B config.json (model
+        # cards: 46.7 B total / 12.9 B active; 30.5 B / 3.3 B). Mixtral's intermediate_size is the
+        # expert width; Qwen3-MoE's intermediate_size (6144) is unused with mlp_only_layers empty.
+        ModelSpec("mixtral-8x7b", 32, 4096, 32, 8, 128, 14336, 32000, 32768,
+                  moe=MoESpec(num_experts=8, num_experts_per_tok=2, expert_intermediate_size=14336)),
+        ModelSpec("qwen3-30b-a3b", 48, 2048, 32, 4, 128, 6144, 151936, 40960, qk_norm=True,
+                  moe=MoESpec(num_experts=128, num_experts_per_tok=8, expert_intermediate_size=768)),
+        # Qwen/Qwen3-30B-A3B-Instruct-2507: the same shapes, a 262,144-token context (its config.json).
+        ModelSpec("qwen3-30b-a3b-instruct-2507", 48, 2048, 32, 4, 128, 6144, 151936, 262144, qk_norm=True,
+                  moe=MoESpec(num_experts=128, num_experts_per_tok=8, expert_intermediate_size=768)),
     )
 }
 
