@@ -167,3 +167,27 @@ def test_capacity_summary_names_rule_runner_up_warnings_and_command():
                                          "(95 % interval 9–11), 16.7% less.")
     assert summary.warnings[0].startswith("Caution: trials of 100 requests are short")
     assert summary.warnings[1] == "Meets the SLOs at no load searched (not even 1 QPS): C."
+
+
+def test_the_report_states_what_priced_the_steps_and_the_device_figures():
+    """The header names each point's cost model (not a fixed 'roofline' sentence), the out-of-grid
+    steps, and the device's figures with their sources."""
+    import pandas as pd
+
+    from experiments.config import SweepConfig
+    from experiments.planning.report import cost_model_lines, device_lines
+
+    points = pd.DataFrame({"point_id": [0, 1], "label": ["a", "b"], "device": ["h100-sxm", "h100-sxm"],
+                           "cost_model_label": ["measured (aiconfigurator vllm 0.19.0) on h100-sxm",
+                                                "roofline (no measured tables for this device and dtype)"],
+                           "cost_model_steps_out_of_range": [3, 0]})
+    lines = cost_model_lines(points)
+    assert lines[0] == ("Step times: measured (aiconfigurator vllm 0.19.0) on h100-sxm (point 0); "
+                        "roofline (no measured tables for this device and dtype) (point 1).")
+    assert lines[1].startswith("Roofline step times are estimates")
+    assert lines[2] == "Steps outside the measured grids (priced by the roofline scaled from the grid's edge): 3 at a."
+    base = SweepConfig.model_validate({"name": "x", "model": "llama-3-8b", "device": "h100-sxm",
+                                       "trace": {"kind": "poisson", "qps": 1, "num_requests": 10,
+                                                 "prompt_tokens": 8, "output_tokens": 8}})
+    (device,) = device_lines(points, base)
+    assert device.startswith("Device h100-sxm: 80 GiB, 989.5 TFLOP/s dense BF16, 3350 GB/s; GPU link nvlink 450 GB/s")

@@ -341,10 +341,10 @@ def trace_line(first: pd.Series, base: SweepConfig) -> str:
 
 def _header_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
     ok = points[points["error"].isna()] if "error" in points else points
-    lines = [deployment_line(points, base, "(the roofline model from datasheet figures until a measured profile is "
-                                          "shipped: latencies are estimates, not measurements)")]
+    lines = [deployment_line(points, base, "(what prices each step is stated below)")]
     if ok.empty:
         return lines + ["Every point failed: see the errors below."]
+    lines += cost_model_lines(ok) + device_lines(ok, base)
     first = ok.iloc[0]
     lines.append(trace_line(first, base))
     skipped = int(first.get("trace_rows_rejected", 0) or 0)
@@ -363,6 +363,56 @@ def _header_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
     pools = sorted(set(int(b) for b in ok["num_gpu_blocks"]))
     lines.append(f"KV pool: {', '.join(map(str, pools))} blocks of {base.engine.block_size} tokens per replica "
                  "(differs by point when the token budget changes the activation memory).")
+    return lines
+
+
+def cost_model_lines(points: pd.DataFrame) -> list[str]:
+    """What priced the steps of the (finished) points: each point's `cost_model_label`
+    (experiments.point: the measured tables and their sources, or the roofline and why), once when
+    every point shares it, and how many steps fell outside the measured grids (priced by the
+    roofline scaled from the grid's edge)."""
+    if "cost_model_label" not in points or points["cost_model_label"].isna().all():
+        return []
+    points = points[points["cost_model_label"].notna()]
+    labels = points["cost_model_label"].astype(str)
+    if labels.nunique() == 1:
+        lines = [f"Step times: {labels.iloc[0]}."]
+    else:
+        lines = ["Step times: " + "; ".join(f"{label} ({_point_list(ids)})"
+                                            for label, ids in points.groupby(labels, sort=False)["point_id"]) + "."]
+    if any(label.startswith("roofline") for label in labels.unique()):
+        lines.append("Roofline step times are estimates from datasheet figures and efficiencies fitted to measured "
+                     "kernel tables (see the device figures), not measurements of this model.")
+    elif any("roofline for" in label for label in labels.unique()):
+        lines.append("The parts named as priced by the roofline are estimates (datasheet figures and fitted "
+                     "efficiencies, see the device figures); the rest interpolates measured kernel times.")
+    if "cost_model_steps_out_of_range" in points:
+        out = points["cost_model_steps_out_of_range"].fillna(0).astype(int)
+        if out.gt(0).any():
+            at = ", ".join(f"{n} at {label}" for label, n in zip(points["label"], out) if n > 0)
+            lines.append(f"Steps outside the measured grids (priced by the roofline scaled from the grid's edge): {at}.")
+    return lines
+
+
+def device_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
+    """The device figures the points were priced with (profiler device spec `describe()`): memory,
+    dense BF16 FLOP/s, bandwidth, GPU link and the efficiencies, with their sources."""
+    from profiler import get_device_spec
+
+    names = list(dict.fromkeys(points["device"].astype(str))) if "device" in points else [str(base.device)]
+    lines = []
+    for name in names:
+        try:  # a built-in by name, else the base point's own (file or inline) description
+            spec = get_device_spec(name)
+        except (ValueError, KeyError):
+            spec = get_device_spec(base.device)
+        d = spec.describe()
+        link = d.get("gpu_link") or {}
+        lines.append(f"Device {d['name']}: {d['memory_gib']:g} GiB, {d['dense_bf16_tflops']:g} TFLOP/s dense BF16, "
+                     f"{d['memory_bandwidth_gb_per_s']:g} GB/s; GPU link {link.get('kind', '?')} "
+                     f"{link.get('gb_per_s_per_direction', float('nan')):g} GB/s per direction; roofline efficiencies "
+                     f"GEMM {d['gemm_flops_efficiency']:.2f} of peak, bandwidth {d['memory_bandwidth_efficiency']:.2f} "
+                     f"({d.get('efficiency_source', 'assumed')}); figures from {d.get('source', 'the device file')}.")
     return lines
 
 
@@ -579,7 +629,8 @@ def capacity_summary(points: pd.DataFrame, base: SweepConfig, slo: dict[str, flo
     if "capacity_qps" not in ok:
         ok = ok.assign(capacity_qps=np.nan)
     header = [
-        deployment_line(points, base, "(roofline estimates unless a measured profile is named)"),
+        deployment_line(points, base, "(what prices each step is stated below)"),
+        *cost_model_lines(ok), *device_lines(ok, base),
         f"Capacity = highest QPS meeting every SLO ({', '.join(f'{k} ≤ {v:g}' for k, v in slo.items())}"
         f"{'' if base.slo else ', Sarathi-Serve strict defaults for this model size'}), by bisection on trials of "
         f"{s.num_requests} requests to {s.precision:.1%} precision within {list(s.qps)} QPS; "

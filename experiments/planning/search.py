@@ -16,7 +16,8 @@ from profiler import get_model_spec
 TRIAL_COLUMNS = ("point_id", "label", "seed", "trial_qps", "passed", "offered_qps", "throughput_rps",
                  "output_throughput_tps",
                  "ttft_s_p50", "ttft_s_p90", "ttft_s_p99", "tbt_s_p50", "tbt_s_p99", "tpot_s_p50",
-                 "e2e_s_p50", "scheduling_delay_s_p50", "num_preemptions", "completed", "rejected")
+                 "e2e_s_p50", "scheduling_delay_s_p50", "num_preemptions", "completed", "rejected",
+                 "cost_model_label", "cost_model_steps_out_of_range")
 
 
 def search_slo(point: SweepConfig) -> dict[str, float]:
@@ -71,6 +72,17 @@ def capacity_row(label: str, point_id: int, capacities: list[float], max_qps: fl
     return {"point_id": point_id, "label": label, "capacity_qps": mean, "capacity_ci_low": low,
             "capacity_ci_high": high, "capacity_by_seed": ", ".join(f"{c:.4g}" for c in capacities),
             "capacity_at_bound": any(c >= max_qps for c in capacities)}
+
+
+def cost_model_summary(trials: list[dict]) -> dict:
+    """A capacity row's cost model: the label its trials were priced with (one point has one cost
+    model) and their steps outside the measured grids, summed; {} for trials cached before the
+    label was recorded."""
+    labels = [t.get("cost_model_label") for t in trials if isinstance(t.get("cost_model_label"), str)]
+    if not labels:
+        return {}
+    out = sum(int(t.get("cost_model_steps_out_of_range") or 0) for t in trials)
+    return {"cost_model_label": labels[0], "cost_model_steps_out_of_range": out}
 
 
 def fleet_row(point: SweepConfig, capacity_qps: float, trials: list[dict]) -> dict:

@@ -29,7 +29,9 @@ from experiments.config import SweepConfig, describe_point, point_labels
 from experiments.outputs import RunFolder, write_csv, write_parquet, write_text
 from experiments.point import PointResult, report_columns, run_point
 from experiments.planning.results_cache import ResultsCache, cache_key
-from experiments.planning.search import capacity_row, fleet_row, load_row, search_capacity, trial_config
+from experiments.planning.search import (capacity_row, cost_model_summary, fleet_row, load_row, search_capacity,
+                                         trial_config)
+from profiler import get_device_spec
 from experiments.planning.vllm_flags import vllm_serve_command, vllm_serve_flags
 
 
@@ -92,7 +94,8 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
     for i, config in enumerate(configs):
         outcomes = [done[(i, seed)] for seed in range(config.search.seeds)]
         errors = [o for o in outcomes if isinstance(o, str)]
-        row = {"point_id": i, "label": labels[i], "model": config.model, "device": config.device,
+        row = {"point_id": i, "label": labels[i], "model": config.model,
+               "device": get_device_spec(config.device).name,  # a file or inline device by its name
                **config.engine.used_settings(), "vllm_flags": vllm_serve_flags(config),
                "vllm_command": _vllm_command(config),
                "burstiness": getattr(config.trace, "burstiness", None) or 1.0}  # gamma shape; Poisson = 1
@@ -101,6 +104,7 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
         else:
             row.update(capacity_row(labels[i], i, [o.capacity_qps for o in outcomes], config.search.qps[1]))
             point_trials = [{**t, "point_id": i} for o in outcomes for t in o.trials]
+            row.update(cost_model_summary(point_trials))
             row.update(fleet_row(config, row["capacity_qps"], point_trials), cached=all(o.cached for o in outcomes))
             cache_errors = [o.cache_error for o in outcomes if o.cache_error]
             if cache_errors:
