@@ -123,7 +123,13 @@ def write_text(path: str | Path, text: str, keep: bool = False) -> Path:
 
 
 def write_parquet(path: str | Path, frame) -> Path:
-    """`write_atomic` of a pandas frame as Parquet (no index)."""
+    """`write_atomic` of a pandas frame as Parquet (no index); a frame of more than one row group
+    is converted and written a row group at a time (`simulator.records_parquet`), so a run's
+    records are not copied whole into Arrow while the frame still holds them."""
+    from simulator.records_parquet import ROW_GROUP_ROWS, write_in_row_groups
+
+    if len(frame) > ROW_GROUP_ROWS:
+        return write_atomic(path, lambda tmp: write_in_row_groups(frame, tmp))
     return write_atomic(path, lambda tmp: frame.to_parquet(tmp, index=False))
 
 

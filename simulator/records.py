@@ -38,7 +38,12 @@ _FRAME_BLOCK_REQUESTS = 8192  # requests per block when building the token-time 
 
 
 class GrowableArray:
-    """An append-only typed numpy buffer (capacity doubles), for columns of unknown length."""
+    """An append-only typed numpy buffer, for columns of unknown length.
+
+    The buffer grows (by half) and is trimmed in place (`ndarray.resize`: `realloc`, which
+    for large blocks remaps pages instead of copying), so a column of N values never needs 2N
+    at once; where a view of it is still alive numpy refuses that and it is copied instead.
+    """
 
     def __init__(self, dtype, capacity: int = 1024) -> None:
         self._buffer = np.empty(capacity, dtype=dtype)
@@ -51,20 +56,29 @@ class GrowableArray:
         values = np.asarray(values, dtype=self._buffer.dtype)
         end = self._size + values.size
         if end > self._buffer.size:
-            grown = np.empty(max(end, 2 * self._buffer.size), dtype=self._buffer.dtype)
-            grown[:self._size] = self._buffer[:self._size]
-            self._buffer = grown
+            self._resize(max(end, self._buffer.size + self._buffer.size // 2))
         self._buffer[self._size:end] = values
         self._size = end
+
+    def _resize(self, capacity: int) -> None:
+        try:
+            self._buffer.resize(capacity, refcheck=True)
+        except ValueError:  # a view of the buffer is alive: copy instead
+            grown = np.empty(capacity, dtype=self._buffer.dtype)
+            kept = min(capacity, self._size)
+            grown[:kept] = self._buffer[:kept]
+            self._buffer = grown
 
     def view(self) -> np.ndarray:
         """The values so far (a view: valid until the next `extend`)."""
         return self._buffer[:self._size]
 
     def release(self) -> np.ndarray:
-        """The values as an array of their own; the buffer is emptied (frees the spare capacity)."""
-        out = self._buffer[:self._size].copy() if self._size < self._buffer.size else self._buffer
-        self._buffer, self._size = np.empty(0, dtype=self._buffer.dtype), 0
+        """The values as an array of their own (trimmed to size); the buffer is emptied."""
+        if self._size < self._buffer.size:
+            self._resize(self._size)
+        out = self._buffer
+        self._buffer, self._size = np.empty(0, dtype=out.dtype), 0
         return out
 
 
@@ -94,6 +108,7 @@ class RequestRecords:
         self.token_steps = GrowableArray(np.int32)  # index into step_end_s of each token, request by request
         self.token_counts = GrowableArray(np.int64)  # tokens recorded per request
         self._pending: list[FinishedRequest] = []
+        self._pending_ends_s: list[float] = []  # step ends not yet in step_end_s (one extend per flush)
 
     def __len__(self) -> int:
         return len(self.tpot_s) + len(self._pending)
@@ -101,12 +116,12 @@ class RequestRecords:
     def note_step_end(self, end_s: float) -> None:
         """A step ended at `end_s` (seconds; non-decreasing)."""
         if self.keep_token_times:
-            self.step_end_s.extend((end_s,))
+            self._pending_ends_s.append(end_s)
 
     def note_step_ends(self, ends_s: list[float]) -> None:
         """Steps ended at these times (a decode window's)."""
         if self.keep_token_times:
-            self.step_end_s.extend(ends_s)
+            self._pending_ends_s.extend(ends_s)
 
     def add(self, finished: list[FinishedRequest]) -> None:
         """Record finished (or rejected) requests; their token times must be step ends noted."""
@@ -116,6 +131,9 @@ class RequestRecords:
 
     def flush(self) -> None:
         """Turn the staged requests into typed rows (and drop their token lists)."""
+        if self._pending_ends_s:
+            self.step_end_s.extend(self._pending_ends_s)
+            self._pending_ends_s = []
         pending, self._pending = self._pending, []
         if not pending:
             return

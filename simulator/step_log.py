@@ -2,6 +2,7 @@
 and a run of millions of steps holds 88 bytes a step, not 11 Python lists."""
 from __future__ import annotations
 
+from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -75,16 +76,10 @@ class StepLog:
     def extend_decodes(self, starts_s: list[float], durations_s: list[float], batch_size: int,
                        kv_blocks_used: list[int], replica_id: int = 0) -> None:
         """Rows for a run of plain decode steps of `batch_size` sequences (a decode window)."""
-        self._flush()
-        n = len(starts_s)
-        values = {"replica_id": replica_id, "start_s": starts_s, "duration_s": durations_s, "num_prefill_tokens": 0,
-                  "num_decode_tokens": batch_size, "num_draft_tokens": 0, "batch_size": batch_size,
-                  "num_prefill_seqs": 0, "kv_blocks_used": kv_blocks_used, "num_preempted": 0, "swap_tokens": 0}
-        self._add_stats(n, np.asarray(kv_blocks_used, dtype=np.int64))
-        if self.keep:
-            for name, column in self._columns.items():
-                value = values[name]
-                column.extend(value if isinstance(value, list) else np.full(n, value))
+        self._staged.extend(zip(repeat(replica_id), starts_s, durations_s, repeat(0), repeat(batch_size), repeat(0),
+                                repeat(batch_size), repeat(0), kv_blocks_used, repeat(0), repeat(0)))
+        if len(self._staged) >= _FLUSH_STEPS:
+            self._flush()
 
     def _flush(self) -> None:
         staged, self._staged = self._staged, []

@@ -180,3 +180,24 @@ def test_a_closed_loop_trimmed_run_must_keep_token_times():
     workload = ClosedLoopWorkload(4, think_time_s=0.0, prompt=10, output=5, num_requests=20, seed=1)
     with pytest.raises(ValueError, match="closed-loop run with trim_fraction > 0 must keep token times"):
         simulate(workload, scheduler(), COST, trim_fraction=0.1, keep_token_times=False)
+
+
+def test_row_group_parquet_reads_back_as_the_frame(tmp_path):
+    from simulator.records_parquet import write_in_row_groups
+    import pyarrow.parquet as pq
+
+    kept = simulate(trace(40), scheduler(), COST).requests
+    dropped = simulate(trace(40), scheduler(), COST, keep_token_times=False).requests
+    frame = pd.concat([kept, dropped], ignore_index=True)  # token_times_s missing in the second half
+    write_in_row_groups(frame, tmp_path / "rows.parquet", row_group_rows=16)
+    frame.to_parquet(tmp_path / "whole.parquet", index=False)
+    assert pq.ParquetFile(tmp_path / "rows.parquet").num_row_groups == 5
+    back, whole = pd.read_parquet(tmp_path / "rows.parquet"), pd.read_parquet(tmp_path / "whole.parquet")
+    pd.testing.assert_frame_equal(back.drop(columns="token_times_s"), whole.drop(columns="token_times_s"))
+    for got, want, original in zip(back["token_times_s"], whole["token_times_s"], frame["token_times_s"]):
+        if isinstance(original, np.ndarray):
+            assert np.array_equal(got, want) and np.array_equal(got, original)
+        else:
+            assert got is None and want is None
+    write_in_row_groups(frame.iloc[:0], tmp_path / "empty.parquet")
+    assert len(pd.read_parquet(tmp_path / "empty.parquet")) == 0
