@@ -1,0 +1,575 @@
+"""Prefill/decode disaggregation: a prefill pool and a decode pool of replicas joined by a KV link.
+
+A request is prefilled in the prefill pool (chunked or whole, within that pool's token budget)
+and produces its first token there; its prompt's KV cache then crosses the link into a decode
+instance, which generates the rest. This is the flow of vLLM 0.19's disaggregated serving with a
+KV connector (NixlConnector, `vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py`):
+
+- the router sends the request to a prefill instance with `max_tokens=1` and
+  `kv_transfer_params.do_remote_decode` (`tests/v1/kv_connector/nixl_integration/toy_proxy_server.py`);
+  that instance finishes it after one token (FINISHED_LENGTH_CAPPED) and, in
+  `Scheduler._free_request` → `_connector_finished` → `NixlConnectorScheduler.request_finished`,
+  keeps its KV blocks (`delay_free_blocks`) until the decode side has read them
+  (`_update_from_kv_xfer_finished`: `finished_sending` → `_free_blocks`). So **the prompt's KV
+  is held in the prefill pool until the transfer ends**;
+- the decode instance allocates the blocks for the remote tokens when its scheduler admits the
+  request from `waiting` (`get_num_new_matched_tokens` + `allocate_slots` in loop 2, behind the
+  requests already waiting, under max_num_seqs), parks it in WAITING_FOR_REMOTE_KVS while the
+  connector pulls the KV, and returns it to WAITING once received
+  (`Scheduler._update_waiting_for_remote_kv`). So **the KV is held in the decode pool from the
+  transfer's start**, and a decode pool that cannot allocate stops the transfers: back-pressure
+  that reaches the prefill pool through its held blocks.
+
+TTFT ends when the prefill instance produces the first token (the issue's definition; Dynamo
+returns the prefill worker's token). vLLM's toy proxy instead streams from the decode instance,
+whose first token comes after the transfer; here that wait shows in the request's first TBT gap.
+vLLM's decode instance also recomputes the last prompt token when every prompt block arrived
+(`num_computed_tokens -= 1` in `_update_waiting_for_remote_kv`); here the decode instance starts
+with the prompt's KV and the first token, and its first step decodes token 2 (one step fewer).
+
+KV bytes moved per request: prompt tokens × `ModelSpec.kv_bytes_per_token(kv dtype, tp)`
+(2 × layers × KV heads per rank × head_dim × dtype bytes), with tp the smaller of the two pools'
+tensor-parallel degrees: each rank's shard crosses its own link in parallel, and the side with
+fewer ranks bounds it. The link into a decode instance carries one transfer at a time, FIFO
+(the same total bandwidth as fair sharing; each transfer sees latency + bytes / bandwidth).
+
+What is not modelled: layer-pipelined transfer overlapping the prefill (the transfer starts
+after the prefill's last step); the prefill instance's own outbound NIC limit; a decode
+instance's running decodes taking, in the step a transfer ends, blocks vLLM would still hold
+for it (the hold is released when the request joins the decode scheduler's `waiting`); with
+prefix caching in the prefill pool, the held copy takes fresh blocks (the finished request's
+cached blocks stay cached but evictable, where vLLM pins them).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from simulator.metrics import percentile_stats, summarize
+from simulator.pricing import StepPricer
+from simulator.records import RequestRecords, requests_table
+from simulator.records_sketch import GapSketch
+from simulator.replica import Replica, delay_until_s
+from simulator.router import ROUTERS, Router
+from simulator.scheduler import COMPLETED, BatchPlan, FinishedRequest, Scheduler, StepOutcome
+from simulator.simulate import SimulationResult, _sketch_window_s
+from simulator.step_log import StepLog, StepStats
+from traces import Request
+
+POOL_ROUTERS = ROUTERS + ("prefix_aware",)
+
+
+@dataclass(frozen=True)
+class KvLink:
+    """The link a prompt's KV crosses from a prefill instance into a decode instance.
+
+    Attributes:
+        bandwidth_bytes_per_s: bytes per second one tensor-parallel rank's link moves
+            (e.g. 50e9 for 400 Gb/s InfiniBand, 450e9 for NVLink 4 one way).
+        latency_s: fixed cost per transfer (handshake, first byte), seconds.
+
+    Raises:
+        ValueError: a bandwidth that is not > 0 and finite, or a latency < 0.
+    """
+
+    bandwidth_bytes_per_s: float
+    latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (self.bandwidth_bytes_per_s > 0 and math.isfinite(self.bandwidth_bytes_per_s)):
+            raise ValueError(f"link bandwidth must be > 0 bytes/s and finite, got {self.bandwidth_bytes_per_s!r}")
+        if not (self.latency_s >= 0 and math.isfinite(self.latency_s)):
+            raise ValueError(f"link latency must be >= 0 s and finite, got {self.latency_s!r}")
+
+    def transfer_s(self, num_bytes: float) -> float:
+        """Seconds to move `num_bytes`: latency + bytes / bandwidth."""
+        return self.latency_s + num_bytes / self.bandwidth_bytes_per_s
+
+
+@dataclass
+class Pool:
+    """One pool's replicas: a scheduler each (same config), a pricer, a router policy.
+
+    Raises:
+        ValueError: no schedulers, an unknown router, pipeline parallelism (not supported in a
+            pool: a blocked instance is detected by trying its next plan, which a pipelined
+            replica schedules only once a stage frees).
+    """
+
+    schedulers: list[Scheduler]
+    pricer: StepPricer
+    router: str = "round_robin"
+
+    def __post_init__(self) -> None:
+        if not self.schedulers:
+            raise ValueError("a pool needs at least one replica")
+        if self.router not in POOL_ROUTERS:
+            raise ValueError(f"unknown router {self.router!r}; valid: {', '.join(POOL_ROUTERS)}")
+        if self.pricer.pipeline_stages != 1:
+            raise ValueError("pipeline_parallel_size > 1 is not supported in a disaggregated pool")
+
+
+class _PoolScheduler:
+    """A pool instance's scheduler with KV held outside it for transfers (everything else delegated).
+
+    A transfer's hold is a block-table entry under the key -1 - request_id in the scheduler's own
+    block manager, so admissions and growth see those blocks as taken. With holds, the scheduler
+    may have work it cannot schedule (every free block held); `Replica` takes an empty plan for a
+    stall, so while holds exist `has_work` tries the next plan first and reports no work when it
+    is empty: the replica then waits until `release` wakes it. The plan it tried is the one
+    `schedule` returns (same time: the replica calls both at one instant).
+    """
+
+    def __init__(self, inner: Scheduler, env: simpy.Environment):
+        self.inner = inner
+        self.env = env
+        self.replica: PoolReplica | None = None
+        self.on_step_end: Callable[[], None] | None = None
+        self.num_holds = 0
+        self._tried: BatchPlan | None = None
+        self._arriving: dict[int, FinishedRequest] = {}  # request id -> its prefill's record
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    # ----- holds ------------------------------------------------------------------------------
+    def hold(self, request_id: int, num_tokens: int) -> None:
+        """Take blocks for `num_tokens` of a transfer's KV. Raises RuntimeError if they are not free."""
+        self.inner.block_manager.grow_to(-1 - request_id, num_tokens)
+        self.num_holds += 1
+
+    def can_hold(self, num_tokens: int) -> bool:
+        return self.inner.block_manager.can_admit(num_tokens)
+
+    def release(self, request_id: int) -> None:
+        self.inner.block_manager.free(-1 - request_id)
+        self.num_holds -= 1
+        self.replica.wake()
+
+    # ----- the Scheduler API the replica calls ------------------------------------------------
+    def expect(self, prefill: FinishedRequest) -> None:
+        """The next `add_request` of this request id continues the prefill `prefill` recorded."""
+        self._arriving[prefill.request_id] = prefill
+
+    def add_request(self, request: Request) -> FinishedRequest | None:
+        rejection = self.inner.add_request(request)
+        prefill = self._arriving.pop(request.request_id, None)
+        if rejection is None and prefill is not None:
+            _continue_after_prefill(self.inner, request.request_id, prefill)
+        return rejection
+
+    def has_work(self) -> bool:
+        if self._tried is not None:
+            return True
+        inner = self.inner
+        if not inner.has_work():
+            return False
+        if not self.num_holds or inner.decode_window()[1] >= 2:
+            return True
+        plan = inner.schedule(self.env.now)
+        if plan.is_empty:
+            return False  # every block it needs is held for a transfer: `release` wakes the replica
+        self._tried = plan
+        return True
+
+    def decode_window(self):
+        if self._tried is not None:
+            return self.inner.running, 0
+        return self.inner.decode_window()
+
+    def schedule(self, now_s: float) -> BatchPlan:
+        plan, self._tried = self._tried, None
+        if plan is None:
+            plan = self.inner.schedule(now_s)
+        if self.on_step_end is not None:  # admissions emptied `waiting`: a transfer may start (vLLM loop 2)
+            self.on_step_end()
+        return plan
+
+    def complete_step(self, plan: BatchPlan, outcome: StepOutcome, now_s: float) -> list[FinishedRequest]:
+        finished = self.inner.complete_step(plan, outcome, now_s)
+        if self.on_step_end is not None:
+            self.on_step_end()
+        return finished
+
+    def advance_decodes(self, step_end_s: list[float]):
+        result = self.inner.advance_decodes(step_end_s)
+        if self.on_step_end is not None:
+            self.on_step_end()
+        return result
+
+
+def _continue_after_prefill(scheduler: Scheduler, request_id: int, prefill: FinishedRequest) -> None:
+    """Give the just-queued sequence of `request_id` the state its prefill left: the prompt's KV
+    computed, the first token generated (at `prefill.first_token_s`), and the prefill's
+    scheduling time, preemptions and prefix-cache hit. Its token list starts empty: the first
+    token's time is the prefill's (added back to the records by `_merge_first_tokens`)."""
+    seq = next(s for s in scheduler.waiting if s.request_id == request_id)
+    seq.num_computed_tokens = seq.request.prompt_tokens
+    seq.num_generated_tokens = 1
+    seq.first_token_s = prefill.first_token_s
+    seq.first_scheduled_s = prefill.first_scheduled_s
+    seq.num_preemptions = prefill.num_preemptions
+    seq.recomputed_tokens = prefill.recomputed_tokens
+    seq.num_cached_tokens = prefill.cached_tokens
+    seq.resumed_cached_tokens = prefill.resumed_cached_tokens
+
+
+class PoolReplica(Replica):
+    """A `Replica` that a released KV hold can wake."""
+
+    def wake(self) -> None:
+        self._signal()
+
+
+@dataclass
+class _Transfer:
+    request: Request
+    prefill: FinishedRequest
+    num_bytes: float
+    source: _PoolScheduler
+
+
+class _DecodeInbox:
+    """The transfer queue and inbound link of one decode instance (FIFO, one transfer at a time).
+
+    The head starts when the decode instance would admit it in vLLM (nothing waiting before it,
+    fewer than max_num_seqs running, and its prompt + one token fit the free blocks above the
+    watermark); it then holds the prompt's blocks there while it crosses the link.
+    """
+
+    def __init__(self, env: simpy.Environment, target: _PoolScheduler, link: KvLink, log: "_TransferLog"):
+        self.env, self.target, self.link, self.log = env, target, link, log
+        self.queue: deque[_Transfer] = deque()
+        self.in_flight_end_s = math.inf
+        self._wake = env.event()
+        target.on_step_end = self.poke
+        env.process(self._run())
+
+    @property
+    def num_outstanding(self) -> int:
+        """Requests routed here and not finished (the least-outstanding router reads it)."""
+        return self.target.replica.num_outstanding + len(self.queue) + (self.in_flight_end_s < math.inf)
+
+    def put(self, transfer: _Transfer) -> None:
+        self.queue.append(transfer)
+        self.poke()
+
+    def poke(self) -> None:
+        if self.queue and not self._wake.triggered:
+            self._wake.succeed()
+
+    def _fits(self, transfer: _Transfer) -> bool:
+        t = self.target
+        return (not t.waiting and len(t.running) < t.config.max_num_seqs
+                and t.can_hold(transfer.request.prompt_tokens + 1))
+
+    def _run(self):
+        while True:
+            if not self.queue or not self._fits(self.queue[0]):
+                self._wake = self.env.event()
+                yield self._wake
+                continue
+            transfer = self.queue.popleft()
+            rid = transfer.request.request_id
+            self.target.hold(rid, transfer.request.prompt_tokens)
+            start_s = self.env.now
+            duration_s = self.link.transfer_s(transfer.num_bytes)
+            self.in_flight_end_s = start_s + duration_s
+            yield self.env.timeout(duration_s)
+            self.in_flight_end_s = math.inf
+            self.log.add(transfer, start_s, self.env.now, self.target.replica.replica_id)
+            transfer.source.release(rid)
+            self.target.release(rid)
+            self.target.expect(transfer.prefill)
+            self.target.replica.submit(transfer.request, sent_at_s=start_s)
+
+
+class _TransferLog:
+    """Per transferred request: prefill replica, prefill end (= first token), transfer start and
+    end, decode replica; in typed columns at the end."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, int, float, float, float, int]] = []
+
+    def add(self, transfer: _Transfer, start_s: float, end_s: float, decode_replica: int) -> None:
+        prefill = transfer.prefill
+        self.rows.append((prefill.request_id, transfer.source.replica.replica_id, prefill.first_token_s,
+                          start_s, end_s, decode_replica))
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows, columns=["request_id", "prefill_replica_id", "prefill_end_s",
+                                                "kv_transfer_start_s", "kv_transfer_end_s", "decode_replica_id"])
+
+
+@dataclass
+class DisaggregatedResult(SimulationResult):
+    """`SimulationResult` of a disaggregated run.
+
+    `requests` has, besides the usual columns, `prefill_replica_id`, `kv_transfer_start_s`,
+    `kv_transfer_end_s` and `decode_replica_id` (NaN / -1 for requests that never crossed the
+    link: rejected, or done after one token); `replica_id` is the replica that finished the
+    request (prefill ids 0..P-1, decode ids P..P+D-1; -1 for rejections and one-token requests,
+    recorded by the cluster). `steps` holds both pools' steps under those replica ids.
+    `summary` adds the keys of `pool_summary`.
+    """
+
+    num_prefill_replicas: int = 0
+
+
+def simulate_disaggregated(
+    requests: list[Request],
+    prefill: Pool,
+    decode: Pool,
+    link: KvLink,
+    kv_bytes_per_token: float,
+    outcome_fn: Callable[[BatchPlan], StepOutcome] | None = None,
+    seed: int = 0,
+    trim_fraction: float = 0.0,
+    keep_token_times: bool = True,
+    keep_steps: bool = True,
+) -> DisaggregatedResult:
+    """Run an open-loop trace through a prefill pool and a decode pool (module docstring).
+
+    Args:
+        requests: the trace, replayed in arrival order (stable for ties).
+        prefill, decode: the pools (`Pool`); replica ids are 0..P-1 and P..P+D-1.
+        link: the KV link into each decode instance.
+        kv_bytes_per_token: bytes of one prompt token's KV that one link moves
+            (`ModelSpec.kv_bytes_per_token(kv dtype bytes, min(TP_prefill, TP_decode))`).
+        outcome_fn: tokens emitted per decode step (speculative acceptance); the prefill pool
+            always emits one token per final chunk.
+        seed: seeds the `random` routers.
+        trim_fraction, keep_token_times, keep_steps: as `simulator.simulate.simulate`.
+
+    Returns:
+        A `DisaggregatedResult`. Every request ends with one finish reason: rejected when it
+        can never fit a pool (the decode pool's check on the whole request at arrival, the
+        prefill pool's on its prompt), otherwise completed (or truncated) in the decode pool, or
+        in the prefill pool when it asks for one token.
+
+    Raises:
+        ValueError: kv_bytes_per_token < 0.
+    """
+    if not (kv_bytes_per_token >= 0 and math.isfinite(kv_bytes_per_token)):
+        raise ValueError(f"kv_bytes_per_token must be >= 0 and finite, got {kv_bytes_per_token!r}")
+    env = simpy.Environment()
+    cluster = _Cluster(env, prefill, decode, link, kv_bytes_per_token, outcome_fn or StepOutcome.without_speculation,
+                       seed, _sketch_window_s(requests, None, keep_token_times, trim_fraction), keep_token_times,
+                       keep_steps)
+    env.process(cluster.replay(sorted(requests, key=lambda r: r.arrival_s)))
+    env.run()
+    return cluster.result(trim_fraction)
+
+
+class _Cluster:
+    """The two pools, their inboxes and routers, and the records of the run."""
+
+    def __init__(self, env, prefill: Pool, decode: Pool, link: KvLink, kv_bytes_per_token: float, outcome_fn,
+                 seed: int, window_s: tuple[float, float], keep_token_times: bool, keep_steps: bool):
+        self.env = env
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.keep_token_times = keep_token_times
+        self.window_s = window_s
+        self.transfers = _TransferLog()
+        self.first_gaps = GapSketch()  # keep_token_times=False: each request's prefill → decode gap
+        self.num_prefill = len(prefill.schedulers)
+        self.cluster_records = RequestRecords(-1, keep_token_times, window_s)
+        self.prefill_pool = [_PoolScheduler(s, env) for s in prefill.schedulers]
+        self.decode_pool = [_PoolScheduler(s, env) for s in decode.schedulers]
+        self.prefill_replicas = []
+        for i, s in enumerate(self.prefill_pool):
+            # Prefill requests never decode: no decode windows (next_arrival_s None).
+            s.replica = PoolReplica(env, s, prefill.pricer, StepOutcome.without_speculation, i,
+                                    lambda f, i=i: self._prefilled(f, i), None, records=RequestRecords(i, False), steps=StepLog(keep=keep_steps))
+            self.prefill_replicas.append(s.replica)
+        self.inboxes: list[_DecodeInbox] = []
+        self.decode_replicas = []
+        for j, s in enumerate(self.decode_pool):
+            inbox = _DecodeInbox(env, s, link, self.transfers)
+            s.replica = PoolReplica(env, s, decode.pricer, outcome_fn, self.num_prefill + j, self._decoded,
+                                    lambda inbox=inbox: inbox.in_flight_end_s,
+                                    records=RequestRecords(self.num_prefill + j, keep_token_times, window_s),
+                                    steps=StepLog(keep=keep_steps))
+            self.inboxes.append(inbox)
+            self.decode_replicas.append(s.replica)
+        self.prefill_router = _PoolRouter(prefill.router, self.prefill_replicas, self.prefill_pool, seed)
+        self.decode_router = _PoolRouter(decode.router, self.inboxes, self.decode_pool, seed + 1)
+        self.originals: dict[int, Request] = {}  # in the prefill pool: the request as it arrived
+
+    def replay(self, requests: list[Request]):
+        for request in requests:
+            if request.arrival_s > self.env.now:
+                yield self.env.timeout(delay_until_s(self.env.now, request.arrival_s))
+            self.arrive(request)
+
+    def arrive(self, request: Request) -> None:
+        """Reject a request the decode pool can never serve; else send its prefill (one output token)."""
+        if request.output_tokens > 1:
+            reason = _never_fits(self.decode_pool[0].inner, request)
+            if reason is not None:
+                self._record_in_cluster(FinishedRequest(request.request_id, request.arrival_s, request.prompt_tokens,
+                                                        request.output_tokens, reason))
+                return
+        self.originals[request.request_id] = request
+        index = self.prefill_router.pick(request)
+        self.prefill_replicas[index].submit(dataclasses.replace(request, output_tokens=1))
+
+    def _prefilled(self, finished: FinishedRequest, index: int) -> None:
+        """A prefill ended in prefill replica `index` (first token), or that replica rejected the prompt."""
+        request = self.originals.pop(finished.request_id)
+        if finished.finish_reason != COMPLETED:
+            self._record_in_cluster(dataclasses.replace(finished, output_tokens=request.output_tokens))
+            return
+        if request.output_tokens == 1:
+            self._record_in_cluster(finished)
+            return
+        source = self.prefill_pool[index]
+        source.hold(request.request_id, request.prompt_tokens)  # vLLM's delay_free_blocks
+        index = self.decode_router.pick(request)
+        self.inboxes[index].put(_Transfer(request, finished, request.prompt_tokens * self.kv_bytes_per_token, source))
+
+    def _decoded(self, finished: FinishedRequest) -> None:
+        """Without token times: the gap from the prefill's token to the first decode emission
+        goes into the TBT/ITL sketch (the decode records only see the decode gaps)."""
+        if self.keep_token_times or not finished.generated_tokens or len(finished.token_times_s) == 0:
+            return
+        if not self.window_s[0] <= finished.arrival_s <= self.window_s[1]:
+            return
+        times = finished.token_times_s
+        k = 1
+        while k < len(times) and times[k] == times[0]:
+            k += 1
+        self.first_gaps.add(np.array([times[0] - finished.first_token_s]), np.array([k]))
+
+    def _record_in_cluster(self, finished: FinishedRequest) -> None:
+        if len(finished.token_times_s):
+            self.cluster_records.note_step_end(self.env.now)  # its one token: now, a prefill step's end
+        self.cluster_records.add([finished])
+
+    def result(self, trim_fraction: float) -> DisaggregatedResult:
+        decode_records = [r.records for r in self.decode_replicas]
+        sketch = None
+        if not self.keep_token_times:
+            sketch = GapSketch()
+            for records in decode_records + [self.cluster_records]:
+                records.flush()
+                sketch.merge(records.gap_sketch)
+            sketch.merge(self.first_gaps)
+        frame = requests_table(decode_records + [self.cluster_records])
+        frame = _merge_first_tokens(frame, self.num_prefill)
+        frame = _with_transfers(frame, self.transfers.frame())
+        replicas = self.prefill_replicas + self.decode_replicas
+        keep_steps = replicas[0].steps.keep
+        steps = pd.concat([r.steps.to_frame() for r in replicas], ignore_index=True)
+        decode_blocks = self.decode_pool[0].config.num_gpu_blocks
+        stats = StepStats.merge([r.steps.stats() for r in self.decode_replicas])
+        summary = summarize(frame, steps[steps["replica_id"] >= self.num_prefill] if keep_steps else stats,
+                            decode_blocks, trim_fraction, gaps=sketch)
+        summary["num_steps"] = sum(r.steps.stats().num_steps for r in replicas)
+        summary.update(pool_summary(frame, steps if keep_steps else None, self, summary["makespan_s"]))
+        return DisaggregatedResult(frame, steps, summary, self.num_prefill)
+
+
+def _never_fits(scheduler: Scheduler, request: Request) -> str | None:
+    """The decode pool's own admission-time rejection of the whole request (too long for
+    max_model_len, or more KV than its pool holds alone), checked at arrival so no prefill is
+    spent on it. The scheduler's rules, not a second copy of them."""
+    return scheduler._rejection_reason(request, scheduler._output_limit(request))
+
+
+def _merge_first_tokens(frame: pd.DataFrame, num_prefill: int) -> pd.DataFrame:
+    """Requests finished in the decode pool: put the prefill's first token back in front of their
+    token times, and TPOT over every token: (completion − first token) / (generated − 1)."""
+    decoded = (frame["replica_id"].to_numpy() >= num_prefill) & (frame["generated_tokens"].to_numpy() > 0)
+    if "token_times_s" in frame:
+        times = list(frame["token_times_s"])
+        first = frame["first_token_s"].to_numpy()
+        for row in np.flatnonzero(decoded):
+            times[row] = np.r_[first[row], times[row]]
+        frame["token_times_s"] = pd.Series(times, index=frame.index, dtype=object)
+    generated = frame["generated_tokens"].to_numpy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = (frame["completion_s"].to_numpy() - frame["first_token_s"].to_numpy()) / (generated - 1)
+    frame["tpot_s"] = np.where(decoded & (generated > 1), tpot, frame["tpot_s"].to_numpy())
+    return frame
+
+
+def _with_transfers(frame: pd.DataFrame, transfers: pd.DataFrame) -> pd.DataFrame:
+    merged = frame.merge(transfers.drop(columns="prefill_end_s"), on="request_id", how="left")
+    for column in ("prefill_replica_id", "decode_replica_id"):
+        merged[column] = merged[column].fillna(-1).astype(np.int64)
+    return merged
+
+
+def pool_summary(requests: pd.DataFrame, steps: pd.DataFrame | None, cluster: _Cluster, makespan_s: float) -> dict:
+    """Per-pool and transfer metrics of a disaggregated run.
+
+    Keys: `prefill_utilization`, `decode_utilization` (busy step time / (replicas × makespan);
+    NaN without the step table); `prefill_kv_usage_mean/_max`, `decode_kv_usage_mean/_max`
+    (blocks in use, transfer holds included, over each pool's blocks, per step);
+    `kv_transfer_s_*` (link time per request: latency + bytes / bandwidth, seconds),
+    `kv_transfer_queue_s_*` (from the first token to the transfer's start: waiting for the link
+    and for room in the decode pool), percentiles as `simulator.metrics.percentile_stats`;
+    `kv_transfer_bytes` (total moved per link). `kv_usage_mean/_max` of the summary are the
+    decode pool's.
+    """
+    out: dict[str, float] = {}
+    pools = (("prefill", cluster.prefill_replicas, cluster.prefill_pool),
+             ("decode", cluster.decode_replicas, cluster.decode_pool))
+    for name, replicas, schedulers in pools:
+        blocks = schedulers[0].config.num_gpu_blocks
+        ids = [r.replica_id for r in replicas]
+        if steps is not None:
+            mine = steps[steps["replica_id"].isin(ids)]
+            busy_s = float(mine["duration_s"].sum())
+            out[f"{name}_utilization"] = busy_s / (len(replicas) * makespan_s) if makespan_s > 0 else math.nan
+            usage = mine["kv_blocks_used"].to_numpy() / blocks
+            out[f"{name}_kv_usage_mean"] = float(usage.mean()) if usage.size else math.nan
+            out[f"{name}_kv_usage_max"] = float(usage.max()) if usage.size else math.nan
+        else:
+            stats = StepStats.merge([r.steps.stats() for r in replicas])
+            out[f"{name}_utilization"] = math.nan
+            out[f"{name}_kv_usage_mean"] = (stats.kv_blocks_used_sum / stats.num_steps / blocks
+                                            if stats.num_steps else math.nan)
+            out[f"{name}_kv_usage_max"] = stats.kv_blocks_used_max / blocks if stats.num_steps else math.nan
+    moved = requests["kv_transfer_start_s"].notna().to_numpy()
+    start = requests["kv_transfer_start_s"].to_numpy()[moved]
+    out.update(percentile_stats("kv_transfer_s", requests["kv_transfer_end_s"].to_numpy()[moved] - start))
+    out.update(percentile_stats("kv_transfer_queue_s", start - requests["first_token_s"].to_numpy()[moved]))
+    out["kv_transfer_bytes"] = float(requests["prompt_tokens"].to_numpy()[moved].sum() * cluster.kv_bytes_per_token)
+    return out
+
+
+class _PoolRouter:
+    """`simulator.router.Router` over a pool, plus `prefix_aware`: the instance whose prefix cache
+    holds the longest prefix of the request (`PrefixCachingBlockManager.lookup`), the least
+    outstanding among equals (llm-d's and Dynamo's KV-aware routing, reduced to its core: cache
+    hit first, then load)."""
+
+    def __init__(self, policy: str, members: list, schedulers: list[_PoolScheduler], seed: int):
+        self.policy = policy
+        self.members = members
+        self.schedulers = schedulers
+        self.router = Router("least_outstanding" if policy == "prefix_aware" else policy, members, seed)
+
+    def pick(self, request: Request) -> int:
+        if len(self.members) == 1:
+            return 0
+        if self.policy != "prefix_aware" or not request.prefix_hash_ids:
+            return self.router.pick()
+        best, best_key = 0, None
+        for index, (member, s) in enumerate(zip(self.members, self.schedulers)):
+            bm = s.inner.block_manager
+            lookup = getattr(bm, "lookup", None)
+            hit = len(lookup(request, (request.prompt_tokens - 1) // bm.block_size)) if lookup else 0
+            key = (-hit, member.num_outstanding)
+            if best_key is None or key < best_key:
+                best, best_key = index, key
+        return best

@@ -1,0 +1,151 @@
+"""Prefill/decode disaggregation (simulator/disaggregated.py): a hand-worked two-request run, and
+bad input."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.disaggregated import KvLink, Pool, simulate_disaggregated
+from simulator.pricing import StepPricer
+from simulator.scheduler import SchedulerConfig, make_scheduler
+from traces import Request
+
+
+class LinearCost:
+    """Step time = 10 ms + 0.1 ms per query token (prefill or decode), whatever the context."""
+
+    def predict_step_s(self, query_tokens, context_tokens, is_prefill) -> float:
+        return 0.010 + 0.0001 * float(np.sum(query_tokens))
+
+
+def pool(num_replicas: int = 1, num_gpu_blocks: int = 1000, scheduler: str = "sarathi", **kwargs) -> Pool:
+    config = SchedulerConfig(num_gpu_blocks=num_gpu_blocks, block_size=16, max_model_len=4096, chunk_size=512)
+    return Pool([make_scheduler(scheduler, config) for _ in range(num_replicas)], StepPricer(LinearCost()), **kwargs)
+
+
+def run(requests, prefill=None, decode=None, link=KvLink(1e6, 0.002), **kwargs):
+    return simulate_disaggregated(requests, prefill or pool(), decode or pool(), link, kv_bytes_per_token=1000,
+                                  **kwargs)
+
+
+TWO = [Request(0, 0.0, 100, 3), Request(1, 0.005, 200, 2)]
+
+
+def test_two_requests_hand_worked():
+    """One prefill and one decode instance, step = 10 ms + 0.1 ms/token, KV 1000 B/token over
+    1 MB/s with 2 ms latency.
+
+    Prefill: A (100 tokens) 0 → 0.020 (first token: TTFT 0.020); B (200) 0.020 → 0.050 (TTFT 0.045).
+    Link: A 0.002 + 100 kB / 1 MB/s = 0.102 s, 0.020 → 0.122; B waits for the link (queued
+    0.050 → 0.122), 0.202 s, 0.122 → 0.324 (it starts the instant A is admitted and leaves
+    `waiting`, as vLLM's loop 2 allocates it).
+    Decode (10.1 ms a step): A 0.122 → 0.1321 (token 2) → 0.1422 (token 3, done); B 0.324 →
+    0.3341 (token 2, done).
+    """
+    result = run(TWO)
+    r = result.requests.set_index("request_id")
+    assert list(r["finish_reason"]) == ["completed", "completed"]
+    assert r.loc[0, "first_token_s"] == pytest.approx(0.020)
+    assert r.loc[1, "first_token_s"] == pytest.approx(0.050)
+    assert r.loc[0, "ttft_s"] == pytest.approx(0.020)
+    assert r.loc[1, "ttft_s"] == pytest.approx(0.045)
+    assert r.loc[0, "kv_transfer_start_s"] == pytest.approx(0.020)
+    assert r.loc[0, "kv_transfer_end_s"] == pytest.approx(0.122)
+    assert r.loc[1, "kv_transfer_start_s"] == pytest.approx(0.122)
+    assert r.loc[1, "kv_transfer_end_s"] == pytest.approx(0.324)
+    assert r.loc[0, "completion_s"] == pytest.approx(0.1422)
+    assert r.loc[1, "completion_s"] == pytest.approx(0.3341)
+    np.testing.assert_allclose(r.loc[0, "token_times_s"], [0.020, 0.1321, 0.1422])
+    np.testing.assert_allclose(r.loc[1, "token_times_s"], [0.050, 0.3341])
+    assert r.loc[0, "tpot_s"] == pytest.approx((0.1422 - 0.020) / 2)
+    assert list(r["generated_tokens"]) == [3, 2]
+    assert list(r["prefill_replica_id"]) == [0, 0]
+    assert list(r["decode_replica_id"]) == [1, 1]
+    s = result.summary
+    assert s["kv_transfer_s_mean"] == pytest.approx((0.102 + 0.202) / 2)
+    assert s["kv_transfer_queue_s_p50"] == pytest.approx((0.0 + 0.072) / 2)
+    assert s["kv_transfer_bytes"] == 300_000
+    # Busy time over replicas × makespan (0.3341 s): prefill 0.020 + 0.030, decode 3 × 0.0101.
+    assert s["prefill_utilization"] == pytest.approx(0.050 / 0.3341)
+    assert s["decode_utilization"] == pytest.approx(3 * 0.0101 / 0.3341)
+    assert s["num_steps"] == 5
+    assert s["completed"] == 2
+
+
+def test_kv_held_in_both_pools_while_in_flight():
+    """A's prompt (100 tokens = 7 blocks of 16) stays in the prefill pool until its transfer ends
+    at 0.122: B's prefill step (0.020 → 0.050) runs with A's 7 blocks held beside its own 13. In
+    the decode pool a step's count is taken when it is scheduled: A's first decode (101 tokens, 7
+    blocks) is scheduled just before B's transfer takes its 13 blocks; A's second decode sees both;
+    B's decode (201 tokens, 13 blocks) runs after A freed its own."""
+    result = run(TWO)
+    steps = result.steps
+    prefill = steps[steps["replica_id"] == 0].reset_index(drop=True)
+    decode = steps[steps["replica_id"] == 1].reset_index(drop=True)
+    assert list(prefill["kv_blocks_used"]) == [7, 7 + 13]
+    assert list(decode["kv_blocks_used"]) == [7, 7 + 13, 13]
+
+
+def test_full_decode_pool_back_pressures_transfers():
+    """A decode pool of 12 blocks: both prompts prefill in one step (200 tokens, 0 → 0.030). A
+    (100 + 20 tokens) crosses 0.030 → 0.132 and is admitted with 101 tokens = 7 blocks; B's 101
+    tokens need 7 more and 5 are free, so B's transfer waits for A to finish, not only for the
+    link: A decodes 19 steps, 0.132 → 0.132 + 19 × 0.0101 = 0.3239; B crosses 0.3239 → 0.4259
+    and decodes one step to 0.4360, after 0.2939 s queued."""
+    result = run([Request(0, 0.0, 100, 20), Request(1, 0.0, 100, 2)], decode=pool(num_gpu_blocks=12))
+    r = result.requests.set_index("request_id")
+    assert r.loc[0, "completion_s"] == pytest.approx(0.3239)
+    assert r.loc[1, "kv_transfer_start_s"] == pytest.approx(0.3239)
+    assert r.loc[1, "kv_transfer_end_s"] == pytest.approx(0.4259)
+    assert r.loc[1, "completion_s"] == pytest.approx(0.4360)
+    assert result.summary["kv_transfer_queue_s_mean"] == pytest.approx((0.0 + 0.3239 - 0.030) / 2)
+    assert list(r["finish_reason"]) == ["completed", "completed"]
+
+
+def test_one_token_request_ends_in_the_prefill_pool():
+    result = run([Request(0, 0.0, 100, 1)])
+    r = result.requests.iloc[0]
+    assert r["finish_reason"] == "completed"
+    assert r["completion_s"] == pytest.approx(0.020)
+    assert r["first_token_s"] == pytest.approx(0.020)
+    assert np.isnan(r["kv_transfer_start_s"])
+    assert r["replica_id"] == -1
+
+
+def test_request_the_decode_pool_can_never_hold_is_a_counted_rejection():
+    """4 blocks of 16 = 64 tokens of KV: a 100-token prompt can never be decoded there; it is
+    rejected at arrival (no prefill spent), the other request completes."""
+    result = run([Request(0, 0.0, 100, 5), Request(1, 0.0, 20, 5)], decode=pool(num_gpu_blocks=4))
+    r = result.requests.set_index("request_id")
+    assert r.loc[0, "finish_reason"] == "rejected_kv_capacity"
+    assert r.loc[1, "finish_reason"] == "completed"
+    assert result.summary["rejected"] == 1
+    assert (result.steps[result.steps["replica_id"] == 0]["num_prefill_tokens"] == 20).all()
+
+
+def test_prompt_the_prefill_pool_can_never_hold_is_a_counted_rejection():
+    result = run([Request(0, 0.0, 100, 5)], prefill=pool(num_gpu_blocks=4))
+    assert result.requests.iloc[0]["finish_reason"] == "rejected_kv_capacity"
+    assert result.summary["rejected"] == 1
+
+
+def test_without_token_times_the_first_gap_is_in_the_tbt_sketch():
+    """TBT samples: A 0.1121 (transfer and first decode) and 0.0101; B 0.2841. The sketch is within 0.1 %."""
+    kept = run(TWO).summary
+    sketched = run(TWO, keep_token_times=False).summary
+    assert kept["tbt_s_mean"] == pytest.approx((0.1121 + 0.0101 + 0.2841) / 3)
+    assert kept["tbt_s_p50"] == pytest.approx(0.1121)
+    assert sketched["tbt_s_p50"] == pytest.approx(kept["tbt_s_p50"], rel=1e-3)
+    assert sketched["tbt_s_mean"] == pytest.approx(kept["tbt_s_mean"], rel=1e-9)
+    assert sketched["tpot_s_mean"] == pytest.approx(kept["tpot_s_mean"])
+
+
+@pytest.mark.parametrize("bandwidth", [0.0, -1.0, float("inf"), float("nan")])
+def test_link_bandwidth_must_be_positive(bandwidth):
+    with pytest.raises(ValueError, match="bandwidth"):
+        KvLink(bandwidth)
+
+
+def test_pool_needs_replicas():
+    with pytest.raises(ValueError, match="at least one replica"):
+        Pool([], StepPricer(LinearCost()))
