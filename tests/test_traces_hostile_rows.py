@@ -57,9 +57,10 @@ def test_a_4301_digit_timestamp_is_too_large_and_a_huge_integer_elsewhere_is_ign
             '{"timestamp": ' + HUGE + ', "input_length": 10, "output_length": 5}',
             '{"timestamp": 7, "input_length": 20, "output_length": 5, "hash_ids": [1, ' + HUGE + "]}"]
     result = read_trace(write(tmp_path, "\n".join(rows) + "\n"))
-    assert result.rejected_rows == {"arrival too large": [2]}
-    # hash_ids that are not all integers only feed prefix caching: dropped, the row loads.
-    assert [(r.arrival_s, r.prompt_tokens, r.prefix_hash_ids) for r in result.requests] == [(0.0, 10, ()), (0.007, 20, ())]
+    # hash_ids that are not all integers (the huge one stays text) are a row error (issue 16:
+    # prefix caching reads them), counted, not silently dropped.
+    assert result.rejected_rows == {"arrival too large": [2], "malformed line": [3]}
+    assert [(r.arrival_s, r.prompt_tokens, r.prefix_hash_ids) for r in result.requests] == [(0.0, 10, ())]
 
 
 def test_a_4301_digit_csv_field_is_too_large_not_non_numeric(tmp_path):
