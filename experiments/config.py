@@ -311,10 +311,10 @@ class SessionsTrace(ClosedLoopTrace):
     clients x turns. Or `path:` a CSV of turns (`session_id,turn,user_tokens,output_tokens`,
     traces.sessions.read_sessions), which then gives the conversations and their lengths."""
 
-    kind: Literal["sessions"]  # type: ignore[assignment]
-    clients: int | None = Field(default=None, ge=1)  # type: ignore[assignment]
-    turns: int | None = Field(default=None, ge=1)
-    path: str | None = None
+    kind: Literal["sessions"]
+    clients: _Requests | None = None  # conversations (with path: the file's)
+    turns: int | None = Field(default=None, ge=1, le=10**6)  # turns per conversation (with path: the file's)
+    path: str | None = None  # a CSV of turns: session_id,turn,user_tokens,output_tokens
     shared_prefix_tokens: int = Field(default=0, ge=0)
     num_prefixes: int = Field(default=1, ge=1)
 
