@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.records import RequestRecords, requests_table
-from simulator.records_percentiles import streamed_percentiles
+from simulator.records_percentiles import streamed_percentiles_of
 from simulator.records_sketch import GapSketch, gaps_of_flat
 from simulator.scheduler import COMPLETED, FINISH_REASONS, FinishedRequest
 from simulator.step_log import StepStats
@@ -209,23 +209,22 @@ def _gap_stats(token_times: pd.Series, mask: np.ndarray, num_tokens: int) -> dic
     """tbt_s_* and itl_s_* of the requests `mask` selects, from their token times."""
     rows = np.flatnonzero(mask)
 
-    def chunks(which: int):
-        def generate():
-            for b0 in range(0, rows.size, _GAP_CHUNK_REQUESTS):
-                lists = token_times.iloc[rows[b0:b0 + _GAP_CHUNK_REQUESTS]].tolist()
-                lengths = np.fromiter(map(len, lists), np.int64, len(lists))
-                flat = np.concatenate([np.asarray(t, dtype=np.float64) for t in lists]) if lists else np.zeros(0)
-                yield gaps_of_flat(flat, lengths)[which]
-        return generate
+    def chunks():
+        for b0 in range(0, rows.size, _GAP_CHUNK_REQUESTS):
+            lists = token_times.iloc[rows[b0:b0 + _GAP_CHUNK_REQUESTS]].tolist()
+            lengths = np.fromiter(map(len, lists), np.int64, len(lists))
+            flat = np.concatenate([np.asarray(t, dtype=np.float64) for t in lists]) if lists else np.zeros(0)
+            tbt, _, itl = gaps_of_flat(flat, lengths)
+            yield tbt, itl
 
     out: dict[str, float] = {}
-    for name, which in (("tbt_s", 0), ("itl_s", 2)):
-        if num_tokens <= _IN_MEMORY_TOKENS:
-            parts = list(chunks(which)())
-            out.update(percentile_stats(name, np.concatenate(parts) if parts else np.zeros(0)))
-        else:
-            _, mean, values = streamed_percentiles(chunks(which), PERCENTILES)
-            out.update(_stats_dict(name, mean, values))
+    if num_tokens <= _IN_MEMORY_TOKENS:
+        parts = list(chunks())
+        for name, which in (("tbt_s", 0), ("itl_s", 1)):
+            out.update(percentile_stats(name, np.concatenate([p[which] for p in parts]) if parts else np.zeros(0)))
+        return out
+    for name, (_, mean, values) in zip(("tbt_s", "itl_s"), streamed_percentiles_of(chunks, 2, PERCENTILES)):
+        out.update(_stats_dict(name, mean, values))
     return out
 
 
