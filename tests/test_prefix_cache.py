@@ -260,3 +260,27 @@ def test_mooncake_hash_ids_that_are_not_integer_lists_are_counted_row_errors(tmp
     assert loaded.rejected_rows == {"malformed line": [2, 3, 5]}
     with pytest.raises(TraceFormatError, match="row 2 .*expected hash_ids as a list of integers"):
         read_trace(path, format="mooncake", strict=True)
+
+
+def test_vllm_v1_priority_victim_scheduled_earlier_in_the_step_is_taken_out_of_it():
+    # Blocks of 4, a pool of 4. A (priority 1, prompt 4) runs first; B (priority 0, prompt 8)
+    # arrives later and is admitted behind it in `running` (vLLM appends): step 2 holds A's 2
+    # blocks and B's 2. Step 3: A's decode (token 5) fits its block, B's (token 8) needs a new
+    # one and none is free: the victim is max (priority, arrival) = A, already scheduled in this
+    # step, so it is taken out (budget back, blocks freed) and B runs alone. Under FCFS the
+    # victim is the tail of running, B itself, and A runs alone.
+    a = Request(0, 0.0, 4, 10, priority=1)
+    b = Request(1, 0.005, 8, 4, priority=0)
+    for policy, step3, victim in (("priority", [(1, 1, 8)], (0,)), ("fcfs", [(0, 1, 5)], (1,))):
+        scheduler = v1(num_gpu_blocks=4, block_size=4, policy=policy, max_num_seqs=4, chunk_size=16)
+        scheduler.add_request(a)
+        plans, now = [], 0.0
+        while len(plans) < 3:
+            if len(plans) == 1:
+                scheduler.add_request(b)
+            plan = scheduler.schedule(now)
+            plans.append(plan)
+            now += 0.01
+            scheduler.complete_step(plan, StepOutcome.without_speculation(plan), now)
+        assert cols(plans[0]) == [(0, 4, 0)] and cols(plans[1]) == [(0, 1, 4), (1, 8, 0)]
+        assert cols(plans[2]) == step3 and plans[2].preempted_ids == victim, policy
