@@ -202,7 +202,7 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame | StepStats, num_gpu_b
 
 # Token times of the measured requests up to which TBT/ITL samples are held at once (and
 # percentiles taken by numpy on them); beyond, they are streamed (same values, bounded memory).
-_IN_MEMORY_TOKENS = 1 << 24
+_IN_MEMORY_TOKENS = 1 << 22
 
 
 def _gap_stats(token_times: pd.Series, mask: np.ndarray, num_tokens: int) -> dict[str, float]:
@@ -219,9 +219,14 @@ def _gap_stats(token_times: pd.Series, mask: np.ndarray, num_tokens: int) -> dic
 
     out: dict[str, float] = {}
     if num_tokens <= _IN_MEMORY_TOKENS:
-        parts = list(chunks())
-        for name, which in (("tbt_s", 0), ("itl_s", 1)):
-            out.update(percentile_stats(name, np.concatenate([p[which] for p in parts]) if parts else np.zeros(0)))
+        tbt_parts, itl_parts = [], []
+        for tbt, itl in chunks():
+            tbt_parts.append(tbt)
+            itl_parts.append(itl)
+        for name, parts in (("tbt_s", tbt_parts), ("itl_s", itl_parts)):
+            values = np.concatenate(parts) if parts else np.zeros(0)
+            parts.clear()  # one copy of the samples at a time
+            out.update(percentile_stats(name, values))
         return out
     for name, (_, mean, values) in zip(("tbt_s", "itl_s"), streamed_percentiles_of(chunks, 2, PERCENTILES)):
         out.update(_stats_dict(name, mean, values))
