@@ -400,6 +400,13 @@ class EngineConfig(_Strict):
     pipeline_parallel_size: int = Field(default=1, ge=1)
     replicas: int = Field(default=1, ge=1, le=_MAX_REPLICAS)
     router: Literal["round_robin", "least_outstanding", "random"] = "round_robin"
+    # vLLM's --data-parallel-size and --enable-expert-parallel (simulator/data_parallel.py,
+    # profiler/moe_cost.py); expert_routing_skew: power-law exponent of expert popularity (0: uniform);
+    # num_gpus: optional check that data_parallel_size × tensor_parallel_size × pipeline_parallel_size match it.
+    data_parallel_size: int = Field(default=1, ge=1, le=1024)
+    enable_expert_parallel: bool = False
+    expert_routing_skew: float = Field(default=0.0, ge=0, le=4)
+    num_gpus: int | None = Field(default=None, ge=1)
     preemption: Literal["recompute", "swap"] = "recompute"
     policy: Literal["fcfs", "priority"] = "fcfs"
     split_n: int = Field(default=0, ge=0, le=64)
@@ -575,6 +582,7 @@ class SweepConfig(_Strict):
         if e.pipeline_parallel_size > model.num_layers:
             raise ValueError(f"engine.pipeline_parallel_size ({e.pipeline_parallel_size}) exceeds "
                              f"{model.name}'s {model.num_layers} layers")
+        _check_parallel_layout(e, model)
         if e.num_gpu_blocks is not None:
             _check_kv_pool_override(e, model, device)
         if e.split_n and isinstance(e.acceptance, AcceptanceFile):
@@ -1075,9 +1083,12 @@ def describe_point(point: SweepConfig) -> str:
         parts.append(f"N={e.split_n}")
         if isinstance(e.draft, DraftModel):
             parts.append(f"draft={e.draft.model}")
-    for key, short in (("tensor_parallel_size", "tp"), ("pipeline_parallel_size", "pp"), ("replicas", "x")):
+    for key, short in (("tensor_parallel_size", "tp"), ("pipeline_parallel_size", "pp"), ("replicas", "x"),
+                       ("data_parallel_size", "dp")):
         if getattr(e, key) > 1:
             parts.append(f"{short}={getattr(e, key)}")
+    if e.enable_expert_parallel:
+        parts.append(f"ep={e.data_parallel_size * e.tensor_parallel_size}")
     if e.replicas > 1:
         parts.append(e.router)
     if e.policy != "fcfs":
@@ -1092,7 +1103,41 @@ def describe_point(point: SweepConfig) -> str:
 # Settings `describe_point` already names (or that never tell points apart).
 _LABELLED_KEYS = {"name", "variants", *(f"engine.{k}" for k in (
     "scheduler", "chunk_size", "max_num_batched_tokens", "split_n", "draft", "draft.model", "tensor_parallel_size",
-    "pipeline_parallel_size", "replicas", "router", "policy", "preemption")), "trace.burstiness"}
+    "pipeline_parallel_size", "replicas", "router", "policy", "preemption", "data_parallel_size",
+    "enable_expert_parallel")), "trace.burstiness"}
+
+
+def _check_parallel_layout(e: EngineConfig, model) -> None:
+    """Data / expert parallel settings the simulator can model (simulator/data_parallel.py).
+
+    Raises:
+        ValueError: num_gpus not DP × TP × PP; expert parallelism or routing skew on a dense model;
+            an EP degree that does not divide the experts (`profiler.moe_cost.MoELayout`); DP with
+            pipeline parallelism or replicas (not modelled). Each names the key and what is valid.
+    """
+    gpus = e.data_parallel_size * e.tensor_parallel_size * e.pipeline_parallel_size
+    if e.num_gpus is not None and e.num_gpus != gpus:
+        raise ValueError(f"engine.num_gpus is {e.num_gpus} but data_parallel_size × tensor_parallel_size × "
+                         f"pipeline_parallel_size = {e.data_parallel_size} × {e.tensor_parallel_size} × "
+                         f"{e.pipeline_parallel_size} = {gpus}; make them match")
+    if model.moe is None:
+        for key, value in (("enable_expert_parallel", e.enable_expert_parallel), ("expert_routing_skew", e.expert_routing_skew)):
+            if value:
+                raise ValueError(f"engine.{key}: {model.name} is a dense model (no experts); only a mixture of "
+                                 "experts reads it")
+    else:
+        from profiler.moe_cost import MoELayout
+
+        MoELayout(model.moe, e.tensor_parallel_size, e.data_parallel_size, e.enable_expert_parallel)
+    if e.data_parallel_size > 1 and e.pipeline_parallel_size > 1:
+        raise ValueError("engine.data_parallel_size > 1 with pipeline_parallel_size > 1 is not modelled; "
+                         "set one of them to 1")
+    if e.data_parallel_size > 1 and model.moe is not None and (e.preemption == "swap" or isinstance(e.draft, DraftModel)):
+        raise ValueError("engine.data_parallel_size > 1 of a mixture of experts with preemption: swap or a draft model "
+                         "is not modelled; use preemption: recompute and draft: ngram")
+    if e.data_parallel_size > 1 and e.replicas > 1:
+        raise ValueError("engine.data_parallel_size > 1 with replicas > 1 is not modelled; use one data-parallel "
+                         "group (replicas: 1)")
 
 
 def point_labels(points: list[SweepConfig]) -> list[str]:

@@ -34,7 +34,7 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
         gpu_memory_utilization=e.gpu_memory_utilization, block_size=e.block_size,
         max_num_batched_tokens=budget, tensor_parallel_size=e.tensor_parallel_size,
         dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=DTYPE_BYTES[e.kv_cache_dtype],
-        max_num_seqs=e.max_num_seqs)
+        max_num_seqs=e.max_num_seqs, data_parallel_size=e.data_parallel_size)
     num_blocks = e.num_gpu_blocks or fitting_blocks
     chunked = e.scheduler in CHUNKING_SCHEDULERS
     return SchedulerConfig(
@@ -48,8 +48,9 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
 
 
 def build_schedulers(point: SweepConfig, config: SchedulerConfig) -> list[Scheduler]:
-    """One scheduler (with its own KV pool) per replica."""
-    return [make_scheduler(point.engine.scheduler, config) for _ in range(point.engine.replicas)]
+    """One scheduler (with its own KV pool) per replica, or per DP rank (`data_parallel_size`)."""
+    count = point.engine.data_parallel_size if point.engine.data_parallel_size > 1 else point.engine.replicas
+    return [make_scheduler(point.engine.scheduler, config) for _ in range(count)]
 
 
 def build_pricer(point: SweepConfig, cost_model: CostModel) -> StepPricer:

@@ -98,7 +98,7 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0)
     result = simulate(requests, build_schedulers(point, sched_config), build_pricer(point, cost_model),
                       outcome_fn=build_outcome_fn(point), router=point.engine.router, seed=point.engine.seed,
                       trim_fraction=trim_fraction, keep_token_times=point.output.token_times,
-                      keep_steps=point.output.steps)
+                      keep_steps=point.output.steps, data_parallel=point.engine.data_parallel_size > 1)
 
     row = {"point_id": point_id, "label": describe_point(point), "model": point.model,
            "device": get_device_spec(point.device).name}  # a file or inline device by its name

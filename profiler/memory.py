@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 from profiler.device_spec import DeviceSpec
 from profiler.model_spec import ModelSpec
+from profiler.moe_memory import moe_forward_peak_bytes, weight_params_per_rank
 
 GIB = 2**30
 
@@ -133,17 +134,22 @@ def cuda_total_memory_bytes(device: DeviceSpec) -> int:
     return int(CUDA_TOTAL_MEMORY_GIB.get(device.name, device.memory_gib) * GIB)
 
 
-def weights_memory_bytes(model: ModelSpec, tensor_parallel_size: int = 1, dtype_bytes: int = 2) -> int:
+def weights_memory_bytes(model: ModelSpec, tensor_parallel_size: int = 1, dtype_bytes: int = 2,
+                         data_parallel_size: int = 1) -> int:
     """What vLLM's "Model loading took" counts on one rank (bytes): the parameters at
     `dtype_bytes`, split over tp (norms are replicated: < 1 MB, not counted), plus the rotary
     cos/sin cache, max_position_embeddings × head_dim in the activation dtype, held once per rank
-    (`vllm/model_executor/layers/rotary_embedding/base.py`, `cos_sin_cache`)."""
+    (`vllm/model_executor/layers/rotary_embedding/base.py`, `cos_sin_cache`). A mixture of
+    experts holds its total (not active) weights, the routed experts over DP × TP GPUs
+    (`profiler.moe_memory.weight_params_per_rank`)."""
     rotary = model.max_model_len * model.head_dim * _ACTIVATION_BYTES
+    if model.moe is not None:
+        return weight_params_per_rank(model, tensor_parallel_size, data_parallel_size) * dtype_bytes + rotary
     return model.weight_bytes(dtype_bytes) // tensor_parallel_size + rotary
 
 
 def profile_run_peak_bytes(model: ModelSpec, device: DeviceSpec, max_num_batched_tokens: int,
-                           max_num_seqs: int, tensor_parallel_size: int = 1) -> int:
+                           max_num_seqs: int, tensor_parallel_size: int = 1, data_parallel_size: int = 1) -> int:
     """`torch_peak_increase` of vLLM 0.19's profile run on one rank (bytes): max(forward,
     sampler) + `WORKSPACE_BYTES`, each term as the module docstring derives it.
 
@@ -154,6 +160,8 @@ def profile_run_peak_bytes(model: ModelSpec, device: DeviceSpec, max_num_batched
     tokens, hidden, vocab = max_num_batched_tokens, model.hidden_size, model.vocab_size
     rows = min(tokens, max_num_seqs)
     forward = tokens * _ACTIVATION_BYTES * (3 * model.intermediate_size // tensor_parallel_size + 4 * hidden)
+    if model.moe is not None:  # the fused-MoE buffers instead of the MLP's (profiler/moe_memory.py)
+        forward = moe_forward_peak_bytes(model, tokens, tensor_parallel_size, data_parallel_size)
     logits = rows * vocab * (_ACTIVATION_BYTES + 3 * _FP32_BYTES)
     if rows >= _TRITON_MIN_ROWS:
         sms = NUM_SMS.get(device.name, _DEFAULT_NUM_SMS)
@@ -185,6 +193,7 @@ def vllm_kv_pool(
     tensor_parallel_size: int = 1,
     dtype_bytes: int = 2,
     kv_dtype_bytes: int = 2,
+    data_parallel_size: int = 1,
 ) -> KVPoolBreakdown:
     """One rank's KV pool as vLLM 0.19 computes it (module docstring), every term kept.
 
@@ -195,6 +204,8 @@ def vllm_kv_pool(
         max_num_batched_tokens, max_num_seqs: the scheduler limits the profile run is shaped by.
         dtype_bytes: weight bytes per parameter (2 bf16, 1 fp8).
         kv_dtype_bytes: KV-cache bytes per element.
+        data_parallel_size: DP ranks of a mixture of experts (its experts are split over DP × TP
+            GPUs: `profiler.moe_memory`); no effect on a dense model.
 
     Returns:
         The breakdown; `num_blocks` is 0 (and `available_bytes` may be negative) when nothing fits.
@@ -204,8 +215,8 @@ def vllm_kv_pool(
     """
     tp = tensor_parallel_size
     requested = math.ceil(cuda_total_memory_bytes(device) * gpu_memory_utilization)
-    weights = weights_memory_bytes(model, tp, dtype_bytes)
-    activation = profile_run_peak_bytes(model, device, max_num_batched_tokens, max_num_seqs, tp)
+    weights = weights_memory_bytes(model, tp, dtype_bytes, data_parallel_size)
+    activation = profile_run_peak_bytes(model, device, max_num_batched_tokens, max_num_seqs, tp, data_parallel_size)
     non_torch = non_torch_increase_bytes(device, tp)
     cudagraph = 0  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 in 0.19 (module docstring)
     available = requested - weights - activation - non_torch - cudagraph
@@ -227,6 +238,7 @@ def kv_pool_blocks(
     dtype_bytes: int = 2,
     kv_dtype_bytes: int = 2,
     max_num_seqs: int = 128,
+    data_parallel_size: int = 1,
 ) -> int:
     """KV-cache blocks of `block_size` tokens that fit on each GPU: `vllm_kv_pool(...).num_blocks`.
 
@@ -247,7 +259,7 @@ def kv_pool_blocks(
     pool = vllm_kv_pool(model, device, gpu_memory_utilization=gpu_memory_utilization,
                         block_size=block_size, max_num_batched_tokens=max_num_batched_tokens,
                         max_num_seqs=max_num_seqs, tensor_parallel_size=tensor_parallel_size,
-                        dtype_bytes=dtype_bytes, kv_dtype_bytes=kv_dtype_bytes)
+                        dtype_bytes=dtype_bytes, kv_dtype_bytes=kv_dtype_bytes, data_parallel_size=data_parallel_size)
     if pool.num_blocks < 1:
         raise ValueError(
             f"{model.name} does not fit on {device.name} with tensor_parallel_size={tensor_parallel_size}: "

@@ -1,7 +1,354 @@
-"""Pricing mixture-of-experts models (issue 18): not wired yet, so an MoE point is refused."""
+"""Pricing mixture-of-experts models: the MoE block of every layer on top of a dense cost model of
+the rest, under tensor, expert and data parallelism (issue 18).
+
+A step of an MoE model is, per layer (vLLM `Qwen3MoeDecoderLayer` / `MixtralDecoderLayer`,
+`vllm/model_executor/models/{qwen3_moe,mixtral}.py`): the attention block, priced by the dense
+cost model (`RooflineCostModel` or `MeasuredCostModel`: for an MoE `ModelSpec` they price
+`qkv_proj`, `o_proj`, attention and the element-wise kernels, not an MLP), then the sparse block,
+priced here (`MoEBlockCost`):
+
+- the router: a GEMM of T × hidden × num_experts and its top-k softmax (one element-wise kernel
+  over T × num_experts fp32 logits);
+- the experts (vLLM `FusedMoE`, `fused_experts`): from AIConfigurator's measured `moe` table at the
+  model's (hidden, width, top-k, experts), the MoE TP and EP degrees and the routing distribution,
+  interpolated log-log over the tokens entering the layer and roofline-scaled past its ends; on a
+  device without that table, the roofline: the weights of the experts the routing activates on the
+  rank (`MoESpec.expected_active_experts`) and 2 FLOPs per weight per local token–expert pair;
+- Qwen2-MoE's shared expert: two dense GEMMs (gate_up, down) at the MoE TP degree.
+
+Parallel layout (vLLM `FusedMoEParallelConfig.make`, vllm/model_executor/layers/fused_moe/config.py):
+the MoE layers span all DP × TP GPUs. With `enable_expert_parallel` the experts are split over
+EP = DP × TP ranks (MoE TP 1); without it each expert's width is split over DP × TP (EP 1). With
+data parallelism every rank's MoE layer processes the tokens of all DP ranks: vLLM's default
+all2all backend `allgather_reducescatter` (`ParallelConfig.all2all_backend`,
+vllm/config/parallel.py; `AgRsAll2AllManager`, vllm/distributed/device_communicators/all2all.py)
+all-gathers the hidden states before the experts and reduce-scatters their output after. The two
+together move the bytes of one ring all-reduce of the gathered tokens (an all-reduce is a
+reduce-scatter then an all-gather: Patarasuk & Yuan, JPDC 2009), so they are priced as one
+all-reduce of T_dp × hidden × 2 bytes over DP × TP GPUs, from the device's measured all-reduce
+table (graph mode when the step runs in a CUDA graph) or the link model.
+
+The tokens T_dp entering each rank's MoE layer (vllm/v1/worker/dp_utils.py
+`_synchronize_dp_ranks`): when every rank runs the step in a CUDA graph (its tokens ≤ the largest
+capture size), vLLM pads every rank to the largest rank's count, T_dp = DP × max_i T_i; otherwise
+(any rank eager) there is no padding, T_dp = Σ_i T_i.
+
+Expert skew (`expert_routing_skew`, a power-law exponent; 0 = uniform routing, the default): the
+measured tables hold AIConfigurator's `balanced`, `power_law_1.01` and `power_law_1.2` routings,
+so with a table the skew must be one of 0, 1.01, 1.2; the roofline takes expert i's popularity
+∝ (i + 1)^−skew with the hottest experts on one rank (vLLM's default linear placement puts
+experts [r·E/EP, (r+1)·E/EP) on rank r) and prices the busiest rank, which every other rank waits
+for at the combine.
+"""
 from __future__ import annotations
 
+import math
+from typing import Callable
 
-def build_moe_cost_model(point, model, device):
-    """Raises ValueError: mixture-of-experts pricing is not available yet (naming the model)."""
-    raise ValueError(f"model {model.name!r}: pricing mixture-of-experts models is not available yet")
+import numpy as np
+
+from profiler.device_spec import DeviceSpec
+from profiler.model_spec import ModelSpec
+from profiler.moe import MoESpec
+from profiler.roofline import gemm_time_s, ring_all_reduce_time_s
+
+MEASURED_SKEWS = {0.0: "balanced", 1.01: "power_law_1.01", 1.2: "power_law_1.2"}
+_FP32_BYTES = 4
+
+Curve = Callable[[float], tuple[float, bool]]
+
+
+class MoELayout:
+    """How an MoE model's layers are split over DP × TP GPUs (module docstring).
+
+    Attributes:
+        moe_tp: ranks each expert's width is split over; moe_ep: ranks the experts are split over;
+        experts_per_rank: routed experts each rank holds.
+
+    Raises:
+        ValueError: the EP degree does not divide the experts, or the MoE TP degree does not
+            divide the expert width (messages name the engine key and what would be valid).
+    """
+
+    def __init__(self, moe: MoESpec, tensor_parallel_size: int = 1, data_parallel_size: int = 1,
+                 enable_expert_parallel: bool = False):
+        gpus = tensor_parallel_size * data_parallel_size
+        self.data_parallel_size = data_parallel_size
+        self.moe_ep = gpus if enable_expert_parallel else 1
+        self.moe_tp = 1 if enable_expert_parallel else gpus
+        self.experts_per_rank = moe.experts_per_rank(
+            self.moe_ep, key=f"engine.enable_expert_parallel: expert parallel size (data_parallel_size × "
+                             f"tensor_parallel_size = {data_parallel_size} × {tensor_parallel_size})")
+        if moe.expert_intermediate_size % self.moe_tp or moe.shared_expert_intermediate_size % self.moe_tp:
+            raise ValueError(f"engine.tensor_parallel_size × data_parallel_size = {gpus} (the MoE tensor-parallel "
+                             f"degree without enable_expert_parallel) must divide the expert width "
+                             f"{moe.expert_intermediate_size}; set engine.enable_expert_parallel: true or another degree")
+
+
+def dp_moe_tokens(tokens_per_rank: list[int], cuda_graph_max_tokens: int) -> int:
+    """Tokens entering each rank's MoE layer in a data-parallel step (module docstring): DP × the
+    largest rank's tokens when every rank is within the CUDA-graph sizes, else their sum."""
+    if max(tokens_per_rank) <= cuda_graph_max_tokens:
+        return len(tokens_per_rank) * max(tokens_per_rank)
+    return sum(tokens_per_rank)
+
+
+class MoEBlockCost:
+    """Seconds of one layer's sparse block on the busiest rank, by the tokens entering it.
+
+    Args:
+        model: an MoE model (`model.moe` set).
+        device: its figures (roofline parts).
+        layout: the `MoELayout`.
+        expert_routing_skew: 0 (uniform) or a power-law exponent (module docstring).
+        moe_table: the device's measured `moe` table (`profiler.measured.tables`), or None.
+        gemm_s: t(m, n, k) of one bf16 GEMM on the device (the dense cost model's), for the router
+            and the shared expert.
+        dtype_bytes: weight bytes per element.
+        flops_efficiency, bandwidth_efficiency, kernel_latency_s: the roofline's terms.
+        source_label: names the table's source in `describe()`.
+
+    Raises:
+        ValueError: a skew the table has no routing for (naming `engine.expert_routing_skew` and
+            the valid values), or no table rows at the model's shape when one is given elsewhere.
+    """
+
+    def __init__(self, model: ModelSpec, device: DeviceSpec, layout: MoELayout, expert_routing_skew: float = 0.0,
+                 moe_table=None, gemm_s: Callable[[float, float, float], float] | None = None,
+                 dtype_bytes: int = 2, flops_efficiency: float = 0.7, bandwidth_efficiency: float = 0.8,
+                 kernel_latency_s: float = 3e-6, source_label: str = "measured"):
+        assert model.moe is not None
+        self.model, self.moe, self.device, self.layout = model, model.moe, device, layout
+        self.skew = float(expert_routing_skew)
+        self.dtype_bytes = dtype_bytes
+        self.flops_efficiency, self.bandwidth_efficiency = flops_efficiency, bandwidth_efficiency
+        self.kernel_latency_s = kernel_latency_s
+        self.gemm_s = gemm_s or (lambda m, n, k: gemm_time_s(m, n, k, device, dtype_bytes, flops_efficiency,
+                                                             bandwidth_efficiency, kernel_latency_s))
+        self.out_of_grid = 0
+        self._experts, self.experts_source = self._experts_curve(moe_table, source_label)
+        self._cache: dict[int, float] = {}
+
+    def _experts_curve(self, table, label: str) -> tuple[Curve, str]:
+        moe, lay = self.moe, self.layout
+        if table is not None:
+            distribution = _distribution(self.skew)
+            rows = table[(table["hidden_size"] == self.model.hidden_size)
+                         & (table["inter_size"] == moe.expert_intermediate_size) & (table["topk"] == moe.num_experts_per_tok)
+                         & (table["num_experts"] == moe.num_experts) & (table["moe_tp_size"] == lay.moe_tp)
+                         & (table["moe_ep_size"] == lay.moe_ep) & (table["distribution"] == distribution)]
+            if len(rows) >= 2:
+                rows = rows.sort_values("num_tokens")
+                x = np.log(rows["num_tokens"].to_numpy(dtype=np.float64))
+                y = np.log(rows["time_s"].to_numpy(dtype=np.float64))
+                lo, hi = float(rows["num_tokens"].iloc[0]), float(rows["num_tokens"].iloc[-1])
+
+                def curve(tokens: float) -> tuple[float, bool]:
+                    if lo <= tokens <= hi:
+                        return float(np.exp(np.interp(math.log(tokens), x, y))), False
+                    edge = lo if tokens < lo else hi
+                    t_edge = float(np.exp(np.interp(math.log(edge), x, y)))
+                    return t_edge * self._experts_roofline_s(tokens) / self._experts_roofline_s(edge), True
+                return curve, (f"{label}: moe (hidden {self.model.hidden_size}, width {moe.expert_intermediate_size}, "
+                               f"top-{moe.num_experts_per_tok} of {moe.num_experts}, moe_tp {lay.moe_tp}, "
+                               f"moe_ep {lay.moe_ep}, {distribution})")
+        return (lambda tokens: (self._experts_roofline_s(tokens), False)), "roofline (active experts' weights)"
+
+    def _rank_load(self, tokens: float) -> tuple[float, float]:
+        """(token–expert pairs, expected active experts) on the busiest rank for `tokens` tokens."""
+        moe, lay = self.moe, self.layout
+        pairs = tokens * moe.num_experts_per_tok
+        if self.skew == 0.0:
+            return pairs / lay.moe_ep, moe.expected_active_experts(tokens, lay.experts_per_rank)
+        popularity = np.arange(1, moe.num_experts + 1, dtype=np.float64) ** -self.skew
+        popularity /= popularity.sum()
+        hottest = popularity[:lay.experts_per_rank]  # linear placement: the hottest experts on rank 0
+        return pairs * float(hottest.sum()), float(np.sum(1.0 - np.exp(-pairs * hottest)))
+
+    def _experts_roofline_s(self, tokens: float) -> float:
+        """The experts of one layer on the busiest rank, on the roofline."""
+        moe, lay = self.moe, self.layout
+        pairs, active = self._rank_load(tokens)
+        width = moe.expert_intermediate_size / lay.moe_tp
+        values = 3 * self.model.hidden_size * width
+        flops = 2.0 * pairs * values
+        num_bytes = (active * values + pairs * (2 * self.model.hidden_size + 3 * width)) * self.dtype_bytes
+        return (max(flops / (self.device.peak_bf16_flops * self.flops_efficiency),
+                    num_bytes / (self.device.mem_bandwidth_bytes_per_s * self.bandwidth_efficiency))
+                + 3 * self.kernel_latency_s)  # two grouped GEMMs and SiLU·mul
+
+    def layer_s(self, tokens: int) -> float:
+        """One layer's sparse block for `tokens` tokens entering it (router, top-k, experts,
+        shared expert), seconds; cached per count."""
+        cached = self._cache.get(tokens)
+        if cached is not None:
+            return cached
+        moe, hidden = self.moe, self.model.hidden_size
+        router_s = self.gemm_s(tokens, moe.num_experts, hidden)
+        topk_s = 2.0 * tokens * moe.num_experts * _FP32_BYTES / (
+            self.device.mem_bandwidth_bytes_per_s * self.bandwidth_efficiency) + self.kernel_latency_s
+        experts_s, out = self._experts(float(tokens))
+        self.out_of_grid += out
+        shared_s = 0.0
+        if moe.shared_expert_intermediate_size:
+            width = moe.shared_expert_intermediate_size // self.layout.moe_tp
+            shared_s = self.gemm_s(tokens, 2 * width, hidden) + self.gemm_s(tokens, hidden, width) + self.gemm_s(tokens, 1, hidden)
+        cached = self._cache[tokens] = router_s + topk_s + experts_s + shared_s
+        return cached
+
+
+def _distribution(skew: float) -> str:
+    for value, name in MEASURED_SKEWS.items():
+        if math.isclose(skew, value):
+            return name
+    raise ValueError(f"engine.expert_routing_skew {skew:g}: the measured MoE tables hold the routings "
+                     f"{', '.join(f'{v:g} ({n})' for v, n in MEASURED_SKEWS.items())}; choose one of them, "
+                     "or cost_model: roofline for another exponent")
+
+
+class MoECostModel:
+    """A dense cost model of an MoE model's non-expert parts plus every layer's `MoEBlockCost`.
+
+    Implements `CostModel.predict_step_s` for one engine (data_parallel_size 1: the MoE layers see
+    the step's own tokens; with TP the base model's all-reduces already combine them). A
+    data-parallel group prices a step with `dp_step_s` (simulator/data_parallel.py).
+
+    Args:
+        base: the dense cost model of the same `ModelSpec` at the TP degree.
+        block: the `MoEBlockCost`.
+        dispatch_s: t(bytes) of the all-gather + reduce-scatter pair of one MoE layer, by CUDA-graph
+            mode: {"graph": curve, "eager": curve} (curves return (seconds, out of grid)); None at DP 1.
+        cuda_graph_max_tokens: the largest CUDA-graph capture size (DP padding, graph vs eager).
+        dispatch_source: where `dispatch_s` comes from, for `describe()`.
+    """
+
+    def __init__(self, base, block: MoEBlockCost, dispatch_s: dict[str, Curve] | None = None,
+                 cuda_graph_max_tokens: int = 512, dispatch_source: str = ""):
+        self.base, self.block, self.model = base, block, block.model
+        self.dispatch_s = dispatch_s
+        self.cuda_graph_max_tokens = cuda_graph_max_tokens
+        self.dispatch_source = dispatch_source
+        self.num_predictions = 0
+        self.out_of_range = getattr(base, "out_of_range", None)
+
+    def moe_step_s(self, tokens: int, data_parallel: bool = False) -> float:
+        """All layers' sparse blocks for `tokens` tokens entering each rank's MoE layers, plus the
+        dispatch and combine of a data-parallel step; seconds."""
+        layer_s = self.block.layer_s(tokens)
+        if data_parallel and self.dispatch_s is not None:
+            mode = "graph" if tokens <= self.cuda_graph_max_tokens * self.block.layout.data_parallel_size else "eager"
+            layer_s += self.dispatch_s[mode](tokens * self.model.hidden_size * 2.0)[0]
+        return self.model.num_layers * layer_s
+
+    def predict_step_s(self, query_tokens, context_tokens, is_prefill) -> float:
+        """Duration (s) of one step of one engine (no data parallelism); 0.0 for an empty batch."""
+        dense_s = self.base.predict_step_s(query_tokens, context_tokens, is_prefill)
+        if not len(query_tokens):
+            return dense_s
+        self.num_predictions += 1
+        return dense_s + self.moe_step_s(int(sum(query_tokens)))
+
+    def dp_step_s(self, batches: list[tuple[list, list, list]]) -> float:
+        """One synchronised step of a data-parallel group (module docstring): each rank's dense
+        part on its own batch (a rank without work runs vLLM's one-token dummy batch), the slowest
+        of them, plus the MoE layers over every rank's tokens. Seconds.
+
+        Args:
+            batches: per DP rank, its (query_tokens, context_tokens, is_prefill) lists; an empty
+                rank's lists are empty.
+        """
+        dense, tokens = [], []
+        for q, c, p in batches:
+            if not len(q):
+                q, c, p = [1], [0], [False]  # `execute_dummy_batch`: a one-token forward pass
+            dense.append(self.base.predict_step_s(q, c, p))
+            tokens.append(int(sum(q)))
+        self.num_predictions += 1
+        return max(dense) + self.moe_step_s(dp_moe_tokens(tokens, self.cuda_graph_max_tokens), data_parallel=True)
+
+    def describe(self) -> dict:
+        """The base model's `describe()` (or a roofline label) with the MoE parts added."""
+        described = dict(self.base.describe()) if hasattr(self.base, "describe") else {
+            "name": "roofline", "kind": "roofline", "label": "roofline", "parts": {}, "out_of_grid_steps": 0}
+        lay = self.block.layout
+        parts = {**described.get("parts", {}), "moe_experts": self.block.experts_source}
+        if self.dispatch_s is not None:
+            parts["moe_dispatch_combine"] = self.dispatch_source
+        label = (f"{described['label']}; MoE experts from {self.block.experts_source.split(':')[0]} "
+                 f"(moe_ep {lay.moe_ep}, moe_tp {lay.moe_tp})")
+        return {**described, "label": label, "parts": parts, "moe_steps_out_of_grid": self.block.out_of_grid,
+                "out_of_grid_steps": described.get("out_of_grid_steps", 0)}
+
+
+def dispatch_curves(sources, num_gpus: int, device: DeviceSpec) -> tuple[dict[str, Curve], str]:
+    """t(bytes) of one MoE dispatch + combine over `num_gpus` GPUs by CUDA-graph mode: the
+    device's measured all-reduce at that GPU count (module docstring), else the ring model."""
+    from profiler.measured.cost_model import _one_d  # measured-table curve helper
+
+    ring = lambda b: ring_all_reduce_time_s(b, device, num_gpus)  # noqa: E731
+    for s in sources:
+        table = s.tables.get("all_reduce")
+        if table is None or not (table["num_gpus"] == num_gpus).any():
+            continue
+        rows = table[table["num_gpus"] == num_gpus]
+        curves = {mode: _one_d(rows[rows["mode"] == mode], "size_bytes", f"{s.label} all_reduce", ring)
+                  for mode in ("graph", "eager") if (rows["mode"] == mode).any()}
+        curves.setdefault("graph", curves.get("eager"))
+        curves.setdefault("eager", curves["graph"])
+        return curves, f"{s.label}: all_reduce at {num_gpus} GPUs (all-gather + reduce-scatter)"
+    return ({"graph": lambda b: (ring(b), False), "eager": lambda b: (ring(b), False)},
+            f"roofline (ring all-gather + reduce-scatter over {num_gpus} GPUs)")
+
+
+def build_moe_cost_model(point, model: ModelSpec, device: DeviceSpec) -> MoECostModel:
+    """The cost model of an MoE point (`experiments.point.build_cost_model`): the dense parts as
+    `auto` / `measured:DIR` / `roofline` select them, the experts from the device's measured `moe`
+    table when the point's cost model is measured and one matches, else the roofline.
+
+    Raises:
+        ValueError: a `profile:DIR` cost model (fitted profiles of MoE models are not supported:
+            the project's profiler runs dense models only), or as `MoELayout` / `MoEBlockCost`.
+    """
+    from experiments.deployment import DTYPE_BYTES
+    from profiler.roofline import RooflineCostModel
+
+    e = point.engine
+    tp, dp = e.tensor_parallel_size, e.data_parallel_size
+    layout = MoELayout(model.moe, tp, dp, e.enable_expert_parallel)
+    dtype_bytes, kv_bytes = DTYPE_BYTES[e.dtype], DTYPE_BYTES[e.kv_cache_dtype]
+    graph_max = min(2 * e.max_num_seqs, 512)
+    if point.cost_model.startswith("profile:"):
+        raise ValueError(f"cost_model {point.cost_model}: a fitted profile cannot price the MoE model {model.name!r} "
+                         "(the profiler runs dense models); use auto, measured:DIR or roofline")
+    base, sources = None, []
+    if point.cost_model == "auto" or point.cost_model.startswith("measured:"):
+        from profiler.measured.shipped import build_measured
+
+        base = build_measured(point.cost_model, model, device, tp, dtype_bytes, kv_bytes, cuda_graph_max_tokens=graph_max)
+        sources = base.sources if base is not None else []
+    if base is None:
+        base = RooflineCostModel(model, device, tensor_parallel_size=tp, dtype_bytes=dtype_bytes, kv_dtype_bytes=kv_bytes)
+        gemm_s = base._gemm_s
+        flops_eff, bw_eff, latency = base.flops_efficiency, base.bandwidth_efficiency, base.kernel_latency_s
+    else:
+        gemm_s = base._roofline_gemm_s if not sources else _measured_gemm(base)
+        flops_eff, bw_eff, latency = base.flops_efficiency, base.bandwidth_efficiency, base.kernel_latency_s
+    table_source = next((s for s in sources if "moe" in s.tables), None)
+    block = MoEBlockCost(model, device, layout, e.expert_routing_skew,
+                         table_source.tables["moe"] if table_source is not None else None, gemm_s, dtype_bytes,
+                         flops_eff, bw_eff, latency, table_source.label if table_source is not None else "")
+    dispatch, dispatch_source = (dispatch_curves(sources, tp * dp, device) if dp > 1 else (None, ""))
+    return MoECostModel(base, block, dispatch, graph_max, dispatch_source)
+
+
+def _measured_gemm(base) -> Callable[[float, float, float], float]:
+    """t(m, n, k) from a measured model's GEMM curves (cached per (n, k)): the router and shared
+    expert priced from the device's GEMM table."""
+    curves: dict[tuple[int, int], Curve] = {}
+
+    def gemm_s(m: float, n: float, k: float) -> float:
+        key = (int(n), int(k))
+        if key not in curves:
+            curves[key] = base._gemm_curve(f"moe_gemm_{key[0]}x{key[1]}", key[1], key[0])
+        return curves[key](m)[0]
+    return gemm_s

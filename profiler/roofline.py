@@ -138,8 +138,9 @@ def elementwise_bytes_per_token(model: ModelSpec, tp: int, dtype_bytes: int, kv_
     missing residual (2 × hidden)."""
     q_width = model.num_attention_heads // tp * model.head_dim
     kv_width = model.kv_heads_per_rank(tp) * model.head_dim
+    mlp_width = 0 if model.moe is not None else model.intermediate_size  # MoE: SiLU·mul inside the fused experts
     per_layer = (2 * 4 * model.hidden_size + 2 * (q_width + kv_width)
-                 + 3 * model.intermediate_size // tp) * dtype_bytes + 2 * kv_width * (dtype_bytes + kv_dtype_bytes)
+                 + 3 * mlp_width // tp) * dtype_bytes + 2 * kv_width * (dtype_bytes + kv_dtype_bytes)
     per_step = (2 + 4 - 2) * model.hidden_size * dtype_bytes
     return float(model.num_layers * per_layer + per_step)
 
@@ -229,7 +230,7 @@ class RooflineCostModel:
         self._attn_per_seq_s = attention.per_sequence_s
         self._bytes_per_s = device.mem_bandwidth_bytes_per_s * bandwidth_efficiency
         self._elementwise_bytes_per_token = elementwise_bytes_per_token(model, tp, dtype_bytes, kv_dtype_bytes)
-        self._elementwise_launch_s = (model.num_layers * ELEMENTWISE_KERNELS_PER_LAYER
+        self._elementwise_launch_s = (model.num_layers * (ELEMENTWISE_KERNELS_PER_LAYER - (model.moe is not None))
                                       + ELEMENTWISE_KERNELS_PER_STEP) * kernel_latency_s
         self._num_all_reduces = 2 * model.num_layers + 1  # o_proj, down_proj per layer; embedding
         self._token_cache: dict[int, float] = {}

@@ -5,7 +5,7 @@ from typing import Protocol
 
 import numpy as np
 
-ROUTERS = ("round_robin", "least_outstanding", "random")
+ROUTERS = ("round_robin", "least_outstanding", "random", "vllm_dp")
 
 
 class _HasOutstanding(Protocol):
@@ -17,7 +17,9 @@ class Router:
 
     Policies (Vidur `vidur/scheduler/global_scheduler/`): `round_robin` (request i to replica
     i mod R), `least_outstanding` (fewest submitted-but-unfinished requests; lowest index on
-    ties; Vidur's `lor`), `random` (uniform, seeded).
+    ties; Vidur's `lor`), `random` (uniform, seeded); `vllm_dp`: vLLM's data-parallel load balancer
+    (`DPLBAsyncMPClient.get_core_engine_for_request`, vllm/v1/engine/core_client.py): the lowest
+    waiting × 4 + running of each replica's scheduler, the lowest index on ties.
 
     Raises:
         ValueError: unknown policy (lists the valid ones).
@@ -38,6 +40,9 @@ class Router:
             index = self._count % n
         elif self.policy == "least_outstanding":
             index = min(range(n), key=lambda i: self.replicas[i].num_outstanding)
+        elif self.policy == "vllm_dp":
+            index = min(range(n), key=lambda i: 4 * len(self.replicas[i].scheduler.waiting)
+                        + len(self.replicas[i].scheduler.running))
         else:
             index = int(self._rng.integers(n))
         self._count += 1

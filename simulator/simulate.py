@@ -13,6 +13,7 @@ from profiler.cost_model import CostModel
 from simulator.metrics import summarize
 from simulator.pricing import StepPricer
 from simulator.records import RequestRecords, requests_table
+from simulator.data_parallel import DataParallelGroup
 from simulator.records_sketch import GapSketch
 from simulator.replica import Replica, delay_until_s
 from simulator.router import Router
@@ -49,6 +50,7 @@ def simulate(
     fast_forward: bool = True,
     keep_token_times: bool = True,
     keep_steps: bool = True,
+    data_parallel: bool = False,
 ) -> SimulationResult:
     """Run `requests` through the replicas (one scheduler each) until every request has finished.
 
@@ -70,6 +72,10 @@ def simulate(
             `trim_fraction` > 0 this needs an open-loop trace (the window is known up front).
         keep_steps: keep the step table (88 bytes a step); False keeps only what the summary
             needs of it (`StepStats`).
+        data_parallel: the schedulers are the DP ranks of one vLLM engine (`data_parallel_size`):
+            requests go through vLLM's DP load balancer (router `vllm_dp`), and a mixture-of-experts
+            cost model (one with `dp_step_s`) steps the ranks in lockstep
+            (`simulator.data_parallel.DataParallelGroup`); a dense model's ranks run independently.
 
     Raises:
         ValueError: keep_token_times=False with trim_fraction > 0 on a closed-loop workload.
@@ -83,13 +89,19 @@ def simulate(
     env = simpy.Environment()
     closed_loop = requests if isinstance(requests, ClosedLoopWorkload) else None
     replicas: list[Replica] = []
-    dispatch = _Dispatcher(env, replicas, Router(router, replicas, seed))
+    dispatch = _Dispatcher(env, replicas, Router("vllm_dp" if data_parallel else router, replicas, seed))
     on_finish = dispatch.closed_loop_callback(closed_loop) if closed_loop else None
     next_arrival = dispatch.next_arrival_s if fast_forward else None
     window_s = _sketch_window_s(requests, closed_loop, keep_token_times, trim_fraction)
-    replicas += [Replica(env, s, pricer, outcome_fn or StepOutcome.without_speculation, i, on_finish, next_arrival,
-                         records=RequestRecords(i, keep_token_times, window_s), steps=StepLog(keep=keep_steps))
-                 for i, s in enumerate(schedulers)]
+    records = [RequestRecords(i, keep_token_times, window_s) for i in range(len(schedulers))]
+    step_logs = [StepLog(keep=keep_steps) for _ in schedulers]
+    if data_parallel and hasattr(pricer.cost_model, "dp_step_s"):  # MoE: DP ranks in lockstep
+        replicas += DataParallelGroup(env, schedulers, pricer.cost_model, outcome_fn or StepOutcome.without_speculation,
+                                      on_finish, records, step_logs).ranks
+    else:
+        replicas += [Replica(env, s, pricer, outcome_fn or StepOutcome.without_speculation, i, on_finish, next_arrival,
+                             records=records[i], steps=step_logs[i])
+                     for i, s in enumerate(schedulers)]
     if closed_loop:
         for request in closed_loop.initial_requests():
             dispatch.submit(request)

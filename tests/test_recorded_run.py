@@ -85,8 +85,14 @@ def test_missing_files_and_unsupported_deployments_are_refused(tmp_path):
     with pytest.raises(ValueError, match="not a recorded run: vllm/requests.jsonl is missing"):
         read_recorded_run(tmp_path)
     dp = {**META, "engine_kwargs": {**META["engine_kwargs"], "data_parallel_size": 2, "enable_expert_parallel": True}}
+    # Data + expert parallel runs map onto engine keys (issue 18); a cluster of another GPU count is refused.
     run = read_recorded_run(_bundle(tmp_path / "dp", [_request(0, 1.0, 2.0, 3.0)], meta=dp))
-    with pytest.raises(ValueError, match="meta.json: .*data and expert parallel serving is not modelled"):
+    engine = bundle_config(run, tmp_path / "t.csv")["engine"]
+    assert (engine["data_parallel_size"], engine["enable_expert_parallel"]) == (2, True)
+    three = {"nodes": [{"instances": [{"hardware": "RTXPRO6000", "num_npus": 1}] * 3}]}
+    run = read_recorded_run(_bundle(tmp_path / "dp3", [_request(0, 1.0, 2.0, 3.0)], meta=dp, cluster=three))
+    with pytest.raises(ValueError, match=r"meta.json: engine_kwargs data_parallel_size 2 × tensor_parallel_size 2 × "
+                                         r"pipeline_parallel_size 1 does not match the 3 GPUs of .*config.json"):
         bundle_config(run, tmp_path / "t.csv")
     run = read_recorded_run(_bundle(tmp_path / "hw", [_request(0, 1.0, 2.0, 3.0)],
                                     cluster={"nodes": [{"instances": [{"hardware": "TPUv9"}]}]}))

@@ -188,19 +188,27 @@ def bundle_config(run: RecordedRun, trace_path: Path, overridden: frozenset[str]
     top-level keys they set (`model`, `device`), which are then not mapped from the bundle.
 
     Raises:
-        ValueError: a deployment the simulator cannot reproduce (data or expert parallelism, an
-            unknown card or model) — naming the file and key, and the `--set` that would name it.
+        ValueError: a deployment the simulator cannot reproduce (an unknown card or model; a DP × TP
+            × PP that is not the cluster's GPU count) — naming the file and key, and the `--set`
+            that would name it. Data and expert parallel runs map to `engine.data_parallel_size` /
+            `enable_expert_parallel` (simulator/data_parallel.py).
     """
     kwargs = run.meta.get("engine_kwargs")
     meta_path = run.directory / "vllm" / "meta.json"
     if not isinstance(kwargs, dict):
         raise ValueError(f"{meta_path}: no engine_kwargs object (the engine arguments of the run)")
-    if int(kwargs.get("data_parallel_size") or 1) != 1 or kwargs.get("enable_expert_parallel"):
-        raise ValueError(f"{meta_path}: engine_kwargs data_parallel_size={kwargs.get('data_parallel_size')}, "
-                         f"enable_expert_parallel={kwargs.get('enable_expert_parallel')}: data and expert parallel "
-                         "serving is not modelled yet; only single-replica TP/PP runs can be compared")
     engine: dict = {"scheduler": "vllm_v1", "tensor_parallel_size": int(kwargs.get("tensor_parallel_size") or 1),
                     "pipeline_parallel_size": int(kwargs.get("pipeline_parallel_size") or 1)}
+    dp = int(kwargs.get("data_parallel_size") or 1)
+    if dp > 1 or kwargs.get("enable_expert_parallel"):  # simulator/data_parallel.py, profiler/moe_cost.py
+        engine.update(data_parallel_size=dp, enable_expert_parallel=bool(kwargs.get("enable_expert_parallel")))
+    gpus = _cluster_gpus(run)
+    if gpus is not None:  # the cluster's GPU count must be the engine's DP × TP × PP
+        engine["num_gpus"] = gpus
+        if gpus != dp * engine["tensor_parallel_size"] * engine["pipeline_parallel_size"]:
+            raise ValueError(f"{meta_path}: engine_kwargs data_parallel_size {dp} × tensor_parallel_size "
+                             f"{engine['tensor_parallel_size']} × pipeline_parallel_size {engine['pipeline_parallel_size']} "
+                             f"does not match the {gpus} GPUs of {run.directory / 'config.json'} (nodes[].instances[].num_npus)")
     for key, value in (("max_num_seqs", kwargs.get("max_num_seqs")), ("chunk_size", kwargs.get("max_num_batched_tokens")),
                        ("max_model_len", kwargs.get("max_model_len")), ("seed", kwargs.get("seed"))):
         if value is not None:
@@ -217,6 +225,15 @@ def bundle_config(run: RecordedRun, trace_path: Path, overridden: frozenset[str]
     if "device" not in overridden:
         config["device"] = _device(instance.get("hardware"), run.directory / "config.json")
     return config
+
+
+def _cluster_gpus(run: RecordedRun) -> int | None:
+    """GPUs of the bundle's cluster (Σ num_npus over every node's instances); None when config.json
+    is absent or an instance does not say its num_npus."""
+    try:
+        return sum(int(i["num_npus"]) for node in run.cluster["nodes"] for i in node["instances"]) or None
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _instance(run: RecordedRun) -> dict:

@@ -234,4 +234,4 @@ def simulate_point(point, pricer: StepPricer):
     requests, _ = load_requests(point.trace)
     schedulers = build_schedulers(point, build_scheduler_config(point))
     return simulate(requests, schedulers, pricer, outcome_fn=build_outcome_fn(point), router=point.engine.router,
-                    seed=point.engine.seed)
+                    seed=point.engine.seed, data_parallel=point.engine.data_parallel_size > 1)

@@ -39,6 +39,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from profiler.importers.aiconfigurator_moe import SOURCE_COLUMNS as MOE_SOURCE_COLUMNS
+from profiler.importers.aiconfigurator_moe import convert_moe, moe_faster_than_datasheet
 from profiler.measured.tables import MeasuredTableError, MeasuredTables, require_columns
 
 SOURCE = {"name": "aiconfigurator", "repository": "ai-dynamo/aiconfigurator",
@@ -61,6 +63,7 @@ _FILES = {  # table → (folder, file, columns it needs)
                           "kv_cache_dtype", "latency")),
     "all_reduce": ("comm", "custom_allreduce_perf.parquet",
                    ("num_gpus", "message_size", "backend", "allreduce_dtype", "latency")),
+    "moe": ("moe", "moe_perf.parquet", MOE_SOURCE_COLUMNS),  # profiler/importers/aiconfigurator_moe.py
 }
 
 
@@ -140,7 +143,7 @@ def convert_all_reduce(table: pd.DataFrame, path: Path | str = "custom_allreduce
 
 
 _CONVERTERS = {"gemm": convert_gemm, "context_attention": convert_context_attention,
-               "decode_attention": convert_decode_attention, "all_reduce": convert_all_reduce}
+               "decode_attention": convert_decode_attention, "all_reduce": convert_all_reduce, "moe": convert_moe}
 
 
 def import_aiconfigurator(system_dir: str | Path, device: str | None = None) -> MeasuredTables:
@@ -195,6 +198,11 @@ def import_aiconfigurator(system_dir: str | Path, device: str | None = None) -> 
                 if not keep.all():
                     too_fast[_FILES[name][1]] = int((~keep).sum())
                     tables[name] = tables[name][keep].reset_index(drop=True)
+        if "moe" in tables:
+            keep = ~moe_faster_than_datasheet(tables["moe"], float(gpu["bfloat16_tc_flops"]), float(gpu["mem_bw"]))
+            if not keep.all():
+                too_fast[_FILES["moe"][1]] = int((~keep).sum())
+                tables["moe"] = tables["moe"][keep].reset_index(drop=True)
     meta = {
         "source": SOURCE, "licence": LICENCE, "engine": "vllm", "engine_version": ", ".join(sorted(versions)),
         "device": {"name": ", ".join(sorted(device_names)) or system.name, "key": device, "system": system.name},

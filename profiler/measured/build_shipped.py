@@ -5,7 +5,8 @@ in ../shared/profiles/ (never committed: only these compact derived tables are).
 
 What is kept, to stay small (< 2 MB in all): AIConfigurator's bf16 GEMMs with n, k ≤ 65536;
 attention at head_dim 128 and 64 with KV heads per rank ≤ 8 or equal to the query heads (GQA and
-MHA Llama/Qwen/Mistral shapes); every all-reduce row; LLMServingSim's dense and per-sequence ops
+MHA Llama/Qwen/Mistral shapes); every all-reduce row; the bf16 fused-MoE rows at the expert shapes
+of the built-in MoE models (Mixtral-8x7B, Qwen3-30B-A3B); LLMServingSim's dense and per-sequence ops
 whole and its attention table on the power-of-two grid the cost model reads. The output is the
 same bytes on every run (sorted rows, 5 significant digits, gzip without a timestamp).
 """
@@ -21,10 +22,14 @@ from profiler.importers.aiconfigurator import SYSTEMS, import_aiconfigurator
 from profiler.importers.llmservingsim import HARDWARE, import_llmservingsim
 from profiler.measured.shipped import MEASURED_DIR
 from profiler.measured.tables import MeasuredTables
-from profiler.model_spec import get_model_spec
+from profiler.model_spec import BUILTIN_MODELS, get_model_spec
 
 # LLMServingSim profile folder → (built-in model, TP degrees shipped).
-LLMSERVINGSIM_MODELS = {"meta-llama/Llama-3.1-8B": ("llama-3.1-8b", (1, 2)), "Qwen/Qwen3-32B": ("qwen3-32b", (1, 2))}
+LLMSERVINGSIM_MODELS = {"meta-llama/Llama-3.1-8B": ("llama-3.1-8b", (1, 2)), "Qwen/Qwen3-32B": ("qwen3-32b", (1, 2)),
+                        "Qwen/Qwen3-30B-A3B-Instruct-2507": ("qwen3-30b-a3b-instruct-2507", (1, 2))}
+# MoE tables shipped: the expert shapes of the built-in MoE models (hidden, width, top-k, experts).
+MOE_SHAPES = {(m.hidden_size, m.moe.expert_intermediate_size, m.moe.num_experts_per_tok, m.moe.num_experts)
+              for m in BUILTIN_MODELS.values() if m.moe is not None}
 
 
 def compact_aiconfigurator(tables: MeasuredTables) -> MeasuredTables:
@@ -34,6 +39,10 @@ def compact_aiconfigurator(tables: MeasuredTables) -> MeasuredTables:
         t = out[name]
         keep = t["head_dim"].isin((64, 128)) & ((t["num_kv_heads"] <= 8) | (t["num_kv_heads"] == t["num_heads"]))
         out[name] = t[keep].reset_index(drop=True)
+    if "moe" in out:
+        t = out["moe"]
+        shape = list(zip(t["hidden_size"], t["inter_size"], t["topk"], t["num_experts"]))
+        out["moe"] = t[[s in MOE_SHAPES for s in shape]].reset_index(drop=True)
     return MeasuredTables(tables.meta, out)
 
 

@@ -271,6 +271,8 @@ class MeasuredCostModel:
                  "final_layernorm": (0, 1)}
         if has_qk_norm(self.model):
             calls["qk_norm"] = (1, 0)
+        if self.model.moe is not None:  # SiLU·mul runs inside the fused MoE experts (profiler/moe_cost.py)
+            del calls["act_fn"]
         if residual_source is not None:
             calls["residual_add"] = (2, 0)
         curves = {}

@@ -21,6 +21,10 @@ A measured-table directory (written by `sarathi-sim profile import`, shipped und
     DIR/mixed_attention.csv        prefill_tokens, prefill_context_tokens, num_decodes,
                                    decode_context_tokens, time_s: one attention layer call over a
                                    prefill chunk and a batch of decodes (either may be 0)
+    DIR/moe.csv                    num_tokens, hidden_size, inter_size, topk, num_experts,
+                                   moe_tp_size, moe_ep_size, distribution, time_s: one fused-MoE
+                                   experts call on one rank for num_tokens tokens entering the
+                                   layer (profiler/importers/aiconfigurator_moe.py)
 
 Units: every `time_s` is seconds per call on one GPU (one TP rank); sizes are element counts
 except `size_bytes`; heads are per rank. A table a source lacks has no file. Per-head attention
@@ -39,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.model_spec import ModelSpec
+from profiler.moe import MoESpec
 
 SIDECAR = "measured.json"
 FORMAT_VERSION = 1
@@ -51,6 +56,8 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "sequence_ops": ("op", "num_seqs", "time_s"),
     "mixed_attention": ("prefill_tokens", "prefill_context_tokens", "num_decodes", "decode_context_tokens",
                         "time_s"),
+    "moe": ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size",
+            "distribution", "time_s"),
 }
 MODEL_TABLES = ("layer_ops", "sequence_ops", "mixed_attention")  # valid for one model at one TP degree
 _REQUIRED_META = ("source", "licence", "engine", "engine_version", "device", "units")
@@ -79,7 +86,12 @@ class MeasuredTables:
     @property
     def model(self) -> ModelSpec | None:
         """The model the model-specific tables were measured for, or None."""
-        return ModelSpec(**self.meta["model"]) if self.meta.get("model") else None
+        if not self.meta.get("model"):
+            return None
+        fields = dict(self.meta["model"])
+        if fields.get("moe"):  # a mixture of experts, saved by dataclasses.asdict
+            fields["moe"] = MoESpec(**fields["moe"])
+        return ModelSpec(**fields)
 
     @property
     def tensor_parallel_size(self) -> int | None:

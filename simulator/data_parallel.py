@@ -1,0 +1,118 @@
+"""A data-parallel group of a mixture-of-experts model: DP ranks with their own schedulers and KV
+pools that step in lockstep, because every MoE layer exchanges tokens between all of them.
+
+vLLM 0.19 (`vllm/v1/engine/core.py`, `DPEngineCoreProc.run_busy_loop`): each DP rank is an engine
+core with its own scheduler; a rank with no request of its own, while the group's wave is running
+(`engines_running`, kept true by `_has_global_unfinished_reqs`, an all-reduce of the ranks'
+unfinished flags every 32 steps), calls `execute_dummy_batch`, a one-token forward pass, so that
+the collectives of its MoE layers meet the other ranks'. Every step therefore lasts as long as
+the slowest rank's, and ranks without work still run (and are priced for) a dummy batch. When no
+rank has work the wave ends and the group waits for the next arrival. The model runner pads or
+not every rank to the same token count (`coordinate_batch_across_dp`, vllm/v1/worker/dp_utils.py;
+priced by `profiler.moe_cost.MoECostModel.dp_step_s`).
+
+Requests reach a rank through vLLM's DP load balancer (`DPLBAsyncMPClient.get_core_engine_for_request`,
+vllm/v1/engine/core_client.py): the rank with the lowest waiting × 4 + running, the first on ties
+(`simulator.router`, policy `vllm_dp`). vLLM's balancer sees counts the coordinator publishes
+every 100 ms and adds its own pending assignments; here it sees the schedulers' counts at the
+arrival (the staleness is not modelled).
+
+Not modelled: pipeline parallelism, KV swaps and draft models inside a DP group (the config
+refuses them), and the dummy steps after the last request finishes (they serve no request).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import simpy
+
+from simulator.records import RequestRecords
+from simulator.replica import SimulationStalled
+from simulator.scheduler import BatchPlan, FinishedRequest, Scheduler, StepOutcome
+from simulator.step_log import StepLog
+from traces import Request
+
+
+class DataParallelRank:
+    """One DP rank as the dispatcher and router see it: `submit`, `num_outstanding`, and the
+    scheduler, records and step log of the rank (same attributes as `simulator.replica.Replica`)."""
+
+    def __init__(self, group: "DataParallelGroup", scheduler: Scheduler, replica_id: int,
+                 records: RequestRecords, steps: StepLog):
+        self.group, self.scheduler, self.replica_id = group, scheduler, replica_id
+        self.records, self.steps = records, steps
+        self.num_outstanding = 0
+
+    def submit(self, request: Request, sent_at_s: float = -math.inf) -> None:
+        """Hand an arriving request to this rank's scheduler (called at its arrival time)."""
+        rejection = self.scheduler.add_request(request)
+        if rejection is not None:
+            self.group.record(self, [rejection])
+            return
+        self.num_outstanding += 1
+        self.group.signal()
+
+
+class DataParallelGroup:
+    """The lockstep loop of one DP group (module docstring) as a SimPy process.
+
+    Args:
+        env: the SimPy environment.
+        schedulers: one per DP rank.
+        cost_model: prices a synchronised step: `dp_step_s(batches)` with one (query_tokens,
+            context_tokens, is_prefill) triple of lists per rank (`profiler.moe_cost.MoECostModel`).
+        outcome_fn: tokens emitted per plan (as `Replica`).
+        on_finish: called with each finished request (closed-loop clients).
+        records, steps: per rank, its `RequestRecords` and `StepLog`.
+
+    Attributes:
+        ranks: the `DataParallelRank`s, in rank order (what `simulate` routes requests to).
+    """
+
+    def __init__(self, env: simpy.Environment, schedulers: list[Scheduler], cost_model,
+                 outcome_fn: Callable[[BatchPlan], StepOutcome] = StepOutcome.without_speculation,
+                 on_finish: Callable[[FinishedRequest], None] | None = None,
+                 records: list[RequestRecords] | None = None, steps: list[StepLog] | None = None):
+        self.env, self.cost_model, self.outcome_fn, self.on_finish = env, cost_model, outcome_fn, on_finish
+        self.ranks = [DataParallelRank(self, s, i, records[i] if records else RequestRecords(i),
+                                       steps[i] if steps else StepLog()) for i, s in enumerate(schedulers)]
+        self._wake: simpy.Event = env.event()
+        self.num_steps = 0
+        self.process = env.process(self._run())
+
+    def signal(self) -> None:
+        if not self._wake.triggered:
+            self._wake.succeed()
+
+    def record(self, rank: DataParallelRank, finished: list[FinishedRequest]) -> None:
+        rank.records.add(finished)
+        if self.on_finish is not None:
+            for f in finished:
+                self.on_finish(f)
+
+    def _run(self):
+        while True:
+            if not any(r.scheduler.has_work() for r in self.ranks):
+                self._wake = self.env.event()
+                yield self._wake
+                continue
+            start_s = self.env.now
+            plans = [r.scheduler.schedule(start_s) if r.scheduler.has_work() else None for r in self.ranks]
+            if all(p is None or p.is_empty for p in plans):
+                busy = [r for r in self.ranks if r.scheduler.has_work()]
+                raise SimulationStalled(f"data-parallel ranks {[r.replica_id for r in busy]} hold work but none "
+                                        f"could schedule anything at t={start_s:.6f}s")
+            batches = [([], [], []) if p is None or p.is_empty else
+                       (p.columns.query_tokens, p.columns.context_tokens, p.columns.is_prefill) for p in plans]
+            duration_s = self.cost_model.dp_step_s(batches)
+            yield self.env.timeout(duration_s)
+            self.num_steps += 1
+            for rank, plan in zip(self.ranks, plans):
+                if plan is None or plan.is_empty:
+                    continue
+                rank.records.note_step_end(self.env.now)
+                finished = rank.scheduler.complete_step(plan, self.outcome_fn(plan), self.env.now)
+                rank.num_outstanding -= len(finished)
+                self.record(rank, finished)
+                rank.steps.append(start_s, duration_s, plan, rank.replica_id)
