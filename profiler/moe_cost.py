@@ -231,13 +231,13 @@ class MoECostModel:
         self.num_predictions = 0
         self.out_of_range = getattr(base, "out_of_range", None)
 
-    def moe_step_s(self, tokens: int, data_parallel: bool = False) -> float:
-        """All layers' sparse blocks for `tokens` tokens entering each rank's MoE layers, plus the
-        dispatch and combine of a data-parallel step; seconds."""
+    def moe_step_s(self, tokens: int, dispatch_mode: str | None = None) -> float:
+        """All layers' sparse blocks for `tokens` tokens entering each rank's MoE layers, plus, in a
+        data-parallel step, the dispatch and combine in `dispatch_mode` ("graph" when every rank
+        runs the step in a CUDA graph, else "eager"); seconds."""
         layer_s = self.block.layer_s(tokens)
-        if data_parallel and self.dispatch_s is not None:
-            mode = "graph" if tokens <= self.cuda_graph_max_tokens * self.block.layout.data_parallel_size else "eager"
-            layer_s += self.dispatch_s[mode](tokens * self.model.hidden_size * 2.0)[0]
+        if dispatch_mode is not None and self.dispatch_s is not None:
+            layer_s += self.dispatch_s[dispatch_mode](tokens * self.model.hidden_size * 2.0)[0]
         return self.model.num_layers * layer_s
 
     def predict_step_s(self, query_tokens, context_tokens, is_prefill) -> float:
@@ -264,7 +264,8 @@ class MoECostModel:
             dense.append(self.base.predict_step_s(q, c, p))
             tokens.append(int(sum(q)))
         self.num_predictions += 1
-        return max(dense) + self.moe_step_s(dp_moe_tokens(tokens, self.cuda_graph_max_tokens), data_parallel=True)
+        mode = "graph" if max(tokens) <= self.cuda_graph_max_tokens else "eager"
+        return max(dense) + self.moe_step_s(dp_moe_tokens(tokens, self.cuda_graph_max_tokens), mode)
 
     def describe(self) -> dict:
         """The base model's `describe()` (or a roofline label) with the MoE parts added."""

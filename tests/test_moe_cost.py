@@ -1,0 +1,146 @@
+"""MoE pricing (profiler/moe_cost.py), per-rank weights and KV pool (profiler/moe_memory.py), and the
+DP / EP layout errors: values worked by hand."""
+import pandas as pd
+import pytest
+
+from profiler import get_device_spec, get_model_spec
+from profiler.memory import vllm_kv_pool
+from profiler.model_spec import ModelSpec
+from profiler.moe import MoESpec
+from profiler.moe_cost import MoEBlockCost, MoECostModel, MoELayout, dp_moe_tokens
+from profiler.moe_memory import weight_params_per_rank
+
+QWEN = get_model_spec("qwen3-30b-a3b-instruct-2507")
+TINY = ModelSpec("tiny-moe", 2, 1024, 8, 8, 128, 4096, 1000, 4096,
+                 moe=MoESpec(num_experts=8, num_experts_per_tok=2, expert_intermediate_size=512))
+
+
+def test_dp_tokens_padded_in_cuda_graphs_summed_when_eager():
+    # vllm/v1/worker/dp_utils.py: every rank padded to the largest when all run graphs.
+    assert dp_moe_tokens([100, 60], cuda_graph_max_tokens=256) == 200
+    assert dp_moe_tokens([300, 10], cuda_graph_max_tokens=256) == 310
+
+
+def test_layout_splits_experts_or_widths_over_dp_times_tp():
+    ep = MoELayout(QWEN.moe, tensor_parallel_size=1, data_parallel_size=2, enable_expert_parallel=True)
+    assert (ep.moe_ep, ep.moe_tp, ep.experts_per_rank) == (2, 1, 64)
+    tp = MoELayout(QWEN.moe, tensor_parallel_size=2, data_parallel_size=2, enable_expert_parallel=False)
+    assert (tp.moe_ep, tp.moe_tp, tp.experts_per_rank) == (1, 4, 128)
+    with pytest.raises(ValueError, match=r"engine.enable_expert_parallel: expert parallel size \(data_parallel_size × "
+                                         r"tensor_parallel_size = 3 × 1\) 3 must divide the model's 128 experts"):
+        MoELayout(QWEN.moe, 1, 3, True)
+    with pytest.raises(ValueError, match=r"= 3 \(the MoE tensor-parallel degree without enable_expert_parallel\) must "
+                                         r"divide the expert width 14336"):
+        MoELayout(get_model_spec("mixtral-8x7b").moe, 3, 1, False)
+
+
+def test_weights_per_rank_hold_total_parameters():
+    experts = 48 * 128 * 3 * 2048 * 768
+    assert QWEN.expert_params() == experts == 28_991_029_248
+    rest = QWEN.num_params - experts  # attention, router, norms, embedding, LM head: replicated over DP
+    assert weight_params_per_rank(QWEN, 1, 2) == rest + experts // 2 == 16_036_608_000
+    assert weight_params_per_rank(QWEN, 2, 1) == rest // 2 + experts // 2
+    assert weight_params_per_rank(get_model_spec("llama-3-8b"), 2) == 8_030_261_248 // 2
+
+
+def test_kv_pool_of_the_dp2_ep2_run():
+    pool = vllm_kv_pool(QWEN, get_device_spec("rtx-pro-6000"), gpu_memory_utilization=0.9, block_size=16,
+                        max_num_batched_tokens=2048, max_num_seqs=128, data_parallel_size=2)
+    rotary = 262_144 * 128 * 2
+    assert pool.weights_bytes == 16_036_608_000 * 2 + rotary == 32_140_324_864
+    # fused-MoE caches of the 2 × 2048 tokens every rank's MoE layer gets in the profile run:
+    # 4096 × 8 × (3 × 768 + 2048) + 4 × 2048 × 2048 elements × 2 bytes — below the sampler term here.
+    forward = (4096 * 8 * (3 * 768 + 2048) + 4 * 2048 * 2048) * 2
+    assert forward < pool.activation_peak_bytes
+    assert pool.block_bytes == 16 * 2 * 48 * 4 * 128 * 2
+
+
+def test_experts_interpolate_the_measured_table_log_log():
+    table = pd.DataFrame({"num_tokens": [16, 64], "hidden_size": 1024, "inter_size": 512, "topk": 2, "num_experts": 8,
+                          "moe_tp_size": 1, "moe_ep_size": 2, "distribution": "balanced", "time_s": [1e-4, 4e-4]})
+    layout = MoELayout(TINY.moe, 1, 2, True)
+    block = MoEBlockCost(TINY, get_device_spec("h100-sxm"), layout, moe_table=table, gemm_s=lambda m, n, k: 0.0,
+                         kernel_latency_s=0.0)
+    assert block._experts(32.0) == (pytest.approx(2e-4), False)  # sqrt(1e-4 × 4e-4)
+    t, out = block._experts(128.0)  # past the table: the edge × the roofline's ratio, counted
+    assert out and t == pytest.approx(4e-4 * block._experts_roofline_s(128) / block._experts_roofline_s(64))
+    with pytest.raises(ValueError, match=r"engine.expert_routing_skew 0.5: the measured MoE tables hold the routings "
+                                         r"0 \(balanced\), 1.01 \(power_law_1.01\), 1.2 \(power_law_1.2\)"):
+        MoEBlockCost(TINY, get_device_spec("h100-sxm"), layout, 0.5, table)
+
+
+def test_experts_roofline_by_hand():
+    device = get_device_spec("h100-sxm")
+    block = MoEBlockCost(TINY, device, MoELayout(TINY.moe), moe_table=None, flops_efficiency=1.0,
+                         bandwidth_efficiency=1.0, kernel_latency_s=0.0)
+    # one token: 2 pairs, 8 · (1 − 6/8) = 2 experts of 3 · 1024 · 512 = 1,572,864 weights read, plus
+    # per pair the hidden in and out and 3 widths of activations: (2 · 1,572,864 + 2 · (2048 + 1536)) · 2 bytes.
+    num_bytes = (2 * 1_572_864 + 2 * (2 * 1024 + 3 * 512)) * 2
+    assert num_bytes == 6_305_792
+    assert block._experts_roofline_s(1) == pytest.approx(num_bytes / device.mem_bandwidth_bytes_per_s)
+    # skew: the hottest experts sit on one rank; with 2 ranks and exponent 1 it holds
+    # (1 + 1/2 + 1/3 + 1/4) / H_8 = 0.7605 of the pairs.
+    skewed = MoEBlockCost(TINY, device, MoELayout(TINY.moe, 1, 2, True), 1.0)
+    pairs, _ = skewed._rank_load(100)
+    assert pairs == pytest.approx(200 * (1 + 1 / 2 + 1 / 3 + 1 / 4) / sum(1 / i for i in range(1, 9)))
+
+
+class _Dense:
+    """A dense part of 1 ms per token (a stand-in for the attention block's cost model)."""
+
+    def predict_step_s(self, q, c, p):
+        return 1e-3 * sum(q)
+
+
+def test_dp_step_is_the_slowest_rank_plus_the_moe_layers_over_all_tokens():
+    block = MoEBlockCost(TINY, get_device_spec("h100-sxm"), MoELayout(TINY.moe, 1, 2, True), moe_table=None)
+    dispatch = {"graph": lambda b: (1e-4, False), "eager": lambda b: (2e-4, False)}
+    model = MoECostModel(_Dense(), block, dispatch, cuda_graph_max_tokens=256)
+    ten = ([1] * 10, [100] * 10, [False] * 10)
+    # rank 1 is idle: vLLM's one-token dummy batch; MoE tokens 2 × max(10, 1) = 20 (graph padding)
+    assert model.dp_step_s([ten, ([], [], [])]) == pytest.approx(10e-3 + 2 * (block.layer_s(20) + 1e-4))
+    big = ([300], [0], [True])  # eager: no padding, 300 + 10 tokens, eager dispatch
+    assert model.dp_step_s([big, ten]) == pytest.approx(300e-3 + 2 * (block.layer_s(310) + 2e-4))
+    # one engine (no DP): the step's own tokens, no dispatch
+    assert model.predict_step_s(*ten) == pytest.approx(10e-3 + 2 * block.layer_s(10))
+
+
+def test_shipped_tables_price_the_built_in_moe_from_aiconfigurator():
+    from experiments.config import SweepConfig
+    from experiments.point import build_cost_model
+
+    point = SweepConfig.model_validate({
+        "name": "moe", "model": "qwen3-30b-a3b", "device": "rtx-pro-6000",
+        "engine": {"scheduler": "vllm_v1", "chunk_size": 2048, "data_parallel_size": 2, "enable_expert_parallel": True},
+        "trace": {"kind": "synthetic", "qps": 1, "num_requests": 1, "prompt_tokens": 10, "output_tokens": 10}})
+    model = build_cost_model(point)
+    assert model.describe()["parts"]["moe_experts"].startswith("aiconfigurator")
+    assert "moe_ep 2, balanced" in model.describe()["parts"]["moe_experts"]
+    # 16 tokens at EP 2: AIConfigurator's rtx_pro_6000_server row, 0.422395 ms (5 significant digits shipped)
+    assert model.block._experts(16.0)[0] == pytest.approx(0.422395e-3, rel=1e-4)
+
+
+@pytest.mark.parametrize("engine, match", [
+    ({"data_parallel_size": 3, "enable_expert_parallel": True}, r"must divide the model's 128 experts"),
+    ({"data_parallel_size": 2, "num_gpus": 4}, r"engine.num_gpus is 4 but data_parallel_size × tensor_parallel_size × "
+                                               r"pipeline_parallel_size = 2 × 1 × 1 = 2"),
+    ({"data_parallel_size": 2, "pipeline_parallel_size": 2}, r"with pipeline_parallel_size > 1 is not modelled"),
+])
+def test_bad_layouts_name_the_key(engine, match):
+    from experiments.config import SweepConfig
+
+    with pytest.raises(ValueError, match=match):
+        SweepConfig.model_validate({"name": "moe", "model": "qwen3-30b-a3b", "device": "rtx-pro-6000",
+                                    "engine": {"scheduler": "vllm_v1", **engine},
+                                    "trace": {"kind": "synthetic", "qps": 1, "num_requests": 1, "prompt_tokens": 10,
+                                              "output_tokens": 10}})
+
+
+def test_expert_parallel_on_a_dense_model_is_refused():
+    from experiments.config import SweepConfig
+
+    with pytest.raises(ValueError, match=r"engine.enable_expert_parallel: llama-3-8b is a dense model"):
+        SweepConfig.model_validate({"name": "d", "model": "llama-3-8b", "device": "h100-sxm",
+                                    "engine": {"enable_expert_parallel": True, "data_parallel_size": 2},
+                                    "trace": {"kind": "synthetic", "qps": 1, "num_requests": 1, "prompt_tokens": 10,
+                                              "output_tokens": 10}})
