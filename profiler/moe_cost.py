@@ -107,6 +107,11 @@ class MoEBlockCost:
         dtype_bytes: weight bytes per element.
         flops_efficiency, bandwidth_efficiency, kernel_latency_s: the roofline's terms.
         source_label: names the table's source in `describe()`.
+        block_table: the model's measured `moe_block` table (LLMServingSim: the whole sparse
+            block, router and top-k included, every expert on one GPU, by tokens and active
+            experts), with `block_label`; used first at EP 1 and MoE TP 1, else after `moe_table`,
+            at the busiest rank's tokens-equivalent (its token–expert pairs / top-k) and expected
+            active experts.
 
     Raises:
         ValueError: a skew the table has no routing for (naming `engine.expert_routing_skew` and
@@ -116,7 +121,8 @@ class MoEBlockCost:
     def __init__(self, model: ModelSpec, device: DeviceSpec, layout: MoELayout, expert_routing_skew: float = 0.0,
                  moe_table=None, gemm_s: Callable[[float, float, float], float] | None = None,
                  dtype_bytes: int = 2, flops_efficiency: float = 0.7, bandwidth_efficiency: float = 0.8,
-                 kernel_latency_s: float = 3e-6, source_label: str = "measured"):
+                 kernel_latency_s: float = 3e-6, source_label: str = "measured", block_table=None,
+                 block_label: str = "measured"):
         assert model.moe is not None
         self.model, self.moe, self.device, self.layout = model, model.moe, device, layout
         self.skew = float(expert_routing_skew)
@@ -126,12 +132,16 @@ class MoEBlockCost:
         self.gemm_s = gemm_s or (lambda m, n, k: gemm_time_s(m, n, k, device, dtype_bytes, flops_efficiency,
                                                              bandwidth_efficiency, kernel_latency_s))
         self.out_of_grid = 0
-        self._experts, self.experts_source = self._experts_curve(moe_table, source_label)
+        self.whole_block = False  # the experts' time includes the router and top-k
+        self._experts, self.experts_source = self._experts_curve(moe_table, source_label, block_table, block_label)
         self._cache: dict[int, float] = {}
 
-    def _experts_curve(self, table, label: str) -> tuple[Curve, str]:
+    def _experts_curve(self, table, label: str, block_table, block_label: str) -> tuple[Curve, str]:
         moe, lay = self.moe, self.layout
-        if table is not None:
+        usable_block = block_table is not None and lay.moe_tp == 1
+        if usable_block and lay.moe_ep == 1:
+            return self._block_curve(block_table, block_label)
+        if table is not None and not (usable_block and not _measured_skew(self.skew)):
             distribution = _distribution(self.skew)
             rows = table[(table["hidden_size"] == self.model.hidden_size)
                          & (table["inter_size"] == moe.expert_intermediate_size) & (table["topk"] == moe.num_experts_per_tok)
@@ -152,7 +162,31 @@ class MoEBlockCost:
                 return curve, (f"{label}: moe (hidden {self.model.hidden_size}, width {moe.expert_intermediate_size}, "
                                f"top-{moe.num_experts_per_tok} of {moe.num_experts}, moe_tp {lay.moe_tp}, "
                                f"moe_ep {lay.moe_ep}, {distribution})")
+        if usable_block:
+            return self._block_curve(block_table, block_label)
         return (lambda tokens: (self._experts_roofline_s(tokens), False)), "roofline (active experts' weights)"
+
+    def _block_curve(self, rows, label: str) -> tuple[Curve, str]:
+        """t(tokens) from a whole-block table over (tokens, active experts): the busiest rank's
+        pairs / top-k tokens at its expected active experts (at least top-k, the table's floor)."""
+        from profiler.measured.grid import LogGrid
+
+        k = self.moe.num_experts_per_tok
+        grid = LogGrid.from_frame(rows, ["num_tokens", "active_experts"], fill_axis=1, source=f"{label} moe_block",
+                                  roofline=lambda t, a: self._active_roofline_s(t * k, a))
+        self.whole_block = True
+
+        def curve(tokens: float) -> tuple[float, bool]:
+            pairs, active = self._rank_load(tokens)
+            point = (max(pairs / k, 1.0), min(max(active, float(k)), pairs))
+            t, out = grid(*point)
+            if point[0] > grid.upper[0]:
+                t *= self._active_roofline_s(pairs, point[1]) / self._active_roofline_s(*(
+                    (c * k if i == 0 else c) for i, c in enumerate(grid.clamp(*point))))
+            return t, out
+        where = "every expert on one GPU" if self.layout.moe_ep == 1 else (
+            f"mapped to moe_ep {self.layout.moe_ep}: the busiest rank's pairs / top-k and active experts")
+        return curve, f"{label}: moe_block (tokens × active experts; {where})"
 
     def _rank_load(self, tokens: float) -> tuple[float, float]:
         """(token–expert pairs, expected active experts) on the busiest rank for `tokens` tokens."""
@@ -167,14 +201,17 @@ class MoEBlockCost:
 
     def _experts_roofline_s(self, tokens: float) -> float:
         """The experts of one layer on the busiest rank, on the roofline."""
+        return self._active_roofline_s(*self._rank_load(tokens))
+
+    def _active_roofline_s(self, pairs, active):
+        """The roofline of `pairs` token–expert pairs over `active` experts on one rank (scalars or arrays)."""
         moe, lay = self.moe, self.layout
-        pairs, active = self._rank_load(tokens)
         width = moe.expert_intermediate_size / lay.moe_tp
         values = 3 * self.model.hidden_size * width
         flops = 2.0 * pairs * values
         num_bytes = (active * values + pairs * (2 * self.model.hidden_size + 3 * width)) * self.dtype_bytes
-        return (max(flops / (self.device.peak_bf16_flops * self.flops_efficiency),
-                    num_bytes / (self.device.mem_bandwidth_bytes_per_s * self.bandwidth_efficiency))
+        return (np.maximum(flops / (self.device.peak_bf16_flops * self.flops_efficiency),
+                           num_bytes / (self.device.mem_bandwidth_bytes_per_s * self.bandwidth_efficiency))
                 + 3 * self.kernel_latency_s)  # two grouped GEMMs and SiLU·mul
 
     def layer_s(self, tokens: int) -> float:
@@ -184,9 +221,11 @@ class MoEBlockCost:
         if cached is not None:
             return cached
         moe, hidden = self.moe, self.model.hidden_size
-        router_s = self.gemm_s(tokens, moe.num_experts, hidden)
-        topk_s = 2.0 * tokens * moe.num_experts * _FP32_BYTES / (
-            self.device.mem_bandwidth_bytes_per_s * self.bandwidth_efficiency) + self.kernel_latency_s
+        router_s = topk_s = 0.0
+        if not self.whole_block:  # a whole-block table already holds the router and its top-k
+            router_s = self.gemm_s(tokens, moe.num_experts, hidden)
+            topk_s = 2.0 * tokens * moe.num_experts * _FP32_BYTES / (
+                self.device.mem_bandwidth_bytes_per_s * self.bandwidth_efficiency) + self.kernel_latency_s
         experts_s, out = self._experts(float(tokens))
         self.out_of_grid += out
         shared_s = 0.0
@@ -195,6 +234,10 @@ class MoEBlockCost:
             shared_s = self.gemm_s(tokens, 2 * width, hidden) + self.gemm_s(tokens, hidden, width) + self.gemm_s(tokens, 1, hidden)
         cached = self._cache[tokens] = router_s + topk_s + experts_s + shared_s
         return cached
+
+
+def _measured_skew(skew: float) -> bool:
+    return any(math.isclose(skew, value) for value in MEASURED_SKEWS)
 
 
 def _distribution(skew: float) -> str:
@@ -335,9 +378,16 @@ def build_moe_cost_model(point, model: ModelSpec, device: DeviceSpec) -> MoECost
         gemm_s = base._roofline_gemm_s if not sources else _measured_gemm(base)
         flops_eff, bw_eff, latency = base.flops_efficiency, base.bandwidth_efficiency, base.kernel_latency_s
     table_source = next((s for s in sources if "moe" in s.tables), None)
+    from profiler.measured.cost_model import shape_key
+
+    block_source = next((s for s in sources if "moe_block" in s.tables and s.model is not None
+                         and shape_key(s.model) == shape_key(model) and s.model.moe == model.moe
+                         and s.tensor_parallel_size == 1), None)
     block = MoEBlockCost(model, device, layout, e.expert_routing_skew,
                          table_source.tables["moe"] if table_source is not None else None, gemm_s, dtype_bytes,
-                         flops_eff, bw_eff, latency, table_source.label if table_source is not None else "")
+                         flops_eff, bw_eff, latency, table_source.label if table_source is not None else "",
+                         block_source.tables["moe_block"] if block_source is not None else None,
+                         block_source.label if block_source is not None else "")
     dispatch, dispatch_source = (dispatch_curves(sources, tp * dp, device) if dp > 1 else (None, ""))
     return MoECostModel(base, block, dispatch, graph_max, dispatch_source)
 

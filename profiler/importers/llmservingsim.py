@@ -15,6 +15,11 @@ and **no all-reduce is in them**. Every `time_us` is **microseconds** per call.
 - `attention.csv` (prefill_chunk, kv_prefill, n_decode, kv_decode, time_us): one attention layer
   call over one prefill chunk of `prefill_chunk` tokens after `kv_prefill` cached tokens and
   `n_decode` decodes of `kv_decode` cached tokens each. → mixed_attention.
+- `moe.csv` (tokens, activated_experts, time_us), mixture-of-experts models only: the whole sparse
+  block of one layer (router, native top-k and the fused experts: LLMServingSim
+  `profiler/core/hooks/moe_hook.py` forces the routing so that exactly `activated_experts`
+  distinct experts receive the `tokens` tokens' top-k picks, cyclically balanced) with every
+  expert on the one GPU. → moe_block.
 
 The model's full shapes are not in these files: `model` must be given and must agree with
 `hf_overrides` (each overridden width = the model's / N).
@@ -149,6 +154,15 @@ def import_llmservingsim(model_dir: str | Path, model: ModelSpec, tensor_paralle
     mixed = raw.rename(columns=_ATTENTION)[[*_ATTENTION.values(), "time_s"]]
     tables["mixed_attention"] = mixed.astype({c: np.int64 for c in _ATTENTION.values()}).reset_index(drop=True)
     origins["mixed_attention"] = {"from": str(path.relative_to(root.parent.parent.parent))}
+    path = tp_dir / "moe.csv"
+    if path.is_file():
+        if model.moe is None:
+            raise MeasuredTableError(f"{path}: a mixture-of-experts table, but model {model.name!r} is dense")
+        raw = _times(_read_csv(path, ["tokens", "activated_experts", "time_us"]), path, dropped)
+        tables["moe_block"] = pd.DataFrame({"num_tokens": raw["tokens"].astype(np.int64).to_numpy(),
+                                            "active_experts": raw["activated_experts"].astype(np.int64).to_numpy(),
+                                            "time_s": raw["time_s"].to_numpy()})
+        origins["moe_block"] = {"from": str(path.relative_to(root.parent.parent.parent))}
     meta = {
         "source": SOURCE, "licence": LICENCE, "engine": "vllm",
         "engine_version": str(source_meta.get("vllm_version", "unknown")),

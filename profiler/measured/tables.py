@@ -25,6 +25,10 @@ A measured-table directory (written by `sarathi-sim profile import`, shipped und
                                    moe_tp_size, moe_ep_size, distribution, time_s: one fused-MoE
                                    experts call on one rank for num_tokens tokens entering the
                                    layer (profiler/importers/aiconfigurator_moe.py)
+    DIR/moe_block.csv              num_tokens, active_experts, time_s: one layer's whole sparse
+                                   block (router, top-k, experts) of the model named in
+                                   measured.json, every expert on the GPU, with exactly
+                                   active_experts experts receiving tokens (LLMServingSim)
 
 Units: every `time_s` is seconds per call on one GPU (one TP rank); sizes are element counts
 except `size_bytes`; heads are per rank. A table a source lacks has no file. Per-head attention
@@ -58,8 +62,9 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
                         "time_s"),
     "moe": ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size",
             "distribution", "time_s"),
+    "moe_block": ("num_tokens", "active_experts", "time_s"),
 }
-MODEL_TABLES = ("layer_ops", "sequence_ops", "mixed_attention")  # valid for one model at one TP degree
+MODEL_TABLES = ("layer_ops", "sequence_ops", "mixed_attention", "moe_block")  # valid for one model at one TP degree
 _REQUIRED_META = ("source", "licence", "engine", "engine_version", "device", "units")
 UNITS = {"time_s": "seconds per call, one GPU", "size_bytes": "bytes",
          "m, n, k, num_tokens, num_seqs, *_tokens, batch_size, num_decodes": "counts (tokens, rows, sequences)",
