@@ -144,3 +144,33 @@ def test_expert_parallel_on_a_dense_model_is_refused():
                                     "engine": {"enable_expert_parallel": True, "data_parallel_size": 2},
                                     "trace": {"kind": "synthetic", "qps": 1, "num_requests": 1, "prompt_tokens": 10,
                                               "output_tokens": 10}})
+
+
+def test_vllm_serve_flags_of_a_dp_ep_point():
+    from experiments.config import SweepConfig
+    from experiments.planning.vllm_flags import vllm_serve_command
+
+    point = SweepConfig.model_validate({
+        "name": "moe", "model": "qwen3-30b-a3b", "device": "rtx-pro-6000",
+        "engine": {"scheduler": "vllm_v1", "chunk_size": 2048, "data_parallel_size": 2, "enable_expert_parallel": True},
+        "trace": {"kind": "synthetic", "qps": 1, "num_requests": 1, "prompt_tokens": 10, "output_tokens": 10}})
+    command = vllm_serve_command(point)
+    assert command.startswith("vllm serve Qwen/Qwen3-30B-A3B ")
+    assert "--data-parallel-size 2 --enable-expert-parallel" in command
+
+
+def test_roofline_prices_an_moe_point_with_active_expert_bytes():
+    from experiments.config import SweepConfig
+    from experiments.point import build_cost_model
+
+    point = SweepConfig.model_validate({
+        "name": "moe", "model": "mixtral-8x7b", "device": "h100-sxm", "cost_model": "roofline",
+        "engine": {"scheduler": "vllm_v1", "chunk_size": 2048, "tensor_parallel_size": 2},
+        "trace": {"kind": "synthetic", "qps": 1, "num_requests": 1, "prompt_tokens": 10, "output_tokens": 10}})
+    model = build_cost_model(point)
+    assert model.describe()["parts"]["moe_experts"] == "roofline (active experts' weights)"
+    # one decode: 2 of 8 experts active, each 3 × 4096 × 14336 / 2 (TP 2) weights: the step reads
+    # 2 × 88 M bf16 weights per layer, ≥ 32 × 352 MB / (3.35 TB/s) = 3.4 ms for the experts alone
+    experts_s = 32 * model.block._experts_roofline_s(1)
+    assert experts_s >= 32 * 2 * 3 * 4096 * 7168 * 2 / get_device_spec("h100-sxm").mem_bandwidth_bytes_per_s
+    assert model.predict_step_s([1], [100], [False]) > experts_s

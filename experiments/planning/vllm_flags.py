@@ -31,6 +31,9 @@ HF_MODEL_IDS = {
     "qwen3-8b": "Qwen/Qwen3-8B",
     "qwen3-14b": "Qwen/Qwen3-14B",
     "qwen3-32b": "Qwen/Qwen3-32B",
+    "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",
+    "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
+    "qwen3-30b-a3b-instruct-2507": "Qwen/Qwen3-30B-A3B-Instruct-2507",
 }
 # vLLM's --dtype names for the engine.dtype values (bf16 weights; fp8 weights are a quantization).
 _VLLM_DTYPE = {"bf16": "bfloat16"}
@@ -165,6 +168,10 @@ def vllm_serve_flags(point: Point) -> str:
         flags += ["--tensor-parallel-size", str(e.tensor_parallel_size)]
     if e.pipeline_parallel_size > 1:
         flags += ["--pipeline-parallel-size", str(e.pipeline_parallel_size)]
+    if e.data_parallel_size > 1:
+        flags += ["--data-parallel-size", str(e.data_parallel_size)]
+    if e.enable_expert_parallel:
+        flags += ["--enable-expert-parallel"]
     if e.kv_cache_dtype == "fp8":
         flags += ["--kv-cache-dtype", "fp8"]
     if e.policy == "priority":
