@@ -4,16 +4,17 @@ A run of millions of requests has hundreds of millions of TBT samples (one per e
 holding them as float64 arrays to call `numpy.percentile` would take more memory than the rest of
 the run. The samples can be regenerated from the compact token-time records, so this module finds
 the exact order statistics a percentile needs in a few passes over the stream (a selection by
-histogram refinement): the first pass counts every sample into fixed log-spaced bins (ratio
-1.01) while taking count, sum, min and max; the next collects the values of the bins that hold
-a wanted rank and selects it among them (`np.partition`); a bin holding too many values to collect
-is split 4,096-fold by another pass first. Several samples (TBT and ITL) share each pass. The
+histogram refinement): the first pass counts every sample into bins by the top 20 bits of its
+IEEE 754 bit pattern made order-preserving (sign, exponent and 8 mantissa bits: bins of 0.4 %
+of the value) while taking count and sum; the next collects the values of the bins that hold a
+wanted rank and selects it among them (`np.partition`); a bin holding too many values to
+collect is split 4,096-fold (12 more bits) by another pass first. Several samples (TBT and ITL) share each pass. The
 order statistics are then interpolated exactly as `numpy.percentile`'s default ("linear",
 Hyndman & Fan type 7) does, with the same floating-point operations (numpy
 `lib/_function_base_impl.py`: `_QuantileMethods["linear"]` gives the virtual index (n − 1)·q,
 `_lerp` the interpolation), so the result equals `numpy.percentile` of the concatenated stream
-bit for bit (tests/test_records.py checks it). Bins are found with `np.searchsorted` on explicit
-edges, so they are ordered by value by construction.
+bit for bit (tests/test_records.py checks it). Bins come from the bits, not from a logarithm, so they are
+ordered by value exactly.
 """
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ import numpy as np
 # A fresh pass over the samples, chunk by chunk: each chunk a tuple of arrays, one per sample.
 Chunks = Callable[[], Iterable[tuple[np.ndarray, ...]]]
 
-_LOG_EDGES = np.r_[-np.logspace(9, -12, 2 * 21 * 116 + 1), 0.0, np.logspace(-12, 9, 21 * 232 + 1)]  # ~1 % bins
-_SPLIT_BINS = 4096
+_TOP_SHIFT = 44  # first pass: bins by the top 20 bits of the ordered key (sign, exponent, 8 mantissa bits)
+_SPLIT_BITS = 12  # each refinement pass: 12 more bits
 _COLLECT_VALUES = 1 << 22  # a bin holding at most this many values is selected among in memory
 
 
@@ -42,7 +43,7 @@ def streamed_percentiles_of(chunks: Chunks, num_samples: int, percentiles) -> li
     moments, counts = _first_pass(chunks, num_samples)
     q = np.true_divide(np.asanyarray(percentiles, dtype=np.float64), 100)
     pending, plans, results = {}, [], []
-    for s, ((n, total, lo, hi), bins) in enumerate(zip(moments, counts)):
+    for s, ((n, total), bins) in enumerate(zip(moments, counts)):
         if n == 0:
             plans.append(None)
             continue
@@ -54,10 +55,8 @@ def streamed_percentiles_of(chunks: Chunks, num_samples: int, percentiles) -> li
         plans.append((low, high, virtual - previous))
         cumulative = np.cumsum(bins)
         for r in set(low.tolist()) | set(high.tolist()):
-            k = int(np.searchsorted(cumulative, r, side="right"))
-            a = max(lo, _edge(k - 1)) if k else lo
-            b = min(float(np.nextafter(hi, np.inf)), _edge(k)) if k < _LOG_EDGES.size else float(np.nextafter(hi, np.inf))
-            pending[(s, r)] = (a, b, int(cumulative[k - 1]) if k else 0, int(bins[k]))
+            i = int(np.searchsorted(cumulative, r, side="right"))  # the bin holding rank r
+            pending[(s, r)] = (_TOP_SHIFT, i, int(cumulative[i - 1]) if i else 0, int(bins[i]))
     found = _select(chunks, pending)
     for s, plan in enumerate(plans):
         if plan is None:
@@ -66,64 +65,70 @@ def streamed_percentiles_of(chunks: Chunks, num_samples: int, percentiles) -> li
         low, high, gamma = plan
         a = np.array([found[(s, r)] for r in low.tolist()])
         b = np.array([found[(s, r)] for r in high.tolist()])
-        n, total = moments[s][0], moments[s][1]
+        n, total = moments[s]
         results.append((n, total / n, _lerp(a, b, gamma).tolist()))
     return results
 
 
-def _edge(k: int) -> float:
-    return float(_LOG_EDGES[k])
+def _ordered_keys(values: np.ndarray) -> np.ndarray:
+    """uint64 keys in the order of the float64 values (IEEE 754: flip the sign bit of a
+    positive value, every bit of a negative one), so a key's top bits are a bin of values."""
+    bits = values.view(np.uint64)
+    return np.where(bits >> np.uint64(63), ~bits, bits | np.uint64(1 << 63))
 
 
 def _first_pass(chunks: Chunks, num_samples: int):
-    """Count, sum, min, max and log-bin counts of each sample (bin k: [edge k−1, edge k))."""
-    moments = [[0, 0.0, np.inf, -np.inf] for _ in range(num_samples)]
-    counts = [np.zeros(_LOG_EDGES.size + 1, dtype=np.int64) for _ in range(num_samples)]
+    """Count and sum of each sample, and its counts per bin (the top bits of its keys)."""
+    moments = [[0, 0.0] for _ in range(num_samples)]
+    counts = [np.zeros(1 << (64 - _TOP_SHIFT), dtype=np.int64) for _ in range(num_samples)]
     for chunk in chunks():
         for s, values in enumerate(chunk):
             if values.size:
-                m = moments[s]
-                m[0] += values.size
-                m[1] += float(values.sum())
-                m[2], m[3] = min(m[2], float(values.min())), max(m[3], float(values.max()))
-                counts[s] += np.bincount(np.searchsorted(_LOG_EDGES, values, side="right"), minlength=counts[s].size)
+                moments[s][0] += values.size
+                moments[s][1] += float(values.sum())
+                bins = (_ordered_keys(values) >> np.uint64(_TOP_SHIFT)).astype(np.int64)
+                counts[s] += np.bincount(bins, minlength=counts[s].size)
     return [tuple(m) for m in moments], counts
 
 
 def _select(chunks: Chunks, pending: dict) -> dict:
-    """The value of each (sample, rank) from its half-open value interval [a, b), the count of
-    values below a, and the count inside."""
+    """The value of each (sample, rank): its bin is the keys whose top bits (key >> shift)
+    equal `prefix`, with `below` values in lower bins and `inside` in it."""
     found = {}
     while pending:
-        for key, (a, b, below, inside) in list(pending.items()):
-            if np.nextafter(a, np.inf) >= b:  # only one representable value left
-                found[key] = a
+        for key, (shift, prefix, below, inside) in list(pending.items()):
+            if shift == 0:  # one key: one value
+                found[key] = float(np.array([prefix ^ (1 << 63) if prefix >> 63 else ~prefix & ((1 << 64) - 1)],
+                                            dtype=np.uint64).view(np.float64)[0])
                 del pending[key]
         collect = {key: v for key, v in pending.items() if v[3] <= _COLLECT_VALUES}
         split = {key: v for key, v in pending.items() if v[3] > _COLLECT_VALUES}
-        edges = {key: np.unique(np.linspace(a, b, _SPLIT_BINS + 1)) for key, (a, b, _, _) in split.items()}
         parts = {key: [] for key in collect}
-        split_counts = {key: np.zeros(e.size - 1, dtype=np.int64) for key, e in edges.items()}
-        if collect or split:
+        split_counts = {key: np.zeros(1 << _SPLIT_BITS, dtype=np.int64) for key in split}
+        if pending:
             for chunk in chunks():
-                for key, (a, b, _, _) in collect.items():
+                ordered = {}
+                for key, (shift, prefix, _, _) in pending.items():
                     values = chunk[key[0]]
-                    parts[key].append(values[(values >= a) & (values < b)])
-                for key, (a, b, _, _) in split.items():
-                    values = chunk[key[0]]
-                    inside = values[(values >= a) & (values < b)]
-                    if inside.size:
-                        split_counts[key] += np.bincount(np.searchsorted(edges[key], inside, side="right") - 1,
-                                                         minlength=split_counts[key].size)
-        for key, (a, b, below, _) in collect.items():
+                    if key[0] not in ordered:
+                        ordered[key[0]] = _ordered_keys(values)
+                    inside = (ordered[key[0]] >> np.uint64(shift)) == np.uint64(prefix)
+                    if key in collect:
+                        parts[key].append(values[inside])
+                    else:
+                        low_shift = np.uint64(max(0, shift - _SPLIT_BITS))
+                        sub = (ordered[key[0]][inside] >> low_shift) & np.uint64((1 << (shift - int(low_shift))) - 1)
+                        split_counts[key] += np.bincount(sub.astype(np.int64), minlength=1 << _SPLIT_BITS)
+        for key, (_, _, below, _) in collect.items():
             values = np.concatenate(parts[key])
             found[key] = float(np.partition(values, key[1] - below)[key[1] - below])
             del pending[key]
-        for key, (a, b, below, _) in split.items():
+        for key, (shift, prefix, below, _) in split.items():
             cumulative = np.cumsum(split_counts[key])
-            k = int(np.searchsorted(cumulative, key[1] - below, side="right"))
-            start = below + (int(cumulative[k - 1]) if k else 0)
-            pending[key] = (float(edges[key][k]), float(edges[key][k + 1]), start, int(split_counts[key][k]))
+            i = int(np.searchsorted(cumulative, key[1] - below, side="right"))
+            low_shift = max(0, shift - _SPLIT_BITS)
+            pending[key] = (low_shift, (prefix << (shift - low_shift)) | i,
+                            below + (int(cumulative[i - 1]) if i else 0), int(split_counts[key][i]))
     return found
 
 

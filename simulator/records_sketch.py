@@ -46,6 +46,13 @@ def gaps_of_flat(times_s: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, 
     """
     if times_s.size == 0:
         return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0)
+    steps = np.diff(times_s)
+    within = np.ones(steps.size, dtype=bool)  # the step from token i to i + 1 stays in one request
+    ends = np.cumsum(lengths)[:-1]
+    within[ends[(ends > 0) & (ends < times_s.size)] - 1] = False
+    gaps = steps[within]
+    if gaps.all():  # no emission of several tokens: every token is an emission (the usual case)
+        return gaps, np.ones(gaps.size, dtype=np.int64), gaps
     owner = np.repeat(np.arange(lengths.size), lengths)  # request index of each token
     first_of_request = np.r_[True, owner[1:] != owner[:-1]]
     starts = np.flatnonzero(first_of_request | np.r_[True, np.diff(times_s) != 0])  # emission starts
