@@ -135,6 +135,25 @@ class _PoolScheduler:
         self.num_holds = 0
         self._tried: BatchPlan | None = None
         self._arriving: dict[int, FinishedRequest] = {}  # request id -> its prefill's record
+        self._passes = 0
+        one_pass = getattr(inner, "_one_pass", None)
+        if one_pass is not None:
+            inner._one_pass = self._bounded(one_pass)
+
+    def _bounded(self, one_pass):
+        """vllm_v1 repeats its pass while a step preempted everything and scheduled nothing,
+        expecting the emptied pool to admit the head (`VllmV1Scheduler._build_plan`). With blocks
+        held for transfers it may not: a repeated pass that schedules and preempts nothing ends
+        the attempt (`_Blocked`), as vLLM's engine would idle until the transfer frees them."""
+
+        def bounded():
+            entries, preempted = one_pass()
+            self._passes += 1
+            if self._passes > 1 and not entries and not preempted and self.num_holds:
+                raise _Blocked
+            return entries, preempted
+
+        return bounded
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -173,7 +192,11 @@ class _PoolScheduler:
             return False
         if not self.num_holds or inner.decode_window()[1] >= 2:
             return True
-        plan = inner.schedule(self.env.now)
+        self._passes = 0
+        try:
+            plan = inner.schedule(self.env.now)
+        except _Blocked:
+            return False
         if plan.is_empty:
             return False  # every block it needs is held for a transfer: `release` wakes the replica
         self._tried = plan
@@ -187,6 +210,7 @@ class _PoolScheduler:
     def schedule(self, now_s: float) -> BatchPlan:
         plan, self._tried = self._tried, None
         if plan is None:
+            self._passes = 0
             plan = self.inner.schedule(now_s)
         if self.on_step_end is not None:  # admissions emptied `waiting`: a transfer may start (vLLM loop 2)
             self.on_step_end()
@@ -194,15 +218,22 @@ class _PoolScheduler:
 
     def complete_step(self, plan: BatchPlan, outcome: StepOutcome, now_s: float) -> list[FinishedRequest]:
         finished = self.inner.complete_step(plan, outcome, now_s)
-        if self.on_step_end is not None:
-            self.on_step_end()
+        self._after_step()
         return finished
 
     def advance_decodes(self, step_end_s: list[float]):
         result = self.inner.advance_decodes(step_end_s)
-        if self.on_step_end is not None:
-            self.on_step_end()
+        self._after_step()
         return result
+
+    def _after_step(self) -> None:
+        """An instance left with no work goes idle: its next boundary is now."""
+        if self.on_step_end is not None and not self.inner.has_work():
+            self.on_step_end()
+
+
+class _Blocked(Exception):
+    """A vllm_v1 step found nothing it can run while transfers hold blocks (`_PoolScheduler._bounded`)."""
 
 
 def _continue_after_prefill(scheduler: Scheduler, request_id: int, prefill: FinishedRequest) -> None:
@@ -222,10 +253,18 @@ def _continue_after_prefill(scheduler: Scheduler, request_id: int, prefill: Fini
 
 
 class PoolReplica(Replica):
-    """A `Replica` that a released KV hold can wake."""
+    """A `Replica` that a released KV hold can wake, and whose decode window a transfer can end."""
 
     def wake(self) -> None:
         self._signal()
+
+    def end_window(self) -> None:
+        """Stop an open decode window after the step under way, as an arrival does
+        (`Replica.submit`): the scheduler then reaches its next step boundary."""
+        if self._window_open:
+            self._window_open = False
+            self._arrival_sent_at_s = self.env.now
+            self.process.interrupt("transfer")
 
 
 @dataclass
@@ -239,9 +278,13 @@ class _Transfer:
 class _DecodeInbox:
     """The transfer queue and inbound link of one decode instance (FIFO, one transfer at a time).
 
-    The head starts when the decode instance would admit it in vLLM (nothing waiting before it,
-    fewer than max_num_seqs running, and its prompt + one token fit the free blocks above the
-    watermark); it then holds the prompt's blocks there while it crosses the link.
+    The head starts when the decode instance's scheduler would admit it in vLLM: at a step
+    boundary (after the step's plan is built, as vLLM allocates remote-KV requests in loop 2 of
+    `schedule()`) or at once when the instance is idle, if nothing waits before it, fewer than
+    max_num_seqs run, and its prompt + one token fit the free blocks above the watermark. It
+    then holds the prompt's blocks there while it crosses the link. A transfer queued while the
+    instance runs a decode window ends the window after the step under way (that step's end is
+    the next boundary).
     """
 
     def __init__(self, env: simpy.Environment, target: _PoolScheduler, link: KvLink, log: "_TransferLog"):
@@ -259,7 +302,10 @@ class _DecodeInbox:
 
     def put(self, transfer: _Transfer) -> None:
         self.queue.append(transfer)
-        self.poke()
+        if not self.target.inner.has_work():
+            self.poke()  # an idle instance admits it now
+        else:
+            self.target.replica.end_window()  # else at its next step boundary
 
     def poke(self) -> None:
         if self.queue and not self._wake.triggered:

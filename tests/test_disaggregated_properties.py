@@ -1,0 +1,83 @@
+"""Conservation across the two pools of a disaggregated run (hypothesis): every request ends once,
+with exactly its tokens; every KV hold is released; time moves forward through each request's
+prefill, transfer and decode."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.disaggregated import KvLink, Pool, simulate_disaggregated
+from simulator.pricing import StepPricer
+from simulator.scheduler import SchedulerConfig, make_scheduler
+from traces import Request
+
+
+class LinearCost:
+    def predict_step_s(self, query_tokens, context_tokens, is_prefill) -> float:
+        return 0.005 + 0.0001 * float(np.sum(query_tokens)) + 1e-7 * float(np.sum(context_tokens))
+
+
+def _pool(num_replicas: int, scheduler: str, num_gpu_blocks: int, router: str) -> Pool:
+    config = SchedulerConfig(num_gpu_blocks=num_gpu_blocks, block_size=16, max_model_len=2048, chunk_size=256,
+                             max_num_seqs=8)
+    return Pool([make_scheduler(scheduler, config) for _ in range(num_replicas)], StepPricer(LinearCost()), router)
+
+
+requests_strategy = st.lists(
+    st.tuples(st.floats(0, 2.0), st.integers(1, 600), st.integers(1, 80)), min_size=1, max_size=40)
+
+
+@settings(deadline=None, max_examples=60)
+@given(rows=requests_strategy,
+       num_prefill=st.integers(1, 3), num_decode=st.integers(1, 3),
+       prefill_scheduler=st.sampled_from(["sarathi", "vllm_v1"]),
+       decode_scheduler=st.sampled_from(["sarathi", "vllm_v1"]),
+       prefill_blocks=st.integers(8, 80), decode_blocks=st.integers(8, 80),
+       router=st.sampled_from(["round_robin", "least_outstanding", "random"]),
+       bandwidth=st.floats(1e5, 1e9), keep_token_times=st.booleans())
+def test_requests_and_tokens_are_conserved(rows, num_prefill, num_decode, prefill_scheduler, decode_scheduler,
+                                           prefill_blocks, decode_blocks, router, bandwidth, keep_token_times):
+    requests = [Request(i, t, p, o) for i, (t, p, o) in enumerate(rows)]
+    prefill = _pool(num_prefill, prefill_scheduler, prefill_blocks, router)
+    decode = _pool(num_decode, decode_scheduler, decode_blocks, router)
+    result = simulate_disaggregated(requests, prefill, decode, KvLink(bandwidth, 0.001), kv_bytes_per_token=2048,
+                                    keep_token_times=keep_token_times)
+    r = result.requests.set_index("request_id").sort_index()
+    assert list(r.index) == list(range(len(requests)))  # each request ends exactly once
+    done = r["finish_reason"] == "completed"
+    rejected = r["finish_reason"].str.startswith("rejected")
+    assert (done | rejected).all()
+    assert (r.loc[done, "generated_tokens"] == r.loc[done, "output_tokens"]).all()
+    assert (r.loc[rejected, "generated_tokens"] == 0).all()
+    assert result.summary["completed"] + result.summary["rejected"] == len(requests)
+    # Prompt and output tokens: computed in the prefill pool (once, bar recomputation) and decoded.
+    steps = result.steps
+    prefill_steps = steps[steps["replica_id"] < num_prefill]
+    decode_steps = steps[steps["replica_id"] >= num_prefill]
+    assert prefill_steps["num_decode_tokens"].sum() == 0
+    crossed = done & (r["output_tokens"] > 1)
+    recomputed = int(r["recomputed_tokens"].sum())
+    # Every query token: the prompt (prefill pool), one per further output token (decode pool),
+    # and what preemptions dropped and were not hit again (`recomputed_tokens`; a recompute also
+    # computes the token the next decode would have, in place of that decode).
+    computed = int(steps["num_prefill_tokens"].sum() + steps["num_decode_tokens"].sum())
+    d = r[done]
+    assert computed == int((d["prompt_tokens"] + d["output_tokens"] - 1 - d["cached_tokens"]).sum()) + recomputed
+    assert decode_steps["num_decode_tokens"].sum() <= int((r.loc[crossed, "output_tokens"] - 1).sum())
+    # Order of events per request that crossed the link.
+    c = r[crossed]
+    assert (c["first_token_s"] >= c["arrival_s"]).all()
+    assert (c["kv_transfer_start_s"] >= c["first_token_s"]).all()
+    assert (c["kv_transfer_end_s"] > c["kv_transfer_start_s"]).all()
+    assert (c["completion_s"] > c["kv_transfer_end_s"]).all()
+    assert (c["decode_replica_id"] >= num_prefill).all() and (c["prefill_replica_id"] < num_prefill).all()
+    if keep_token_times:
+        for times, n, first in zip(r.loc[done, "token_times_s"], r.loc[done, "generated_tokens"],
+                                   r.loc[done, "first_token_s"]):
+            assert len(times) == n and times[0] == first and np.all(np.diff(times) >= 0)
+    # Every hold released: nothing is left allocated in either pool (cached blocks are free).
+    for pool in (prefill, decode):
+        for s in pool.schedulers:
+            assert s.block_manager.num_used == 0
+            assert not s.has_work()
