@@ -34,7 +34,6 @@ SCALAR_COLUMNS = {
 }
 _REASON_CODE = {reason: code for code, reason in enumerate(FINISH_REASONS)}
 _FLUSH_REQUESTS = 4096  # finished requests staged before they become typed rows
-_FRAME_BLOCK_REQUESTS = 8192  # requests per block when building the token-time column
 
 
 class GrowableArray:
@@ -82,6 +81,40 @@ class GrowableArray:
         return out
 
 
+class ChunkedArray:
+    """Append-only typed values in fixed-size chunks: growing never copies, and `drain` hands the
+    chunks over one at a time, freeing each, so converting N values never holds two full copies."""
+
+    def __init__(self, dtype, chunk_size: int = 1 << 22) -> None:
+        self.dtype, self.chunk_size = np.dtype(dtype), chunk_size
+        self._chunks: list[np.ndarray] = []
+        self._fill = chunk_size  # values in the last chunk (a full one starts the next)
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def extend(self, values) -> None:
+        values = np.asarray(values, dtype=self.dtype)
+        done = 0
+        while done < values.size:
+            if self._fill == self.chunk_size:
+                self._chunks.append(np.empty(self.chunk_size, dtype=self.dtype))
+                self._fill = 0
+            take = min(self.chunk_size - self._fill, values.size - done)
+            self._chunks[-1][self._fill:self._fill + take] = values[done:done + take]
+            self._fill += take
+            done += take
+        self._size += values.size
+
+    def drain(self):
+        """Yield the values chunk by chunk, in order, dropping each chunk from the array."""
+        while self._chunks:
+            chunk = self._chunks.pop(0)
+            yield chunk if self._chunks else chunk[:self._fill]
+        self._fill, self._size = self.chunk_size, 0
+
+
 class RequestRecords:
     """The finished requests of one replica, as typed columns.
 
@@ -105,7 +138,7 @@ class RequestRecords:
         self.step_end_s = GrowableArray(np.float64)
         self.columns = {name: GrowableArray(dtype) for name, dtype in SCALAR_COLUMNS.items()}
         self.tpot_s = GrowableArray(np.float64)
-        self.token_steps = GrowableArray(np.int32)  # index into step_end_s of each token, request by request
+        self.token_steps = ChunkedArray(np.int32)  # index into step_end_s of each token, request by request
         self.token_counts = GrowableArray(np.int64)  # tokens recorded per request
         self._pending: list[FinishedRequest] = []
         self._pending_ends_s: list[float] = []  # step ends not yet in step_end_s (one extend per flush)
@@ -201,31 +234,19 @@ def requests_table(records: list[RequestRecords]) -> pd.DataFrame:
 
 
 def _token_times_column(records: list[RequestRecords], order: np.ndarray) -> pd.Series:
-    """One float64 array per request, in `order` (views into one flat array), built a block of
-    requests at a time from the int32 step indices and each replica's step end times."""
+    """One float64 array per request, in `order`: views into one flat array of every token's
+    time in record order, converted from the int32 step indices a chunk at a time (each chunk
+    freed as it is converted), so the indices and the times never both exist in full."""
     lengths = np.concatenate([r.token_counts.release() for r in records])
     ends = [r.step_end_s.release() for r in records]
-    step_base = np.cumsum([0] + [e.size for e in ends[:-1]])
+    step_base = np.cumsum([0] + [e.size for e in ends[:-1]]).tolist()
     all_ends = np.concatenate(ends)
     del ends
-    parts = [r.token_steps.release() for r in records]
-    if len(parts) == 1:
-        steps = parts[0]
-    else:  # one index space: each replica's step indices shifted past the replicas before it
-        steps = np.concatenate([p + np.int64(base) for p, base in zip(parts, step_base)]).astype(
-            np.int32 if all_ends.size < 2**31 else np.int64)
-    del parts
-    starts = np.r_[0, np.cumsum(lengths)[:-1]]  # each request's first token in `steps`
-    sorted_lengths = lengths[order]
-    offsets = np.r_[0, np.cumsum(sorted_lengths)]
-    flat = np.empty(int(offsets[-1]), dtype=np.float64)
-    for b0 in range(0, order.size, _FRAME_BLOCK_REQUESTS):
-        block = slice(b0, b0 + _FRAME_BLOCK_REQUESTS)
-        begin, end = int(offsets[b0]), int(offsets[min(b0 + _FRAME_BLOCK_REQUESTS, order.size)])
-        if end == begin:
-            continue
-        rows = order[block]
-        delta = starts[rows] - offsets[b0:b0 + rows.size]  # token j of a request: steps[offset_j + delta]
-        source = np.repeat(delta, sorted_lengths[block]) + np.arange(begin, end)
-        flat[begin:end] = all_ends[steps[source]]
-    return pd.Series(np.split(flat, offsets[1:-1]) if order.size else [], dtype=object)
+    flat = np.empty(int(lengths.sum()), dtype=np.float64)
+    position = 0
+    for r, base in zip(records, step_base):
+        for chunk in r.token_steps.drain():
+            flat[position:position + chunk.size] = all_ends[chunk.astype(np.int64) + base if base else chunk]
+            position += chunk.size
+    views = np.split(flat, np.cumsum(lengths)[:-1]) if lengths.size else []
+    return pd.Series([views[i] for i in order.tolist()], dtype=object)

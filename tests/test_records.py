@@ -11,7 +11,7 @@ import pytest
 import simulator.metrics as metrics
 import simulator.records_percentiles as records_percentiles
 from profiler import RooflineCostModel, get_device_spec, get_model_spec
-from simulator.records import RequestRecords, requests_table
+from simulator.records import ChunkedArray, GrowableArray, RequestRecords, requests_table
 from simulator.records_percentiles import streamed_percentiles
 from simulator.records_sketch import GapSketch, gaps_of_flat
 from simulator.scheduler import FinishedRequest, SchedulerConfig, make_scheduler
@@ -86,6 +86,7 @@ def test_gaps_of_flat_splits_emissions_and_requests():
 
 def test_records_of_two_replicas_merge_sorted_with_their_token_times():
     a, b = RequestRecords(replica_id=0), RequestRecords(replica_id=1)
+    a.token_steps, b.token_steps = ChunkedArray(np.int32, chunk_size=2), ChunkedArray(np.int32, chunk_size=3)
     a.note_step_ends([0.1, 0.2, 0.3])
     b.note_step_ends([0.15, 0.25])
     a.add([finished(7, [0.1, 0.3]), finished(2, [0.2, 0.2, 0.3], arrival_s=0.05)])
@@ -98,6 +99,18 @@ def test_records_of_two_replicas_merge_sorted_with_their_token_times():
     assert frame["tpot_s"].tolist()[:2] == pytest.approx([0.05, 0.1]) and math.isnan(frame["tpot_s"][2])
     assert frame["ttft_s"].tolist()[0] == pytest.approx(0.15)
     assert frame["token_times_s"][0].dtype == np.float64
+
+
+def test_growable_and_chunked_arrays_keep_every_value_in_order():
+    grown, chunked = GrowableArray(np.int64, capacity=2), ChunkedArray(np.int64, chunk_size=4)
+    for start in range(0, 30, 3):
+        grown.extend(np.arange(start, start + 3))
+        chunked.extend(np.arange(start, start + 3))
+    assert len(grown) == len(chunked) == 30
+    parts = list(chunked.drain())
+    assert [p.size for p in parts] == [4] * 7 + [2] and np.concatenate(parts).tolist() == list(range(30))
+    assert len(chunked) == 0 and list(chunked.drain()) == []
+    assert grown.release().tolist() == list(range(30)) and len(grown) == 0
 
 
 def test_a_token_time_that_is_no_step_end_is_an_error():
