@@ -70,7 +70,9 @@ def build_cost_model(point: SweepConfig) -> CostModel:
     if model.moe is not None:  # issue 18: experts priced by profiler/moe_cost.py
         from profiler.moe_cost import build_moe_cost_model
 
-        return build_moe_cost_model(point, model, device)
+        return build_moe_cost_model(point.cost_model, model, device, e.tensor_parallel_size, e.data_parallel_size,
+                                    e.enable_expert_parallel, e.expert_routing_skew, DTYPE_BYTES[e.dtype],
+                                    DTYPE_BYTES[e.kv_cache_dtype], cuda_graph_max_tokens=min(2 * e.max_num_seqs, 512))
     directory = profile_dir_for(point.cost_model, device, point.model)
     if directory is not None:
         fitted = load_fitted(directory, model, e.tensor_parallel_size, device=device.name)

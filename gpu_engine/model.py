@@ -45,7 +45,8 @@ class ModelArgs:
         # The engine implements the Llama layer only; running a Qwen2/Qwen3 layer as one would
         # time (and, with weights, compute) another model without a word.
         missing = [what for what, present in (("q/k/v projection biases (Qwen2)", self.spec.qkv_bias),
-                                              ("per-head q/k RMSNorm (Qwen3)", self.spec.qk_norm)) if present]
+                                              ("per-head q/k RMSNorm (Qwen3)", self.spec.qk_norm),
+                                              ("mixture-of-experts layers", self.spec.moe is not None)) if present]
         if missing:
             raise ValueError(f"model {self.spec.name!r} has {' and '.join(missing)}, which the engine does not "
                              "implement yet (it runs Llama-architecture models: Llama 2/3, Mistral)")

@@ -22,11 +22,13 @@ EP = DP × TP ranks (MoE TP 1); without it each expert's width is split over DP 
 data parallelism every rank's MoE layer processes the tokens of all DP ranks: vLLM's default
 all2all backend `allgather_reducescatter` (`ParallelConfig.all2all_backend`,
 vllm/config/parallel.py; `AgRsAll2AllManager`, vllm/distributed/device_communicators/all2all.py)
-all-gathers the hidden states before the experts and reduce-scatters their output after. The two
-together move the bytes of one ring all-reduce of the gathered tokens (an all-reduce is a
-reduce-scatter then an all-gather: Patarasuk & Yuan, JPDC 2009), so they are priced as one
-all-reduce of T_dp × hidden × 2 bytes over DP × TP GPUs, from the device's measured all-reduce
-table (graph mode when the step runs in a CUDA graph) or the link model.
+all-gathers the hidden states over the DP group (`get_dp_group()`) before the experts and
+reduce-scatters their output after; with TP > 1 the TP ranks' partial outputs are then summed by
+the TP all-reduce the dense model already prices. The gather and scatter together move the bytes
+of one ring all-reduce of the gathered tokens (an all-reduce is a reduce-scatter then an
+all-gather: Patarasuk & Yuan, JPDC 2009), so they are priced as one all-reduce of
+T_dp × hidden × 2 bytes over the DP ranks, from the device's measured all-reduce table (graph mode
+when the step runs in a CUDA graph) or the link model.
 
 The tokens T_dp entering each rank's MoE layer (vllm/v1/worker/dp_utils.py
 `_synchronize_dp_ranks`): when every rank runs the step in a CUDA graph (its tokens ≤ the largest
@@ -344,51 +346,52 @@ def dispatch_curves(sources, num_gpus: int, device: DeviceSpec) -> tuple[dict[st
             f"roofline (ring all-gather + reduce-scatter over {num_gpus} GPUs)")
 
 
-def build_moe_cost_model(point, model: ModelSpec, device: DeviceSpec) -> MoECostModel:
+def build_moe_cost_model(cost_model: str, model: ModelSpec, device: DeviceSpec, tensor_parallel_size: int = 1,
+                         data_parallel_size: int = 1, enable_expert_parallel: bool = False,
+                         expert_routing_skew: float = 0.0, dtype_bytes: int = 2, kv_dtype_bytes: int = 2,
+                         cuda_graph_max_tokens: int = 512) -> MoECostModel:
     """The cost model of an MoE point (`experiments.point.build_cost_model`): the dense parts as
-    `auto` / `measured:DIR` / `roofline` select them, the experts from the device's measured `moe`
-    table when the point's cost model is measured and one matches, else the roofline.
+    `cost_model` (`auto` / `measured:DIR` / `roofline`) selects them, the experts from the
+    device's measured `moe_block` / `moe` tables when the cost model is measured and one matches
+    (`MoEBlockCost`), else the roofline.
 
     Raises:
         ValueError: a `profile:DIR` cost model (fitted profiles of MoE models are not supported:
             the project's profiler runs dense models only), or as `MoELayout` / `MoEBlockCost`.
     """
-    from experiments.deployment import DTYPE_BYTES
     from profiler.roofline import RooflineCostModel
 
-    e = point.engine
-    tp, dp = e.tensor_parallel_size, e.data_parallel_size
-    layout = MoELayout(model.moe, tp, dp, e.enable_expert_parallel)
-    dtype_bytes, kv_bytes = DTYPE_BYTES[e.dtype], DTYPE_BYTES[e.kv_cache_dtype]
-    graph_max = min(2 * e.max_num_seqs, 512)
-    if point.cost_model.startswith("profile:"):
-        raise ValueError(f"cost_model {point.cost_model}: a fitted profile cannot price the MoE model {model.name!r} "
+    tp, dp = tensor_parallel_size, data_parallel_size
+    layout = MoELayout(model.moe, tp, dp, enable_expert_parallel)
+    graph_max = cuda_graph_max_tokens
+    if cost_model.startswith("profile:"):
+        raise ValueError(f"cost_model {cost_model}: a fitted profile cannot price the MoE model {model.name!r} "
                          "(the profiler runs dense models); use auto, measured:DIR or roofline")
     base, sources = None, []
-    if point.cost_model == "auto" or point.cost_model.startswith("measured:"):
+    if cost_model == "auto" or cost_model.startswith("measured:"):
         from profiler.measured.shipped import build_measured
 
-        base = build_measured(point.cost_model, model, device, tp, dtype_bytes, kv_bytes, cuda_graph_max_tokens=graph_max)
+        base = build_measured(cost_model, model, device, tp, dtype_bytes, kv_dtype_bytes, cuda_graph_max_tokens=graph_max)
         sources = base.sources if base is not None else []
     if base is None:
-        base = RooflineCostModel(model, device, tensor_parallel_size=tp, dtype_bytes=dtype_bytes, kv_dtype_bytes=kv_bytes)
+        base = RooflineCostModel(model, device, tensor_parallel_size=tp, dtype_bytes=dtype_bytes,
+                                 kv_dtype_bytes=kv_dtype_bytes)
         gemm_s = base._gemm_s
-        flops_eff, bw_eff, latency = base.flops_efficiency, base.bandwidth_efficiency, base.kernel_latency_s
     else:
-        gemm_s = base._roofline_gemm_s if not sources else _measured_gemm(base)
-        flops_eff, bw_eff, latency = base.flops_efficiency, base.bandwidth_efficiency, base.kernel_latency_s
+        gemm_s = _measured_gemm(base)
+    flops_eff, bw_eff, latency = base.flops_efficiency, base.bandwidth_efficiency, base.kernel_latency_s
     table_source = next((s for s in sources if "moe" in s.tables), None)
     from profiler.measured.cost_model import shape_key
 
     block_source = next((s for s in sources if "moe_block" in s.tables and s.model is not None
                          and shape_key(s.model) == shape_key(model) and s.model.moe == model.moe
                          and s.tensor_parallel_size == 1), None)
-    block = MoEBlockCost(model, device, layout, e.expert_routing_skew,
+    block = MoEBlockCost(model, device, layout, expert_routing_skew,
                          table_source.tables["moe"] if table_source is not None else None, gemm_s, dtype_bytes,
                          flops_eff, bw_eff, latency, table_source.label if table_source is not None else "",
                          block_source.tables["moe_block"] if block_source is not None else None,
                          block_source.label if block_source is not None else "")
-    dispatch, dispatch_source = (dispatch_curves(sources, tp * dp, device) if dp > 1 else (None, ""))
+    dispatch, dispatch_source = (dispatch_curves(sources, dp, device) if dp > 1 else (None, ""))
     return MoECostModel(base, block, dispatch, graph_max, dispatch_source)
 
 

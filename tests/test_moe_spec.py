@@ -125,3 +125,11 @@ def test_moe_fields_that_cannot_be_read_are_refused(tmp_path, config, match):
     with pytest.raises(ValueError, match=match) as info:
         get_model_spec(path)
     assert str(path) in str(info.value)
+
+
+def test_the_engine_refuses_an_moe_model_it_would_run_as_dense():
+    torch = pytest.importorskip("torch")  # noqa: F841
+    from gpu_engine.model import ModelArgs
+
+    with pytest.raises(ValueError, match=r"'mixtral-8x7b' has mixture-of-experts layers, which the engine does not implement"):
+        ModelArgs(get_model_spec("mixtral-8x7b"))

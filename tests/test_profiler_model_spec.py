@@ -59,6 +59,7 @@ def test_builtin_context_lengths_and_mistral_v02_shape():
     assert {name: spec.max_model_len for name, spec in BUILTIN_MODELS.items()} == {
         "llama-2-7b": 4096, "llama-2-13b": 4096, "llama-2-70b": 4096,
         "llama-3-8b": 8192, "mistral-7b": 32768,
+        "mixtral-8x7b": 32768, "qwen3-30b-a3b": 40960, "qwen3-30b-a3b-instruct-2507": 262144,  # their config.json
         # max_position_embeddings of their config.json (profiler/model_spec.py cites them)
         "llama-3-70b": 8192, "llama-3.1-8b": 131072, "mistral-nemo-12b": 128000, "qwen2.5-7b": 131072,
         "qwen3-8b": 40960, "qwen3-14b": 40960, "qwen3-32b": 40960,
