@@ -132,6 +132,7 @@ class _PoolScheduler:
         self.env = env
         self.replica: PoolReplica | None = None
         self.on_step_end: Callable[[], None] | None = None
+        self.transfer_waiting: Callable[[], bool] = lambda: False
         self.num_holds = 0
         self._tried: BatchPlan | None = None
         self._arriving: dict[int, FinishedRequest] = {}  # request id -> its prefill's record
@@ -190,7 +191,7 @@ class _PoolScheduler:
         inner = self.inner
         if not inner.has_work():
             return False
-        if not self.num_holds or inner.decode_window()[1] >= 2:
+        if not self.num_holds or self.decode_window()[1] >= 2:
             return True
         self._passes = 0
         try:
@@ -203,7 +204,9 @@ class _PoolScheduler:
         return True
 
     def decode_window(self):
-        if self._tried is not None:
+        """No window while a transfer waits for this instance: it may start at any step
+        boundary, and a window's steps take blocks it assumed free."""
+        if self._tried is not None or self.transfer_waiting():
             return self.inner.running, 0
         return self.inner.decode_window()
 
@@ -227,8 +230,9 @@ class _PoolScheduler:
         return result
 
     def _after_step(self) -> None:
-        """An instance left with no work goes idle: its next boundary is now."""
-        if self.on_step_end is not None and not self.inner.has_work():
+        """A step boundary: a queued transfer may start (it sees the state after the next plan,
+        which the replica builds at this same instant)."""
+        if self.on_step_end is not None:
             self.on_step_end()
 
 
@@ -293,6 +297,7 @@ class _DecodeInbox:
         self.in_flight_end_s = math.inf
         self._wake = env.event()
         target.on_step_end = self.poke
+        target.transfer_waiting = lambda: bool(self.queue)
         env.process(self._run())
 
     @property
@@ -380,6 +385,7 @@ def simulate_disaggregated(
     trim_fraction: float = 0.0,
     keep_token_times: bool = True,
     keep_steps: bool = True,
+    fast_forward: bool = True,
 ) -> DisaggregatedResult:
     """Run an open-loop trace through a prefill pool and a decode pool (module docstring).
 
@@ -392,7 +398,8 @@ def simulate_disaggregated(
         outcome_fn: tokens emitted per decode step (speculative acceptance); the prefill pool
             always emits one token per final chunk.
         seed: seeds the `random` routers.
-        trim_fraction, keep_token_times, keep_steps: as `simulator.simulate.simulate`.
+        trim_fraction, keep_token_times, keep_steps, fast_forward: as `simulator.simulate.simulate`
+            (decode windows in the decode pool; the records are the same either way).
 
     Returns:
         A `DisaggregatedResult`. Every request ends with one finish reason: rejected when it
@@ -408,7 +415,7 @@ def simulate_disaggregated(
     env = simpy.Environment()
     cluster = _Cluster(env, prefill, decode, link, kv_bytes_per_token, outcome_fn or StepOutcome.without_speculation,
                        seed, _sketch_window_s(requests, None, keep_token_times, trim_fraction), keep_token_times,
-                       keep_steps)
+                       keep_steps, fast_forward)
     env.process(cluster.replay(sorted(requests, key=lambda r: r.arrival_s)))
     env.run()
     return cluster.result(trim_fraction)
@@ -418,7 +425,8 @@ class _Cluster:
     """The two pools, their inboxes and routers, and the records of the run."""
 
     def __init__(self, env, prefill: Pool, decode: Pool, link: KvLink, kv_bytes_per_token: float, outcome_fn,
-                 seed: int, window_s: tuple[float, float], keep_token_times: bool, keep_steps: bool):
+                 seed: int, window_s: tuple[float, float], keep_token_times: bool, keep_steps: bool,
+                 fast_forward: bool):
         self.env = env
         self.kv_bytes_per_token = kv_bytes_per_token
         self.keep_token_times = keep_token_times
@@ -440,7 +448,7 @@ class _Cluster:
         for j, s in enumerate(self.decode_pool):
             inbox = _DecodeInbox(env, s, link, self.transfers)
             s.replica = PoolReplica(env, s, decode.pricer, outcome_fn, self.num_prefill + j, self._decoded,
-                                    lambda inbox=inbox: inbox.in_flight_end_s,
+                                    (lambda inbox=inbox: inbox.in_flight_end_s) if fast_forward else None,
                                     records=RequestRecords(self.num_prefill + j, keep_token_times, window_s),
                                     steps=StepLog(keep=keep_steps))
             self.inboxes.append(inbox)

@@ -102,6 +102,21 @@ def test_full_decode_pool_back_pressures_transfers():
     assert list(r["finish_reason"]) == ["completed", "completed"]
 
 
+def test_transfer_starts_at_the_next_step_boundary_of_a_busy_decode_instance():
+    """A (100 + 50 tokens) decodes from 0.122 in steps of 0.0101 s. B (arrives 0.2) is prefilled
+    0.2 → 0.22 while A is in step 10 (0.2130 → 0.2230): its transfer starts at that step's end,
+    0.223 (vLLM allocates remote KV in `schedule()`), crosses to 0.325, joins at A's step
+    boundary 0.122 + 21 × 0.0101 = 0.3341 and decodes with A (10.2 ms) to 0.3443. The same with
+    and without decode windows."""
+    trace = [Request(0, 0.0, 100, 50), Request(1, 0.2, 100, 2)]
+    for fast in (True, False):
+        r = run(trace, fast_forward=fast).requests.set_index("request_id")
+        assert r.loc[1, "first_token_s"] == pytest.approx(0.220)
+        assert r.loc[1, "kv_transfer_start_s"] == pytest.approx(0.223)
+        assert r.loc[1, "kv_transfer_end_s"] == pytest.approx(0.325)
+        assert r.loc[1, "completion_s"] == pytest.approx(0.3443)
+
+
 def test_one_token_request_ends_in_the_prefill_pool():
     result = run([Request(0, 0.0, 100, 1)])
     r = result.requests.iloc[0]

@@ -4,6 +4,7 @@ prefill, transfer and decode."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,6 +45,12 @@ def test_requests_and_tokens_are_conserved(rows, num_prefill, num_decode, prefil
     result = simulate_disaggregated(requests, prefill, decode, KvLink(bandwidth, 0.001), kv_bytes_per_token=2048,
                                     keep_token_times=keep_token_times)
     r = result.requests.set_index("request_id").sort_index()
+    # Decode windows (the fast path) change nothing.
+    slow = simulate_disaggregated(requests, _pool(num_prefill, prefill_scheduler, prefill_blocks, router),
+                                  _pool(num_decode, decode_scheduler, decode_blocks, router), KvLink(bandwidth, 0.001),
+                                  kv_bytes_per_token=2048, keep_token_times=keep_token_times, fast_forward=False)
+    scalars = [c for c in r.columns if c != "token_times_s"]
+    pd.testing.assert_frame_equal(slow.requests.set_index("request_id").sort_index()[scalars], r[scalars])
     assert list(r.index) == list(range(len(requests)))  # each request ends exactly once
     done = r["finish_reason"] == "completed"
     rejected = r["finish_reason"].str.startswith("rejected")
