@@ -59,6 +59,9 @@ KV_COLUMNS = {
     "num_gpu_blocks": "KV blocks",
     "kv_usage_max": "KV usage max",
     "num_preemptions": "preemptions",
+    "recomputed_tokens": "recomputed tokens",  # computed again after preemption, net of prefix-cache hits
+    "prefix_cache_hit_rate": "prefix-cache hit rate",  # vLLM's prefix_cache_hits / prefix_cache_queries
+    "preempted_cache_hits_tokens": "cache hits after preemption",  # vLLM's preempted hits, counted apart
 }
 _BREAKDOWN = ("rejected_too_long", "rejected_kv_capacity", "rejected_budget")
 _METRIC_NAMES = {"ttft": "TTFT", "tbt": "TBT", "itl": "ITL", "tpot": "TPOT", "e2e": "E2E",
