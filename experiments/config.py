@@ -526,6 +526,47 @@ class OutputConfig(_Strict):
     steps: bool = True
 
 
+class PoolConfig(_Strict):
+    """One pool of a disaggregated cluster (`cluster.prefill` or `cluster.decode`): its replicas,
+    device and router, and the `engine:` keys that differ for it (merged over the point's
+    `engine:`, then checked as `engine:` is; errors name `cluster.<pool>.engine`)."""
+
+    replicas: int = Field(default=1, ge=1, le=_MAX_REPLICAS)  # instances in the pool
+    device: str | dict[str, Any] | None = None  # default: the point's device
+    router: Literal["round_robin", "least_outstanding", "random", "prefix_aware"] = (  # prefix_aware: cache hit first
+        "least_outstanding")
+    engine: dict[str, Any] = {}  # e.g. {tensor_parallel_size: 2, chunk_size: 2048}; pipeline_parallel_size must stay 1
+
+
+class LinkConfig(_Strict):
+    """The KV link from a prefill instance into a decode instance (simulator/disaggregated.py:
+    latency + bytes / bandwidth per transfer, one at a time into each decode instance)."""
+
+    bandwidth_gb_s: float | Literal["device"] = (  # GB/s per TP rank (1e9 B/s), > 0; device: its GPU-to-GPU link
+        "device")
+    latency_s: float = Field(default=0.0, ge=0, le=60)  # per transfer
+
+    @field_validator("bandwidth_gb_s", mode="before")
+    @classmethod
+    def _bandwidth(cls, value: Any) -> Any:
+        # One message instead of pydantic's two union branches.
+        if value == "device":
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ValueError("must be a bandwidth > 0 in GB/s (a link of zero bandwidth moves no KV) or 'device'")
+        return value
+
+
+class ClusterConfig(_Strict):
+    """Prefill/decode disaggregation (simulator/disaggregated.py): a request is prefilled in the
+    prefill pool (TTFT ends there), its prompt's KV crosses the link, and it decodes in the decode
+    pool. Without `cluster:` the point's replicas are colocated (`engine.replicas`)."""
+
+    prefill: PoolConfig = PoolConfig()
+    decode: PoolConfig = PoolConfig()
+    link: LinkConfig = LinkConfig()
+
+
 class SweepConfig(_Strict):
     """A whole config file: one base point, its variants, SLOs and goodput thresholds."""
 
@@ -541,6 +582,15 @@ class SweepConfig(_Strict):
     search: SearchConfig | None = None
     fleet: FleetConfig | None = None
     output: OutputConfig = OutputConfig()
+    cluster: ClusterConfig | None = None  # prefill/decode disaggregation; none: colocated replicas
+
+    @model_validator(mode="after")
+    def _cluster_pools(self) -> "SweepConfig":
+        if self.cluster is not None:
+            from experiments.deployment import check_cluster  # builds each pool's engine (no circle at import)
+
+            check_cluster(self)
+        return self
 
     @model_validator(mode="after")
     def _fleet_needs_search(self) -> "SweepConfig":
@@ -1097,6 +1147,11 @@ def describe_point(point: SweepConfig) -> str:
         parts.append(f"gamma={point.trace.burstiness:g}")
     if e.preemption != "recompute":
         parts.append(e.preemption)
+    if point.cluster is not None:  # disaggregated: "2P3D", with each pool's TP when one is > 1
+        pools = [(spec.replicas, spec.engine.get("tensor_parallel_size", e.tensor_parallel_size))
+                 for spec in (point.cluster.prefill, point.cluster.decode)]
+        tp = f" tp={pools[0][1]}/{pools[1][1]}" if any(t > 1 for _, t in pools) else ""
+        parts.append(f"{pools[0][0]}P{pools[1][0]}D{tp}")
     return " ".join(parts)
 
 
@@ -1104,7 +1159,8 @@ def describe_point(point: SweepConfig) -> str:
 _LABELLED_KEYS = {"name", "variants", *(f"engine.{k}" for k in (
     "scheduler", "chunk_size", "max_num_batched_tokens", "split_n", "draft", "draft.model", "tensor_parallel_size",
     "pipeline_parallel_size", "replicas", "router", "policy", "preemption", "data_parallel_size",
-    "enable_expert_parallel")), "trace.burstiness"}
+    "enable_expert_parallel")), "trace.burstiness",
+    *(f"cluster.{p}.{k}" for p in ("prefill", "decode") for k in ("replicas", "engine.tensor_parallel_size"))}
 
 
 def _check_parallel_layout(e: EngineConfig, model) -> None:

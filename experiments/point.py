@@ -7,9 +7,10 @@ import numpy as np
 import pandas as pd
 
 from experiments.config import ClosedLoopTrace, SweepConfig, TraceConfig, describe_point, slo_summary_key
-from experiments.deployment import (DTYPE_BYTES, build_outcome_fn, build_pricer, build_scheduler_config,
-                                    build_schedulers)
+from experiments.deployment import (DTYPE_BYTES, POOLS, build_link, build_outcome_fn, build_pricer,
+                                    build_scheduler_config, build_schedulers, cluster_gpus, pool_point)
 from profiler import CostModel, RooflineCostModel, get_device_spec, get_model_spec
+from simulator.disaggregated import Pool, simulate_disaggregated
 from simulator.metrics import goodput_count
 from simulator.simulate import simulate
 from traces.trace_stats import mean_rate_qps
@@ -95,16 +96,21 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0)
     `trim_fraction` drops warm-up and drain from the latency statistics (capacity trials).
     """
     requests, info = load_requests(point.trace)
-    sched_config = build_scheduler_config(point)
-    cost_model = build_cost_model(point)
-    result = simulate(requests, build_schedulers(point, sched_config), build_pricer(point, cost_model),
-                      outcome_fn=build_outcome_fn(point), router=point.engine.router, seed=point.engine.seed,
-                      trim_fraction=trim_fraction, keep_token_times=point.output.token_times,
-                      keep_steps=point.output.steps, data_parallel=point.engine.data_parallel_size > 1)
+    if point.cluster is not None:  # prefill/decode disaggregation: the decode pool's pool and cost model label the row
+        result, sched_config, cost_model, cluster_row = simulate_cluster(point, requests, trim_fraction)
+    else:
+        sched_config = build_scheduler_config(point)
+        cost_model = build_cost_model(point)
+        result = simulate(requests, build_schedulers(point, sched_config), build_pricer(point, cost_model),
+                          outcome_fn=build_outcome_fn(point), router=point.engine.router, seed=point.engine.seed,
+                          trim_fraction=trim_fraction, keep_token_times=point.output.token_times,
+                          keep_steps=point.output.steps, data_parallel=point.engine.data_parallel_size > 1)
+        cluster_row = {}
 
     row = {"point_id": point_id, "label": describe_point(point), "model": point.model,
            "device": get_device_spec(point.device).name}  # a file or inline device by its name
     row.update(point.engine.used_settings())
+    row.update(cluster_row)
     row.update(num_gpu_blocks=sched_config.num_gpu_blocks, max_model_len=sched_config.max_model_len,
                offered_qps=mean_rate_qps(result.requests["arrival_s"].to_numpy()), **info)
     row.update(result.summary)
@@ -123,6 +129,32 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0)
     result.requests.insert(0, "point_id", point_id)
     result.steps.insert(0, "point_id", point_id)
     return PointResult(row, result.requests, result.steps)
+
+
+def simulate_cluster(point: SweepConfig, requests: list[Request], trim_fraction: float):
+    """A `cluster:` point (simulator/disaggregated.py): each pool built as `pool_point` makes it.
+
+    Returns:
+        (result, the decode pool's SchedulerConfig, its cost model, the row's cluster columns:
+        `cluster` (e.g. "4P(TP1) 4D(TP2)"), `num_gpus`, each pool's replicas, TP and KV blocks).
+    """
+    pools, row = {}, {"cluster": "", "num_gpus": cluster_gpus(point)}
+    for name in POOLS:
+        pool = pool_point(point, name)
+        config = build_scheduler_config(pool)
+        cost_model = build_cost_model(pool)
+        pools[name] = (Pool(build_schedulers(pool, config), build_pricer(pool, cost_model),
+                            getattr(point.cluster, name).router), config, cost_model)
+        e = pool.engine
+        row["cluster"] += f"{' ' if row['cluster'] else ''}{e.replicas}{name[0].upper()}(TP{e.tensor_parallel_size})"
+        row.update({f"{name}_replicas": e.replicas, f"{name}_tensor_parallel_size": e.tensor_parallel_size,
+                    f"{name}_num_gpu_blocks": config.num_gpu_blocks})
+    link, kv_bytes_per_token = build_link(point)
+    result = simulate_disaggregated(requests, pools["prefill"][0], pools["decode"][0], link, kv_bytes_per_token,
+                                    outcome_fn=build_outcome_fn(pool_point(point, "decode")),
+                                    seed=point.engine.seed, trim_fraction=trim_fraction,
+                                    keep_token_times=point.output.token_times, keep_steps=point.output.steps)
+    return result, pools["decode"][1], pools["decode"][2], row
 
 
 def report_columns(row: dict, requests: pd.DataFrame, point: SweepConfig) -> dict:

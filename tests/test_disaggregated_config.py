@@ -1,0 +1,117 @@
+"""`cluster:` in a config: pools built from the point's engine keys, bad input named by key, and a
+disaggregated point run end to end (experiments/deployment.py, experiments/point.py)."""
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+from experiments.config import ConfigError, SweepConfig, describe_point, load_config
+from experiments.deployment import build_link, cluster_gpus, pool_point
+from experiments.point import run_point
+from profiler import get_model_spec
+
+BASE = """
+model: llama-3-8b
+device: h100-sxm
+cost_model: roofline
+trace: {kind: profile, name: azure-conv, qps: 4, num_requests: 40, seed: 0}
+engine: {scheduler: sarathi, chunk_size: 512}
+goodput: {ttft_s: 2.0, tpot_s: 0.05}
+cluster:
+  prefill: {replicas: 2, engine: {chunk_size: 2048}}
+  decode: {replicas: 3, engine: {tensor_parallel_size: 2}}
+  link: {bandwidth_gb_s: 50, latency_s: 0.0001}
+"""
+
+
+def write(tmp_path, text):
+    path = tmp_path / "c.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def load(tmp_path, text=BASE, overrides=()):
+    _, points = load_config(write(tmp_path, text), list(overrides))
+    return [SweepConfig.model_validate(p) for p in points]
+
+
+def error_of(tmp_path, text=BASE, overrides=()):
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text), list(overrides))
+    return str(info.value)
+
+
+def test_pools_take_the_point_engine_and_their_own_keys(tmp_path):
+    (point,) = load(tmp_path)
+    prefill, decode = pool_point(point, "prefill"), pool_point(point, "decode")
+    assert (prefill.engine.replicas, prefill.engine.chunk_size, prefill.engine.tensor_parallel_size) == (2, 2048, 1)
+    assert (decode.engine.replicas, decode.engine.chunk_size, decode.engine.tensor_parallel_size) == (3, 512, 2)
+    assert prefill.cluster is None and prefill.device == "h100-sxm"
+    assert cluster_gpus(point) == 2 * 1 + 3 * 2
+
+
+def test_link_bytes_are_the_kv_of_one_rank_of_the_smaller_tp():
+    """llama-3-8b: 32 layers × 2 × 8 KV heads × 128 × 2 bytes = 131,072 B a token; the prefill
+    pool is TP1, so one link carries all of it (not the decode pool's half)."""
+    point = SweepConfig.model_validate(_yaml(BASE))
+    link, kv_bytes = build_link(point)
+    assert kv_bytes == 32 * 2 * 8 * 128 * 2 == get_model_spec("llama-3-8b").kv_bytes_per_token(2, 1)
+    assert link.bandwidth_bytes_per_s == 50e9 and link.latency_s == 0.0001
+
+
+def test_device_link_is_the_device_interconnect():
+    point = SweepConfig.model_validate(_yaml(BASE.replace("bandwidth_gb_s: 50", "bandwidth_gb_s: device")))
+    link, _ = build_link(point)
+    from profiler import get_device_spec
+
+    assert link.bandwidth_bytes_per_s == get_device_spec("h100-sxm").interconnect_bandwidth_bytes_per_s
+
+
+@pytest.mark.parametrize(("override", "named"), [
+    ("cluster.prefill.replicas=0", "cluster.prefill.replicas"),
+    ("cluster.decode.replicas=0", "cluster.decode.replicas"),
+    ("cluster.link.bandwidth_gb_s=0", "cluster.link.bandwidth_gb_s"),
+    ("cluster.link.bandwidth_gb_s=-5", "cluster.link.bandwidth_gb_s"),
+    ("cluster.link.latency_s=-1", "cluster.link.latency_s"),
+    ("engine.replicas=2", "engine.replicas is not read with cluster"),
+    ("cluster.decode.engine={tensor_parallel_size: 3}", "cluster.decode.engine.tensor_parallel_size"),
+    ("cluster.prefill.engine={pipeline_parallel_size: 2}", "pipeline_parallel_size and data_parallel_size must be 1"),
+    ("cluster.prefill.engine={chunk_sise: 2}", "cluster.prefill.engine (line 9): chunk_sise"),
+    ("cluster.decode.engine={kv_cache_dtype: fp8}", "kv_cache_dtype differ"),
+    ("cluster.decode.device=h900", "cluster.decode.device"),
+    ("cluster.decode.router=busiest", "cluster.decode.router"),
+])
+def test_bad_cluster_keys_are_named(tmp_path, override, named):
+    assert named in error_of(tmp_path, overrides=[override])
+
+
+def test_variants_cross_pool_sizes_and_label_them(tmp_path):
+    points = load(tmp_path, BASE + "variants:\n  - {cluster.prefill.replicas: [1, 3], cluster.decode.replicas: 2}\n")
+    assert [(p.cluster.prefill.replicas, p.cluster.decode.replicas) for p in points] == [(1, 2), (3, 2)]
+    labels = [describe_point(p) for p in points]
+    assert labels == ["sarathi chunk=512 1P2D tp=1/2", "sarathi chunk=512 3P2D tp=1/2"]
+
+
+def test_cluster_point_runs_and_reports_pools(tmp_path):
+    (point,) = load(tmp_path)
+    result = run_point(point)
+    row = result.row
+    assert row["cluster"] == "2P(TP1) 3D(TP2)" and row["num_gpus"] == 8
+    assert row["completed"] + row["rejected"] == 40
+    assert 0 < row["prefill_utilization"] < 1 and 0 < row["decode_utilization"] < 1
+    assert row["kv_transfer_s_p50"] > 0.0001  # the latency plus the bytes
+    r = result.requests
+    crossed = r["kv_transfer_start_s"].notna()
+    assert set(r.loc[crossed, "prefill_replica_id"]) <= {0, 1}
+    assert set(r.loc[crossed, "decode_replica_id"]) <= {2, 3, 4}
+    # Transfer time = latency + prompt tokens × 131,072 B / 50 GB/s, for every request.
+    expected = 0.0001 + r.loc[crossed, "prompt_tokens"] * 131072 / 50e9
+    np.testing.assert_allclose(r.loc[crossed, "kv_transfer_end_s"] - r.loc[crossed, "kv_transfer_start_s"], expected)
+
+
+def _yaml(text):
+    import yaml
+
+    return yaml.safe_load(textwrap.dedent(text))
