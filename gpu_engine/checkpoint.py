@@ -78,7 +78,8 @@ def load_weights(model: Llama, checkpoint_dir: str | Path) -> Llama:
 
 
 def save_checkpoint(model: Llama, checkpoint_dir: str | Path) -> Path:
-    """Write `model` as a Hugging Face Llama checkpoint (config.json, model.safetensors).
+    """Write `model` as a Hugging Face Llama (or, with MoE layers, Mixtral) checkpoint (config.json,
+    model.safetensors).
 
     transformers' `LlamaForCausalLM.from_pretrained` reads it; EOS/BOS ids are left unset so
     generation runs for exactly the requested number of tokens.
@@ -108,15 +109,31 @@ def _hf_names(model: Llama) -> list[str]:
     per_layer = ["input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.o_proj.weight",
                  "mlp.down_proj.weight"] + [f"{'mlp' if p in ('gate_proj', 'up_proj') else 'self_attn'}.{p}.weight"
                                             for p in _PACKED]
+    moe = model.args.spec.moe
+    if moe is not None:  # Mixtral: block_sparse_moe.gate and per-expert w1 (gate), w2 (down), w3 (up)
+        per_layer = [n for n in per_layer if not n.startswith("mlp.")] + ["block_sparse_moe.gate.weight"] + [
+            f"block_sparse_moe.experts.{j}.{w}.weight" for j in range(moe.num_experts) for w in ("w1", "w2", "w3")]
     for i in range(model.args.spec.num_layers):
         names += [f"model.layers.{i}.{n}" for n in per_layer]
     return names
 
 
-def _engine_slot(model: Llama, hf_name: str) -> tuple[str, slice]:
-    """The engine parameter name and the row slice of it that holds Hugging Face tensor `hf_name`."""
+def _engine_slot(model: Llama, hf_name: str) -> tuple[str, slice | int | tuple[int, slice]]:
+    """The engine parameter name and the index into it (rows; an expert, or an expert's rows, of a
+    fused MoE weight) that holds Hugging Face tensor `hf_name`."""
     name = hf_name.removeprefix("model.")
     parts = name.split(".")
+    if len(parts) > 2 and parts[2] == "block_sparse_moe":  # gpu_engine/moe.py's fused expert weights
+        layer = f"layers.{parts[1]}.mlp"
+        if parts[3] == "gate":
+            return f"{layer}.gate.weight", slice(None)
+        if parts[3] != "experts" or len(parts) != 7 or parts[5] not in ("w1", "w2", "w3"):
+            return name, slice(None)  # not a tensor of this model: the caller reports it
+        expert, width = int(parts[4]), model.args.spec.moe.expert_intermediate_size
+        if parts[5] == "w2":
+            return f"{layer}.w2", expert
+        start = 0 if parts[5] == "w1" else width
+        return f"{layer}.w13", (expert, slice(start, start + width))
     if len(parts) == 5 and parts[3] in _PACKED:  # layers.{i}.{self_attn|mlp}.{proj}.weight
         fused, index = _PACKED[parts[3]]
         widths = _packed_widths(model.args, fused)
@@ -134,6 +151,16 @@ def _packed_widths(args: ModelArgs, fused: str) -> list[int]:
 
 
 def _hf_config(args: ModelArgs, dtype: torch.dtype) -> dict:
+    s = args.spec
+    if s.moe is not None:  # Mixtral: transformers `MixtralConfig`, experts of width intermediate_size
+        return {**_dense_hf_config(args, dtype), "architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+                "intermediate_size": s.moe.expert_intermediate_size, "num_local_experts": s.moe.num_experts,
+                "num_experts_per_tok": s.moe.num_experts_per_tok, "sliding_window": None,
+                "router_jitter_noise": 0.0, "output_router_logits": False}
+    return _dense_hf_config(args, dtype)
+
+
+def _dense_hf_config(args: ModelArgs, dtype: torch.dtype) -> dict:
     s = args.spec
     return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",

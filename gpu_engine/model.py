@@ -17,12 +17,14 @@ from torch.nn import functional as F
 
 from gpu_engine.attention import AttentionMetadata, paged_attention_torch
 from gpu_engine.kv_cache import KVCache
+from gpu_engine.moe import SparseMoE
 from profiler import ModelSpec
 
 # Rotary base per built-in model (each model's Hugging Face config.json `rope_theta`).
 BUILTIN_ROPE_THETA = {"llama-3-8b": 500000.0, "llama-3-70b": 500000.0, "llama-3.1-8b": 500000.0,
                       "mistral-7b": 1000000.0, "mistral-nemo-12b": 1000000.0, "qwen2.5-7b": 1000000.0,
-                      "qwen3-8b": 1000000.0, "qwen3-14b": 1000000.0, "qwen3-32b": 1000000.0}
+                      "qwen3-8b": 1000000.0, "qwen3-14b": 1000000.0, "qwen3-32b": 1000000.0,
+                      "mixtral-8x7b": 1000000.0}
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionMetadata, float], torch.Tensor]
 
@@ -46,10 +48,11 @@ class ModelArgs:
         # time (and, with weights, compute) another model without a word.
         missing = [what for what, present in (("q/k/v projection biases (Qwen2)", self.spec.qkv_bias),
                                               ("per-head q/k RMSNorm (Qwen3)", self.spec.qk_norm),
-                                              ("mixture-of-experts layers", self.spec.moe is not None)) if present]
+                                              ("a shared expert (Qwen2-MoE)", self.spec.moe is not None
+                                               and self.spec.moe.shared_expert_intermediate_size > 0)) if present]
         if missing:
             raise ValueError(f"model {self.spec.name!r} has {' and '.join(missing)}, which the engine does not "
-                             "implement yet (it runs Llama-architecture models: Llama 2/3, Mistral)")
+                             "implement yet (it runs Llama-architecture models: Llama 2/3, Mistral, and Mixtral's MoE)")
 
     @classmethod
     def for_builtin(cls, spec: ModelSpec) -> "ModelArgs":
@@ -160,7 +163,8 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(args.spec.hidden_size, args.rms_norm_eps)
         self.self_attn = Attention(args)
         self.post_attention_layernorm = RMSNorm(args.spec.hidden_size, args.rms_norm_eps)
-        self.mlp = MLP(args)
+        # Mixtral: a sparse MoE block in place of the MLP (gpu_engine/moe.py)
+        self.mlp = MLP(args) if args.spec.moe is None else SparseMoE(args.spec.hidden_size, args.spec.moe)
 
     def forward(self, x, rope, meta, k_cache, v_cache, attend):
         x = x + self.self_attn(self.input_layernorm(x), rope, meta, k_cache, v_cache, attend)

@@ -127,9 +127,11 @@ def test_moe_fields_that_cannot_be_read_are_refused(tmp_path, config, match):
     assert str(path) in str(info.value)
 
 
-def test_the_engine_refuses_an_moe_model_it_would_run_as_dense():
+def test_the_engine_refuses_a_shared_expert_it_does_not_implement():
     torch = pytest.importorskip("torch")  # noqa: F841
     from gpu_engine.model import ModelArgs
 
-    with pytest.raises(ValueError, match=r"'mixtral-8x7b' has mixture-of-experts layers, which the engine does not implement"):
-        ModelArgs(get_model_spec("mixtral-8x7b"))
+    shared = ModelSpec("shared-moe", 2, 64, 4, 2, 16, 96, 256, 256, moe=MoESpec(4, 2, 96, shared_expert_intermediate_size=64))
+    with pytest.raises(ValueError, match=r"'shared-moe' has a shared expert \(Qwen2-MoE\), which the engine does not"):
+        ModelArgs(shared)
+    ModelArgs(get_model_spec("mixtral-8x7b"))  # Mixtral runs: tests/test_moe_engine.py
