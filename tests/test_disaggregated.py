@@ -164,3 +164,22 @@ def test_link_bandwidth_must_be_positive(bandwidth):
 def test_pool_needs_replicas():
     with pytest.raises(ValueError, match="at least one replica"):
         Pool([], StepPricer(LinearCost()))
+
+
+@pytest.mark.parametrize(("router", "instance", "cached"), [("prefix_aware", 1, 48), ("least_outstanding", 0, 0)])
+def test_prefix_aware_routing_sends_a_request_where_its_prefix_is_cached(router, instance, cached):
+    """Two vllm_v1 prefill instances with prefix caching. R0 (own prefix) goes to instance 0, R1
+    (prefix ids 7, 8: 64 tokens) to instance 1 (fewest outstanding). R2, later, shares R1's prefix:
+    prefix_aware sends it to instance 1 and hits 3 blocks of 16 (the last prompt token is always
+    computed: (64 - 1) // 16 = 3); least_outstanding sends it to instance 0 (a tie, lowest
+    index), which has nothing cached."""
+    ids = dict(prefix_hash_ids=(7, 8), prefix_block_tokens=32)
+    trace = [Request(0, 0.0, 64, 2, prefix_hash_ids=(5, 6), prefix_block_tokens=32), Request(1, 0.0, 64, 2, **ids),
+             Request(2, 1.0, 64, 2, **ids)]
+    result = run(trace, prefill=pool(2, scheduler="vllm_v1", router=router))
+    r = result.requests.set_index("request_id")
+    assert list(r["prefill_replica_id"]) == [0, 1, instance]
+    assert r.loc[2, "cached_tokens"] == cached
+    # The hit is priced: R2's prefill computes 64 - cached tokens in one step.
+    prefill_steps = result.steps[result.steps["replica_id"] < 2]
+    assert prefill_steps["num_prefill_tokens"].iloc[-1] == 64 - cached
