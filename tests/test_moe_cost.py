@@ -174,3 +174,20 @@ def test_roofline_prices_an_moe_point_with_active_expert_bytes():
     experts_s = 32 * model.block._experts_roofline_s(1)
     assert experts_s >= 32 * 2 * 3 * 4096 * 7168 * 2 / get_device_spec("h100-sxm").mem_bandwidth_bytes_per_s
     assert model.predict_step_s([1], [100], [False]) > experts_s
+
+
+def test_goodput_per_gpu_divides_by_every_gpu_of_the_layout():
+    import pandas as pd
+
+    from experiments.config import SweepConfig
+    from experiments.point import report_columns
+
+    point = SweepConfig.model_validate({
+        "name": "moe", "model": "qwen3-30b-a3b", "device": "h100-sxm", "goodput": {"ttft_s": 1.0},
+        "engine": {"scheduler": "vllm_v1", "chunk_size": 2048, "tensor_parallel_size": 2, "data_parallel_size": 2,
+                   "enable_expert_parallel": True},
+        "trace": {"kind": "synthetic", "qps": 1, "num_requests": 1, "prompt_tokens": 10, "output_tokens": 10}})
+    requests = pd.DataFrame({"ttft_s": [0.5, 0.5, 2.0, 0.1], "tbt_s_max": [0.01] * 4, "finish_reason": ["completed"] * 4})
+    columns = report_columns({"makespan_s": 2.0}, requests, point)
+    assert columns["goodput_rps"] == pytest.approx(1.5)  # 3 of 4 requests within TTFT 1 s, over 2 s
+    assert columns["goodput_rps_per_gpu"] == pytest.approx(1.5 / 4)  # TP 2 × DP 2
