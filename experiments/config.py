@@ -317,6 +317,7 @@ class SessionsTrace(ClosedLoopTrace):
     path: str | None = None  # a CSV of turns: session_id,turn,user_tokens,output_tokens
     shared_prefix_tokens: int = Field(default=0, ge=0)
     num_prefixes: int = Field(default=1, ge=1)
+    session_qps: float | None = Field(default=None, gt=0, le=1e6)  # conversations start as a Poisson process at this rate (per s); none: all at 0 s
 
     @model_validator(mode="before")
     @classmethod
@@ -346,10 +347,11 @@ class SessionsTrace(ClosedLoopTrace):
         """The conversations the simulator drives (traces.sessions.SessionWorkload)."""
         if self.path is not None:
             return SessionWorkload.from_turns(read_sessions(Path(self.path).expanduser()), self.think_time_s,
-                                              self.shared_prefix_tokens, self.num_prefixes, self.seed)
+                                              self.shared_prefix_tokens, self.num_prefixes, self.seed,
+                                              self.session_qps)
         user, output = self.distributions()
         return SessionWorkload(self.clients, self.turns, self.think_time_s, user, output,
-                               self.shared_prefix_tokens, self.num_prefixes, self.seed)
+                               self.shared_prefix_tokens, self.num_prefixes, self.seed, self.session_qps)
 
 
 TraceConfig = Annotated[
@@ -399,7 +401,8 @@ class EngineConfig(_Strict):
     tensor_parallel_size: int = Field(default=1, ge=1)
     pipeline_parallel_size: int = Field(default=1, ge=1)
     replicas: int = Field(default=1, ge=1, le=_MAX_REPLICAS)
-    router: Literal["round_robin", "least_outstanding", "random"] = "round_robin"
+    router: Literal["round_robin", "least_outstanding", "random", "prefix_aware", "session_affinity"] = "round_robin"
+    router_overlap_weight: float = Field(default=1.0, ge=0, le=1e6)  # read by router prefix_aware only: weight of uncached prompt blocks against active blocks (simulator/router.py; Dynamo's --kv-overlap-score-weight)
     # vLLM's --data-parallel-size and --enable-expert-parallel (simulator/data_parallel.py,
     # profiler/moe_cost.py); expert_routing_skew: power-law exponent of expert popularity (0: uniform);
     # num_gpus: optional check that data_parallel_size × tensor_parallel_size × pipeline_parallel_size match it.
@@ -444,6 +447,10 @@ class EngineConfig(_Strict):
                 raise ValueError(
                     f"engine.{key} is not used by scheduler {self.scheduler!r} (only by {', '.join(users)})"
                 )
+        if self.router == "prefix_aware" and not (self.scheduler == "vllm_v1" and self.enable_prefix_caching):
+            raise ValueError("engine.router prefix_aware routes by each replica's prefix cache: it needs "
+                             "engine.scheduler vllm_v1 with engine.enable_prefix_caching true (got scheduler "
+                             f"{self.scheduler!r}, enable_prefix_caching {self.enable_prefix_caching})")
         if self.split_n and isinstance(self.acceptance, list) and len(self.acceptance) != self.split_n:
             raise ValueError(f"engine.acceptance lists {len(self.acceptance)} per-position probabilities but "
                              f"split_n is {self.split_n}: give exactly one per draft position")
@@ -590,6 +597,14 @@ class SweepConfig(_Strict):
             from experiments.deployment import check_cluster  # builds each pool's engine (no circle at import)
 
             check_cluster(self)
+        return self
+
+    @model_validator(mode="after")
+    def _sessions_for_affinity(self) -> "SweepConfig":
+        if self.engine.router == "session_affinity" and not isinstance(self.trace, SessionsTrace):
+            raise ValueError(f"engine.router session_affinity sends a conversation's turns to one replica: it "
+                             f"needs trace kind sessions (got kind {self.trace.kind!r}, whose requests belong "
+                             "to no conversation)")
         return self
 
     @model_validator(mode="after")
@@ -1141,6 +1156,8 @@ def describe_point(point: SweepConfig) -> str:
         parts.append(f"ep={e.data_parallel_size * e.tensor_parallel_size}")
     if e.replicas > 1:
         parts.append(e.router)
+        if e.router == "prefix_aware" and e.router_overlap_weight != 1:
+            parts.append(f"overlap_weight={e.router_overlap_weight:g}")
     if e.policy != "fcfs":
         parts.append(e.policy)
     if getattr(point.trace, "arrival", None) == "gamma" and point.trace.burstiness is not None:
@@ -1158,7 +1175,7 @@ def describe_point(point: SweepConfig) -> str:
 # Settings `describe_point` already names (or that never tell points apart).
 _LABELLED_KEYS = {"name", "variants", *(f"engine.{k}" for k in (
     "scheduler", "chunk_size", "max_num_batched_tokens", "split_n", "draft", "draft.model", "tensor_parallel_size",
-    "pipeline_parallel_size", "replicas", "router", "policy", "preemption", "data_parallel_size",
+    "pipeline_parallel_size", "replicas", "router", "router_overlap_weight", "policy", "preemption", "data_parallel_size",
     "enable_expert_parallel")), "trace.burstiness",
     *(f"cluster.{p}.{k}" for p in ("prefill", "decode") for k in ("replicas", "engine.tensor_parallel_size"))}
 

@@ -37,12 +37,22 @@ def load_requests(trace: TraceConfig) -> tuple[list[Request], dict]:
             a closed-loop trace returns its `ClosedLoopWorkload`, which the simulator drives.
     """
     if isinstance(trace, ClosedLoopTrace):
-        return trace.workload(), {"trace_source": f"closed loop, {trace.clients} clients", "trace_rows_rejected": 0}
+        workload = trace.workload()
+        return workload, {"trace_source": _closed_loop_source(trace, workload), "trace_rows_rejected": 0}
     requests, info = trace.load()
     if not requests and info.get("trace_rows_rejected"):
         raise ValueError(f"{info['trace_source']}: every row was rejected, nothing to simulate "
                          f"({info.get('trace_rows_rejected_detail', '')}); check the file's format and columns")
     return requests, info
+
+
+def _closed_loop_source(trace: ClosedLoopTrace, workload) -> str:
+    """The trace_source cell of a closed loop: its clients, or a sessions file and its conversations."""
+    if getattr(trace, "path", None) is not None:
+        return f"{trace.path} (sessions, {workload.num_clients} conversations, {workload.num_requests} turns)"
+    if trace.kind == "sessions":
+        return f"sessions, {trace.clients} conversations x {trace.turns} turns"
+    return f"closed loop, {trace.clients} clients"
 
 
 def build_cost_model(point: SweepConfig) -> CostModel:
@@ -103,6 +113,7 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0)
         cost_model = build_cost_model(point)
         result = simulate(requests, build_schedulers(point, sched_config), build_pricer(point, cost_model),
                           outcome_fn=build_outcome_fn(point), router=point.engine.router, seed=point.engine.seed,
+                          router_overlap_weight=point.engine.router_overlap_weight,
                           trim_fraction=trim_fraction, keep_token_times=point.output.token_times,
                           keep_steps=point.output.steps, data_parallel=point.engine.data_parallel_size > 1)
         cluster_row = {}

@@ -51,6 +51,7 @@ def simulate(
     keep_token_times: bool = True,
     keep_steps: bool = True,
     data_parallel: bool = False,
+    router_overlap_weight: float = 1.0,
 ) -> SimulationResult:
     """Run `requests` through the replicas (one scheduler each) until every request has finished.
 
@@ -62,7 +63,8 @@ def simulate(
         scheduler: one scheduler, or one per replica behind a global `router`.
         cost: a `CostModel` (priced as is) or a `StepPricer` (drafts, swaps, pipeline stages).
         outcome_fn: tokens emitted per step (speculative acceptance); default one per sequence.
-        router: `round_robin`, `least_outstanding` or `random` (seeded by `seed`).
+        router: a `simulator.router.ROUTERS` policy (`random` seeded by `seed`; `session_affinity`
+            needs a sessions workload, `traces.SessionWorkload`).
         trim_fraction: warm-up and drain trimmed from the latency statistics (`summarize`).
         fast_forward: take runs of plain decode steps in one go (`Replica`); the records are
             the same either way (tests check it), False only for such checks.
@@ -76,6 +78,7 @@ def simulate(
             requests go through vLLM's DP load balancer (router `vllm_dp`), and a mixture-of-experts
             cost model (one with `dp_step_s`) steps the ranks in lockstep
             (`simulator.data_parallel.DataParallelGroup`); a dense model's ranks run independently.
+        router_overlap_weight: the `prefix_aware` router's weight of uncached prompt blocks.
 
     Raises:
         ValueError: keep_token_times=False with trim_fraction > 0 on a closed-loop workload.
@@ -89,7 +92,8 @@ def simulate(
     env = simpy.Environment()
     closed_loop = requests if isinstance(requests, ClosedLoopWorkload) else None
     replicas: list[Replica] = []
-    dispatch = _Dispatcher(env, replicas, Router("vllm_dp" if data_parallel else router, replicas, seed))
+    dispatch = _Dispatcher(env, replicas, Router("vllm_dp" if data_parallel else router, replicas, seed,
+                                                 router_overlap_weight, getattr(closed_loop, "session_of", None)))
     on_finish = dispatch.closed_loop_callback(closed_loop) if closed_loop else None
     next_arrival = dispatch.next_arrival_s if fast_forward else None
     window_s = _sketch_window_s(requests, closed_loop, keep_token_times, trim_fraction)
@@ -104,7 +108,10 @@ def simulate(
                      for i, s in enumerate(schedulers)]
     if closed_loop:
         for request in closed_loop.initial_requests():
-            dispatch.submit(request)
+            if request.arrival_s > 0:  # a staggered start (sessions' session_qps)
+                dispatch.deliver_later(request, 0.0)
+            else:
+                dispatch.submit(request)
     else:
         env.process(dispatch.replay(sorted(requests, key=lambda r: r.arrival_s)))  # stable for ties
     env.run()  # ends when no event is left: all arrivals submitted, every replica idle
@@ -155,7 +162,7 @@ class _Dispatcher:
         return min(upcoming, self._deliveries_s[0]) if self._deliveries_s else upcoming
 
     def submit(self, request: Request, sent_at_s: float = -math.inf) -> None:
-        index = self.router.pick() if len(self.replicas) > 1 else 0
+        index = self.router.pick(request) if len(self.replicas) > 1 else 0
         self.replicas[index].submit(request, sent_at_s)
 
     def replay(self, requests: list[Request]):
@@ -174,10 +181,14 @@ class _Dispatcher:
             request = workload.next_request(workload.client_of(finished.request_id), self.env.now)
             if request is not None:
                 # A process, not a direct call: a rejection would otherwise recurse.
-                heapq.heappush(self._deliveries_s, request.arrival_s)
-                self.env.process(self._deliver(request, self.env.now))
+                self.deliver_later(request, self.env.now)
 
         return on_finish
+
+    def deliver_later(self, request: Request, sent_at_s: float) -> None:
+        """Submit `request` at its arrival time (a closed-loop request sent at `sent_at_s`)."""
+        heapq.heappush(self._deliveries_s, request.arrival_s)
+        self.env.process(self._deliver(request, sent_at_s))
 
     def _deliver(self, request: Request, sent_at_s: float):
         yield self.env.timeout(delay_until_s(self.env.now, request.arrival_s))

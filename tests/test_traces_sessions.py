@@ -163,3 +163,28 @@ def test_sessions_config_files_load_with_and_without_a_turns_file(tmp_path):
     missing.write_text("trace: {kind: sessions, path: nope.csv}\n" + engine)
     with pytest.raises(ConfigError, match="trace.path.*no such file"):
         load_config(missing)
+
+
+def test_sessions_start_as_a_poisson_process_of_session_qps():
+    # Conversation s's first turn arrives at the s-th arrival of a Poisson process (seeded apart
+    # from the lengths, so the lengths are those of the unstaggered workload).
+    import numpy as np
+
+    from traces.arrivals import poisson_arrivals
+    staggered = SessionWorkload(5, 2, user_tokens=[10, 90], output_tokens=[5, 50], seed=4, session_qps=2.5)
+    together = SessionWorkload(5, 2, user_tokens=[10, 90], output_tokens=[5, 50], seed=4)
+    first, zero = staggered.initial_requests(), together.initial_requests()
+    expected = poisson_arrivals(2.5, 5, np.random.default_rng([4, 1])).tolist()
+    assert [r.arrival_s for r in first] == expected and expected[0] == 0.0 and expected[4] > 0
+    assert [r.arrival_s for r in zero] == [0.0] * 5
+    assert [(r.prompt_tokens, r.output_tokens) for r in first] == [(r.prompt_tokens, r.output_tokens) for r in zero]
+    with pytest.raises(ValueError, match="qps must be a finite number > 0"):
+        SessionWorkload(2, 2, session_qps=0.0)
+    # The simulator submits each first turn at its start: no request arrives before it.
+    scheduler = make_scheduler("vllm_v1", SchedulerConfig(num_gpu_blocks=200, max_model_len=1024, chunk_size=512))
+    workload = SessionWorkload(5, 2, user_tokens=[10, 90], output_tokens=[5, 50], seed=4, session_qps=2.5)
+    frame = simulate(workload, scheduler, ConstantCostModel(0.01)).requests
+    starts = frame.assign(s=frame["request_id"].map(workload.session_of)).groupby("s")["arrival_s"].min()
+    assert starts.tolist() == expected
+    assert (frame.groupby(frame["request_id"].map(workload.session_of))["first_token_s"].min().to_numpy()
+            >= np.array(expected)).all()

@@ -2,8 +2,9 @@
 user's new tokens, the next turn sent `think_time_s` after the previous answer ends.
 
 A closed loop whose clients hold conversations, so the simulator drives it as it drives
-`ClosedLoopWorkload` (`simulator.simulate`): all conversations start at 0 s and each finished
-turn releases the conversation's next one. Turn t of conversation s has prompt
+`ClosedLoopWorkload` (`simulator.simulate`): the conversations start at 0 s, or one after another
+as a Poisson process of `session_qps` conversations per second, and each finished turn releases
+the conversation's next one. Turn t of conversation s has prompt
   shared prefix + (user_0 + answer_0) + ... + (user_{t-1} + answer_{t-1}) + user_t
 and generates answer_t; its `prefix_hash_ids` name that whole stream, answer included (16-token
 blocks, `traces.shared_prefix`), so the next turn can hit every block the previous one
@@ -16,8 +17,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from traces.arrivals import poisson_arrivals
 from traces.closed_loop import ClosedLoopWorkload
 from traces.errors import TraceFormatError
 from traces.request import Request
@@ -40,16 +43,21 @@ class SessionWorkload(ClosedLoopWorkload):
         shared_prefix_tokens: a system prompt in front of every conversation (0: none), one of
             `num_prefixes`.
         seed: seeds the draws.
+        session_qps: conversations start as a Poisson process at this rate (conversations per
+            second; conversation s at the s-th arrival, the first at 0 s, gaps drawn from
+            `default_rng([seed, 1])`, apart from the lengths); None: all start at 0 s.
 
     A turn whose prompt + answer exceed max_model_len is rejected by the scheduler (counted as
     rejected_too_long) and the conversation goes on, every later turn being longer still.
 
     Raises:
-        ValueError: a bad count, think time, length spec or prefix setting.
+        ValueError: a bad count, think time, length spec, prefix setting or session_qps
+            (`traces.arrivals.check_rate`).
     """
 
     def __init__(self, num_sessions: int, turns: int, think_time_s: float = 0.0, user_tokens: Any = 128,
-                 output_tokens: Any = 128, shared_prefix_tokens: int = 0, num_prefixes: int = 1, seed: int = 0):
+                 output_tokens: Any = 128, shared_prefix_tokens: int = 0, num_prefixes: int = 1, seed: int = 0,
+                 session_qps: float | None = None):
         if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
             raise ValueError(f"turns must be an int >= 1, got {turns!r}")
         check_shared_prefix(shared_prefix_tokens, num_prefixes)
@@ -64,10 +72,14 @@ class SessionWorkload(ClosedLoopWorkload):
         self._prefix_ids = [prefix_ids(int(p), shared_prefix_tokens) for p in assignment]
         self._turns_issued = [0] * num_sessions
         self._context_tokens = [shared_prefix_tokens] * num_sessions  # the conversation so far
+        self.session_qps = session_qps
+        self._start_s = ([0.0] * num_sessions if session_qps is None
+                         else poisson_arrivals(session_qps, num_sessions, np.random.default_rng([seed, 1])).tolist())
 
     @classmethod
     def from_turns(cls, conversations: list[list[tuple[int, int]]], think_time_s: float = 0.0,
-                   shared_prefix_tokens: int = 0, num_prefixes: int = 1, seed: int = 0) -> "SessionWorkload":
+                   shared_prefix_tokens: int = 0, num_prefixes: int = 1, seed: int = 0,
+                   session_qps: float | None = None) -> "SessionWorkload":
         """Conversations given turn by turn: conversations[s][t] = (new user tokens, answer
         tokens) of turn t of conversation s (`read_sessions`). `turns` is then the longest.
 
@@ -82,10 +94,21 @@ class SessionWorkload(ClosedLoopWorkload):
                     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                         raise ValueError(f"turn lengths must be ints >= 1, got {value!r}")
         workload = cls(len(conversations), max(len(turns) for turns in conversations), think_time_s, 1, 1,
-                       shared_prefix_tokens, num_prefixes, seed)
+                       shared_prefix_tokens, num_prefixes, seed, session_qps)
         workload._conversations = [list(turns) for turns in conversations]
         workload.num_requests = sum(len(turns) for turns in conversations)
         return workload
+
+    def initial_requests(self) -> list[Request]:
+        """Each conversation's first turn, arriving at its start time (0 s, or the `session_qps`
+        arrivals), in conversation order (the simulator submits those after 0 s at their time).
+
+        Raises:
+            ValueError: requests were already issued (the loop starts once).
+        """
+        if self.num_issued:
+            raise ValueError(f"the sessions have already started ({self.num_issued} requests issued)")
+        return [self._issue(s, self._start_s[s]) for s in range(self.num_clients)]
 
     def session_of(self, request_id: int) -> int:
         """The conversation request `request_id` belongs to."""

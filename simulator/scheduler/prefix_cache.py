@@ -123,6 +123,12 @@ class PrefixCachingBlockManager(BlockManager):
             hit.append(found if isinstance(found, int) else next(iter(found)))
         return hit
 
+    def num_cached_prefix_blocks(self, request: Request) -> int:
+        """Leading blocks of `request`'s prompt cached now, as admission would hit them (at most
+        (prompt_tokens - 1) // block_size: the last prompt token is always computed, vLLM
+        `KVCacheManager.get_computed_blocks`). Read-only: for a router (`simulator.router`)."""
+        return len(self.lookup(request, (request.prompt_tokens - 1) // self.block_size))
+
     def num_evictable(self, block_ids: list[int]) -> int:
         """How many of `block_ids` sit in the free queue (count 0): taking them uses free blocks."""
         is_free = self._is_free
