@@ -66,7 +66,7 @@ def test_bad_values_say_what_is_valid(tmp_path):
 
 def test_enumerated_engine_values_list_the_valid_ones(tmp_path):
     message = error_of(tmp_path, BASE.replace("chunk_size: 512", "router: nearest"))
-    assert "engine.router" in message and "'round_robin', 'least_outstanding' or 'random'" in message
+    assert "engine.router" in message and "'round_robin', 'least_outstanding', 'random', 'prefix_aware' or 'session_affinity'" in message
     message = error_of(tmp_path, BASE.replace("chunk_size: 512", "acceptance: 1.5"))
     assert "engine.acceptance" in message
     message = error_of(tmp_path, BASE.replace("chunk_size: 512", "long_prefill_token_threshold: 64"))
