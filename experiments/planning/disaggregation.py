@@ -135,9 +135,14 @@ def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: 
     Returns:
         `experiments.planning.capacity.CapacityResult` (capacity NaN when even qps[0] fails).
     """
-    def at(rate: float) -> SweepConfig:
-        trace = layout.point.trace.model_copy(update={"qps": rate, "num_requests": num_requests, "seed": seed})
-        return layout.point.model_copy(update={"trace": trace})
+    trace = layout.point.trace
+    fields = type(trace).model_fields
+    size = {"num_requests" if "num_requests" in fields else "max_requests": num_requests}
+    if "seed" in fields:
+        size["seed"] = seed
+
+    def at(rate: float) -> SweepConfig:  # a file trace is time-scaled to the rate, cut to num_requests
+        return layout.point.model_copy(update={"trace": trace.model_copy(update={"qps": rate, **size})})
 
     served: dict[float, float] = {}
 
