@@ -22,7 +22,8 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
 
     With pipeline parallelism each GPU holds ceil(layers / P) layers' weights and KV, so the
     pool (in tokens per replica) is computed for one stage; the embedding and LM head are counted
-    on every stage (slightly conservative).
+    on every stage (slightly conservative). For vllm_v1 the pool is one block smaller than the
+    one vLLM logs (its null block).
     """
     e = point.engine
     model = get_model_spec(point.model)
@@ -37,6 +38,14 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
         dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=DTYPE_BYTES[e.kv_cache_dtype],
         max_num_seqs=e.max_num_seqs, data_parallel_size=e.data_parallel_size)
     num_blocks = e.num_gpu_blocks or fitting_blocks
+    if e.scheduler == "vllm_v1":
+        # vLLM V1 takes block 0 as its null block and never hands it out (vllm/v1/core/block_pool.py
+        # `BlockPool.__init__`: `self.null_block = self.free_block_queue.popleft()`; `get_usage`
+        # divides by num_gpu_blocks - 1), so of the "# GPU blocks" it logs one fewer serve requests.
+        if num_blocks < 2:
+            raise ValueError(f"engine.num_gpu_blocks {num_blocks} leaves vllm_v1 no KV block: vLLM keeps block 0 "
+                             "as its null block; give at least 2")
+        num_blocks -= 1
     chunked = e.scheduler in CHUNKING_SCHEDULERS
     return SchedulerConfig(
         num_gpu_blocks=num_blocks, block_size=e.block_size, max_model_len=max_model_len,
