@@ -188,3 +188,28 @@ def test_sessions_start_as_a_poisson_process_of_session_qps():
     assert starts.tolist() == expected
     assert (frame.groupby(frame["request_id"].map(workload.session_of))["first_token_s"].min().to_numpy()
             >= np.array(expected)).all()
+
+
+def test_generated_ids_survive_a_canonical_jsonl_round_trip(tmp_path):
+    # Generated ids name 16-token blocks; written without their block size they would read back
+    # as Mooncake's 512-token ids (a 52-token prompt would then share nothing past its first id).
+    from traces.readers.read_trace import read_trace
+    from traces.shared_prefix import with_shared_prefixes
+    from traces.writers import write_canonical
+    requests = with_shared_prefixes([Request(i, 0.5 * i, 20 + i, 5) for i in range(4)], 40, 2, seed=0)
+    requests.append(Request(4, 3.0, 600, 5, prefix_hash_ids=(7, 8)))  # Mooncake's 512-token ids
+    path = write_canonical(requests, tmp_path / "trace.jsonl")
+    lines = path.read_text().splitlines()
+    assert '"prefix_block_tokens": 16' in lines[0] and "prefix_block_tokens" not in lines[4]
+    back = read_trace(path).requests
+    assert [(r.prefix_hash_ids, r.prefix_block_tokens) for r in back] == [
+        (r.prefix_hash_ids, r.prefix_block_tokens) for r in requests]
+    assert [r.prefix_block_tokens for r in back] == [16, 16, 16, 16, 512]
+    # A bad block size is a counted rejection naming the field, or (strict) an error.
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(lines[0] + "\n" + lines[1].replace('"prefix_block_tokens": 16', '"prefix_block_tokens": 0') + "\n")
+    loaded = read_trace(bad)
+    assert len(loaded.requests) == 1 and loaded.num_rejected == 1
+    from traces.errors import TraceFormatError
+    with pytest.raises(TraceFormatError, match="row 2.*prefix_block_tokens"):
+        read_trace(bad, strict=True)

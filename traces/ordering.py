@@ -14,6 +14,7 @@ def requests_in_arrival_order(
     output_tokens: np.ndarray,
     priority: np.ndarray | None = None,
     prefix_hash_ids: Sequence[tuple[int, ...]] | None = None,
+    prefix_block_tokens: np.ndarray | None = None,
 ) -> list[Request]:
     """Build requests sorted by arrival, the first at 0.0 s, numbered 0..n-1 in that order.
 
@@ -26,6 +27,7 @@ def requests_in_arrival_order(
         prompt_tokens, output_tokens: token counts, shape (n,), already validated (>= 1).
         priority: shape (n,) integers, or None for all 0.
         prefix_hash_ids: n tuples of prefix-block hashes, or None for none.
+        prefix_block_tokens: shape (n,) tokens per hash block, or None for 512 (Mooncake's).
     """
     arrival_s = np.asarray(arrival_s, dtype=float)
     order = np.argsort(arrival_s, kind="stable")
@@ -35,9 +37,11 @@ def requests_in_arrival_order(
     outputs = np.asarray(output_tokens, dtype=np.int64)[order].tolist()
     priorities = [0] * order.size if priority is None else np.asarray(priority, dtype=np.int64)[order].tolist()
     hashes = [()] * order.size if prefix_hash_ids is None else [prefix_hash_ids[i] for i in order]
+    sizes = ([512] * order.size if prefix_block_tokens is None
+             else np.asarray(prefix_block_tokens, dtype=np.int64)[order].tolist())
     return [
-        Request(request_id, arrival, prompt, output, prio, hash_ids)
-        for request_id, (arrival, prompt, output, prio, hash_ids) in enumerate(
-            zip(arrivals, prompts, outputs, priorities, hashes)
+        Request(request_id, arrival, prompt, output, prio, hash_ids, size)
+        for request_id, (arrival, prompt, output, prio, hash_ids, size) in enumerate(
+            zip(arrivals, prompts, outputs, priorities, hashes, sizes)
         )
     ]

@@ -34,8 +34,9 @@ def write_canonical(requests: Sequence[Request], path: str | os.PathLike, layout
 
     `layout` ("csv", "jsonl", "parquet") defaults to the suffix's (`layout_of`). JSON lines hold
     one object per request with keys `arrival_s, prompt_tokens, output_tokens` (plus `priority`
-    when any is non-zero and `prefix_hash_ids` when any request has them); CSV and Parquet the
-    same columns except the hashes. Arrivals are in seconds, written with Python's shortest
+    when any is non-zero, `prefix_hash_ids` when any request has them, and `prefix_block_tokens`,
+    the tokens per hash block, where it is not 512); CSV and Parquet the same columns except the
+    hashes (and their block size). Arrivals are in seconds, written with Python's shortest
     round-trip float repr (CSV, JSON) or as float64 (Parquet), so reading back gives the same
     floats. The file is written in place: callers that must never leave a partial file write a
     temporary one and rename it (`experiments.outputs.write_atomic`).
@@ -70,6 +71,8 @@ def write_canonical_text(requests: Sequence[Request], stream: TextIO, layout: st
             record = {name: getattr(request, name) for name in columns}
             if with_hashes:
                 record["prefix_hash_ids"] = list(request.prefix_hash_ids)
+                if request.prefix_block_tokens != 512:  # read back as 512 (Mooncake's) when absent
+                    record["prefix_block_tokens"] = request.prefix_block_tokens
             stream.write(json.dumps(record) + "\n")
     elif layout == "csv":
         canonical_frame(requests).to_csv(stream, index=False, lineterminator="\n")

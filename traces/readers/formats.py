@@ -91,7 +91,7 @@ FORMATS: dict[str, TraceFormat] = {
         TraceFormat(
             "canonical_jsonl", "arrival_s", "prompt_tokens", "output_tokens", "seconds",
             _offsets(1.0, "seconds"), "sarathi-sim DESIGN.md, Files (JSON lines)",
-            optional=("request_id", "priority"), jsonl=True, list_keys=("prefix_hash_ids",),
+            optional=("request_id", "priority", "prefix_block_tokens"), jsonl=True, list_keys=("prefix_hash_ids",),
         ),
         TraceFormat(
             "azure", "TIMESTAMP", "ContextTokens", "GeneratedTokens",

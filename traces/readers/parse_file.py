@@ -30,7 +30,8 @@ class ParsedFile:
         path: the file read.
         spec: its format (after auto-detection).
         columns: "prompt_tokens", "output_tokens", "priority" (int64) and, for formats with
-            arrivals, "arrival_s" (float seconds, the file's origin): valid rows only, file order.
+            arrivals, "arrival_s" (float seconds, the file's origin); "prefix_block_tokens" (int64,
+            512 where absent) for canonical JSON lines: valid rows only, file order.
         prefix_hash_ids: per valid row, its prefix-block hashes; None for formats without them.
         rejected_rows: reason -> row numbers (from 1) of rows that failed validation.
         filtered_rows: reason -> row numbers of valid-or-not rows that `where` left out.
@@ -163,6 +164,10 @@ def _parse_columns(spec: TraceFormat, table: RawTable, problems: RowProblems) ->
         columns["priority"] = fields.parse_priority(problems, frame["priority"], "priority")
     else:
         columns["priority"] = np.zeros(len(frame), dtype=np.int64)
+    if "prefix_block_tokens" in spec.optional:  # tokens per prefix_hash_ids block; absent: Mooncake's 512
+        texts = frame["prefix_block_tokens"].fillna("").astype(str)
+        texts = texts.where(texts.str.strip() != "", "512")
+        columns["prefix_block_tokens"] = fields.parse_tokens(problems, texts, "prefix_block_tokens", "prefix_block_tokens")
     return columns
 
 

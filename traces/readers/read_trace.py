@@ -59,6 +59,6 @@ def read_trace(
     columns = parsed.columns
     requests = requests_in_arrival_order(
         columns["arrival_s"], columns["prompt_tokens"], columns["output_tokens"], columns["priority"],
-        parsed.prefix_hash_ids,
+        parsed.prefix_hash_ids, columns.get("prefix_block_tokens"),
     )
     return TraceLoadResult(requests=requests, **parsed.row_account())
