@@ -124,6 +124,9 @@ def test_sessions_replay_from_a_file_of_turns(tmp_path):
     config = SweepConfig(trace={"kind": "sessions", "path": str(path)}, engine={"scheduler": "vllm_v1", "chunk_size": 256})
     row = run_point(config).row
     assert row["completed"] == 4 and row["prefix_cache_hits_tokens"] > 0
+    assert row["trace_source"] == f"{path} (sessions, 2 conversations, 4 turns)"
+    generated = SweepConfig(trace={"kind": "sessions", "clients": 3, "turns": 2}, engine={"scheduler": "vllm_v1"})
+    assert run_point(generated).row["trace_source"] == "sessions, 3 conversations x 2 turns"
     with pytest.raises(ValueError, match="trace.path gives the conversations and their lengths; leave out trace.turns"):
         SweepConfig(trace={"kind": "sessions", "path": str(path), "turns": 3},
                     engine={"scheduler": "vllm_v1", "chunk_size": 256})
