@@ -38,7 +38,8 @@ class Router:
     llm-d's scheduler (llm-d-inference-scheduler: prefix-cache scorer weighted against its
     queue and KV-utilisation scorers) combines the same two signals. The lowest index wins ties
     (deterministic: Dynamo's `router_temperature` 0). A replica without prefix caching holds 0
-    cached blocks, so the policy then balances load only.
+    cached blocks, so the policy then balances load only. Cost per arrival: one prefix lookup
+    (O(hit blocks)) and one pass over the waiting queue per replica; nothing per step.
 
     `session_affinity`: every turn of a conversation goes to the replica that served its
     previous turn (a sticky session, as llm-d's session-affinity scorer keeps one by a header);
