@@ -21,6 +21,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from profiler.model_spec import ModelSpec
@@ -125,7 +126,26 @@ class Profile:
                 raise ProfileError(f"{sidecar}: family {family!r} lists {path.name}, which is "
                                    f"{'missing' if family in FAMILIES else 'not a known family'}")
             tables[family] = _read_table(path, family)
-        return cls(meta, tables)
+        profile = cls(meta, tables)
+        _check_op_names(profile, directory)
+        return profile
+
+
+def _check_op_names(profile: Profile, directory: Path) -> None:
+    """Every row's `op` is an op of its file's family in the profiled model's catalogue (a row of
+    another op would be ignored by the fit without a word)."""
+    try:
+        ops = profile.catalogue.ops
+    except (TypeError, ValueError) as exc:  # tensor_parallel_size or dtype widths unusable
+        raise ProfileError(f"{directory / SIDECAR}: no op catalogue for it ({exc})") from None
+    for family, table in profile.tables.items():
+        known = sorted({op.name for op in ops if op.family == family})
+        unknown = ~table["op"].isin(known).to_numpy()
+        if unknown.any():
+            row = int(unknown.argmax())
+            raise ProfileError(f"{directory / (family + '.csv')}: row {row + 2}, column op: "
+                               f"{table['op'].iloc[row]!r} is not an op of family {family!r} "
+                               f"(valid: {', '.join(known)})")
 
 
 def family_key(family: str) -> tuple[str, ...]:
@@ -134,13 +154,71 @@ def family_key(family: str) -> tuple[str, ...]:
     return KEYS[driver]
 
 
+# Columns beyond the keys and times: whole counts >= 1 when present.
+_COUNT_COLUMNS = ("num_samples", "calls_per_sample", "rounds")
+# Key columns that may be 0 (a prefill chunk with no cached tokens); every other key is >= 1.
+_ZERO_KEYS = ("context_tokens",)
+
+
 def _read_table(path: Path, family: str) -> pd.DataFrame:
-    table = pd.read_csv(path)
-    needed = ("op", *family_key(family), "time_median_s")
+    """One family's CSV, every cell checked: the keys are whole numbers (>= 1, `context_tokens`
+    >= 0), the times finite seconds (> 0; `time_std_s` >= 0), the counts whole numbers >= 1.
+
+    Raises:
+        ProfileError: unreadable or empty CSV, a missing column, or a bad cell; the message names
+            the file, the row (the CSV line, header = line 1), the column and what would be valid.
+    """
+    try:
+        table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except pd.errors.EmptyDataError:
+        raise ProfileError(f"{path}: empty file (no header row); re-run `sarathi-sim profile` or "
+                           f"remove the {family!r} entry from {SIDECAR}") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, OSError) as exc:
+        raise ProfileError(f"{path}: not a readable CSV ({type(exc).__name__}: {exc})") from None
+    key = family_key(family)
+    needed = ("op", *key, "time_median_s")
     absent = [c for c in needed if c not in table]
     if absent:
         raise ProfileError(f"{path}: missing columns {absent} (has {list(table.columns)})")
-    bad = table["time_median_s"].isna() | (table["time_median_s"] <= 0)
-    if bad.any():
-        raise ProfileError(f"{path}: row {int(bad.idxmax()) + 2} has a time_median_s that is not > 0")
+    if table.empty:
+        raise ProfileError(f"{path}: no rows under the header")
+    blank_op = table["op"].fillna("").str.strip() == ""
+    if blank_op.any():
+        raise ProfileError(f"{path}: row {int(blank_op.to_numpy().argmax()) + 2}, column op: empty")
+    for column in key:
+        table[column] = _numeric_column(path, table, column, whole=True,
+                                        minimum=0 if column in _ZERO_KEYS else 1)
+    for column in TIME_COLUMNS:
+        if column in table:
+            table[column] = _numeric_column(path, table, column, whole=False,
+                                            minimum=0.0 if column == "time_std_s" else None)
+    for column in _COUNT_COLUMNS:
+        if column in table:
+            table[column] = _numeric_column(path, table, column, whole=True, minimum=1)
+    checked = {"op", *key, *TIME_COLUMNS, *_COUNT_COLUMNS}
+    for column in (c for c in table.columns if c not in checked):  # other notes: numbers where they all are
+        numbers = pd.to_numeric(table[column], errors="coerce")
+        if numbers.notna().all():
+            table[column] = numbers
     return table
+
+
+def _numeric_column(path: Path, table: pd.DataFrame, column: str, whole: bool,
+                    minimum: float | None) -> pd.Series:
+    """`table[column]` (strings) as numbers; `minimum=None` means > 0. Raises ProfileError naming
+    the first bad row."""
+    text = table[column].str.strip()
+    values = pd.to_numeric(text, errors="coerce")
+    expected = ("a whole number" if whole else "a finite number of seconds") + \
+        (f" >= {minimum:g}" if minimum is not None else " > 0")
+    finite = np.isfinite(values.to_numpy(dtype=float))
+    in_range = values >= minimum if minimum is not None else values > 0
+    bad = ~finite | ~in_range.to_numpy()
+    if whole:
+        bad |= finite & (values.where(finite, 0) % 1 != 0).to_numpy()
+    if bad.any():
+        row = int(bad.argmax())
+        cell = table[column].iloc[row]
+        shown = "empty" if pd.isna(cell) or not str(cell).strip() else repr(cell)
+        raise ProfileError(f"{path}: row {row + 2}, column {column}: {shown} is not {expected}")
+    return values.astype("int64") if whole else values.astype(float)
