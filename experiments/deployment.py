@@ -135,7 +135,7 @@ def check_cluster(point: SweepConfig) -> None:
 
     Raises:
         ValueError: `engine.replicas` set beside `cluster:` (each pool sets its own); a closed-loop
-            trace; a pool engine that is invalid, pipelined or data-parallel (not modelled in a
+            trace; `fleet:` (sized per colocated replica); a pool engine that is invalid, pipelined or data-parallel (not modelled in a
             pool), a TP degree the model's KV heads do not split into, an unknown pool device;
             pools whose KV cache dtypes differ. Each names the key.
     """
@@ -146,6 +146,9 @@ def check_cluster(point: SweepConfig) -> None:
                          "cluster.decode.replicas")
     if isinstance(point.trace, ClosedLoopTrace):
         raise ValueError("cluster: a disaggregated run needs an open-loop trace (profile, synthetic, file)")
+    if point.fleet is not None:  # fleet sizing counts GPUs per colocated replica (search.py)
+        raise ValueError("fleet: sizing a disaggregated cluster is not supported; compare layouts with "
+                         "python -m experiments.planning.disaggregation")
     model = get_model_spec(point.model)
     for pool in POOLS:
         e = pool_point(point, pool).engine

@@ -87,6 +87,13 @@ def test_bad_cluster_keys_are_named(tmp_path, override, named):
     assert named in error_of(tmp_path, overrides=[override])
 
 
+def test_capacity_search_of_a_cluster_point_but_no_fleet_sizing(tmp_path):
+    (point,) = load(tmp_path, overrides=["search={qps: [1, 8]}"])
+    assert point.search.qps == (1, 8)
+    message = error_of(tmp_path, overrides=["search={qps: [1, 8]}", "fleet={target_qps: 10}"])
+    assert "fleet: sizing a disaggregated cluster is not supported" in message
+
+
 def test_variants_cross_pool_sizes_and_label_them(tmp_path):
     points = load(tmp_path, BASE + "variants:\n  - {cluster.prefill.replicas: [1, 3], cluster.decode.replicas: 2}\n")
     assert [(p.cluster.prefill.replicas, p.cluster.decode.replicas) for p in points] == [(1, 2), (3, 2)]
