@@ -55,6 +55,16 @@ def _closed_loop_source(trace: ClosedLoopTrace, workload) -> str:
     return f"closed loop, {trace.clients} clients"
 
 
+def device_name(point: SweepConfig) -> str:
+    """The `device` cell of a point's row: a built-in, file or inline device by its name
+    (`profiler.get_device_spec(...).name`), so every row, failed points included, holds a string
+    (an inline mapping is unhashable for the report's grouping and no parquet column type).
+
+    Raises:
+        ValueError: an unknown device (a validated config has none)."""
+    return get_device_spec(point.device).name
+
+
 def build_cost_model(point: SweepConfig) -> CostModel:
     """The point's cost model: `profile:DIR` fits (or loads the fit of) that measured profile, plus
     the engine's per-step overhead that `sarathi-sim calibrate` measured there
@@ -118,8 +128,7 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0)
                           keep_steps=point.output.steps, data_parallel=point.engine.data_parallel_size > 1)
         cluster_row = {}
 
-    row = {"point_id": point_id, "label": describe_point(point), "model": point.model,
-           "device": get_device_spec(point.device).name}  # a file or inline device by its name
+    row = {"point_id": point_id, "label": describe_point(point), "model": point.model, "device": device_name(point)}
     row.update(point.engine.used_settings())
     row.update(cluster_row)
     row.update(num_gpu_blocks=sched_config.num_gpu_blocks, max_model_len=sched_config.max_model_len,

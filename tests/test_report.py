@@ -191,3 +191,32 @@ def test_the_report_states_what_priced_the_steps_and_the_device_figures():
                                                  "prompt_tokens": 8, "output_tokens": 8}})
     (device,) = device_lines(points, base)
     assert device.startswith("Device h100-sxm: 80 GiB, 989.5 TFLOP/s dense BF16, 3350 GB/s; GPU link nvlink 450 GB/s")
+
+
+def test_labels_name_only_what_differs_not_schema_defaults(tmp_path):
+    """A variant of another trace kind is labelled by its kind and the keys it set; the defaults
+    the schema fills in for one kind (arrival, num_prefixes, think_time_s) and a qualifier every
+    point shares (preemption swap) are no difference."""
+    from experiments.config import load_config
+
+    config = tmp_path / "kinds.yaml"
+    config.write_text("""
+trace: {kind: poisson, qps: 2, num_requests: 10, prompt_tokens: 100, output_tokens: 10}
+engine: {scheduler: sarathi, chunk_size: 256, preemption: swap}
+variants:
+  - {trace: {qps: 4}}
+  - {trace: {kind: closed_loop, clients: 2, num_requests: 10, prompt_tokens: 100, output_tokens: 10}}
+""")
+    _, points = load_config(config)
+    assert point_labels([SweepConfig.model_validate(p) for p in points]) == [
+        "sarathi chunk=256 poisson trace.qps=4", "sarathi chunk=256 closed_loop trace.clients=2"]
+
+
+def test_same_named_inline_devices_are_labelled_by_the_figure_that_differs():
+    device = {"name": "h100-sxm", "memory_gib": 80, "dense_bf16_tflops": 989, "memory_bandwidth_gb_per_s": 3350,
+              "gpu_link": {"kind": "nvlink", "gb_per_s_per_direction": 450}, "host_link": {"gb_per_s_per_direction": 64}}
+    base = {"trace": {"kind": "poisson", "qps": 4}}
+    points = [SweepConfig.model_validate({**base, "device": device}),
+              SweepConfig.model_validate({**base, "device": {**device, "memory_bandwidth_gb_per_s": 2000}})]
+    assert point_labels(points) == ["sarathi chunk=512 device.memory_bandwidth_gb_per_s=3350",
+                                    "sarathi chunk=512 device.memory_bandwidth_gb_per_s=2000"]

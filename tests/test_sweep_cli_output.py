@@ -115,3 +115,43 @@ def test_capacity_search_prints_its_recommendation_warnings_and_command(tmp_path
     assert "error" not in result.output.lower() and "NaN" not in result.output
     trials = len(pd.read_csv(tmp_path / "o" / "trials.csv"))
     assert f"1/1 searches · {trials} trials" in result.output  # the progress bar counts trials
+
+
+INLINE_DEVICE = """
+name: inline
+model: llama-3-70b
+device: {name: small-gpu, memory_gib: 24, dense_bf16_tflops: 100, memory_bandwidth_gb_per_s: 1000,
+         gpu_link: {kind: pcie, gb_per_s_per_direction: 32}, host_link: {gb_per_s_per_direction: 32}}
+trace: {kind: poisson, qps: 2, num_requests: 10, prompt_tokens: 100, output_tokens: 10}
+engine: {scheduler: sarathi, chunk_size: 256}
+"""
+
+
+def test_a_failed_point_on_an_inline_device_writes_every_output_with_the_device_by_name(tmp_path):
+    """llama-3-70b (131 GiB of weights) does not fit the 24 GiB inline device; the 8B variant runs.
+    Every row's device is the device's name (an inline mapping once broke parquet and the report)."""
+    config = tmp_path / "inline.yaml"
+    config.write_text(INLINE_DEVICE + "variants:\n  - {engine.chunk_size: 128}\n  - {model: llama-3-8b}\n")
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["sweep", str(config), "--out", str(out), "--jobs", "1"])
+    assert result.exit_code == 1, result.output
+    assert "does not fit on small-gpu" in result.output and "1 of 2 points failed" in result.output
+    for name in ("points.csv", "points.parquet", "requests.parquet", "report.md", "report.html"):
+        assert (out / name).is_file(), name
+    assert pd.read_parquet(out / "points.parquet")["device"].tolist() == ["small-gpu", "small-gpu"]
+    assert pd.read_csv(out / "points.csv")["error"].notna().tolist() == [True, False]
+    assert "(point 0: llama-3-70b on small-gpu)" in (out / "report.md").read_text()
+
+
+def test_every_point_failed_prints_the_failures_and_no_empty_table(tmp_path):
+    config = tmp_path / "inline.yaml"
+    config.write_text(INLINE_DEVICE)
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["simulate", str(config), "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert "every point of inline failed (1 of 1):" in result.output
+    assert "point 0 (sarathi chunk=256) failed: ValueError: llama-3-70b does not fit on small-gpu" in result.output
+    assert "completed" not in result.output and "─" not in result.output  # no table, not even its headers
+    assert "Every point failed (the errors are listed with the points): nothing to recommend." in result.output
+    assert pd.read_parquet(out / "points.parquet")["device"].tolist() == ["small-gpu"]
+    assert (out / "report.md").is_file()

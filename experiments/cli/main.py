@@ -345,8 +345,12 @@ def _print_table(points: pd.DataFrame, base: SweepConfig) -> None:
         rows.append([format_cell(row[c]) for c in columns])
         best.append(choice is not None and row["point_id"] == choice.best["point_id"])
         miss.append([c in slo_column and any(m.startswith(metric_title(c) + " ") for m in missed) for c in columns])
-    for table in _terminal_tables(f"{base.name}: {len(points)} points", columns, rows, best, miss):
-        console.print(table)
+    if len(ran):  # no table of headers only when every point failed: the failures below say it all
+        for table in _terminal_tables(f"{base.name}: {len(points)} points", columns, rows, best, miss):
+            console.print(table)
+    else:
+        err_console.print(f"[red]every point of {escape(base.name)} failed ({len(points)} of {len(points)}):[/red]",
+                          highlight=False)
     notes = (["★ recommended"] if any(best) else []) + (["✗ over its SLO"] if any(any(m) for m in miss) else [])
     notes += [f"{' and '.join(zero)}: 0 at every point"] if zero and len(ran) else []
     if notes:
@@ -387,9 +391,13 @@ def _print_capacity(table: pd.DataFrame, base: SweepConfig, slo: dict, policy_ch
     columns = {k: v for k, v in CAPACITY_COLUMNS.items() if k in ran}
     rows = [[format_cell(row[c]) for c in columns] for _, row in ran.iterrows()]
     best = [summary.best_id is not None and int(row["point_id"]) == summary.best_id for _, row in ran.iterrows()]
-    for part in _terminal_tables(f"{base.name}: capacity of {len(table)} points", columns, rows, best,
-                                 [[False] * len(columns) for _ in rows]):
-        console.print(part)
+    if len(ran):
+        for part in _terminal_tables(f"{base.name}: capacity of {len(table)} points", columns, rows, best,
+                                     [[False] * len(columns) for _ in rows]):
+            console.print(part)
+    else:  # no table of headers only: the failures below say it all
+        err_console.print(f"[red]every point of {escape(base.name)} failed ({len(table)} of {len(table)}):[/red]",
+                          highlight=False)
     failed = table[table["error"].notna()] if "error" in table else table.iloc[0:0]
     for _, row in failed.iterrows():
         err_console.print(f"[red]point {row['point_id']} ({escape(str(row['label']))}) failed:[/red] "

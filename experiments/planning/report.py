@@ -25,6 +25,7 @@ import pandas as pd  # noqa: E402
 from experiments.config import ClosedLoopTrace, FileTrace, SweepConfig, slo_summary_key  # noqa: E402
 from experiments.planning.search import pareto_frontier, policy_table  # noqa: E402
 from experiments.outputs import save_figure, write_text  # noqa: E402
+from experiments.point import device_name  # noqa: E402
 from simulator.metrics import gap_samples_s  # noqa: E402
 
 # The points table, split into narrow tables that fit a page: {column: heading}. Columns a run
@@ -241,6 +242,8 @@ def recommendation_lines(choice: Recommendation | None, points: pd.DataFrame, sl
     """The report's (and terminal's) recommendation: the pick, the rule, the runner-up and what
     the pick gives up against it (metrics where the runner-up is better by 10 % or more)."""
     ok = points[points["error"].isna()] if "error" in points else points
+    if ok.empty:
+        return ["Every point failed (the errors are listed with the points): nothing to recommend."]
     if not slo:
         return ["No SLO is set (`slo:`), so no point is recommended; the tables give every metric."]
     if ok.empty or int(ok["num_requests"].max() or 0) == 0:
@@ -310,7 +313,7 @@ def deployment_line(points: pd.DataFrame, base: SweepConfig, cost_note: str) -> 
         return f"Models and devices differ by point (each label names them): {where}; cost model " \
                f"**{base.cost_model}** {cost_note}."
     model = points["model"].iloc[0] if "model" in points and len(points) else base.model
-    device = points["device"].iloc[0] if "device" in points and len(points) else base.device
+    device = points["device"].iloc[0] if "device" in points and len(points) else device_name(base)
     return f"Model **{model}** on **{device}**; cost model **{base.cost_model}** {cost_note}."
 
 
@@ -402,7 +405,7 @@ def device_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
     dense BF16 FLOP/s, bandwidth, GPU link and the efficiencies, with their sources."""
     from profiler import get_device_spec
 
-    names = list(dict.fromkeys(points["device"].astype(str))) if "device" in points else [str(base.device)]
+    names = list(dict.fromkeys(points["device"].astype(str))) if "device" in points else [device_name(base)]
     lines = []
     for name in names:
         try:  # a built-in by name, else the base point's own (file or inline) description

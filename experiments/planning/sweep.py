@@ -27,11 +27,10 @@ import yaml
 from experiments.planning.backends import make_pool
 from experiments.config import SweepConfig, describe_point, point_labels
 from experiments.outputs import RunFolder, write_csv, write_parquet, write_text
-from experiments.point import PointResult, report_columns, run_point
+from experiments.point import PointResult, device_name, report_columns, run_point
 from experiments.planning.results_cache import ResultsCache, cache_key
 from experiments.planning.search import (capacity_row, cost_model_summary, fleet_row, load_row, search_capacity,
                                          trial_config)
-from profiler import get_device_spec
 from experiments.planning.vllm_flags import vllm_serve_command, vllm_serve_flags
 
 
@@ -94,8 +93,7 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
     for i, config in enumerate(configs):
         outcomes = [done[(i, seed)] for seed in range(config.search.seeds)]
         errors = [o for o in outcomes if isinstance(o, str)]
-        row = {"point_id": i, "label": labels[i], "model": config.model,
-               "device": get_device_spec(config.device).name,  # a file or inline device by its name
+        row = {"point_id": i, "label": labels[i], "model": config.model, "device": device_name(config),
                **config.engine.used_settings(), "vllm_flags": vllm_serve_flags(config),
                "vllm_command": _vllm_command(config),
                "burstiness": getattr(config.trace, "burstiness", None) or 1.0}  # gamma shape; Poisson = 1
@@ -233,8 +231,8 @@ def _safe_run(config: SweepConfig, point_id: int, cache_dir: Path | None = None)
     try:
         return simulate_cached(config, point_id, cache=ResultsCache(cache_dir))
     except POINT_ERRORS as exc:
-        row = {"point_id": point_id, "label": describe_point(config), "model": config.model, "device": config.device,
-               "error": _error_text(exc)}
+        row = {"point_id": point_id, "label": describe_point(config), "model": config.model,
+               "device": device_name(config), "error": _error_text(exc)}
         return PointResult(row, pd.DataFrame({"point_id": []}), pd.DataFrame({"point_id": []}))
 
 
