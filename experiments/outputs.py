@@ -123,7 +123,7 @@ def write_text(path: str | Path, text: str, keep: bool = False) -> Path:
 
 
 def write_parquet(path: str | Path, frame) -> Path:
-    """`write_atomic` of a pandas frame as Parquet (no index); a frame of more than one row group
+    """`write_atomic` of a pandas frame as Parquet (no index); a frame of more than one row group (16,384 rows)
     is converted and written a row group at a time (`simulator.records_parquet`), so a run's
     records are not copied whole into Arrow while the frame still holds them."""
     from simulator.records_parquet import ROW_GROUP_ROWS, write_in_row_groups

@@ -14,20 +14,20 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-ROW_GROUP_ROWS = 1 << 16
+ROW_GROUP_ROWS = 1 << 14
 
 
 def write_in_row_groups(frame: pd.DataFrame, path: str | Path, row_group_rows: int = ROW_GROUP_ROWS) -> None:
     """Write `frame` (no index) to `path` in row groups of `row_group_rows` rows.
 
-    The schema is inferred from the whole frame first, so a slice whose list column holds only
-    missing values (a point that kept no token times, concatenated with one that did) is
-    written with the same column types.
+    The schema is inferred first from a few rows that hold a value in every object column
+    (`_schema`), so a slice whose list column holds only missing values (a point that kept no
+    token times, concatenated with one that did) is written with the same column types.
 
     Raises:
         OSError: the file cannot be written; pyarrow.ArrowInvalid: a column Arrow cannot store.
     """
-    schema = pa.Schema.from_pandas(frame, preserve_index=False)
+    schema = _schema(frame)
     with pq.ParquetWriter(path, schema) as writer:
         if frame.empty:
             writer.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False))
@@ -35,3 +35,16 @@ def write_in_row_groups(frame: pd.DataFrame, path: str | Path, row_group_rows: i
             part = frame.iloc[start:start + row_group_rows]
             writer.write_table(pa.Table.from_pandas(part, schema=schema, preserve_index=False),
                                row_group_size=row_group_rows)
+
+
+def _schema(frame: pd.DataFrame) -> pa.Schema:
+    """The Arrow schema of `frame`, inferred from its first row and, for each object column, the
+    first row where it has a value (`pa.Schema.from_pandas` of the whole frame would convert
+    every token time just to learn the column is a list of doubles)."""
+    rows = {0} if len(frame) else set()
+    for name in frame.columns:
+        if frame[name].dtype == object:
+            present = frame[name].notna().to_numpy()
+            if present.any():
+                rows.add(int(present.argmax()))
+    return pa.Schema.from_pandas(frame.iloc[sorted(rows)], preserve_index=False)
