@@ -92,12 +92,38 @@ class _Strict(BaseModel):
     @classmethod
     def _no_bool_numbers(cls, data: Any) -> Any:
         # YAML `true` would otherwise pass as the integer 1 (chunk_size: true -> chunk 1).
+        # Numbers inside a mapping or list (slo: {tbt_p99_s: true}, search.qps: [1, true]) too.
         if isinstance(data, dict):
             for key, value in data.items():
                 field = cls.model_fields.get(key)
-                if isinstance(value, bool) and field is not None and field.annotation is not bool:
+                if field is None or "bool" in str(field.annotation):
+                    continue
+                if isinstance(value, bool):
                     raise ValueError(f"{key}: expected a number or name, got {str(value).lower()}")
+                if isinstance(value, (dict, list, tuple)) and _NUMBER_TYPES.search(str(field.annotation)):
+                    found = _bool_inside(value)
+                    if found is not None:
+                        raise ValueError(f"{key}: {found[0] or 'an item'}: expected a number, "
+                                         f"got {str(found[1]).lower()}")
         return data
+
+
+_NUMBER_TYPES = re.compile(r"\b(int|float)\b")
+
+
+def _bool_inside(value: Any, prefix: str = "") -> tuple[str, bool] | None:
+    """('tbt_p99_s', True): the path to the first boolean in a nested mapping or list ('[1]' for
+    an item) and that boolean; None when it holds none."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    for key, item in items:
+        at = f"{prefix}.{key}" if prefix and isinstance(key, str) else str(key) if isinstance(key, str) \
+            else f"{prefix}[{key}]"
+        if isinstance(item, bool):
+            return at, item
+        inner = _bool_inside(item, at)
+        if inner is not None:
+            return inner
+    return None
 
 
 class LengthClip(_Strict):

@@ -92,6 +92,18 @@ def test_booleans_are_not_numbers(tmp_path):
     assert "chunk_size: expected a number" in message
 
 
+@pytest.mark.parametrize("extra, expected", [
+    ("slo: {tbt_p99_s: true}", "c.yaml: slo (line 2): tbt_p99_s: expected a number, got true"),
+    ("goodput: {ttft_s: false}", "c.yaml: goodput (line 2): ttft_s: expected a number, got false"),
+    ("search: {qps: [1, true]}", "c.yaml: search (line 2): qps: [1]: expected a number, got true"),
+])
+def test_booleans_are_not_numbers_inside_mappings_and_lists(tmp_path, extra, expected):
+    """YAML `true` inside `slo:` once passed as a 1 s SLO; every numeric key refuses it, naming it."""
+    assert error_of(tmp_path, "trace: {kind: poisson, qps: 2}\n" + extra + "\n").endswith("/" + expected)
+    message = error_of(tmp_path, "trace: {kind: poisson, qps: 2, prompt_tokens: [10, true]}\n")
+    assert "trace (line 1): prompt_tokens: [1]: expected a number, got true" in message
+
+
 def test_deployment_checked_before_running(tmp_path):
     assert "c.yaml: model (line 4): unknown model 'llama-9-8b'" in error_of(tmp_path, BASE + "model: llama-9-8b\n")
     assert "c.yaml: device (line 4):" in error_of(tmp_path, BASE + "device: tpu-v9\n")
