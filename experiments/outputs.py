@@ -41,7 +41,7 @@ LOCK = ".sarathi-sim.lock"
 CACHE_DIR = ".cache"
 TEMP_PREFIX = ".tmp-sarathi-"
 # Results-cache entries (`experiments.planning.results_cache`): a sha256 hex digest.
-_CACHE_ENTRY = re.compile(r"^[0-9a-f]{64}\.pkl$")
+_CACHE_ENTRY = re.compile(r"^[0-9a-f]{64}\.(zip|pkl)$")  # pkl: older versions' entries
 
 # Run folders claimed by this process, by resolved path: their inputs (never overwritten) and
 # the files written this run (the others listed in the manifest are stale).

@@ -55,7 +55,7 @@ def test_ray_backend_gives_the_rows_local_processes_give(tmp_path):
     local = pd.DataFrame([r.row for r in run_sweep(plain, jobs=2)])
     on_ray = pd.DataFrame([r.row for r in run_sweep(plain, backend="ray", cache_dir=tmp_path / "cache")])
     pd.testing.assert_frame_equal(local[COLUMNS], on_ray[COLUMNS])
-    assert len(list((tmp_path / "cache").glob("*.pkl"))) == 2  # the workers wrote the cache
+    assert len(list((tmp_path / "cache").glob("*.zip"))) == 2  # the workers wrote the cache
 
     local_cap, local_trials, _ = run_capacity_sweep(points, jobs=2)
     ray_cap, ray_trials, _ = run_capacity_sweep(points, backend="ray")

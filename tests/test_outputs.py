@@ -217,11 +217,11 @@ def test_a_cache_that_cannot_be_written_does_not_fail_the_points(tmp_path, monke
     config = _config(tmp_path)
     out = tmp_path / "run"
 
-    def full_disk(value, handle, protocol=None):
+    def full_disk(value, handle):
         handle.write(b"half")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr("experiments.planning.results_cache.pickle.dump", full_disk)
+    monkeypatch.setattr("experiments.planning.results_cache.encode_entry", full_disk)
     result = runner.invoke(app, ["sweep", str(config), "--out", str(out), "--jobs", "1"])
     assert result.exit_code == 0, result.output
     assert "could not be written for 2 of 2 points (No space left on device)" in _said(result)

@@ -1,6 +1,7 @@
 """An interrupted sweep resumes from its cache without recomputing finished points."""
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -32,11 +33,11 @@ def test_sigkill_then_resume_recomputes_nothing_finished(tmp_path):
                              "--jobs", "1"], cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.time() + 120
-    while time.time() < deadline and len(list(cache.glob("*.pkl"))) < 1:
+    while time.time() < deadline and len(list(cache.glob("*.zip"))) < 1:
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    finished = {p.name for p in cache.glob("*.pkl")}
+    finished = {p.name for p in cache.glob("*.zip")}
     assert finished, "no point finished before the kill"
     assert not (out / "points.csv").exists() or len(finished) == 4
 
@@ -44,7 +45,7 @@ def test_sigkill_then_resume_recomputes_nothing_finished(tmp_path):
     assert result.exit_code == 0, result.output
     points = pd.read_csv(out / "points.csv")
     assert int(points["cached"].sum()) == len(finished)  # exactly the finished ones were reused
-    assert {p.name for p in cache.glob("*.pkl")} >= finished and len(list(cache.glob("*.pkl"))) == 4
+    assert {p.name for p in cache.glob("*.zip")} >= finished and len(list(cache.glob("*.zip"))) == 4
 
     fresh = CliRunner().invoke(app, ["sweep", str(config), "--out", str(tmp_path / "fresh"), "--no-cache"])
     assert fresh.exit_code == 0
@@ -197,22 +198,95 @@ def test_capacity_search_re_uses_its_trials_unless_the_slos_or_the_search_change
     assert counts == {"searches": 2, "load_runs": 4}
 
 
-def test_a_cache_entry_of_another_shape_is_recomputed_not_trusted(tmp_path):
-    import pickle
+def test_a_cache_entry_of_another_shape_is_recomputed_not_trusted(tmp_path, capsys):
+    from experiments.planning.results_cache import ResultsCache
 
     config = tmp_path / "s.yaml"
     config.write_text(SEARCH.replace("loads: [2, 4]", "loads: []"))
     points = load_config(config)[1][:1]
     cache = tmp_path / "cache"
-    cache.mkdir()
     point = SweepConfig.model_validate(points[0])
+    search_entry = cache / f"{sweep_module.search_cache_key(point, 0)}.zip"
     for value in ({"capacity": 3.0}, (3.0,), ("3", []), (3.0, ["a trial"])):  # none is (QPS, [trial rows])
-        (cache / f"{sweep_module.search_cache_key(point, 0)}.pkl").write_bytes(pickle.dumps(value))
+        assert ResultsCache(cache).put(sweep_module.search_cache_key(point, 0), value)
         table, trials, _ = sweep_module.run_capacity_sweep(points, jobs=1, cache_dir=cache)
         assert "error" not in table and not table["cached"].any() and table["capacity_qps"].iloc[0] >= 1, value
+        assert f"note: results cache entry {search_entry} is not used (not a result of the expected " \
+            f"shape (a {type(value).__name__})); recomputing it" in capsys.readouterr().err
     again, _, _ = sweep_module.run_capacity_sweep(points, jobs=1, cache_dir=cache)  # the recomputed entry is good
     assert again["cached"].all() and again["capacity_qps"].iloc[0] == table["capacity_qps"].iloc[0]
-    entry = cache / f"{cache_key('point', point, 0.0)}.pkl"
-    entry.write_bytes(pickle.dumps([1, 2, 3]))
+    assert capsys.readouterr().err == ""
+    key = cache_key('point', point, 0.0)
+    assert ResultsCache(cache).put(key, [1, 2, 3])
     result = sweep_module._safe_run(point, 0, cache)
     assert "error" not in result.row and not result.row["cached"] and result.row["completed"] == 40
+
+
+# ----- entries are data: a crafted file is never executed -------------------------------------
+
+class _RunsCode:
+    """Unpickling this runs `marker.touch()` — what a crafted cache entry could do with os.system."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_crafted_pickle_or_garbage_entry_is_not_executed_but_recomputed_with_a_note(tmp_path, capsys):
+    import pickle
+    import zipfile
+
+    from experiments.planning.results_cache import ResultsCache
+
+    config = tmp_path / "s.yaml"
+    config.write_text(SEARCH.replace("loads: [2, 4]", "loads: []"))
+    point = SweepConfig.model_validate(load_config(config)[1][0])
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    key = cache_key("point", point, 0.0)
+    marker = tmp_path / "executed"
+    crafted = pickle.dumps(_RunsCode(marker))
+    fresh = sweep_module._safe_run(point, 0, None)  # the right answer, uncached
+    good = ResultsCache(cache)
+    assert good.put("f" * 64, fresh)
+    whole = (cache / f"{'f' * 64}.zip").read_bytes()
+    fake_entry = io.BytesIO()
+    with zipfile.ZipFile(fake_entry, "w") as archive:  # a zip whose entry.json is a pickle
+        archive.writestr("entry.json", crafted)
+    for content, reason in [
+            (crafted, "not a readable entry (BadZipFile: File is not a zip file)"),
+            (b"garbage", "not a readable entry (BadZipFile: File is not a zip file)"),
+            (whole[:len(whole) // 2], "not a readable entry (BadZipFile: File is not a zip file)"),
+            (fake_entry.getvalue(), "not a readable entry (UnicodeDecodeError: "),
+    ]:
+        (cache / f"{key}.pkl").write_bytes(crafted)  # an older version's name: never unpickled
+        (cache / f"{key}.zip").write_bytes(content)
+        result = sweep_module._safe_run(point, 0, cache)
+        assert not marker.exists()
+        assert "error" not in result.row and not result.row["cached"]
+        assert result.row["completed"] == fresh.row["completed"] == 40
+        assert f"note: results cache entry {cache / (key + '.zip')} is not used ({reason}" in capsys.readouterr().err
+        assert not (cache / f"{key}.pkl").exists()  # replaced by the recomputed entry
+        again = sweep_module._safe_run(point, 0, cache)  # ... which is read back as data
+        assert again.row["cached"] and again.row["tbt_s_p99"] == fresh.row["tbt_s_p99"]
+        pd.testing.assert_frame_equal(again.requests, fresh.requests)
+        pd.testing.assert_frame_equal(again.steps, fresh.steps)
+        assert capsys.readouterr().err == ""
+    pickle.loads(crafted)  # the payload is live: unpickling it would have run its code
+    assert marker.exists()
+
+
+def test_entries_round_trip_tuples_nan_and_refuse_what_is_not_data(tmp_path):
+    from experiments.planning.results_cache import ResultsCache
+
+    cache = ResultsCache(tmp_path)
+    value = (2.5, [{"qps": 2.5, "ok": True, "p99": float("nan"), "n": 3, "note": None}])
+    assert cache.put("a" * 64, value)
+    back = cache.get("a" * 64)
+    assert isinstance(back, tuple) and back[0] == 2.5 and isinstance(back[1][0]["n"], int)
+    assert math.isnan(back[1][0]["p99"]) and back[1][0]["ok"] is True and back[1][0]["note"] is None
+    assert not cache.put("b" * 64, {"f": _RunsCode(tmp_path / "x")})
+    assert cache.write_error == "cannot store a _RunsCode as data"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a" * 64 + ".zip"]  # nothing partial

@@ -8,20 +8,42 @@ time (`experiments.point.report_columns`, `experiments.planning.search.fleet_row
 written by the worker that computed them, atomically (a temporary file renamed into place), so a
 run killed at any moment leaves only complete entries. Errors are never cached; a cache that
 cannot be written (a full disk) costs a recomputation next time, never the result.
+
+An entry is data only, never code: `KEY.zip` (stored, uncompressed) holding `entry.json` (the
+value as JSON, tuples tagged) and, for a point's result, its `requests.parquet` and
+`steps.parquet`. Reading one runs no constructor of the file's choosing (the folder may be on a
+filesystem others write, `--out` shared with Ray workers), unlike the pickles older versions wrote
+(`KEY.pkl`: never read, replaced when the key is stored again). An entry that cannot be read or is
+not of the expected shape is recomputed with a note on stderr naming it.
 """
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
-import pickle
+import sys
 import tempfile
+import zipfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
 from experiments.config import SweepConfig
 from experiments.outputs import TEMP_PREFIX
+from experiments.point import PointResult
+from simulator.records_parquet import write_in_row_groups
+
+ENTRY_SUFFIX = ".zip"
+LEGACY_SUFFIX = ".pkl"  # pickles of older versions: never unpickled
+_FORMAT = 1
+_JSON = "entry.json"
+_FRAMES = ("requests", "steps")  # a PointResult's frames, each `NAME.parquet`
+_TUPLE = "__tuple__"  # JSON has no tuples: {"__tuple__": [...]} stands for one
 
 # Top-level config keys a unit of work does not read, by kind:
 # - "point" (one simulation): the simulator never sees `slo:` or `goodput:` (the verdicts and
@@ -67,8 +89,82 @@ def cache_key(kind: str, config: SweepConfig, *extra: Any) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+class CacheEntryError(ValueError):
+    """A value the cache cannot store as data (`put`), or an entry it cannot read back (`get`)."""
+
+
+def encode_entry(value: Any, stream) -> None:
+    """Write `value` as a data-only entry (module docstring) to the binary `stream`.
+
+    Values: a `PointResult`, or JSON data (None, bool, int, float including NaN/inf, str, lists,
+    tuples, dicts with str keys; numpy scalars as their Python value).
+
+    Raises:
+        CacheEntryError: anything else (nothing is a pickle fallback); pyarrow.ArrowException: a
+            frame column Arrow cannot store.
+    """
+    with zipfile.ZipFile(stream, "w", zipfile.ZIP_STORED) as archive:
+        if isinstance(value, PointResult):
+            head = {"format": _FORMAT, "type": "point_result", "row": _to_json(value.row)}
+            for name in _FRAMES:
+                with archive.open(f"{name}.parquet", "w") as f:
+                    write_in_row_groups(getattr(value, name), f)
+        else:
+            head = {"format": _FORMAT, "type": "json", "value": _to_json(value)}
+        archive.writestr(_JSON, json.dumps(head))
+
+
+def decode_entry(stream) -> Any:
+    """The value `encode_entry` wrote to the binary `stream`.
+
+    Raises:
+        CacheEntryError: not an entry of this format (garbage, truncated, a pickle, another
+            version's layout); the message says what is wrong.
+    """
+    try:
+        with zipfile.ZipFile(stream) as archive:
+            head = json.loads(archive.read(_JSON))
+            if not isinstance(head, dict) or head.get("format") != _FORMAT:
+                raise CacheEntryError(f"not format {_FORMAT}")
+            if head.get("type") == "json":
+                return _from_json(head["value"])
+            if head.get("type") != "point_result" or not isinstance(head.get("row"), dict):
+                raise CacheEntryError(f"unknown entry type {head.get('type')!r}")
+            frames = {name: pd.read_parquet(io.BytesIO(archive.read(f"{name}.parquet"))) for name in _FRAMES}
+            return PointResult(_from_json(head["row"]), frames["requests"], frames["steps"])
+    except CacheEntryError:
+        raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, KeyError, EOFError, OSError, ValueError,
+            TypeError, RecursionError, pa.ArrowException) as exc:  # JSONDecodeError is a ValueError
+        raise CacheEntryError(f"not a readable entry ({type(exc).__name__}: {exc})") from None
+
+
+def _to_json(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.generic) and isinstance(value.item(), (bool, int, float, str)):
+        return value.item()
+    if isinstance(value, tuple):
+        return {_TUPLE: [_to_json(v) for v in value]}
+    if isinstance(value, list):
+        return [_to_json(v) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value) and _TUPLE not in value:
+        return {k: _to_json(v) for k, v in value.items()}
+    raise CacheEntryError(f"cannot store a {type(value).__name__} as data")
+
+
+def _from_json(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
+    if isinstance(value, dict):
+        if set(value) == {_TUPLE} and isinstance(value[_TUPLE], list):
+            return tuple(_from_json(v) for v in value[_TUPLE])
+        return {k: _from_json(v) for k, v in value.items()}
+    return value
+
+
 class ResultsCache:
-    """A folder of pickled results by key; `None` as the folder disables caching.
+    """A folder of data-only entries by key (module docstring); `None` as the folder disables caching.
 
     `write_error` holds the reason the last `put` failed (e.g. "No space left on device"), or None.
     """
@@ -77,18 +173,29 @@ class ResultsCache:
         self.directory = directory
         self.write_error: str | None = None
 
+    def path(self, key: str) -> Path:
+        """The entry file of `key` (caching on)."""
+        return self.directory / f"{key}{ENTRY_SUFFIX}"
+
     def get(self, key: str, valid: Callable[[Any], bool] = lambda value: True) -> Any | None:
         """The stored value, or None when absent, unreadable, not `valid` (an entry of another
-        shape, say from another version: recomputed, not trusted), or caching is off."""
+        shape, say from another version: recomputed, not trusted), or caching is off. An entry
+        that is there but not used is named in a note on stderr."""
         if self.directory is None:
             return None
-        path = self.directory / f"{key}.pkl"
+        path = self.path(key)
         try:
             with path.open("rb") as f:
-                value = pickle.load(f)
-        except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError):
+                value = decode_entry(f)
+        except FileNotFoundError:
             return None
-        return value if value is not None and valid(value) else None
+        except OSError as exc:
+            return _discarded(path, exc.strerror or str(exc))
+        except CacheEntryError as exc:
+            return _discarded(path, str(exc))
+        if value is None or not valid(value):
+            return _discarded(path, f"not a result of the expected shape (a {type(value).__name__})")
+        return value
 
     def get_or_compute(self, key: str, compute: Callable[[], Any],
                        valid: Callable[[Any], bool] = lambda value: True) -> tuple[Any, bool]:
@@ -103,7 +210,8 @@ class ResultsCache:
 
     def put(self, key: str, value: Any) -> bool:
         """Store atomically (a temporary file beside the entry, renamed into place); False, with
-        `write_error` set and nothing partial left, when the folder cannot be written."""
+        `write_error` set and nothing partial left, when the folder cannot be written or the
+        value cannot be stored as data (`encode_entry`)."""
         if self.directory is None:
             return True
         tmp = None
@@ -111,15 +219,22 @@ class ResultsCache:
             self.directory.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=TEMP_PREFIX, suffix=".tmp")
             with os.fdopen(fd, "wb") as f:
-                pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, self.directory / f"{key}.pkl")
-        except OSError as exc:
+                encode_entry(value, f)
+            os.replace(tmp, self.path(key))
+            (self.directory / f"{key}{LEGACY_SUFFIX}").unlink(missing_ok=True)
+        except (OSError, CacheEntryError, pa.ArrowException) as exc:
             if tmp is not None:
                 Path(tmp).unlink(missing_ok=True)
-            self.write_error = exc.strerror or str(exc)
+            self.write_error = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
             return False
         except BaseException:
             if tmp is not None:
                 Path(tmp).unlink(missing_ok=True)
             raise
         return True
+
+
+def _discarded(path: Path, reason: str) -> None:
+    """Say that the entry at `path` is not used (it is recomputed and replaced); None."""
+    print(f"note: results cache entry {path} is not used ({reason}); recomputing it", file=sys.stderr)
+    return None
