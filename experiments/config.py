@@ -620,8 +620,6 @@ class SweepConfig(_Strict):
     @model_validator(mode="after")
     def _cluster_pools(self) -> "SweepConfig":
         if self.cluster is not None:
-            from experiments.deployment import check_cluster  # builds each pool's engine (no circle at import)
-
             check_cluster(self)
         return self
 
@@ -1342,3 +1340,67 @@ def _short_value(key: str, value: Any) -> str:
     if key.endswith(("path", "file")) and isinstance(value, str):
         return Path(value).name
     return f"{value:g}" if isinstance(value, float) else json.dumps(value) if isinstance(value, list) else str(value)
+
+
+# ----- prefill/decode disaggregation (`cluster:`, simulator/disaggregated.py) -------------------
+POOLS = ("prefill", "decode")
+
+
+def pool_point(point: SweepConfig, pool: str) -> SweepConfig:
+    """The point as one pool of its cluster runs it: the point's `engine:` keys, then the pool's
+    `engine:` keys and `replicas`; the pool's device (or the point's); no `cluster`.
+
+    Raises:
+        ValueError: the merged engine keys are invalid (named as `cluster.<pool>.engine: ...`).
+    """
+    spec = getattr(point.cluster, pool)
+    keys = point.engine.model_dump(exclude_unset=True)
+    keys.update(spec.engine)
+    keys["replicas"] = spec.replicas
+    try:
+        engine = EngineConfig(**keys)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'engine'}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"cluster.{pool}.engine: {problems}") from None
+    device = spec.device if spec.device is not None else point.device
+    return point.model_copy(update={"engine": engine, "device": device, "cluster": None})
+
+
+def check_cluster(point: SweepConfig) -> None:
+    """What `cluster:` must satisfy before anything runs (`SweepConfig._cluster_pools`).
+
+    Raises:
+        ValueError: `engine.replicas` set beside `cluster:` (each pool sets its own); a closed-loop
+            trace; `fleet:` (sized per colocated replica); a pool engine that is invalid,
+            pipelined or data-parallel (not modelled in a pool), a TP degree the model's KV heads
+            do not split into, an unknown pool device; pools whose KV cache dtypes differ. Each
+            names the key.
+    """
+    if "replicas" in point.engine.model_fields_set:
+        raise ValueError("engine.replicas is not read with cluster: set cluster.prefill.replicas and "
+                         "cluster.decode.replicas")
+    if isinstance(point.trace, ClosedLoopTrace):
+        raise ValueError("cluster: a disaggregated run needs an open-loop trace (profile, synthetic, file)")
+    if point.fleet is not None:  # fleet sizing counts GPUs per colocated replica (search.py)
+        raise ValueError("fleet: sizing a disaggregated cluster is not supported; compare layouts with "
+                         "python -m experiments.planning.disaggregation")
+    model = get_model_spec(point.model)
+    for pool in POOLS:
+        e = pool_point(point, pool).engine
+        if e.pipeline_parallel_size != 1 or e.data_parallel_size != 1:
+            raise ValueError(f"cluster.{pool}.engine: pipeline_parallel_size and data_parallel_size must be 1 "
+                             "in a disaggregated pool (one tensor-parallel instance per replica)")
+        try:
+            model.kv_heads_per_rank(e.tensor_parallel_size)
+        except ValueError as exc:
+            raise ValueError(f"cluster.{pool}.engine.tensor_parallel_size: {exc}") from None
+        device = getattr(point.cluster, pool).device
+        if device is not None:
+            try:
+                get_device_spec(device)
+            except ValueError as exc:
+                raise ValueError(f"cluster.{pool}.device: {exc}") from None
+    dtypes = {pool: pool_point(point, pool).engine.kv_cache_dtype for pool in POOLS}
+    if len(set(dtypes.values())) > 1:
+        raise ValueError(f"cluster: the pools' kv_cache_dtype differ ({dtypes}); the decode pool reads the "
+                         "prefill pool's KV as it is, so set one kv_cache_dtype")

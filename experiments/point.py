@@ -6,9 +6,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from experiments.config import ClosedLoopTrace, SweepConfig, TraceConfig, describe_point, slo_summary_key
-from experiments.deployment import (DTYPE_BYTES, POOLS, build_link, build_outcome_fn, build_pricer,
-                                    build_scheduler_config, build_schedulers, cluster_gpus, pool_point)
+from experiments.config import (POOLS, ClosedLoopTrace, SweepConfig, TraceConfig, describe_point, pool_point,
+                                slo_summary_key)
+from experiments.deployment import (DTYPE_BYTES, build_link, build_outcome_fn, build_pricer, build_scheduler_config,
+                                    build_schedulers, cluster_gpus)
 from profiler import CostModel, RooflineCostModel, get_device_spec, get_model_spec
 from simulator.disaggregated import Pool, simulate_disaggregated
 from simulator.metrics import goodput_count

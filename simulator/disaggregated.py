@@ -441,7 +441,8 @@ class _Cluster:
         for i, s in enumerate(self.prefill_pool):
             # Prefill requests never decode: no decode windows (next_arrival_s None).
             s.replica = PoolReplica(env, s, prefill.pricer, StepOutcome.without_speculation, i,
-                                    lambda f, i=i: self._prefilled(f, i), None, records=RequestRecords(i, False), steps=StepLog(keep=keep_steps))
+                                    lambda f, i=i: self._prefilled(f, i), None, records=RequestRecords(i, False),
+                                    steps=StepLog(keep=keep_steps))
             self.prefill_replicas.append(s.replica)
         self.inboxes: list[_DecodeInbox] = []
         self.decode_replicas = []

@@ -7,8 +7,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from experiments.config import ConfigError, SweepConfig, describe_point, load_config
-from experiments.deployment import build_link, cluster_gpus, pool_point
+from experiments.config import ConfigError, SweepConfig, describe_point, load_config, pool_point
+from experiments.deployment import build_link, cluster_gpus
 from experiments.point import run_point
 from profiler import get_model_spec
 
