@@ -36,6 +36,7 @@ import warnings
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Union
 
+import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -184,7 +185,9 @@ class _Lengths(_Strict):
     @field_validator("prompt_tokens", "output_tokens")
     @classmethod
     def _length_spec(cls, spec: LengthSpec, info) -> LengthSpec:
-        length_distribution(spec, info.field_name.removesuffix("_tokens"))  # raises ValueError, naming the problem
+        # Raises ValueError, naming the problem; the sizes (at most MAX_TOKENS) are checked here,
+        # when the config loads, not when a point samples its trace.
+        length_distribution(spec, info.field_name.removesuffix("_tokens")).check_sizes()
         return spec
 
     def distributions(self) -> tuple[LengthDistribution, LengthDistribution]:
@@ -252,6 +255,16 @@ class FileTrace(_Strict):
 
     def load(self) -> tuple[list[Request], dict]:
         """Read (lenient unless strict), filter, window, cut to max_requests, then scale to qps."""
+        requests, loaded = self.unscaled()
+        if self.qps is not None:
+            requests = scale_to_qps(requests, self.qps)
+        return requests, {"trace_source": str(self.path), "trace_rows_rejected": loaded.num_rejected,
+                          "trace_rows_rejected_detail": "; ".join(line.strip() for line in loaded.report_lines())}
+
+
+    def unscaled(self):
+        """(the requests read, filtered, windowed and cut to max_requests, at the file's own times;
+        the reader's `LoadedTrace`). Raises as `load`."""
         if self.path is None:
             raise ValueError("trace.path is not set: give it in the config or with --set trace.path=FILE")
         loaded = read_trace(Path(self.path).expanduser(), format=self.format, strict=self.strict,
@@ -261,10 +274,7 @@ class FileTrace(_Strict):
             requests = time_window(requests, *self.window_s)
         if self.max_requests is not None:
             requests = cut(requests, max_requests=self.max_requests)
-        if self.qps is not None:
-            requests = scale_to_qps(requests, self.qps)
-        return requests, {"trace_source": str(self.path), "trace_rows_rejected": loaded.num_rejected,
-                          "trace_rows_rejected_detail": "; ".join(line.strip() for line in loaded.report_lines())}
+        return requests, loaded
 
 
 class SyntheticTrace(_OpenLoop, _Lengths, _SharedPrefix):
@@ -578,6 +588,7 @@ class LinkConfig(_Strict):
     bandwidth_gb_s: float | Literal["device"] = (  # GB/s per TP rank (1e9 B/s), > 0; device: its GPU-to-GPU link
         "device")
     latency_s: float = Field(default=0.0, ge=0, le=60)  # per transfer
+    layer_pipelined: bool = False  # stream each layer's KV as the last prefill step computes it
 
     @field_validator("bandwidth_gb_s", mode="before")
     @classmethod
@@ -674,6 +685,8 @@ class SweepConfig(_Strict):
         _check_parallel_layout(e, model)
         if e.num_gpu_blocks is not None:
             _check_kv_pool_override(e, model, device)
+        if self.cost_model.startswith("profile:") and model.moe is None and self.cluster is None:
+            _check_profile(self.cost_model, model, e.tensor_parallel_size, device.name)
         if e.split_n and isinstance(e.acceptance, AcceptanceFile):
             from simulator.acceptance import EmpiricalAcceptance
             try:
@@ -719,6 +732,19 @@ class SweepConfig(_Strict):
             if value <= 0:  # NaN and inf are refused before this (allow_inf_nan=False)
                 raise ValueError(f"goodput {key} must be a finite number > 0 seconds, got {value}")
         return goodput
+
+
+def _check_profile(cost_model: str, model, tensor_parallel_size: int, device_name: str) -> None:
+    """ValueError (naming `cost_model`) unless the `profile:DIR` profile was measured for this
+    model, tp and device and can be fitted (`profiler.shipped.checked_profile`): when the config
+    loads, not as a failure of each point at run time. A cluster's pools and a mixture of experts
+    price their own way (`experiments.point.build_cost_model`) and are checked when they run."""
+    from profiler.shipped import checked_profile  # the fit-coverage check imports scikit-learn
+
+    try:
+        checked_profile(cost_model.removeprefix("profile:"), model, tensor_parallel_size, device_name)
+    except ValueError as exc:
+        raise ValueError(f"cost_model: {exc}") from None
 
 
 def _check_kv_pool_override(e: EngineConfig, model, device) -> None:
@@ -787,7 +813,9 @@ def load_config(path: str | Path, overrides: list[str] = (),
     if set_keys and raw.get("variants"):  # the base records its variants as run (config.yaml loads again)
         base = base.model_copy(update={"variants": _variants_as_run(base_tree, [tree for tree, _, _ in points])})
     in_file = isinstance(raw.get("trace"), dict) and "path" in raw["trace"] and "trace.path" not in set_keys
-    _check_trace_files(points, base, path, _line_of(root_node, ["trace", "path"]) if in_file else None)
+    qps_in_file = isinstance(raw.get("trace"), dict) and "qps" in raw["trace"] and "trace.qps" not in set_keys
+    _check_trace_files(points, base, path, _line_of(root_node, ["trace", "path"]) if in_file else None,
+                       _line_of(root_node, ["trace", "qps"]) if qps_in_file else None, "trace.qps" in set_keys)
     for text in said:  # only for a config that loads
         if on_warning is None:
             warnings.warn(text, ConfigWarning, stacklevel=2)  # at the caller's line
@@ -995,10 +1023,11 @@ def _apply_overrides(tree: dict, combo: dict[str, Any], set_keys: dict[str, Any]
 
 
 def _check_trace_files(points: list[tuple[dict, SweepConfig, str]], base: SweepConfig, path: Path,
-                       line: int | None) -> None:
+                       line: int | None, qps_line: int | None = None, qps_set: bool = False) -> None:
     """ConfigError unless every point's trace file (kinds with a `path`) is set and is a file:
     caught when the config loads, not when the point runs. A variant is named only where its
     trace differs from the base's; `line` is that of the file's trace.path (None: not in the file)."""
+    checked: dict[str, None] = {}  # the file traces already read by `_check_scalable`
     for _, config, where in points:
         if not hasattr(config.trace, "path") or (isinstance(config.trace, SessionsTrace) and config.trace.path is None):
             continue  # generated sessions have no file
@@ -1010,6 +1039,37 @@ def _check_trace_files(points: list[tuple[dict, SweepConfig, str]], base: SweepC
         if not resolved.is_file():
             problem = "is a folder, not a trace file" if resolved.is_dir() else "no such file"
             raise ConfigError(f"{at}: {problem}: {resolved}")
+        if isinstance(config.trace, FileTrace) and (config.trace.qps is not None or config.search is not None):
+            key = "search.qps" if config.trace.qps is None else "--set trace.qps" if qps_set else "trace.qps"
+            line = qps_line if key == "trace.qps" and not variant else None
+            _check_scalable(config, f"{path}: {variant}{key}{f' (line {line})' if line else ''}", checked)
+
+
+def _check_scalable(config: SweepConfig, at: str, checked: dict[str, None]) -> None:
+    """ConfigError unless a file trace that `trace.qps` (or a capacity search) time-scales has
+    a mean rate to scale: at least two requests, not all at one instant, after its filters,
+    window and max_requests (`traces.replay.scale_to_qps`). The file is read here, once per
+    distinct trace of the config; a file that cannot be read is left to the point, whose error
+    names its rows."""
+    trace = config.trace
+    if config.search is not None and trace.qps is None:  # a search's trials read search.num_requests
+        trace = trace.model_copy(update={"max_requests": config.search.num_requests})
+    key = trace.model_dump_json()
+    if key in checked:
+        return
+    checked[key] = None
+    try:
+        requests, _ = trace.unscaled()
+    except (ValueError, OSError):
+        return
+    arrivals_s = np.array([r.arrival_s for r in requests], dtype=float)
+    if len(arrivals_s) >= 2 and arrivals_s.max() > arrivals_s.min():
+        return
+    held = f"{len(arrivals_s)} valid request{'' if len(arrivals_s) == 1 else 's'}" + (
+        " all at one instant" if len(arrivals_s) > 1 else "")
+    raise ConfigError(f"{at}: cannot time-scale the trace file {trace.path} to a QPS: it holds {held} (after its "
+                      "filters, window_s and max_requests), so its mean rate is undefined; give a file with at "
+                      "least two requests at different times, or drop the qps to replay it at its own times")
 
 
 # Keys holding file paths: relative paths in a config file are relative to the file's folder;
@@ -1089,7 +1149,8 @@ def _validate(raw: dict, path: Path, root_node, where: str, line: int | None = N
         lines = []
         for err in exc.errors():
             loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "tagged-union["))]
-            key = ".".join(p for p in loc if p not in TRACE_KINDS or loc[0] != "trace")
+            loc = [p for p in loc if p not in TRACE_KINDS or loc[0] != "trace"]  # trace.poisson.qps: trace.qps
+            key = ".".join(loc)
             message = err["msg"].removeprefix("Value error, ")
             lead = re.match(r"([a-z_]+(?:\.[a-z_]+)*)(?:: | \()", message)
             if not key and lead:  # a check across keys (SweepConfig._deployment_fits) leads with the key
@@ -1101,7 +1162,7 @@ def _validate(raw: dict, path: Path, root_node, where: str, line: int | None = N
                 key, at = f"--set {key}", ""
             if err["type"] == "extra_forbidden":
                 message = "unknown key"
-            elif not isinstance(err.get("input"), (dict, list)) and "input" in err:
+            elif not isinstance(err.get("input"), (dict, list)) and "input" in err and ", got " not in message:
                 message += f" (got {err['input']!r})"
             lines.append(f"{path}: {where}{key or '<root>'}{at}: {message}")
         raise ConfigError("\n".join(lines)) from None

@@ -277,3 +277,48 @@ def test_measured_cost_model_dirs_are_relative_to_the_config_file(tmp_path):
     flat = {"cost_model": "profile:cal"}
     _resolve_paths(flat, tmp_path)
     assert flat["cost_model"] == f"profile:{tmp_path / 'cal'}"
+
+
+def test_a_length_beyond_the_trace_bound_is_a_config_error_naming_the_key(tmp_path):
+    # Once a per-point "ValueError: fixed tokens must be at most 2147483647" naming no key.
+    message = error_of(tmp_path, "trace: {kind: poisson, qps: 2,\n  prompt_tokens: 9999999999999}\n")
+    assert message.endswith("c.yaml: trace.prompt_tokens (line 2): fixed tokens must be at most 2147483647 tokens "
+                            "(the longest length a trace may hold), got 9999999999999")
+
+
+def test_a_profile_of_another_model_is_refused_when_the_config_loads():
+    from pathlib import Path
+
+    root = Path(__file__).parent / "data"
+    with pytest.raises(ConfigError) as info:
+        load_config(root / "engine" / "tiny_engine.yaml", [f"cost_model=profile:{root / 'profiles' / 'cpu-tiny-llama'}"])
+    assert str(info.value) == (f"{root / 'engine' / 'tiny_engine.yaml'}: --set cost_model: "
+                               f"{root / 'profiles' / 'cpu-tiny-llama'}: profiled for model 'tiny-llama', "
+                               "whose shapes differ from 'tiny'")
+
+
+@pytest.mark.parametrize("rows, held", [("0.5,-100,10\n1.0,-5,3\n", "0 valid requests"),
+                                        ("0.5,100,10\n1.0,-5,3\n", "1 valid request"),
+                                        ("0.5,100,10\n0.5,80,3\n", "2 valid requests all at one instant")])
+def test_a_file_trace_with_no_rate_to_scale_is_refused_at_load_naming_qps_and_the_file(tmp_path, rows, held):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + rows)
+    message = error_of(tmp_path, f"trace:\n  kind: file\n  path: {trace}\n  qps: 4\n")
+    assert message.endswith(f"c.yaml: trace.qps (line 4): cannot time-scale the trace file {trace} to a QPS: it "
+                            f"holds {held} (after its filters, window_s and max_requests), so its mean rate is "
+                            "undefined; give a file with at least two requests at different times, or drop the "
+                            "qps to replay it at its own times")
+    load_config(write(tmp_path, f"trace:\n  kind: file\n  path: {trace}\n"))  # at its own times: loads
+
+
+def test_the_calibration_overhead_config_prices_the_device_the_profile_was_measured_on():
+    """calibrate's engine-overhead config once named device h100-sxm with a CPU profile (refused
+    at load since): it describes the measured host under the key `cpu`, with its measured rates."""
+    from pathlib import Path
+
+    from experiments.verification.calibrate import profiled_device
+
+    device = profiled_device(Path(__file__).parent / "data" / "profiles" / "cpu-tiny-llama")
+    assert device["name"] == "cpu" and device["memory_gib"] == pytest.approx(23.54016876220703)
+    assert device["dense_bf16_tflops"] == pytest.approx(0.06884177276848705)
+    assert device["memory_bandwidth_gb_per_s"] == pytest.approx(12.371315722113928)

@@ -73,9 +73,16 @@ def points_of(path: Path) -> SweepConfig:
     return SweepConfig.model_validate(load_config(path)[1][0])
 
 
+def unchecked(tmp_path, cost_model: str, device: str = CPU) -> SweepConfig:
+    """A point priced by `cost_model` that the config check would refuse (it checks the profile
+    when the config loads): loaded on the roofline, the cost model set after validation, so the
+    check where the cost model is built is tested too."""
+    return points_of(config(tmp_path, "roofline", device)).model_copy(update={"cost_model": cost_model})
+
+
 def test_a_cpu_profile_does_not_price_a_gpu(tmp_path):
     # Issue 14: a CPU profile priced an H100 (P99 TBT 159 s, exit 0). Refused, both devices named.
-    point = points_of(config(tmp_path, f"profile:{RECORDED}", "h100-sxm"))
+    point = unchecked(tmp_path, f"profile:{RECORDED}", "h100-sxm")
     expected = (f"{RECORDED}: measured on 'cpu' (AMD EPYC, cpu; profile.json device), but the point prices "
                 "device 'h100-sxm': a profile prices only the device it was measured on; a CPU profile prices "
                 "the CPU engine: give device: a device file with name: cpu describing the host (as "
@@ -84,6 +91,9 @@ def test_a_cpu_profile_does_not_price_a_gpu(tmp_path):
         with pytest.raises(ProfileError) as info:
             build(point)
         assert str(info.value) == expected
+    with pytest.raises(ConfigError) as info:  # and refused when the config loads, before any point runs
+        load_config(config(tmp_path, f"profile:{RECORDED}", "h100-sxm"))
+    assert str(info.value) == f"{tmp_path / 'c.yaml'}: cost_model (line 4): {expected}"
 
 
 def gpu_profile(tmp_path, spec_name, name: str) -> Path:
@@ -104,7 +114,7 @@ def test_a_gpu_profile_prices_only_its_own_gpu(tmp_path):
     assert isinstance(build_cost_model(points_of(config(tmp_path, f"profile:{directory}", "h100-sxm"))),
                       FittedCostModel)
     with pytest.raises(ProfileError) as info:
-        build_cost_model(points_of(config(tmp_path, f"profile:{directory}", "a100-80gb")))
+        build_cost_model(unchecked(tmp_path, f"profile:{directory}", "a100-80gb"))
     assert str(info.value) == (
         f"{directory}: measured on 'h100-sxm' (NVIDIA H100 80GB HBM3, cuda; profile.json device), but the "
         "point prices device 'a100-80gb': a profile prices only the device it was measured on; set device: "
@@ -116,7 +126,7 @@ def test_a_gpu_without_a_builtin_name_matches_a_device_described_under_its_name(
     with pytest.raises(ProfileError, match=r"measured on 'NVIDIA RTX 6000 Ada Generation' \(NVIDIA RTX 6000 Ada "
                                            r"Generation, cuda; .*set device: a device file named "
                                            r"'NVIDIA RTX 6000 Ada Generation'"):
-        build_cost_model(points_of(config(tmp_path, f"profile:{directory}", "l40s")))
+        build_cost_model(unchecked(tmp_path, f"profile:{directory}", "l40s"))
     described = CPU.replace("name: cpu", "name: NVIDIA RTX 6000 Ada Generation")
     assert isinstance(build_cost_model(points_of(config(tmp_path, f"profile:{directory}", described))),
                       FittedCostModel)
@@ -141,7 +151,7 @@ def test_a_profile_too_thin_to_fit_is_refused_for_a_point(tmp_path):
     table = pd.read_csv(directory / "attention_decode.csv")
     table.head(2).to_csv(directory / "attention_decode.csv", index=False)
     with pytest.raises(ProfileError, match=rf"^{directory}: too few profiled shapes .*: attention_decode has 2;"):
-        build_cost_model(points_of(config(tmp_path, f"profile:{directory}")))
+        build_cost_model(unchecked(tmp_path, f"profile:{directory}"))
 
 
 @pytest.mark.parametrize("edit, match", [

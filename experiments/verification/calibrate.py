@@ -64,6 +64,30 @@ OVERHEAD_KV_TOKENS = 2048
 OVERHEAD_SPLIT_N = {"split_n": 3, "acceptance": 0.5}
 
 
+def profiled_device(calibration_dir: Path) -> str | dict:
+    """The `device:` of a config priced by this calibration: the built-in name the profile
+    records (`profiler.shipped.measured_device`), else the measured host described inline under
+    the profile's device key (`cpu`) with its measured FLOP/s, bandwidth and memory (profile.json
+    `rates`, `device.memory_gib`), as tests/data/engine/tiny_engine.yaml describes it: a profile
+    prices only the device it was measured on, which the config check enforces. The figures only
+    size what the profile does not price (the overhead runs set their KV pool, `num_gpu_blocks`);
+    a profile without recorded rates gets modest host figures (10 GB/s, 0.1 TFLOP/s, 16 GiB)."""
+    from profiler.device_spec import BUILTIN_DEVICES
+    from profiler.shipped import measured_device
+
+    meta = json.loads((Path(calibration_dir) / "profile.json").read_text())
+    key, _ = measured_device(meta)
+    if key in BUILTIN_DEVICES:
+        return key
+    rates, device = meta.get("rates") or {}, meta.get("device") or {}
+    bandwidth_gb_s = float(rates.get("mem_bandwidth_bytes_per_s", 1e10)) / 1e9
+    return {"name": key or device.get("name") or "cpu", "memory_gib": float(device.get("memory_gib") or 16),
+            "dense_bf16_tflops": float(rates.get("peak_flops", 1e11)) / 1e12,
+            "memory_bandwidth_gb_per_s": bandwidth_gb_s,
+            "gpu_link": {"kind": "pcie", "gb_per_s_per_direction": bandwidth_gb_s},
+            "host_link": {"gb_per_s_per_direction": bandwidth_gb_s}}
+
+
 def measure_engine_overhead(calibration_dir: Path, model: str, *, threads: int = 1,
                             device: str = "cpu") -> EngineOverhead:
     """Serve `OVERHEAD_TRACE` on the engine (on `device`, "cpu" or "cuda", in the profile's dtype:
@@ -85,7 +109,8 @@ def measure_engine_overhead(calibration_dir: Path, model: str, *, threads: int =
         # cost_model names this calibration: on one CPU thread the engine then times its steps at
         # the calibration's host speed (`cpu-normalized`), as the profile's ops were.
         write_text(config, yaml.safe_dump({"name": "engine-overhead", "model": str(Path(model).resolve())
-                                          if Path(model).exists() else model, "device": "h100-sxm",
+                                          if Path(model).exists() else model,
+                                          "device": profiled_device(calibration_dir),
                                           "cost_model": f"profile:{Path(calibration_dir).resolve()}",
                                           "trace": OVERHEAD_TRACE, "engine": {**OVERHEAD_ENGINE, **kv_pool, **extra}}))
         run_dir = calibration_dir / name
