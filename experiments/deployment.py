@@ -116,8 +116,9 @@ def build_link(point: SweepConfig) -> tuple[KvLink, float]:
     else:
         bandwidth = link.bandwidth_gb_s * 1e9
     tp = min(prefill.engine.tensor_parallel_size, decode.engine.tensor_parallel_size)
-    kv_bytes = get_model_spec(point.model).kv_bytes_per_token(DTYPE_BYTES[prefill.engine.kv_cache_dtype], tp)
-    return KvLink(bandwidth, link.latency_s), float(kv_bytes)
+    model = get_model_spec(point.model)
+    kv_bytes = model.kv_bytes_per_token(DTYPE_BYTES[prefill.engine.kv_cache_dtype], tp)
+    return KvLink(bandwidth, link.latency_s, link.layer_pipelined, model.num_layers), float(kv_bytes)
 
 
 def cluster_gpus(point: SweepConfig) -> int:

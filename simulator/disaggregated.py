@@ -33,8 +33,11 @@ tensor-parallel degrees: each rank's shard crosses its own link in parallel, and
 fewer ranks bounds it. The link into a decode instance carries one transfer at a time, FIFO
 (the same total bandwidth as fair sharing; each transfer sees latency + bytes / bandwidth).
 
-What is not modelled: layer-pipelined transfer overlapping the prefill (the transfer starts
-after the prefill's last step); the prefill instance's own outbound NIC limit; a decode
+Layer-pipelined transfer (`KvLink.layer_pipelined`): a transfer that finds the link free and
+room in the decode instance when its prefill ends is taken to have streamed from the start of
+the prefill's last step (or the link's last use, if later), layer by layer, so it ends at
+`KvLink.end_s`; its hold in the decode pool still starts at the prefill's end. What is not
+modelled: the prefill instance's own outbound NIC limit; a decode
 instance's running decodes taking, in the step a transfer ends, blocks vLLM would still hold
 for it (the hold is released when the request joins the decode scheduler's `waiting`); with
 prefix caching in the prefill pool, the held copy takes fresh blocks (the finished request's
@@ -81,16 +84,31 @@ class KvLink:
 
     bandwidth_bytes_per_s: float
     latency_s: float = 0.0
+    layer_pipelined: bool = False
+    num_layers: int = 1
 
     def __post_init__(self) -> None:
         if not (self.bandwidth_bytes_per_s > 0 and math.isfinite(self.bandwidth_bytes_per_s)):
             raise ValueError(f"link bandwidth must be > 0 bytes/s and finite, got {self.bandwidth_bytes_per_s!r}")
         if not (self.latency_s >= 0 and math.isfinite(self.latency_s)):
             raise ValueError(f"link latency must be >= 0 s and finite, got {self.latency_s!r}")
+        if self.num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {self.num_layers}")
 
     def transfer_s(self, num_bytes: float) -> float:
         """Seconds to move `num_bytes`: latency + bytes / bandwidth."""
         return self.latency_s + num_bytes / self.bandwidth_bytes_per_s
+
+    def end_s(self, num_bytes: float, start_s: float, prefill_end_s: float) -> float:
+        """When a transfer begun at `start_s` ends. Layer-pipelined (each layer's KV sent as that
+        layer of the last prefill step is computed, as LMCache's layerwise connector does), it
+        can begin with that step and ends no earlier than one layer's share after the step:
+        max(start + T, prefill end + latency + bytes / (layers × bandwidth)), T = `transfer_s`."""
+        end_s = start_s + self.transfer_s(num_bytes)
+        if self.layer_pipelined:
+            last_layer_s = self.latency_s + num_bytes / (self.num_layers * self.bandwidth_bytes_per_s)
+            end_s = max(end_s, prefill_end_s + last_layer_s)
+        return end_s
 
 
 @dataclass
@@ -137,6 +155,7 @@ class _PoolScheduler:
         self._tried: BatchPlan | None = None
         self._arriving: dict[int, FinishedRequest] = {}  # request id -> its prefill's record
         self._passes = 0
+        self.last_step_start_s = -math.inf  # start of the step under way (its prefills' last, when they finish)
         one_pass = getattr(inner, "_one_pass", None)
         if one_pass is not None:
             inner._one_pass = self._bounded(one_pass)
@@ -215,6 +234,7 @@ class _PoolScheduler:
         if plan is None:
             self._passes = 0
             plan = self.inner.schedule(now_s)
+        self.last_step_start_s = now_s
         if self.on_step_end is not None:  # admissions emptied `waiting`: a transfer may start (vLLM loop 2)
             self.on_step_end()
         return plan
@@ -277,6 +297,7 @@ class _Transfer:
     prefill: FinishedRequest
     num_bytes: float
     source: _PoolScheduler
+    last_step_start_s: float  # start of the prefill's last step: a layer-pipelined transfer may begin there
 
 
 class _DecodeInbox:
@@ -295,6 +316,7 @@ class _DecodeInbox:
         self.env, self.target, self.link, self.log = env, target, link, log
         self.queue: deque[_Transfer] = deque()
         self.in_flight_end_s = math.inf
+        self.link_free_s = -math.inf  # end of the last transfer
         self._wake = env.event()
         target.on_step_end = self.poke
         target.transfer_waiting = lambda: bool(self.queue)
@@ -331,10 +353,15 @@ class _DecodeInbox:
             rid = transfer.request.request_id
             self.target.hold(rid, transfer.request.prompt_tokens)
             start_s = self.env.now
-            duration_s = self.link.transfer_s(transfer.num_bytes)
-            self.in_flight_end_s = start_s + duration_s
-            yield self.env.timeout(duration_s)
+            prefill_end_s = transfer.prefill.first_token_s
+            if self.link.layer_pipelined and start_s == prefill_end_s:
+                # Not queued: it streamed from its last prefill step on, once the link was free.
+                start_s = min(start_s, max(transfer.last_step_start_s, self.link_free_s))
+            end_s = self.link.end_s(transfer.num_bytes, start_s, prefill_end_s)
+            self.in_flight_end_s = end_s
+            yield self.env.timeout(delay_until_s(self.env.now, end_s))
             self.in_flight_end_s = math.inf
+            self.link_free_s = self.env.now
             self.log.add(transfer, start_s, self.env.now, self.target.replica.replica_id)
             transfer.source.release(rid)
             self.target.release(rid)
@@ -488,7 +515,8 @@ class _Cluster:
         source = self.prefill_pool[index]
         source.hold(request.request_id, request.prompt_tokens)  # vLLM's delay_free_blocks
         index = self.decode_router.pick(request)
-        self.inboxes[index].put(_Transfer(request, finished, request.prompt_tokens * self.kv_bytes_per_token, source))
+        self.inboxes[index].put(_Transfer(request, finished, request.prompt_tokens * self.kv_bytes_per_token, source,
+                                          source.last_step_start_s))
 
     def _decoded(self, finished: FinishedRequest) -> None:
         """Without token times: the gap from the prefill's token to the first decode emission

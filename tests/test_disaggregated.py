@@ -117,6 +117,22 @@ def test_transfer_starts_at_the_next_step_boundary_of_a_busy_decode_instance():
         assert r.loc[1, "completion_s"] == pytest.approx(0.3443)
 
 
+def test_layer_pipelined_transfer_streams_with_the_last_prefill_step():
+    """10 layers. A's transfer finds the link free at its prefill's end, so it streamed from that
+    step's start (0): it ends at max(0 + 0.102, 0.020 + 0.002 + 0.1 / 10) = 0.102 instead of
+    0.122. B waited for the link (queued from 0.050), so no overlap: 0.102 → 0.304. Decodes:
+    A 0.102 → 0.1121 → 0.1222, B 0.304 → 0.3141."""
+    r = run(TWO, link=KvLink(1e6, 0.002, layer_pipelined=True, num_layers=10)).requests.set_index("request_id")
+    assert r.loc[0, "kv_transfer_start_s"] == pytest.approx(0.0)
+    assert r.loc[0, "kv_transfer_end_s"] == pytest.approx(0.102)
+    assert r.loc[0, "completion_s"] == pytest.approx(0.1222)
+    assert r.loc[1, "kv_transfer_start_s"] == pytest.approx(0.102)
+    assert r.loc[1, "kv_transfer_end_s"] == pytest.approx(0.304)
+    assert r.loc[1, "completion_s"] == pytest.approx(0.3141)
+    # The last layer's share bounds it: a prompt whose step is short against its KV.
+    assert KvLink(1e6, 0.0, True, 4).end_s(1e5, 0.0, 0.09) == pytest.approx(0.09 + 0.025)
+
+
 def test_one_token_request_ends_in_the_prefill_pool():
     result = run([Request(0, 0.0, 100, 1)])
     r = result.requests.iloc[0]

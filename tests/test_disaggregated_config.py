@@ -59,6 +59,7 @@ def test_link_bytes_are_the_kv_of_one_rank_of_the_smaller_tp():
     link, kv_bytes = build_link(point)
     assert kv_bytes == 32 * 2 * 8 * 128 * 2 == get_model_spec("llama-3-8b").kv_bytes_per_token(2, 1)
     assert link.bandwidth_bytes_per_s == 50e9 and link.latency_s == 0.0001
+    assert not link.layer_pipelined and link.num_layers == 32
 
 
 def test_device_link_is_the_device_interconnect():
