@@ -166,3 +166,85 @@ def test_verify_against_run_on_a_small_bundle(tmp_path):
     per_request = next(iter(document["extra"].values()))
     assert [row["metric"] for row in per_request] == ["ttft_s", "tpot_s", "e2e_s"]
     assert (out / "plots" / "per_second.png").is_file() and (out / "trace.csv").is_file()
+
+
+def test_a_huge_token_count_or_a_repeated_request_id_names_the_lines(tmp_path):
+    import re
+
+    huge = _request(1, 1000.0, 1000.5, 1001.5)
+    huge["input_toks"] = int("9" * 4300)  # json.dumps writes all 4,300 digits; no float holds it
+    bundle = _bundle(tmp_path / "huge", [_request(0, 1000.0, 1000.5, 1001.5), huge])
+    with pytest.raises(ValueError) as info:
+        read_recorded_run(bundle)
+    assert str(info.value) == (f"{bundle / 'vllm' / 'requests.jsonl'}:2: field input_toks is {'9' * 40}... "
+                               "(4300 characters); expected a whole number of tokens from 1 to 2147483647")
+    over = _request(1, 1000.0, 1000.5, 1001.5, n_out=2**31)
+    with pytest.raises(ValueError, match=re.escape("requests.jsonl:2: field output_toks is 2147483648; expected a "
+                                                   "whole number of tokens from 1 to 2147483647")):
+        read_recorded_run(_bundle(tmp_path / "over", [_request(0, 1000.0, 1000.5, 1001.5), over]))
+    twice = [_request(0, 1000.0, 1000.5, 1001.5), _request(1, 1001.0, 1001.5, 1002.5), _request(0, 1002.0, 1003.0, 1004.0)]
+    bundle = _bundle(tmp_path / "twice", twice)
+    with pytest.raises(ValueError) as info:
+        read_recorded_run(bundle)
+    assert str(info.value) == (f"{bundle / 'vllm' / 'requests.jsonl'}:3: request_id 'r0' is also on line 1; "
+                               "each request must be recorded once")
+    far = _request(1, 1000.0, 1000.5, 1e308)  # a last_token_ts no trace reader would replay
+    with pytest.raises(ValueError, match=re.escape("requests.jsonl:2: field last_token_ts is 1e+308, more than 1e9 s "
+                                                   "after the first queued_ts (1000.0)")):
+        read_recorded_run(_bundle(tmp_path / "far", [_request(0, 1000.0, 1000.5, 1001.5), far]))
+    # The client's epoch arrival_time is never used: 1e308 there is read without complaint.
+    assert len(read_recorded_run(_bundle(tmp_path / "epoch", [_request(0, 1000.0, 1000.5, 1001.5, arrival=1e308)])
+                                 ).requests) == 1
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("max_num_batched_tokens", -1, "expected a whole number >= 1"),
+    ("tensor_parallel_size", 1.5, "expected a whole number >= 1"),
+    ("max_num_seqs", "128", "expected a whole number >= 1"),
+    ("seed", -1, "expected a whole number >= 0"),
+    ("pipeline_parallel_size", True, "expected a whole number >= 1"),
+])
+def test_bad_engine_kwargs_name_meta_json_and_the_key(tmp_path, key, value, expected):
+    meta = {**META, "engine_kwargs": {**META["engine_kwargs"], key: value}}
+    bundle = _bundle(tmp_path, [_request(0, 1.0, 2.0, 3.0)], meta=meta)
+    with pytest.raises(ValueError) as info:
+        bundle_config(read_recorded_run(bundle), tmp_path / "t.csv")
+    assert str(info.value) == f"{bundle / 'vllm' / 'meta.json'}: engine_kwargs.{key} is {value!r}; {expected}"
+
+
+def test_a_missing_config_json_says_so_and_how_to_name_the_card(tmp_path):
+    bundle = _bundle(tmp_path, [_request(0, 1.0, 2.0, 3.0)])
+    (bundle / "config.json").unlink()
+    with pytest.raises(ValueError) as info:
+        bundle_config(read_recorded_run(bundle), tmp_path / "t.csv")
+    assert str(info.value) == (f"{bundle / 'config.json'} is missing (the cluster file that names the card, "
+                               "`hardware`); name the card with --set device=NAME (a built-in device or a device file)")
+    assert bundle_config(read_recorded_run(bundle), tmp_path / "t.csv", frozenset({"device"}))["engine"] == {
+        "scheduler": "vllm_v1", "tensor_parallel_size": 2, "pipeline_parallel_size": 1, "max_num_seqs": 128,
+        "chunk_size": 2048, "seed": 42}
+
+
+@pytest.mark.parametrize("kwargs, overrides, message", [
+    ({"tensor_parallel_size": 3}, [], "{meta}: engine_kwargs.tensor_parallel_size is 3: model 'llama-3-8b': "
+                                      "tensor_parallel_size 3 must divide num_attention_heads 32"),
+    ({"max_num_batched_tokens": -1}, [], "{meta}: engine_kwargs.max_num_batched_tokens is -1; expected a whole number >= 1"),
+    ({}, ["engine.tensor_parallel_size=3"], "--set engine.tensor_parallel_size: model 'llama-3-8b': "
+                                             "tensor_parallel_size 3 must divide num_attention_heads 32"),
+])
+def test_verify_against_run_refuses_a_bad_recording_before_writing_into_out(tmp_path, kwargs, overrides, message):
+    from typer.testing import CliRunner
+
+    from experiments.cli.main import app
+
+    meta = {**META, "engine_kwargs": {**META["engine_kwargs"], "tensor_parallel_size": 1, **kwargs}}
+    bundle = _bundle(tmp_path / "bundle", [_request(i, 1000.0 + i, 1000.5 + i, 1001.5 + i) for i in range(3)], meta=meta,
+                     cluster={"nodes": [{"instances": [{"hardware": "H100", "npu_mem": {"mem_util": 0.9}}]}]})
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["verify", "--against-run", str(bundle), "--out", str(out), "--set",
+                                      "cost_model=roofline", "--set", "model=llama-3-8b",
+                                      *[a for o in overrides for a in ("--set", o)]])
+    assert result.exit_code != 0
+    said = " ".join(result.output.split())
+    assert "error: " + message.format(meta=bundle / "vllm" / "meta.json") in said
+    assert "config.yaml" not in said  # the tool's own generated file is not the culprit
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == []  # no config.yaml, no trace.csv

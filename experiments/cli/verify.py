@@ -184,18 +184,22 @@ def _compare_recorded(bundle: Path, overrides: list[str], out_dir: Path, fail_ab
     from experiments.verification.fidelity_report import timeseries_overlay
     from experiments.verification.verify import simulate_point
 
+    config_path, trace_path = out_dir / "config.yaml", out_dir / "trace.csv"
+    written: list[Path] = []
     try:
         run = rr.read_recorded_run(bundle)
-        config_path = out_dir / "config.yaml"
         overridden = frozenset(o.split("=", 1)[0].strip() for o in overrides)
-        simulated = rr.bundle_config(run, (out_dir / "trace.csv").resolve(), overridden)  # refuses before writing
-        rr.write_trace(run, out_dir / "trace.csv")
-        write_text(config_path, yaml.safe_dump(simulated, sort_keys=False))
-        chosen = _point(_points(config_path, overrides), 0)
+        _check_recorded_config(run, overrides, overridden)  # refuses before writing into OUT
+        written.append(rr.write_trace(run, trace_path))
+        written.append(write_text(config_path, yaml.safe_dump(rr.bundle_config(run, trace_path.resolve(), overridden),
+                                                              sort_keys=False)))
+        chosen = _point(load_config(config_path, overrides)[1], 0)
         result = simulate_point(chosen, build_pricer(chosen, build_cost_model(chosen)))
         e2e = e2e_fidelity(result.summary, rr.measured_summary(run))
         per_request = rr.per_request_errors(run, result.requests)
     except (ConfigError, ValueError) as exc:
+        for path in written:  # a failed run leaves no inputs of a run that did not happen
+            path.unlink(missing_ok=True)
         fail(str(exc))
     r, sim = run.requests, result.requests
     horizon_s = max(r["completion_s"].max(), sim["completion_s"].max())
@@ -217,6 +221,27 @@ def _compare_recorded(bundle: Path, overrides: list[str], out_dir: Path, fail_ab
     sections = [("Per request: signed error of each request's latency (simulated − measured) / measured", per_request)]
     return _report(out_dir, context, None, e2e, fail_above, ledger or _default_ledger(chosen.cost_model, out_dir),
                    sections, [figure])[1]
+
+
+def _check_recorded_config(run, overrides: list[str], overridden: frozenset[str]) -> None:
+    """Load the config `bundle_config` makes of `run` (with its trace) in a scratch folder outside
+    OUT; ValueError when it does not load, said against the bundle's file and key
+    (`recorded_run.explain_config_error`)."""
+    import tempfile
+
+    import yaml
+
+    from experiments.verification import recorded_run as rr
+
+    with tempfile.TemporaryDirectory(prefix="sarathi-verify-") as scratch:
+        config_path, trace_path = Path(scratch) / "config.yaml", Path(scratch) / "trace.csv"
+        simulated = rr.bundle_config(run, trace_path, overridden)
+        rr.write_trace(run, trace_path)
+        config_path.write_text(yaml.safe_dump(simulated, sort_keys=False))
+        try:
+            load_config(config_path, overrides, on_warning=lambda text: None)  # warned once, on the real load
+        except ConfigError as exc:
+            raise ValueError(rr.explain_config_error(run, str(exc), config_path, overridden)) from None
 
 
 def _verify_top(config: Path, overrides: list[str], top: int, out: Optional[Path], fail_above: Optional[float],

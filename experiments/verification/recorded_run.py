@@ -33,6 +33,8 @@ import pandas as pd
 
 from experiments.outputs import write_atomic
 from simulator.metrics import percentile_stats
+from traces.readers.fields import MAX_TOKENS
+from traces.time_bounds import MAX_SPAN_S, short_number
 
 REQUEST_FIELDS = ("input_toks", "output_toks", "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
 TIMESERIES_COLUMNS = ("t", "prompt_throughput", "gen_throughput", "running", "waiting")
@@ -97,6 +99,8 @@ def _read_json_object(path: Path) -> dict:
 
 def _read_requests(path: Path) -> pd.DataFrame:
     rows = []
+    lines: list[int] = []  # the file line of each row
+    seen_ids: dict[str, int] = {}  # request_id (as JSON) → the line that first gave it
     for line_no, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
             continue
@@ -108,9 +112,12 @@ def _read_requests(path: Path) -> pd.DataFrame:
             raise ValueError(f"{path}:{line_no}: expected a JSON object per line")
         rows.append((record.get("request_id", str(line_no)), *(_number(record, k, path, line_no) for k in REQUEST_FIELDS)))
         _check_order(rows[-1], path, line_no)
+        _check_unique_id(record, seen_ids, path, line_no)
+        lines.append(line_no)
     if not rows:
         raise ValueError(f"{path}: no requests")
     frame = pd.DataFrame(rows, columns=["request_id", *REQUEST_FIELDS])
+    _check_span(frame, lines, path)
     frame = frame.sort_values("queued_ts", kind="stable").reset_index(drop=True)
     start = frame["queued_ts"].iloc[0]
     out = pd.DataFrame({"request_id": frame["request_id"].astype(str),
@@ -130,12 +137,50 @@ def _read_requests(path: Path) -> pd.DataFrame:
 
 def _number(record: dict, key: str, path: Path, line_no: int) -> float:
     value = record.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{path}:{line_no}: field {key} is {value!r}; expected a finite number >= 0"
-                         + (" (seconds on the engine clock)" if key.endswith("_ts") else " (tokens)"))
-    if key.endswith("_toks") and (value != int(value) or value < 1):
-        raise ValueError(f"{path}:{line_no}: field {key} is {value!r}; expected a whole number of tokens >= 1")
-    return float(value)
+    tokens = key.endswith("_toks")
+    try:  # a JSON integer of thousands of digits is a Python int that no float holds
+        number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{path}:{line_no}: field {key} is {_shown(value)}; expected "
+                         + (f"a whole number of tokens from 1 to {MAX_TOKENS}" if tokens
+                            else "a finite number >= 0 (seconds on the engine clock)"))
+    if tokens and (number != int(number) or not 1 <= number <= MAX_TOKENS):
+        raise ValueError(f"{path}:{line_no}: field {key} is {_shown(value)}; expected a whole number of tokens "
+                         f"from 1 to {MAX_TOKENS}")
+    return number
+
+
+def _shown(value, limit: int = 40) -> str:
+    """repr of a field's value, a long one cut to `limit` characters with its length said."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def _check_unique_id(record: dict, seen: dict[str, int], path: Path, line_no: int) -> None:
+    """A `request_id` given twice is two recordings of one request, or two requests under one
+    name: either way the per-request comparison would pair the wrong ones."""
+    if "request_id" not in record:
+        return
+    request_id = json.dumps(record["request_id"], sort_keys=True)
+    if request_id in seen:
+        raise ValueError(f"{path}:{line_no}: request_id {_shown(record['request_id'])} is also on line "
+                         f"{seen[request_id]}; each request must be recorded once")
+    seen[request_id] = line_no
+
+
+def _check_span(frame: pd.DataFrame, lines: list[int], path: Path) -> None:
+    """Every engine-clock timestamp within MAX_SPAN_S of the first queued_ts: the trace written
+    from them is read back by the trace readers, which reject arrivals further apart."""
+    start = frame["queued_ts"].min()
+    stamps = frame[[k for k in REQUEST_FIELDS if k.endswith("_ts")]]
+    far = (stamps - start > MAX_SPAN_S).to_numpy()
+    if far.any():
+        row, column = np.argwhere(far)[0]
+        raise ValueError(f"{path}:{lines[row]}: field {stamps.columns[column]} is {float(stamps.iat[row, column])!r}, "
+                         f"more than {short_number(MAX_SPAN_S)} s after the first queued_ts ({float(start)!r}); "
+                         "expected seconds of one run on the engine clock")
 
 
 def _check_order(row: tuple, path: Path, line_no: int) -> None:
@@ -197,9 +242,10 @@ def bundle_config(run: RecordedRun, trace_path: Path, overridden: frozenset[str]
     meta_path = run.directory / "vllm" / "meta.json"
     if not isinstance(kwargs, dict):
         raise ValueError(f"{meta_path}: no engine_kwargs object (the engine arguments of the run)")
-    engine: dict = {"scheduler": "vllm_v1", "tensor_parallel_size": int(kwargs.get("tensor_parallel_size") or 1),
-                    "pipeline_parallel_size": int(kwargs.get("pipeline_parallel_size") or 1)}
-    dp = int(kwargs.get("data_parallel_size") or 1)
+    engine: dict = {"scheduler": "vllm_v1",
+                    "tensor_parallel_size": _engine_int(kwargs, "tensor_parallel_size", meta_path) or 1,
+                    "pipeline_parallel_size": _engine_int(kwargs, "pipeline_parallel_size", meta_path) or 1}
+    dp = _engine_int(kwargs, "data_parallel_size", meta_path) or 1
     if dp > 1 or kwargs.get("enable_expert_parallel"):  # simulator/data_parallel.py, profiler/moe_cost.py
         engine.update(data_parallel_size=dp, enable_expert_parallel=bool(kwargs.get("enable_expert_parallel")))
     gpus = _cluster_gpus(run)
@@ -209,22 +255,74 @@ def bundle_config(run: RecordedRun, trace_path: Path, overridden: frozenset[str]
             raise ValueError(f"{meta_path}: engine_kwargs data_parallel_size {dp} × tensor_parallel_size "
                              f"{engine['tensor_parallel_size']} × pipeline_parallel_size {engine['pipeline_parallel_size']} "
                              f"does not match the {gpus} GPUs of {run.directory / 'config.json'} (nodes[].instances[].num_npus)")
-    for key, value in (("max_num_seqs", kwargs.get("max_num_seqs")), ("chunk_size", kwargs.get("max_num_batched_tokens")),
-                       ("max_model_len", kwargs.get("max_model_len")), ("seed", kwargs.get("seed"))):
-        if value is not None:
-            engine[key] = int(value)
+    for key, source in ENGINE_KWARGS.items():
+        value = _engine_int(kwargs, source, meta_path, minimum=0 if key == "seed" else 1)
+        if value is not None and key not in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+            engine[key] = value
     if kwargs.get("kv_cache_dtype") not in (None, "auto", "bfloat16", "bf16"):
         engine["kv_cache_dtype"] = "fp8" if "fp8" in str(kwargs["kv_cache_dtype"]) else kwargs["kv_cache_dtype"]
     instance = _instance(run)
-    if instance.get("npu_mem", {}).get("mem_util") is not None:
-        engine["gpu_memory_utilization"] = float(instance["npu_mem"]["mem_util"])
+    mem_util = instance.get("npu_mem", {}).get("mem_util") if isinstance(instance.get("npu_mem"), dict) else None
+    if mem_util is not None:
+        if isinstance(mem_util, bool) or not isinstance(mem_util, (int, float)) or not 0 < mem_util <= 1:
+            raise ValueError(f"{run.directory / 'config.json'}: {CLUSTER_KEYS['gpu_memory_utilization']} is "
+                             f"{_shown(mem_util)}; expected a fraction in (0, 1]")
+        engine["gpu_memory_utilization"] = float(mem_util)
     config = {"name": f"{run.directory.name}-sim", "engine": engine,
               "trace": {"kind": "file", "path": str(trace_path), "format": "canonical"}}
     if "model" not in overridden:
         config["model"] = _model(run.meta.get("model"), meta_path)
     if "device" not in overridden:
-        config["device"] = _device(instance.get("hardware"), run.directory / "config.json")
+        config["device"] = _device(instance.get("hardware"), run.directory / "config.json",
+                                   (run.directory / "config.json").is_file())
     return config
+
+
+# The generated config's engine keys → the meta.json engine_kwargs each is read from.
+ENGINE_KWARGS = {"tensor_parallel_size": "tensor_parallel_size", "pipeline_parallel_size": "pipeline_parallel_size",
+                 "data_parallel_size": "data_parallel_size", "max_num_seqs": "max_num_seqs",
+                 "chunk_size": "max_num_batched_tokens", "max_model_len": "max_model_len", "seed": "seed"}
+# ... and those read from config.json.
+CLUSTER_KEYS = {"gpu_memory_utilization": "nodes[0].instances[0].npu_mem.mem_util",
+                "num_gpus": "nodes[].instances[].num_npus"}
+
+
+def _engine_int(kwargs: dict, key: str, meta_path: Path, minimum: int = 1) -> int | None:
+    """engine_kwargs[key] as an int (None when absent or null); ValueError naming meta.json and the
+    key for anything but a whole number >= `minimum`."""
+    value = kwargs.get(key)
+    if value is None:
+        return None
+    whole = isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and value.is_integer()
+    if not whole or value < minimum:
+        raise ValueError(f"{meta_path}: engine_kwargs.{key} is {_shown(value)}; expected a whole number >= {minimum}")
+    return int(value)
+
+
+def explain_config_error(run: RecordedRun, message: str, config_path: Path, overridden: frozenset[str]) -> str:
+    """A `ConfigError` of the config `bundle_config` generated (written at `config_path`), said
+    against the bundle: an engine key read from vllm/meta.json or config.json names that file and
+    key and its recorded value (unless a `--set` gave the key); anything else names the bundle.
+
+    Args:
+        message: the ConfigError's text, "{config_path}: {key} (line N): {detail}" or
+            "{config_path}: --set {key}: {detail}".
+    """
+    prefix = f"{config_path}: "
+    rest = message[len(prefix):] if message.startswith(prefix) else message
+    where, sep, detail = rest.partition(": ")
+    key = where.split(" (line", 1)[0]
+    if sep and key.startswith("engine.") and key not in overridden and "engine" not in overridden:
+        name = key[len("engine."):]
+        if name in ENGINE_KWARGS:
+            source = ENGINE_KWARGS[name]
+            value = run.meta["engine_kwargs"].get(source)
+            return f"{run.directory / 'vllm' / 'meta.json'}: engine_kwargs.{source} is {_shown(value)}: {detail}"
+        if name in CLUSTER_KEYS:
+            return f"{run.directory / 'config.json'}: {CLUSTER_KEYS[name]}: {detail}"
+    if where.startswith("--set "):
+        return rest
+    return f"{run.directory}: the simulate config made from the recorded run does not load: {rest}"
 
 
 def _cluster_gpus(run: RecordedRun) -> int | None:
@@ -238,9 +336,10 @@ def _cluster_gpus(run: RecordedRun) -> int | None:
 
 def _instance(run: RecordedRun) -> dict:
     try:
-        return run.cluster["nodes"][0]["instances"][0]
+        instance = run.cluster["nodes"][0]["instances"][0]
     except (KeyError, IndexError, TypeError):
         return {}
+    return instance if isinstance(instance, dict) else {}
 
 
 def _model(name, meta_path: Path) -> str:
@@ -254,9 +353,12 @@ def _model(name, meta_path: Path) -> str:
                      "give its config.json with --set model=PATH")
 
 
-def _device(hardware, config_path: Path) -> str:
+def _device(hardware, config_path: Path, present: bool = True) -> str:
     if hardware in HARDWARE_DEVICES:
         return HARDWARE_DEVICES[hardware]
+    if not present:
+        raise ValueError(f"{config_path} is missing (the cluster file that names the card, `hardware`); "
+                         "name the card with --set device=NAME (a built-in device or a device file)")
     raise ValueError(f"{config_path}: hardware {hardware!r} has no built-in device (known: "
                      f"{', '.join(sorted(HARDWARE_DEVICES))}); name one with --set device=NAME or a device file")
 
