@@ -599,7 +599,8 @@ def pool_summary(requests: pd.DataFrame, steps: pd.DataFrame | None, cluster: _C
     (blocks in use, transfer holds included, over each pool's blocks, per step);
     `kv_transfer_s_*` (link time per request: latency + bytes / bandwidth, seconds),
     `kv_transfer_queue_s_*` (from the first token to the transfer's start: waiting for the link
-    and for room in the decode pool), percentiles as `simulator.metrics.percentile_stats`;
+    and for room in the decode pool; 0 for a layer-pipelined transfer that streamed); percentiles
+    as `simulator.metrics.percentile_stats`;
     `kv_transfer_bytes` (total moved per link). `kv_usage_mean/_max` of the summary are the
     decode pool's.
     """
@@ -625,7 +626,9 @@ def pool_summary(requests: pd.DataFrame, steps: pd.DataFrame | None, cluster: _C
     moved = requests["kv_transfer_start_s"].notna().to_numpy()
     start = requests["kv_transfer_start_s"].to_numpy()[moved]
     out.update(percentile_stats("kv_transfer_s", requests["kv_transfer_end_s"].to_numpy()[moved] - start))
-    out.update(percentile_stats("kv_transfer_queue_s", start - requests["first_token_s"].to_numpy()[moved]))
+    # A layer-pipelined transfer that streamed with its last prefill step began before its first token: 0 queued.
+    queued_s = np.maximum(0.0, start - requests["first_token_s"].to_numpy()[moved])
+    out.update(percentile_stats("kv_transfer_queue_s", queued_s))
     out["kv_transfer_bytes"] = float(requests["prompt_tokens"].to_numpy()[moved].sum() * cluster.kv_bytes_per_token)
     return out
 

@@ -122,7 +122,9 @@ def test_layer_pipelined_transfer_streams_with_the_last_prefill_step():
     step's start (0): it ends at max(0 + 0.102, 0.020 + 0.002 + 0.1 / 10) = 0.102 instead of
     0.122. B waited for the link (queued from 0.050), so no overlap: 0.102 → 0.304. Decodes:
     A 0.102 → 0.1121 → 0.1222, B 0.304 → 0.3141."""
-    r = run(TWO, link=KvLink(1e6, 0.002, layer_pipelined=True, num_layers=10)).requests.set_index("request_id")
+    result = run(TWO, link=KvLink(1e6, 0.002, layer_pipelined=True, num_layers=10))
+    r = result.requests.set_index("request_id")
+    assert result.summary["kv_transfer_queue_s_mean"] == pytest.approx((0.0 + 0.102 - 0.050) / 2)
     assert r.loc[0, "kv_transfer_start_s"] == pytest.approx(0.0)
     assert r.loc[0, "kv_transfer_end_s"] == pytest.approx(0.102)
     assert r.loc[0, "completion_s"] == pytest.approx(0.1222)
