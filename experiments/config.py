@@ -858,6 +858,9 @@ def _parse_overrides(overrides: list[str]) -> dict[str, Any]:
         key = key.strip()
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected dotted.key=value, e.g. --set trace.path=conv.csv")
+        if any(not part.strip() for part in key.split(".")):  # engine..chunk_size, .qps, trace.
+            raise ConfigError(f"--set {item!r}: the key {key!r} is malformed (an empty part between dots); "
+                              "write dotted keys such as engine.chunk_size=256")
         try:
             value = yaml.safe_load(text)
         except yaml.YAMLError as exc:

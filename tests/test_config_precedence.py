@@ -113,6 +113,17 @@ def test_cli_prints_the_warning_and_runs_the_overridden_point(tmp_path):
     assert "--set engine.chunk_size=300 overrides variants[1]" in " ".join(result.output.split())
     import pandas as pd
     assert pd.read_csv(out / "points.csv")["label"].tolist() == ["sarathi chunk=300"]
+    # The one point is numbered by its --point, in the table, the records and the recommendation.
+    assert pd.read_csv(out / "points.csv")["point_id"].tolist() == [1]
+    assert set(pd.read_parquet(out / "requests.parquet")["point_id"]) == {1}
+    assert "Recommended at this load: sarathi chunk=300 (point 1: llama-3-8b on h100-sxm)" in result.output
+
+
+def test_a_malformed_set_key_is_blamed_on_the_set_not_the_file():
+    with pytest.raises(ConfigError) as info:
+        load_config(QUICKSTART, ["engine..chunk_size=5"])
+    assert str(info.value) == ("--set 'engine..chunk_size=5': the key 'engine..chunk_size' is malformed (an empty "
+                               "part between dots); write dotted keys such as engine.chunk_size=256")
 
 
 def test_default_warning_is_a_config_warning_at_the_callers_line(tmp_path):

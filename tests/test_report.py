@@ -220,3 +220,30 @@ def test_same_named_inline_devices_are_labelled_by_the_figure_that_differs():
               SweepConfig.model_validate({**base, "device": {**device, "memory_bandwidth_gb_per_s": 2000}})]
     assert point_labels(points) == ["sarathi chunk=512 device.memory_bandwidth_gb_per_s=3350",
                                     "sarathi chunk=512 device.memory_bandwidth_gb_per_s=2000"]
+
+
+def test_every_point_at_the_search_bound_is_warned_about():
+    base = SweepConfig.model_validate({"trace": {"kind": "poisson", "qps": 1},
+                                       "search": {"qps": [1, 32], "num_requests": 2000, "seeds": 2}})
+    common = {"model": "llama-3-8b", "device": "h100-sxm", "scheduler": "sarathi", "vllm_flags": "--x",
+              "capacity_ci_low": math.nan, "capacity_ci_high": math.nan, "vllm_command": "vllm serve m"}
+    points = pd.DataFrame([{"point_id": 0, "label": "A", "capacity_qps": 32.0, "capacity_at_bound": True, **common},
+                           {"point_id": 1, "label": "B", "capacity_qps": 31.9, "capacity_at_bound": True, **common},
+                           {"point_id": 2, "label": "C", "capacity_qps": 8.0, "capacity_at_bound": False, **common}])
+    assert capacity_summary(points, base, {"tbt_p99_s": 0.1}).warnings == [
+        "A passed at the top of search.qps (32 QPS): its capacity is only a lower bound; raise search.qps.",
+        "B passed at the top of search.qps (32 QPS): its capacity is only a lower bound; raise search.qps."]
+
+
+def test_a_report_where_no_point_drew_a_line_has_no_empty_legend(tmp_path):
+    """Every request rejected (shared case all_unservable): the TBT CDF has nothing to label, so
+    no legend and no matplotlib 'No artists with labels' warning."""
+    import warnings
+
+    base = SweepConfig.model_validate({"trace": {"kind": "poisson", "qps": 1}})
+    points = rows_frame([_point(0, "A", completed=0, tbt_s_p99=math.nan, ttft_s_p90=math.nan)])
+    requests = pd.DataFrame({"point_id": [0, 0], "token_times_s": [None, None]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        write_report(points, requests, base, tmp_path)
+    assert (tmp_path / "plots" / "tbt_cdf.png").is_file() and (tmp_path / "report.md").is_file()

@@ -114,7 +114,7 @@ def test_capacity_search_prints_its_recommendation_warnings_and_command(tmp_path
                        "--max-num-seqs 64 --block-size 16 --gpu-memory-utilization 0.9 --dtype bfloat16 --seed 0")
     assert "error" not in result.output.lower() and "NaN" not in result.output
     trials = len(pd.read_csv(tmp_path / "o" / "trials.csv"))
-    assert f"1/1 searches · {trials} trials" in result.output  # the progress bar counts trials
+    assert f"1/1 searches done · {trials} trials in them" in result.output  # the bar counts searches, then trials
 
 
 INLINE_DEVICE = """
@@ -155,3 +155,11 @@ def test_every_point_failed_prints_the_failures_and_no_empty_table(tmp_path):
     assert "Every point failed (the errors are listed with the points): nothing to recommend." in result.output
     assert pd.read_parquet(out / "points.parquet")["device"].tolist() == ["small-gpu"]
     assert (out / "report.md").is_file()
+
+
+def test_verify_against_run_help_names_every_bundle_file():
+    # "[vllm/timeseries.csv, config.json]" was read as rich markup and printed "vllm/meta.json, )".
+    result = runner.invoke(app, ["verify", "--help"])
+    text = " ".join(result.output.replace("│", " ").split())
+    assert ("(LLMServingSim bundle: vllm/requests.jsonl and vllm/meta.json, optionally vllm/timeseries.csv and "
+            "config.json) to simulate and compare with.") in text

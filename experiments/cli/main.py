@@ -125,7 +125,8 @@ def simulate(
     if point >= len(points):
         labels = ", ".join(f"{i}: {describe_point(SweepConfig.model_validate(p))}" for i, p in enumerate(points))
         fail(f"--point {point} is out of range; this config has {len(points)} points ({labels})")
-    _run(base, [points[point]], out or Path("runs") / f"{base.name}-point{point}", jobs=1, config=config)
+    _run(base, [points[point]], out or Path("runs") / f"{base.name}-point{point}", jobs=1, config=config,
+         point_ids=[point])  # numbered as in the sweep: the report's "point K" is --point K
 
 
 def _load(config: Path, overrides: Optional[List[str]]):
@@ -140,15 +141,15 @@ def _load(config: Path, overrides: Optional[List[str]]):
 
 def _run(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Optional[int],
          cache_dir: Optional[Path] = None, backend: str = "local", ray_address: Optional[str] = None,
-         config: Optional[Path] = None) -> None:
+         config: Optional[Path] = None, point_ids: Optional[List[int]] = None) -> None:
     """Claim `out_dir` (`experiments.outputs.RunFolder`: only our files in it, one run at a time,
     the input `config` never written), run the points or the capacity search, write the outputs."""
     try:
         with RunFolder(out_dir, inputs=[config] if config else ()) as folder:
             if base.search is not None:
-                _run_capacity(base, points, folder, jobs, cache_dir, backend, ray_address)
+                _run_capacity(base, points, folder, jobs, cache_dir, backend, ray_address, point_ids)
             else:
-                _run_points(base, points, folder, jobs, cache_dir, backend, ray_address)
+                _run_points(base, points, folder, jobs, cache_dir, backend, ray_address, point_ids)
     except OutputFolderError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
@@ -183,7 +184,8 @@ def _done(progress: Progress, task, advance: int = 1, **fields) -> None:
 
 
 def _run_points(base: SweepConfig, points: list[dict], folder: RunFolder, jobs: Optional[int],
-                cache_dir: Optional[Path], backend: str, ray_address: Optional[str]) -> None:
+                cache_dir: Optional[Path], backend: str, ray_address: Optional[str],
+                point_ids: Optional[List[int]] = None) -> None:
     from experiments.planning.report import write_report
     from experiments.planning.sweep import config_as_run, run_sweep, sweep_requests, write_results
 
@@ -193,7 +195,7 @@ def _run_points(base: SweepConfig, points: list[dict], folder: RunFolder, jobs: 
                   TimeElapsedColumn(), console=err_console, transient=False) as progress:
         task = progress.add_task(f"simulating {base.name}", total=len(points))
         results = run_sweep(points, jobs=jobs, on_done=lambda i, row: _done(progress, task), cache_dir=cache_dir,
-                            backend=backend, ray_address=ray_address)
+                            backend=backend, ray_address=ray_address, point_ids=point_ids)
     table = write_results(results, folder, config_as_run(base))
     folder.attempt(write_report, table, sweep_requests(results), base, folder.path, outputs=REPORT_FILES)
     _print_table(table, base)
@@ -216,8 +218,10 @@ SHORT_COLUMNS = {"label": "point", "completed": "completed", "truncated": "trunc
 
 
 def _run_capacity(base: SweepConfig, points: list[dict], folder: RunFolder, jobs: Optional[int],
-                  cache_dir: Optional[Path], backend: str = "local", ray_address: Optional[str] = None) -> None:
-    """`search:` in the config: capacity per point by bisection, then the report."""
+                  cache_dir: Optional[Path], backend: str = "local", ray_address: Optional[str] = None,
+                  point_ids: Optional[List[int]] = None) -> None:
+    """`search:` in the config: capacity per point by bisection, then the report; points numbered
+    by `point_ids` (default 0, 1, ...: `simulate --point K` numbers its one point K)."""
     import pandas as pd
 
     from experiments.planning.report import write_capacity_report
@@ -228,19 +232,24 @@ def _run_capacity(base: SweepConfig, points: list[dict], folder: RunFolder, jobs
     slo = search_slo(base)
     _count(len(points) * base.search.seeds, "point × seed searches")
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("searches · {task.fields[trials]} trials"), TimeElapsedColumn(),
+                  TextColumn("searches done{task.fields[trials_text]}"), TimeElapsedColumn(),
                   console=err_console) as progress:
-        task = progress.add_task(f"capacity search {base.name}", total=len(points) * base.search.seeds, trials=0)
+        # A search's trials are counted when it finishes (the workers report nothing sooner), so
+        # the bar counts searches done and, once some are, the trials they ran.
+        task = progress.add_task(f"capacity search {base.name}", total=len(points) * base.search.seeds, trials=0,
+                                 trials_text="")
 
         def on_done(i: int, row: dict) -> None:  # one point × seed search finished, with its trials
-            _done(progress, task, trials=progress.tasks[0].fields["trials"] + row.get("trials", 0))
+            trials = progress.tasks[0].fields["trials"] + row.get("trials", 0)
+            _done(progress, task, trials=trials, trials_text=f" · {trials} trials in them" if trials else "")
         if base.search.loads:
             progress.console.print(f"then {len(points) * len(base.search.loads)} runs on the QPS grid {base.search.loads}")
-        table, trials, loads = run_capacity_sweep(points, jobs, on_done, cache_dir, backend, ray_address)
+        ids = list(range(len(points))) if point_ids is None else point_ids
+        table, trials, loads = run_capacity_sweep(points, jobs, on_done, cache_dir, backend, ray_address, ids)
         policy_check = None
         best = table.loc[table["capacity_qps"].idxmax()] if table.get("capacity_qps", pd.Series()).notna().any() else None
         if best is not None and best["scheduler"] == "sarathi":
-            twin = copy.deepcopy(points[int(best["point_id"])])
+            twin = copy.deepcopy(points[ids.index(int(best["point_id"]))])
             twin["engine"] = {**twin.get("engine", {}), "scheduler": "vllm_v1"}
             progress.update(task, total=progress.tasks[0].total + base.search.seeds)
             _TALLY["total"] += base.search.seeds

@@ -56,8 +56,8 @@ def verify(
                                       "of the config's sweep (each simulated once at its trace's load, no "
                                       "`search:`), each in OUT/point<i>/."),
     against_run: Optional[Path] = typer.Option(None, "--against-run", help="A recorded real-engine run "
-                                               "(LLMServingSim bundle: vllm/requests.jsonl, vllm/meta.json, "
-                                               "[vllm/timeseries.csv, config.json]) to simulate and compare with."),
+                                               "(LLMServingSim bundle: vllm/requests.jsonl and vllm/meta.json, optionally "
+                                               "vllm/timeseries.csv and config.json) to simulate and compare with."),
 ) -> None:
     """Compare the simulator with a measured run: per step (the cost model prices the engine's
     executed plans) and end to end (the same trace simulated); write fidelity.{json,md,html}.

@@ -430,7 +430,7 @@ def _bar(points: pd.DataFrame, column: str, ylabel: str, slo: float | None, path
     fig, ax = _point_bars(points, np.nan_to_num(values), best_id)
     if slo is not None:
         ax.axvline(slo, color="#C44E52", linestyle="--", label=f"SLO {slo:g} s")
-        ax.legend(loc="lower right", fontsize=8)
+        _add_legend(ax, loc="lower right", fontsize=8)
     ax.set_xlabel(ylabel)
     ax.set_title(f"{ylabel} per point")
     return _save(fig, path)
@@ -462,8 +462,15 @@ def _tbt_cdf(points: pd.DataFrame, requests: pd.DataFrame, slo: float | None, pa
     ax.set_xlabel("TBT (s)")
     ax.set_ylabel("fraction of gaps")
     ax.set_title("CDF of time between tokens")
-    ax.legend(fontsize=8, loc="lower right")
+    _add_legend(ax, fontsize=8, loc="lower right")
     return _save(fig, path)
+
+
+def _add_legend(ax, **kwargs) -> None:
+    """A legend when something is labelled: none (and no matplotlib warning 'No artists with
+    labels found') when no point drew a line, e.g. every request rejected (all_unservable)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kwargs)
 
 
 def _save(fig, path: Path) -> Path:
@@ -666,9 +673,10 @@ def capacity_summary(points: pd.DataFrame, base: SweepConfig, slo: dict[str, flo
     lines = [f"Recommended: **{point_name(best)}** — capacity {best['capacity_qps']:.3g} QPS"
              f"{_interval_text(best)}{' (at the top of the searched range: raise search.qps)' if at_bound else ''}.",
              f"Rule: {CAPACITY_RULE}."]
-    if at_bound:
-        warnings.append(f"{best['label']} passed at the top of search.qps ({s.qps[1]:g} QPS): its capacity is only "
-                        "a lower bound; raise search.qps.")
+    for _, row in ranked.iterrows():  # every point at the bound, not only the recommended one
+        if _is_true(row.get("capacity_at_bound")):
+            warnings.append(f"{row['label']} passed at the top of search.qps ({s.qps[1]:g} QPS): its capacity is "
+                            "only a lower bound; raise search.qps.")
     if len(ranked) > 1:
         runner = ranked.iloc[1]
         overlap = _intervals_overlap(best, runner)
@@ -804,7 +812,7 @@ def _burst_headroom(points: pd.DataFrame, path: Path) -> Path:
     ax.set_xlabel("inter-arrival CV (1 = Poisson)")
     ax.set_ylabel("capacity (QPS)")
     ax.set_title("Burst headroom: capacity vs burstiness")
-    ax.legend(fontsize=7, loc="upper right")
+    _add_legend(ax, fontsize=7, loc="upper right")
     return _save(fig, path)
 
 
@@ -827,7 +835,7 @@ def _pareto_plot(loads: pd.DataFrame, path: Path) -> Path:
     ax.set_xlabel("P99 TBT (s)")
     ax.set_ylabel("throughput (req/s)")
     ax.set_title("Throughput vs P99 TBT over the QPS grid")
-    ax.legend(fontsize=7, loc="lower right")
+    _add_legend(ax, fontsize=7, loc="lower right")
     return _save(fig, path)
 
 
@@ -851,5 +859,5 @@ def _latency_vs_qps(trials: pd.DataFrame, metric: str, slo: float | None, path: 
     ax.set_ylabel(f"{metric_title(metric)} (s)")
     ax.set_yscale("log")
     ax.set_title(f"{metric_title(metric)} of the bisection trials (first seed)")
-    ax.legend(fontsize=8, loc="upper left")
+    _add_legend(ax, fontsize=8, loc="upper left")
     return _save(fig, path)

@@ -36,7 +36,8 @@ from experiments.planning.vllm_flags import vllm_serve_command, vllm_serve_flags
 
 def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
               on_done: Callable[[int, dict], None] | None = None, cache_dir: Path | None = None,
-              backend: str = "local", ray_address: str | None = None) -> list[PointResult]:
+              backend: str = "local", ray_address: str | None = None,
+              point_ids: list[int] | None = None) -> list[PointResult]:
     """Simulate each point dict (validated here); results in point order, whatever the finish order.
 
     Args:
@@ -46,11 +47,14 @@ def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
         cache_dir: results cache folder (`experiments.planning.results_cache`): finished points are
             loaded from it instead of recomputed (their row says `cached`); None disables it.
         backend, ray_address: where points run (`experiments.planning.backends.make_pool`).
+        point_ids: each point's number in its config (rows, requests, steps); default 0, 1, ...
+            (`simulate --point K` runs point K alone and numbers it K).
     """
     configs = [SweepConfig.model_validate(p) for p in points]
+    ids = list(range(len(configs))) if point_ids is None else list(point_ids)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs)))
     results: dict[int, PointResult] = {}
-    calls = {i: (_safe_run, (config, i, cache_dir)) for i, config in enumerate(configs)}
+    calls = {i: (_safe_run, (config, ids[i], cache_dir)) for i, config in enumerate(configs)}
     for i, result in _run_all(calls, jobs, backend, ray_address):
         results[i] = result
         if on_done:
@@ -65,9 +69,11 @@ def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
 def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
                        on_done: Callable[[int, dict], None] | None = None,
                        cache_dir: Path | None = None, backend: str = "local",
-                       ray_address: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+                       ray_address: str | None = None,
+                       point_ids: list[int] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Capacity search for every point and seed (config `search:`), in parallel processes or on
-    a Ray cluster (`backend`, `ray_address`: `experiments.planning.backends.make_pool`).
+    a Ray cluster (`backend`, `ray_address`: `experiments.planning.backends.make_pool`); points
+    numbered by `point_ids` as in `run_sweep`.
 
     Returns:
         (one row per point: settings, capacity mean and 95 % interval over seeds, vLLM flags, or
@@ -76,15 +82,17 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
     """
     configs = [SweepConfig.model_validate(p) for p in points]
     labels = point_labels(configs)
+    ids = list(range(len(configs))) if point_ids is None else list(point_ids)
     tasks = [(i, seed) for i, c in enumerate(configs) for seed in range(c.search.seeds)]
     done: dict[tuple[int, int], SearchOutcome | str] = {}
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
-    calls = {(i, seed): (_safe_search, (configs[i], i, seed, cache_dir)) for i, seed in tasks}
+    calls = {(i, seed): (_safe_search, (configs[i], ids[i], seed, cache_dir)) for i, seed in tasks}
     for task, outcome in _run_all(calls, jobs, backend, ray_address):
         done[task] = outcome
         if on_done:
             on_done(task[0], {"trials": len(outcome.trials)} if isinstance(outcome, SearchOutcome) else {})
-    grid = {(i, qps): (_safe_load_row, (c, i, qps, cache_dir)) for i, c in enumerate(configs) for qps in c.search.loads}
+    grid = {(i, qps): (_safe_load_row, (c, ids[i], qps, cache_dir)) for i, c in enumerate(configs)
+            for qps in c.search.loads}
     load_rows = dict(_run_all(grid, max(1, min(jobs, len(grid))), backend, ray_address)) if grid else {}
     loads = pd.DataFrame([r for r in load_rows.values() if isinstance(r, dict)])
     if len(loads):
@@ -93,15 +101,15 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
     for i, config in enumerate(configs):
         outcomes = [done[(i, seed)] for seed in range(config.search.seeds)]
         errors = [o for o in outcomes if isinstance(o, str)]
-        row = {"point_id": i, "label": labels[i], "model": config.model, "device": device_name(config),
+        row = {"point_id": ids[i], "label": labels[i], "model": config.model, "device": device_name(config),
                **config.engine.used_settings(), "vllm_flags": vllm_serve_flags(config),
                "vllm_command": _vllm_command(config),
                "burstiness": getattr(config.trace, "burstiness", None) or 1.0}  # gamma shape; Poisson = 1
         if errors:
             row["error"] = errors[0]
         else:
-            row.update(capacity_row(labels[i], i, [o.capacity_qps for o in outcomes], config.search.qps[1]))
-            point_trials = [{**t, "point_id": i} for o in outcomes for t in o.trials]
+            row.update(capacity_row(labels[i], ids[i], [o.capacity_qps for o in outcomes], config.search.qps[1]))
+            point_trials = [{**t, "point_id": ids[i]} for o in outcomes for t in o.trials]
             row.update(cost_model_summary(point_trials))
             row.update(fleet_row(config, row["capacity_qps"], point_trials), cached=all(o.cached for o in outcomes))
             cache_errors = [o.cache_error for o in outcomes if o.cache_error]
