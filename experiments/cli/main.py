@@ -355,7 +355,8 @@ def _print_table(points: pd.DataFrame, base: SweepConfig) -> None:
         best.append(choice is not None and row["point_id"] == choice.best["point_id"])
         miss.append([c in slo_column and any(m.startswith(metric_title(c) + " ") for m in missed) for c in columns])
     if len(ran):  # no table of headers only when every point failed: the failures below say it all
-        for table in _terminal_tables(f"{base.name}: {len(points)} points", columns, rows, best, miss):
+        title = f"{base.name}: {len(points)} point{'' if len(points) == 1 else 's'}"
+        for table in _terminal_tables(title, columns, rows, best, miss):
             console.print(table)
     else:
         err_console.print(f"[red]every point of {escape(base.name)} failed ({len(points)} of {len(points)}):[/red]",
