@@ -23,7 +23,7 @@ def test_calibrate_then_verify_on_the_engine_writes_parseable_reports(tmp_path):
     calibration = tmp_path / "cal"
     with cpu_threads(1):
         done = runner.invoke(app, ["calibrate", "--model", str(DATA / "engine" / "tiny" / "config.json"),
-                                   "--budget-s", "2", "--block-size", "4", "--out", str(calibration)])
+                                   "--budget-s", "4", "--block-size", "4", "--out", str(calibration)])
         assert done.exit_code == 0, done.output
         overhead = json.loads((calibration / "engine_overhead.json").read_text())
         assert set(overhead) == {"per_step_s", "per_seq_s", "per_token_s", "per_draft_s"} and min(overhead.values()) >= 0
