@@ -123,3 +123,19 @@ def _yaml(text):
     import yaml
 
     return yaml.safe_load(textwrap.dedent(text))
+
+
+def test_flags_of_a_cluster_point_is_an_error_not_a_colocated_command(tmp_path):
+    """`sarathi-sim flags` prints one colocated `vllm serve`; for a 2P3D point that would be a
+    wrong answer, so it refuses (exit 2) and says what to serve instead."""
+    from typer.testing import CliRunner
+
+    from experiments.cli.main import app
+
+    config = write(tmp_path, BASE.replace("num_requests: 40", "num_requests: 20"))
+    out = tmp_path / "run"
+    runner = CliRunner()
+    assert runner.invoke(app, ["simulate", str(config), "--out", str(out)]).exit_code == 0
+    result = runner.invoke(app, ["flags", str(out)])
+    assert result.exit_code == 2
+    assert "disaggregated cluster (2P(TP1) 3D(TP2))" in result.output and "vllm serve meta" not in result.output

@@ -42,6 +42,10 @@ def flags(
     error = row.get("error")
     if isinstance(error, str) and error and not pd.isna(error):
         fail(f"point {point} ({row['label']}) did not run ({error}); it has no command to serve")
+    cluster = row.get("cluster")  # a disaggregated point (simulator/disaggregated.py) is not one command
+    if isinstance(cluster, str) and cluster:
+        fail(f"point {point} ({row['label']}) is a disaggregated cluster ({cluster}): one `vllm serve` would not "
+             "be it; serve each pool's instances with a KV connector (vLLM --kv-transfer-config, e.g. NixlConnector)")
     try:
         served = served_point_from_row(row.to_dict())
         command = vllm_serve_command(served)
