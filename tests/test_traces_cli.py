@@ -178,8 +178,9 @@ def test_convert_to_parquet_writes_parquet_with_canonical_dtypes(tmp_path, trace
     assert frame.to_dict("list") == {"arrival_s": [0.0, 1.25, 2.5], "prompt_tokens": [10, 20, 30],
                                      "output_tokens": [5, 6, 7]}
     assert [str(dtype) for dtype in frame.dtypes] == ["float64", "int64", "int64"]
-    code, out = run("stats", tmp_path / "out.parquet")  # not a format the readers take: said so
-    assert code == 2 and "this is a Parquet file" in out and "UTF-8" not in out
+    code, out = run("stats", tmp_path / "out.parquet")  # read back as canonical_parquet
+    assert code == 0 and "out.parquet (canonical_parquet): loaded 3, rejected 0" in out
+    assert "span 2.5 s mean rate 0.8 requests/s" in out  # as the CSV it was converted from
 
 
 def test_convert_refuses_a_missing_folder_a_folder_and_an_unknown_suffix_in_one_line(tmp_path, trace_file):

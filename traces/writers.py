@@ -11,8 +11,8 @@ import pandas as pd
 
 from traces.request import Request
 
-# File suffix -> layout. CSV and JSON lines are read back by `read_trace`; Parquet (pyarrow) is
-# for analysis in pandas/Arrow, with the same columns and dtypes (float64 seconds, int64 tokens).
+# File suffix -> layout. All three are read back by `read_trace` (Parquet as `canonical_parquet`),
+# Parquet (pyarrow) with the same columns and dtypes (float64 seconds, int64 tokens).
 LAYOUTS = {".csv": "csv", ".jsonl": "jsonl", ".parquet": "parquet"}
 
 

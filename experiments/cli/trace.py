@@ -27,7 +27,7 @@ _PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 FileArgument = typer.Argument(..., exists=True, dir_okay=False, help="Trace or lengths file (format from its header).")
 FormatOption = typer.Option("auto", "--format", help="Override the detected format (canonical, azure, vidur, "
-                            "burstgpt, mooncake, canonical_jsonl, lengths, canonical_lengths).")
+                            "burstgpt, mooncake, canonical_jsonl, canonical_parquet, lengths, canonical_lengths).")
 StrictOption = typer.Option(False, "--strict", help="Stop at the first bad row or unknown column instead of skipping.")
 
 

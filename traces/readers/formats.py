@@ -18,7 +18,8 @@ from traces.errors import TraceFormatError
 from traces.readers import fields
 from traces.readers.row_problems import RowProblems
 from traces.readers.jsonl_table import json_keys
-from traces.readers.table import csv_header, first_line
+from traces.readers.parquet_table import parquet_columns
+from traces.readers.table import check_regular_file, csv_header, first_line, is_parquet
 
 # (problems, arrival texts, field) -> arrival in seconds (any origin), shape (n,)
 ArrivalParser = Callable[[RowProblems, pd.Series, str], np.ndarray]
@@ -41,6 +42,7 @@ class TraceFormat:
         source: where the format is defined.
         optional: further columns read when present (canonical `priority`).
         jsonl: True for JSON-lines files (one object per line, no header).
+        parquet: True for Parquet files (columns in the schema; `traces.readers.parquet_table`).
         list_keys: JSON keys holding integer lists (Mooncake `hash_ids`).
         ignored: columns the format defines but the simulator does not use (BurstGPT `Model`);
             any other column is unknown: an error in strict mode, reported and ignored otherwise.
@@ -55,6 +57,7 @@ class TraceFormat:
     source: str
     optional: tuple[str, ...] = ()
     jsonl: bool = False
+    parquet: bool = False
     list_keys: tuple[str, ...] = ()
     ignored: tuple[str, ...] = ()
 
@@ -76,7 +79,7 @@ class TraceFormat:
     def describe(self) -> str:
         """One line for error messages: name, header and time unit."""
         header = ",".join(self.required) + "".join(f"[,{name}]" for name in (*self.optional, *self.list_keys, *self.ignored))
-        kind = "JSON lines with keys " if self.jsonl else ""
+        kind = "JSON lines with keys " if self.jsonl else "Parquet with columns " if self.parquet else ""
         return f"{self.name}: {kind}{header} ({self.time_unit})"
 
 
@@ -92,6 +95,11 @@ FORMATS: dict[str, TraceFormat] = {
             "canonical_jsonl", "arrival_s", "prompt_tokens", "output_tokens", "seconds",
             _offsets(1.0, "seconds"), "sarathi-sim DESIGN.md, Files (JSON lines)",
             optional=("request_id", "priority", "prefix_block_tokens"), jsonl=True, list_keys=("prefix_hash_ids",),
+        ),
+        TraceFormat(
+            "canonical_parquet", "arrival_s", "prompt_tokens", "output_tokens", "seconds",
+            _offsets(1.0, "seconds"), "sarathi-sim: the canonical columns as Parquet (`trace convert --to x.parquet`)",
+            optional=("request_id", "priority"), parquet=True,
         ),
         TraceFormat(
             "azure", "TIMESTAMP", "ContextTokens", "GeneratedTokens",
@@ -147,17 +155,24 @@ def detect_format(path: Path) -> TraceFormat:
     When several match, the one with the most required columns wins (a vidur trace
     `arrived_at,num_prefill_tokens,...` is a trace, not a lengths-only file).
 
+    A Parquet file (its magic bytes, PAR1) is canonical_parquet.
+
     Raises:
+        FileNotFoundError, IsADirectoryError, TraceFormatError: not a regular file
+            (`table.check_regular_file`: a FIFO or device is never opened).
         TraceFormatError: empty file, or a header that matches no known format (the message
             lists every known header).
     """
+    check_regular_file(path)
+    if is_parquet(path):
+        return FORMATS["canonical_parquet"]
     line = first_line(path) or _first_text_line(path)  # JSON lines may start with blank ones
     if line.lstrip().startswith("{"):
         keys = set(json_keys(line))
         candidates = [spec for spec in FORMATS.values() if spec.jsonl]
     else:
         keys = set(csv_header(path))
-        candidates = [spec for spec in FORMATS.values() if not spec.jsonl]
+        candidates = [spec for spec in FORMATS.values() if not spec.jsonl and not spec.parquet]
     matches = [spec for spec in candidates if set(spec.required) <= keys]
     if matches:
         return max(matches, key=lambda spec: len(spec.required))
@@ -173,13 +188,18 @@ def _first_text_line(path: Path) -> str:
 
 
 def check_header(path: Path, spec: TraceFormat) -> None:
-    """Raise TraceFormatError naming the missing columns when a CSV lacks `spec`'s required ones."""
+    """Raise TraceFormatError naming the missing columns when a CSV or Parquet file lacks `spec`'s
+    required ones, or when a Parquet format is asked of a text file."""
     if spec.jsonl:
         return  # JSON lines name their keys per line; a missing key is a missing field of that row
-    header = csv_header(path)
+    if spec.parquet and not is_parquet(path):
+        raise TraceFormatError(path, field="header", value=first_line(path),
+                               expected=f"a Parquet file for format {spec.name} (one begins with PAR1); use format "
+                               "auto for a CSV or JSON-lines trace")
+    header = parquet_columns(path) if spec.parquet else csv_header(path)
     missing = [name for name in spec.required if name not in header]
     if missing:
         raise TraceFormatError(
-            path, field="header", value=first_line(path),
+            path, field="header", value=",".join(header) if spec.parquet else first_line(path),
             expected=f"the {spec.name} columns {','.join(spec.required)} (missing {','.join(missing)})",
         )

@@ -1,7 +1,6 @@
 """Read, filter and validate any supported file into columns: the step shared by every reader."""
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,7 +15,8 @@ from traces.readers.formats import TraceFormat, check_header, detect_format, for
 from traces.readers.row_problems import RowProblems
 from traces.readers.csv_table import read_csv_table
 from traces.readers.jsonl_table import read_jsonl_table
-from traces.readers.table import RawTable, first_line
+from traces.readers.parquet_table import read_parquet_table
+from traces.readers.table import RawTable, check_regular_file, first_line
 
 # column -> the values of that column to keep, e.g. {"Model": ["ChatGPT"]} for BurstGPT.
 RowFilter = Mapping[str, Sequence[str]]
@@ -67,15 +67,12 @@ def parse_file(
     Raises:
         FileNotFoundError: no file at `path`.
         IsADirectoryError: `path` is a folder.
-        TraceFormatError: unknown/incomplete header, not UTF-8, a `where` column the file lacks,
+        TraceFormatError: not a regular file (a FIFO, a device), unknown/incomplete header, not UTF-8, a `where` column the file lacks,
             a lengths-only file when `need_arrivals`; in strict mode an unknown column or a bad row.
         ValueError: an unknown `format` name.
     """
     path = Path(path)
-    if path.is_dir():
-        raise IsADirectoryError(errno.EISDIR, "a folder, not a trace file", str(path))
-    if not path.is_file():
-        raise FileNotFoundError(errno.ENOENT, "trace file not found", str(path))
+    check_regular_file(path)  # before any open: a FIFO or /dev/zero would block or never end
     spec = detect_format(path) if format == "auto" else format_by_name(format)
     if need_arrivals and not spec.has_arrivals:
         raise TraceFormatError(
@@ -88,7 +85,7 @@ def parse_file(
     table = _read_table(path, spec, list(where))
     ignored = _unknown_columns(path, spec, table, strict)
     table, filtered = _apply_where(path, table, where)
-    problems = RowProblems(table.row_numbers, table.line_numbers)
+    problems = RowProblems(table.row_numbers, table.line_numbers if table.has_lines else None)
     columns = _parse_columns(spec, table, problems)
     error = problems.first_error(path)
     if strict and error is not None:
@@ -103,6 +100,8 @@ def parse_file(
 
 
 def _read_table(path: Path, spec: TraceFormat, where_columns: list[str]) -> RawTable:
+    if spec.parquet:
+        return read_parquet_table(path)
     if not spec.jsonl:
         return read_csv_table(path)
     columns = list(dict.fromkeys([*spec.required, *spec.optional, *where_columns]))

@@ -16,6 +16,7 @@ def read_trace(
     Formats and time units (`../shared/traces/README.md`; `format=` names):
     canonical `arrival_s,prompt_tokens,output_tokens[,request_id,priority]` (seconds);
     canonical_jsonl, the same keys as JSON lines plus `prefix_hash_ids` (seconds);
+    canonical_parquet, the canonical columns as Parquet (detected by its PAR1 magic bytes);
     azure `TIMESTAMP,ContextTokens,GeneratedTokens` (absolute, 100 ns; the 2024 week-long ISO
     8601 layout too); vidur `arrived_at,num_prefill_tokens,num_decode_tokens` (float seconds);
     burstgpt `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type` (whole
@@ -50,6 +51,7 @@ def read_trace(
 
     Raises:
         FileNotFoundError: no file at `path` (the message names it); IsADirectoryError: a folder.
+        TraceFormatError: not a regular file (a FIFO, a device: never opened).
         TraceFormatError: strict mode and a bad row (naming row, field, value, what is valid) or
             an unknown column; in any mode an unknown/incomplete header, a lengths-only file, a
             `where` column the file lacks, or a file that is not UTF-8 text.

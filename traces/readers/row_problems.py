@@ -18,12 +18,13 @@ class RowProblems:
 
     Args:
         row_numbers: the data-row number of each table row (from 1), shape (n,).
-        line_numbers: the file line of each row (from 1), shape (n,).
+        line_numbers: the file line of each row (from 1), shape (n,); None for a file without
+            lines (Parquet), whose errors name the row only.
     """
 
-    def __init__(self, row_numbers: np.ndarray, line_numbers: np.ndarray) -> None:
+    def __init__(self, row_numbers: np.ndarray, line_numbers: np.ndarray | None) -> None:
         self.row_numbers = np.asarray(row_numbers, dtype=np.int64)
-        self.line_numbers = np.asarray(line_numbers, dtype=np.int64)
+        self.line_numbers = None if line_numbers is None else np.asarray(line_numbers, dtype=np.int64)
         n = self.row_numbers.size
         self.bad = np.zeros(n, dtype=bool)
         self.reason = np.full(n, None, dtype=object)
@@ -62,7 +63,7 @@ class RowProblems:
         return TraceFormatError(
             path,
             row=int(self.row_numbers[i]),
-            line=int(self.line_numbers[i]),
+            line=None if self.line_numbers is None else int(self.line_numbers[i]),
             field=self.field[i],
             reason=self.reason[i],
             value=self.value[i],

@@ -7,6 +7,9 @@ in `traces.readers.csv_table`, the JSON-lines one in `traces.readers.jsonl_table
 """
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +36,8 @@ class RawTable:
         extra: per-row objects that are not text (Mooncake `hash_ids`), by key.
         first_row_of_column: every column (CSV header) or JSON key the file holds -> the first
             row that has it (CSV: None, the header holds it).
+        has_lines: False for a binary file (Parquet), whose rows are not lines: errors then name
+            the row only.
     """
 
     frame: pd.DataFrame
@@ -43,6 +48,7 @@ class RawTable:
     bad_quotes: dict[str, np.ndarray]
     extra: dict[str, list]
     first_row_of_column: dict[str, int | None]
+    has_lines: bool = True
 
     @property
     def malformed(self) -> np.ndarray:
@@ -62,11 +68,43 @@ class RawTable:
             {column: mask[keep] for column, mask in self.bad_quotes.items()},
             {key: [values[i] for i in index] for key, values in self.extra.items()},
             self.first_row_of_column,
+            self.has_lines,
         )
 
 
 # Parquet files begin (and end) with these 4 bytes (Apache Parquet format specification).
 _PARQUET_MAGIC = b"PAR1"
+# What `stat` calls each kind of file that is not a regular one, for messages.
+_FILE_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def check_regular_file(path: Path) -> None:
+    """Raise unless `path` is a regular file (after symlinks), without opening it: a FIFO waits
+    for a writer forever and /dev/zero never ends, so neither is read.
+
+    Raises:
+        FileNotFoundError: nothing at `path`.
+        IsADirectoryError: a folder.
+        TraceFormatError: anything else that is not a regular file (FIFO, device, socket).
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, "trace file not found", str(path)) from None
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "a folder, not a trace file", str(path))
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _FILE_KINDS if test(mode)), "a special file")
+        raise TraceFormatError(path, reason="not a regular file",
+                               expected=f"a trace file (a regular file); this is {kind}, which is not opened "
+                               "(reading it could wait forever or never end)")
+
+
+def is_parquet(path: Path) -> bool:
+    """True when the file begins with Parquet's magic bytes."""
+    with path.open("rb") as handle:
+        return handle.read(len(_PARQUET_MAGIC)) == _PARQUET_MAGIC
 
 
 def first_line(path: Path) -> str:
@@ -75,11 +113,10 @@ def first_line(path: Path) -> str:
     Raises:
         TraceFormatError: the file is not UTF-8 text (a Parquet file is named as such).
     """
-    with path.open("rb") as handle:
-        if handle.read(len(_PARQUET_MAGIC)) == _PARQUET_MAGIC:
-            raise TraceFormatError(path, field="header", value="PAR1...",
-                                   expected="a CSV or JSON-lines trace; this is a Parquet file (trace convert writes "
-                                   "Parquet for pandas/Arrow, and .csv or .jsonl to read back)")
+    if is_parquet(path):
+        raise TraceFormatError(path, field="header", value="PAR1...",
+                               expected="a CSV or JSON-lines file for this format; this is a Parquet file (read "
+                               "it with format auto or canonical_parquet: the canonical columns as Parquet)")
     try:
         with path.open(encoding="utf-8-sig") as handle:
             return handle.readline().rstrip("\r\n")
