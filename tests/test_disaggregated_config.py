@@ -139,3 +139,12 @@ def test_flags_of_a_cluster_point_is_an_error_not_a_colocated_command(tmp_path):
     result = runner.invoke(app, ["flags", str(out)])
     assert result.exit_code == 2
     assert "disaggregated cluster (2P(TP1) 3D(TP2))" in result.output and "vllm serve meta" not in result.output
+
+
+def test_vllm_flags_of_a_cluster_point_say_there_is_no_single_command(tmp_path):
+    from experiments.planning.vllm_flags import DISAGGREGATED_FLAGS, vllm_serve_command, vllm_serve_flags
+
+    (point,) = load(tmp_path)
+    assert vllm_serve_flags(point) == DISAGGREGATED_FLAGS
+    with pytest.raises(ValueError, match="no single vllm serve command"):
+        vllm_serve_command(point)

@@ -35,6 +35,9 @@ HF_MODEL_IDS = {
     "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
     "qwen3-30b-a3b-instruct-2507": "Qwen/Qwen3-30B-A3B-Instruct-2507",
 }
+# A `cluster:` point is a prefill and a decode pool (simulator/disaggregated.py), not one command.
+DISAGGREGATED_FLAGS = ("(disaggregated: no single vllm serve command; serve each pool's instances with a KV "
+                       "connector, --kv-transfer-config)")
 # vLLM's --dtype names for the engine.dtype values (bf16 weights; fp8 weights are a quantization).
 _VLLM_DTYPE = {"bf16": "bfloat16"}
 
@@ -110,6 +113,8 @@ def vllm_serve_command(point: Point) -> str:
     Raises:
         ValueError: as `vllm_model_argument`.
     """
+    if getattr(point, "cluster", None) is not None:
+        raise ValueError(DISAGGREGATED_FLAGS)
     e = point.engine
     extra = ["--dtype", _VLLM_DTYPE[e.dtype]] if e.dtype in _VLLM_DTYPE else ["--quantization", "fp8"]
     extra += ["--seed", str(e.seed)]
@@ -145,7 +150,10 @@ def vllm_serve_flags(point: Point) -> str:
     `--num-gpu-blocks-override` (vLLM's CacheConfig.num_gpu_blocks_override).
     Split-N maps to `--speculative-config` (`ngram`, or `draft_model` with the draft's name).
     vLLM's own policy is v1's; a point simulated under another scheduler shares only its flags.
+    A disaggregated point (`cluster:`) has no one command: `DISAGGREGATED_FLAGS` says so.
     """
+    if getattr(point, "cluster", None) is not None:
+        return DISAGGREGATED_FLAGS
     e = point.engine
     flags: list[str] = []
     if e.scheduler in CHUNKING_SCHEDULERS:
