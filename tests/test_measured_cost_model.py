@@ -215,11 +215,13 @@ def test_heldout_error_is_zero_on_a_power_law_and_exact_on_a_kink():
 
 def test_speculative_verify_rows_count_as_decode_rows():
     model = MeasuredCostModel([synthetic_tables()], TOY, DEVICE)
-    # A verify of 3 tokens and a decode, both after 63 cached tokens: 4 decode rows at mean context 63,
-    # the attention of 4 plain decodes; a one-token prefill chunk is a decode row too.
-    plain = model.breakdown([1] * 4, [63] * 4, [False] * 4)["attention_s"]
+    # A verify of 3 tokens and a decode, both after 63 cached tokens: 2 decode rows reading 65 + 63
+    # keys, the attention of 2 plain decodes at mean context 64 (the verify reads its KV once).
+    plain = model.breakdown([1, 1], [64, 64], [False, False])["attention_s"]
     assert model.breakdown([3, 1], [63, 63], [False, False])["attention_s"] == pytest.approx(plain)
-    assert model.breakdown([1, 1, 1, 1], [63] * 4, [True, False, False, False])["attention_s"] == pytest.approx(plain)
+    # A one-token prefill chunk is a decode row too.
+    four = model.breakdown([1] * 4, [63] * 4, [False] * 4)["attention_s"]
+    assert model.breakdown([1, 1, 1, 1], [63] * 4, [True, False, False, False])["attention_s"] == pytest.approx(four)
 
 
 def test_a_point_names_its_cost_model(tmp_path):
@@ -256,3 +258,18 @@ def test_shipped_tables_are_what_the_build_derives_from_the_public_files(tmp_pat
             assert file.read_bytes() == (shipped / file.name).read_bytes(), f"{shipped / file.name} differs: rebuild it"
     total = sum(f.stat().st_size for f in MEASURED_DIR.rglob("*") if f.is_file())
     assert total < 2 * 2**20
+
+
+def test_a_verify_reads_its_kv_once_not_once_per_query():
+    """A split-N verify of q tokens over c cached ones is priced as one decode row over c + q − 1
+    keys (the kernel reads that KV once for all q queries); it was q rows, each reading the whole
+    KV: 64 verifies of 5 at context 2000 priced their attention 4.8× a decode batch's."""
+    from profiler import get_device_spec, get_model_spec
+    from profiler.measured.shipped import build_measured
+
+    model = build_measured("auto", get_model_spec("llama-3-8b"), get_device_spec("h100-sxm"), 1, 2, 2,
+                           cuda_graph_max_tokens=256)
+    verify = model.breakdown(np.full(64, 5), np.full(64, 2000), np.zeros(64, bool))
+    decode = model.breakdown(np.full(64, 1), np.full(64, 2004), np.zeros(64, bool))
+    assert verify["attention_s"] == pytest.approx(decode["attention_s"], rel=1e-9)
+    assert verify["gemm_s"] > decode["gemm_s"]  # the 5 × 64 tokens still go through every GEMM

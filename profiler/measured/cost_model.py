@@ -38,7 +38,10 @@ Mapping a step onto the tables (approximations, stated):
   after c cached ones is priced as a fresh prefill with the same query-key pairs,
   sqrt(q² + 2 q c) tokens (equal attention FLOPs). Several prefill chunks: the sum of each.
 - Decodes are priced as one batch of B decodes at their mean context (the kernels' time is linear
-  in total KV there); a speculative verify of q tokens counts as q decode rows.
+  in total KV there); a speculative verify of q tokens over c cached ones is one decode row over
+  c + q − 1 keys: the kernel reads that sequence's KV once for all q queries (vLLM runs verifies
+  through the same varlen attention as decodes), so its time is the KV read, not q of them. Its q
+  tokens still count in full for the GEMMs and element-wise kernels.
 - LLMServingSim's mixed table holds one prefill chunk with a batch of decodes: the largest chunk
   is priced with the decodes, any other chunk alone.
 - All-reduces run in CUDA-graph mode up to `cuda_graph_max_tokens` step tokens (vLLM's largest
@@ -480,12 +483,10 @@ class MeasuredCostModel:
         num_tokens = int(sum(q))
         prefill_index = [i for i, pi in enumerate(p) if pi and q[i] > 1] if any(p) else []
         prefills = [(float(q[i]), float(c[i])) for i in prefill_index]
-        decode_rows = float(num_tokens - sum(q[i] for i in prefill_index))
-        if decode_rows == len(q) - len(prefill_index):  # plain decodes (one query each): sums in C
-            decode_kv = float(sum(c) - sum(c[i] for i in prefill_index))
-        else:  # speculative verifies among them: q rows each
-            chosen = set(prefill_index)
-            decode_kv = float(sum(qi * ci for i, (qi, ci) in enumerate(zip(q, c)) if i not in chosen))
+        decode_rows = float(len(q) - len(prefill_index))
+        decode_tokens = num_tokens - sum(q[i] for i in prefill_index)
+        # Each decode or verify row reads its KV once: c keys, plus the q − 1 draft tokens of a verify.
+        decode_kv = float(sum(c) - sum(c[i] for i in prefill_index) + decode_tokens - decode_rows)
         token_s, token_out = self._token_part(num_tokens)
         seq_s, seq_out = self._seq_part(len(q))
         out: set = set()
