@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -139,3 +140,44 @@ def test_invalid_trace_rows_are_counted_and_said(tmp_path):
     assert "2 trace rows were skipped as invalid" in said and "rows 1" in said and "rows 3" in said
     assert json.loads((tmp_path / "summary.json").read_text())["completed"] == 1
     assert json.loads((tmp_path / "engine.json").read_text())["trace_rows_rejected"] == 2
+
+
+def test_weights_that_are_not_a_checkpoint_folder_are_named(tmp_path):
+    (tmp_path / "file.bin").write_text("x")
+    (tmp_path / "empty").mkdir()
+    takes = "--weights takes a Hugging Face checkpoint folder (config.json + *.safetensors)"
+    for weights, problem in [(tmp_path / "nonexist", "no such folder"), (tmp_path / "file.bin", "not a folder"),
+                             (tmp_path / "empty", "no *.safetensors file in this folder")]:
+        result = runner.invoke(app, ["engine", "run", CONFIG, "--out", str(tmp_path / "out"), "--weights", str(weights)])
+        assert result.exit_code == 2
+        assert f"error: --weights {weights}: {problem}; {takes}" in " ".join(result.output.split())
+    assert not (tmp_path / "out").exists()  # refused before the run folder is made
+
+
+@pytest.mark.parametrize("written, note", [
+    ((), "the engine run stopped before writing its outputs; nothing was written to {out} (files of an earlier "
+         "run there are as they were)"),
+    (("requests.parquet", "steps.parquet"), "the engine run stopped while writing its outputs; {out} holds a partial "
+     "run: requests.parquet, steps.parquet (each written whole), the rest not written. Run it again for a complete "
+     "run directory"),
+])
+def test_ctrl_c_says_what_was_written_and_exits_130_without_a_traceback(tmp_path, monkeypatch, written, note):
+    from experiments.verification import engine_run
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.txt").write_text("an earlier run's")  # listed as ours below, and older than this run
+    (out / ".sarathi-sim.json").write_text(json.dumps({"files": ["old.txt"]}))
+    os.utime(out / "old.txt", (1e9, 1e9))
+
+    def interrupted_serve(point, out_dir, **options):
+        for name in written:
+            (out_dir / name).write_bytes(b"whole")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine_run, "_serve", interrupted_serve)
+    result = runner.invoke(app, ["engine", "run", CONFIG, "--out", str(out)])
+    assert result.exit_code == 130
+    said = " ".join(result.output.split())
+    assert said == "interrupted: " + note.format(out=out)
+    assert isinstance(result.exception, SystemExit) and "Traceback" not in result.output  # a plain exit, no trace

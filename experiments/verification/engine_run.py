@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -59,13 +61,50 @@ def run_config(config: Path, *, out: Optional[Path] = None, overrides: Sequence[
         raise ValueError(f"--timing {timing!r}: valid values are auto, {', '.join(TIMINGS)}")
     if realtime and timing.startswith("cpu"):
         raise ValueError(f"--timing {timing} applies to --fast runs; a --realtime run lives on the wall clock")
+    check_weights(weights)
     out_dir = out or Path("runs") / f"{chosen.name}-engine"
-    with RunFolder(out_dir, inputs=[config]) as folder:  # only our files there, one run at a time
-        _serve(chosen, out_dir, realtime=realtime, weights=weights, device=device, dtype=dtype, attention=attention,
-               forced=forced_acceptance, temperature=temperature, max_kv_gib=max_kv_gib, threads=threads,
-               timing=timing)
-        folder.remove_stale()
+    started = time.time()
+    try:
+        with RunFolder(out_dir, inputs=[config]) as folder:  # only our files there, one run at a time
+            _serve(chosen, out_dir, realtime=realtime, weights=weights, device=device, dtype=dtype, attention=attention,
+                   forced=forced_acceptance, temperature=temperature, max_kv_gib=max_kv_gib, threads=threads,
+                   timing=timing)
+            folder.remove_stale()
+    except KeyboardInterrupt:
+        err_console.print(f"[yellow]interrupted:[/yellow] {interrupted_note(out_dir, started)}", highlight=False,
+                          soft_wrap=True)
+        raise typer.Exit(128 + signal.SIGINT) from None
     return out_dir
+
+
+def check_weights(weights: Optional[Path]) -> None:
+    """Refuse a `--weights` that is not a checkpoint folder before anything is built.
+
+    Raises:
+        ValueError: no such folder, a file rather than a folder, or a folder without a
+            *.safetensors file (each named, with what --weights takes).
+    """
+    if weights is None:
+        return
+    takes = "--weights takes a Hugging Face checkpoint folder (config.json + *.safetensors)"
+    if not weights.exists():
+        raise ValueError(f"--weights {weights}: no such folder; {takes}")
+    if not weights.is_dir():
+        raise ValueError(f"--weights {weights}: not a folder; {takes}")
+    if not any(weights.glob("*.safetensors")):
+        raise ValueError(f"--weights {weights}: no *.safetensors file in this folder; {takes}")
+
+
+def interrupted_note(out_dir: Path, started_at: float) -> str:
+    """What an interrupted run left in `out_dir`: the files it wrote (each whole: outputs are
+    renamed into place) or none. `started_at` is the run's start, epoch seconds."""
+    ours = sorted(p.name for p in out_dir.iterdir()  # not the manifest, lock or temporaries (all dot files)
+                  if p.is_file() and not p.name.startswith(".") and p.stat().st_mtime >= started_at)
+    if not ours:
+        return (f"the engine run stopped before writing its outputs; nothing was written to {out_dir} (files of an "
+                "earlier run there are as they were)")
+    return (f"the engine run stopped while writing its outputs; {out_dir} holds a partial run: {', '.join(ours)} "
+            "(each written whole), the rest not written. Run it again for a complete run directory")
 
 
 def _serve(point: SweepConfig, out_dir: Path, *, realtime: bool, weights: Optional[Path], device: str,
