@@ -60,9 +60,12 @@ class VllmV1Scheduler(Scheduler):
 
     def _build_plan(self, now_s: float) -> tuple[list[Entry], list[Sequence]]:
         entries, preempted = self._one_pass()
-        while not entries and preempted and (self.running or self.waiting):
+        more = preempted
+        while not entries and more and (self.running or self.waiting):
             # Everything schedulable was preempted (a priority victim that was the request
             # itself ends loop 1): vLLM runs that empty step at no cost and schedules again.
+            # A pass that neither schedules nor preempts changes nothing, so the next would
+            # repeat it: stop there (blocks held outside the scheduler, e.g. for a KV transfer).
             entries, more = self._one_pass()
             preempted += more
         return entries, preempted
