@@ -284,3 +284,17 @@ def test_vllm_v1_priority_victim_scheduled_earlier_in_the_step_is_taken_out_of_i
             scheduler.complete_step(plan, StepOutcome.without_speculation(plan), now)
         assert cols(plans[0]) == [(0, 4, 0)] and cols(plans[1]) == [(0, 1, 4), (1, 8, 0)]
         assert cols(plans[2]) == step3 and plans[2].preempted_ids == victim, policy
+
+
+def test_a_pass_that_changes_nothing_ends_vllm_v1s_retry_loop():
+    """A running request that cannot grow preempts itself; the retry pass can admit nothing while
+    blocks are held outside the scheduler (a KV transfer's) and preempts nothing: the step is
+    empty instead of the pass repeating forever (as it did)."""
+    scheduler = v1(num_gpu_blocks=4, caching=False, chunk_size=64, max_num_seqs=2)
+    assert scheduler.add_request(Request(0, 0.0, 16, 8)) is None
+    plan = scheduler.schedule(0.0)  # the 16-token prefill: 1 block, full
+    scheduler.complete_step(plan, StepOutcome.without_speculation(plan), 0.01)
+    scheduler.block_manager.grow_to(-1, 3 * 16)  # the other 3 blocks held elsewhere
+    plan = scheduler.schedule(0.01)  # its decode needs a second block: none is free
+    assert len(plan) == 0 and plan.preempted_ids == (0,)
+    assert [s.request_id for s in scheduler.waiting] == [0]
