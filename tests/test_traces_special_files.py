@@ -147,3 +147,11 @@ def test_nan_is_counted_alike_in_csv_jsonl_and_parquet(tmp_path):
                  ).to_parquet(tmp_path / "p.parquet", index=False)
     for name in ("m.jsonl", "c.csv", "p.parquet"):
         assert read_trace(tmp_path / name).rejected_rows == {"missing field": [2], "non-numeric": [3]}, name
+
+
+def test_a_sessions_file_that_is_a_fifo_is_refused_without_being_opened(fifo):
+    from traces.sessions import read_sessions
+
+    with pytest.raises(TraceFormatError) as info:
+        _run_with_watchdog(lambda: read_sessions(fifo))
+    assert str(info.value) == f"{fifo}: {FIFO_MESSAGE}"

@@ -23,6 +23,7 @@ import pandas as pd
 from traces.arrivals import poisson_arrivals
 from traces.closed_loop import ClosedLoopWorkload
 from traces.errors import TraceFormatError
+from traces.readers.table import check_regular_file
 from traces.request import Request
 from traces.shared_prefix import (BLOCKS_PER_STREAM, GENERATED_BLOCK_TOKENS, SESSION_ID_BASE, check_shared_prefix,
                                   prefix_assignment, prefix_ids)
@@ -145,10 +146,13 @@ def read_sessions(path: str | Path) -> list[list[tuple[int, int]]]:
     conversation's rows need not be adjacent, but its turns must read 0, 1, 2, ... in file order.
 
     Raises:
+        FileNotFoundError, IsADirectoryError, TraceFormatError: not a regular file
+            (`traces.readers.table.check_regular_file`).
         TraceFormatError: a missing column; a turn out of order (naming the row, the session
             and the turn expected); a length that is not an integer >= 1 (naming row and field).
     """
     path = Path(path)
+    check_regular_file(path)  # a FIFO or device would block or never end
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
