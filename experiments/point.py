@@ -111,6 +111,24 @@ def build_cost_model(point: SweepConfig) -> CostModel:
                              dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=DTYPE_BYTES[e.kv_cache_dtype])
 
 
+def cost_model_columns(point: SweepConfig, cost_model) -> dict:
+    """`cost_model_label` (what priced the steps: a measured model's tables and sources, the
+    roofline and why, or the `cost_model` value) and `cost_model_steps_out_of_range` (steps a
+    fitted model extrapolated or a measured model priced off its grids) of a point after its run."""
+    # A fitted model counts the steps it priced beyond its profiled shapes (extrapolated).
+    out_of_range = getattr(cost_model, "out_of_range", None)
+    columns = {"cost_model_steps_out_of_range": sum(out_of_range.values()) if out_of_range is not None else 0}
+    if hasattr(cost_model, "describe"):  # a measured model: its provenance, and steps off its grids
+        described = cost_model.describe()
+        columns.update(cost_model_label=described["label"], cost_model_steps_out_of_range=described["out_of_grid_steps"])
+    elif isinstance(cost_model, RooflineCostModel):  # `auto` without measured tables says so
+        columns["cost_model_label"] = "roofline" + (" (no measured tables for this device and dtype)"
+                                                    if point.cost_model == "auto" else "")
+    else:
+        columns["cost_model_label"] = point.cost_model
+    return columns
+
+
 def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0) -> PointResult:
     """Simulate one point; the row holds its settings, summary metrics, SLO verdicts and goodput.
 
@@ -135,17 +153,7 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0)
     row.update(num_gpu_blocks=sched_config.num_gpu_blocks, max_model_len=sched_config.max_model_len,
                offered_qps=mean_rate_qps(result.requests["arrival_s"].to_numpy()), **info)
     row.update(result.summary)
-    # A fitted model counts the steps it priced beyond its profiled shapes (extrapolated).
-    out_of_range = getattr(cost_model, "out_of_range", None)
-    row["cost_model_steps_out_of_range"] = sum(out_of_range.values()) if out_of_range is not None else 0
-    if hasattr(cost_model, "describe"):  # a measured model: its provenance, and steps off its grids
-        described = cost_model.describe()
-        row.update(cost_model_label=described["label"], cost_model_steps_out_of_range=described["out_of_grid_steps"])
-    elif isinstance(cost_model, RooflineCostModel):  # `auto` without measured tables says so
-        row["cost_model_label"] = "roofline" + (" (no measured tables for this device and dtype)"
-                                                if point.cost_model == "auto" else "")
-    else:
-        row["cost_model_label"] = point.cost_model
+    row.update(cost_model_columns(point, cost_model))
     row.update(report_columns(row, result.requests, point))
     result.requests.insert(0, "point_id", point_id)
     result.steps.insert(0, "point_id", point_id)

@@ -16,7 +16,7 @@ from experiments.verification.calibrate import LEDGER_NAME, calibrate as run_cal
 from experiments.cli.console import fail
 from experiments.outputs import OutputFolderError, OutputWriteError, RunFolder, write_atomic, write_csv, write_text
 from experiments.deployment import build_pricer
-from experiments.point import build_cost_model
+from experiments.point import build_cost_model, cost_model_columns, device_name
 from experiments.config import AcceptanceFile, ConfigError, SweepConfig, describe_point, load_config
 from experiments.verification.fidelity_report import append_ledger, write_fidelity
 from experiments.verification.verify import (HEADLINE_E2E, e2e_fidelity, headline_errors, over_limit,
@@ -194,7 +194,8 @@ def _compare_recorded(bundle: Path, overrides: list[str], out_dir: Path, fail_ab
         written.append(write_text(config_path, yaml.safe_dump(rr.bundle_config(run, trace_path.resolve(), overridden),
                                                               sort_keys=False)))
         chosen = _point(load_config(config_path, overrides)[1], 0)
-        result = simulate_point(chosen, build_pricer(chosen, build_cost_model(chosen)))
+        cost_model = build_cost_model(chosen)
+        result = simulate_point(chosen, build_pricer(chosen, cost_model))
         e2e = e2e_fidelity(result.summary, rr.measured_summary(run))
         per_request = rr.per_request_errors(run, result.requests)
     except (ConfigError, ValueError) as exc:
@@ -214,7 +215,8 @@ def _compare_recorded(bundle: Path, overrides: list[str], out_dir: Path, fail_ab
     write_atomic(out_dir / "per_second.csv", per_second.to_csv)
     summary = result.summary
     context = {"config": str(config_path), "point": describe_point(chosen), "model": chosen.model,
-               "cost_model": chosen.cost_model, "source": f"recorded run {bundle}", "device": chosen.device,
+               "cost_model": chosen.cost_model, **cost_model_columns(chosen, cost_model),
+               "source": f"recorded run {bundle}", "device": device_name(chosen),
                "engine": f"vLLM {run.meta.get('vllm_version', '?')}", "requests": len(r),
                "simulated_completed": summary.get("completed"), "simulated_rejected": summary.get("rejected"),
                "simulated_preemptions": summary.get("num_preemptions"), "fail_above_pct": fail_above}

@@ -525,7 +525,7 @@ class MeasuredCostModel:
                     "device": s.meta["device"]["name"],
                     **({"model": s.meta["model"]["name"], "tensor_parallel_size": s.tensor_parallel_size}
                        if s.model is not None else {})} for s in self.sources]
-        label = "; ".join(f"{s['name']} {s['engine']} {s['engine_version']}" for s in sources)
+        label = "; ".join(dict.fromkeys(f"{s['name']} {s['engine']} {s['engine_version']}" for s in sources))
         label = f"measured ({label}) on {self.device.name}"
         if self.roofline_parts:  # parts no table covers: say so in the one-line label too
             label += f"; roofline for {', '.join(self.roofline_parts)}"
