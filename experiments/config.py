@@ -1040,7 +1040,8 @@ def _check_trace_files(points: list[tuple[dict, SweepConfig, str]], base: SweepC
             raise ConfigError(f"{at}: not set: give it in the config or with --set trace.path=FILE")
         resolved = Path(config.trace.path).expanduser()
         if not resolved.is_file():
-            problem = "is a folder, not a trace file" if resolved.is_dir() else "no such file"
+            problem = ("is a folder, not a trace file" if resolved.is_dir() else "no such file" if not resolved.exists()
+                       else "not a regular file (a FIFO, device or socket is not read: it could wait or run forever)")
             raise ConfigError(f"{at}: {problem}: {resolved}")
         if isinstance(config.trace, FileTrace) and (config.trace.qps is not None or config.search is not None):
             key = "search.qps" if config.trace.qps is None else "--set trace.qps" if qps_set else "trace.qps"

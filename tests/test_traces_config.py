@@ -132,3 +132,17 @@ def test_a_variant_with_a_missing_trace_file_is_named(tmp_path):
         load_config(config)
     assert str(info.value) == (f"{config}: variants[1] {{trace.path: b.csv}}: trace.path: "
                                f"no such file: {tmp_path / 'b.csv'}")
+
+
+def test_a_fifo_or_device_as_trace_path_is_refused_at_load(tmp_path):
+    """A FIFO waits for a writer forever and /dev/zero never ends: neither is read, and the error
+    says what it is instead of 'no such file'."""
+    import os
+
+    from experiments.config import ConfigError, load_config
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for target in (fifo, "/dev/zero"):
+        with pytest.raises(ConfigError, match=f"trace.path: not a regular file .*: {target}"):
+            load_config("experiments/configs/quickstart.yaml", [f"trace={{kind: file, path: {target}}}"])
