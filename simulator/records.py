@@ -11,8 +11,8 @@ replaces a float, and the per-request lists are freed as soon as they are record
 length.
 
 `requests_table` merges the replicas' records into the one requests frame (sorted by
-request_id), building the token-time column a block of requests at a time, so two full copies
-of the records never exist at once.
+request_id) column by column, converting the token step indices to times a chunk at a time
+(each chunk freed as it is converted), so two full copies of the records never exist at once.
 """
 from __future__ import annotations
 
