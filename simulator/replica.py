@@ -241,9 +241,13 @@ def decode_steps_s(cost_model, context_tokens: list[int], first_step: int, num_s
     vectorised = getattr(cost_model, "predict_decode_steps_s", None)
     if vectorised is not None:
         return vectorised(context_tokens, num_steps, first_step)
-    context = np.asarray(context_tokens, dtype=np.int64)
-    query, prefill = np.ones(context.size, dtype=np.int64), np.zeros(context.size, dtype=bool)
-    return [cost_model.predict_step_s(query, context + j, prefill) for j in range(first_step, first_step + num_steps)]
+    # Lists, not arrays: the cost models take either, and a measured model reads lists without
+    # converting them (the same Python ints either way).
+    context = list(map(int, context_tokens))
+    query, prefill = [1] * len(context), [False] * len(context)
+    predict = cost_model.predict_step_s
+    return [predict(query, [c + j for c in context] if j else context, prefill)
+            for j in range(first_step, first_step + num_steps)]
 
 
 def delay_until_s(now_s: float, at_s: float) -> float:

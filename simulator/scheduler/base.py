@@ -8,7 +8,7 @@ SimPy replica and the real engine drive the same object.
 from __future__ import annotations
 
 from bisect import insort
-from operator import add, attrgetter, eq, lt
+from operator import add, attrgetter, ge, lt, sub
 
 import numpy as np
 
@@ -37,7 +37,7 @@ _REQUEST_ID = attrgetter("request_id")
 _COMPUTED = attrgetter("num_computed_tokens")
 _PREFILL_TARGET = attrgetter("prefill_target_tokens")
 _GENERATED = attrgetter("num_generated_tokens")
-_PROMPT = attrgetter("request.prompt_tokens")
+_MAX_OUTPUT = attrgetter("max_output_tokens")
 
 
 class Scheduler:
@@ -143,11 +143,16 @@ class Scheduler:
             seqs, queries, drafts = map(list, zip(*entries))
             ids = list(map(_REQUEST_ID, seqs))
             contexts = list(map(_COMPUTED, seqs))
-            prefills = list(map(lt, contexts, map(_PREFILL_TARGET, seqs)))
+            targets = list(map(_PREFILL_TARGET, seqs))
+            prefills = list(map(lt, contexts, targets))
             # The step samples when it computes every pending token (+ its drafts):
-            # q + computed == prompt + generated + d.
-            emits = list(map(eq, map(add, queries, contexts),
-                             map(add, map(add, map(_PROMPT, seqs), map(_GENERATED, seqs)), drafts)))
+            # q - d + computed == prompt + generated. A scheduled sequence never computes past
+            # its pending tokens, a prefill's pending tokens end at its target (nothing is
+            # generated while it prefills) and a decode has exactly one pending token, so this
+            # is q - d + computed >= target (one comparison with a column already built).
+            reach = map(add, queries, contexts) if not self.config.split_n else map(
+                sub, map(add, queries, contexts), drafts)
+            emits = list(map(ge, reach, targets))
         else:
             seqs, queries, drafts, ids, contexts, prefills, emits = [], [], [], [], [], [], []
         self._executing.update(ids)
@@ -168,6 +173,18 @@ class Scheduler:
         c = plan.columns
         seqs = plan.scheduled or [self._in_flight[rid] for rid in c.request_ids]
         self._executing.difference_update(c.request_ids)
+        if not self.config.split_n:  # no drafts: every emission is one token (the hot path)
+            for seq, q, emitted in zip(seqs, c.query_tokens, outcome.tokens_emitted):
+                seq.num_computed_tokens += q
+                if emitted:
+                    generated = seq.num_generated_tokens
+                    if not generated:
+                        seq.first_token_s = now_s
+                    seq.token_times_s.append(now_s)
+                    seq.num_generated_tokens = generated = generated + 1
+                    if generated >= seq.max_output_tokens:
+                        finished.append(self._finish(seq, now_s))
+            return finished
         for seq, q, drafts, emitted in zip(seqs, c.query_tokens, c.draft_tokens, outcome.tokens_emitted):
             if drafts:
                 rejected = drafts - max(0, emitted - 1)

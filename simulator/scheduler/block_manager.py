@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections import deque
+from itertools import repeat
 
 _EMPTY: list[int] = []
 
@@ -59,8 +60,7 @@ class BlockManager:
 
     def block_tables(self, request_ids: list[int]) -> list[list[int]]:
         """`block_table` of each request id, in order (one call per step instead of one per sequence)."""
-        get = self._tables.get
-        return [get(rid, _EMPTY) for rid in request_ids]
+        return list(map(self._tables.get, request_ids, repeat(_EMPTY)))
 
     def try_grow_to(self, request_id: int, num_tokens: int) -> bool:
         """Reserve blocks so `request_id` holds `num_tokens`; False (nothing changed) if too few are free.
@@ -68,9 +68,10 @@ class BlockManager:
         The common case — the tokens fit in the blocks already held — costs one comparison.
         """
         table = self._tables.get(request_id, _EMPTY)
-        if num_tokens <= len(table) * self.block_size:
+        extra = -(-num_tokens // self.block_size) - len(table)
+        if extra <= 0:
             return True
-        if not self.can_grow_to(request_id, num_tokens):
+        if extra > self.num_free:
             return False
         self.grow_to(request_id, num_tokens)
         return True
@@ -93,14 +94,19 @@ class BlockManager:
         Raises:
             RuntimeError: not enough free blocks (callers check `can_grow_to` / `can_admit` first).
         """
-        extra = self._extra_blocks(request_id, num_tokens)
-        if extra > self.num_free:
-            raise RuntimeError(
-                f"KV pool exhausted: request {request_id} needs {extra} more blocks, {self.num_free} free"
-            )
         table = self._tables.setdefault(request_id, [])
-        for _ in range(extra):
-            table.append(self._free.popleft())
+        extra = -(-num_tokens // self.block_size) - len(table)
+        if extra <= 0:
+            return
+        free = self._free
+        if extra > len(free):
+            raise RuntimeError(
+                f"KV pool exhausted: request {request_id} needs {extra} more blocks, {len(free)} free"
+            )
+        if extra == 1:  # a decode's next block: the common case
+            table.append(free.popleft())
+        else:
+            table.extend([free.popleft() for _ in range(extra)])
 
     def shrink_to(self, request_id: int, num_tokens: int) -> None:
         """Release blocks beyond ceil(num_tokens / block_size) (rejected speculative slots)."""

@@ -187,7 +187,11 @@ class StepOutcome:
     @classmethod
     def without_speculation(cls, plan: BatchPlan) -> "StepOutcome":
         """Outcome of a plan with no draft tokens: one token per sequence that emits."""
-        return cls(tuple(map(int, plan.columns.emits_token)))
+        emits = plan.columns.emits_token
+        try:  # bytes() of Python bools is a C-level pass giving ints 0/1 (the plan the scheduler built)
+            return cls(tuple(bytes(emits)))
+        except TypeError:  # numpy bools (a plan built from read-back sequences)
+            return cls(tuple(map(int, emits)))
 
 
 # Finish reasons (DESIGN.md): exactly one per request.
