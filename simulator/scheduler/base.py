@@ -223,13 +223,9 @@ class Scheduler:
         if (self.waiting or self._executing or not running or self.config.split_n
                 or not self._decodes_all_run(len(running))):
             return running, 0
-        steps = None
-        for seq in running:
-            if seq.num_computed_tokens < seq.prefill_target_tokens:
-                return running, 0
-            remaining = seq.max_output_tokens - seq.num_generated_tokens
-            if steps is None or remaining < steps:
-                steps = remaining
+        if any(map(lt, map(_COMPUTED, running), map(_PREFILL_TARGET, running))):
+            return running, 0  # a prefill among them
+        steps = min(map(sub, map(_MAX_OUTPUT, running), map(_GENERATED, running)))
         return running, self._kv_limited_steps(running, steps)
 
     def _decodes_all_run(self, num_decodes: int) -> bool:
@@ -240,7 +236,8 @@ class Scheduler:
         """Largest m <= steps such that m more tokens per sequence fit the free blocks."""
         bm = self.block_manager
         size = bm.block_size
-        room = [bm.blocks_held(seq.request_id) * size - seq.num_computed_tokens for seq in running]  # tokens before a new block
+        held = bm.blocks_held_each(list(map(_REQUEST_ID, running)))
+        room = [h * size - c for h, c in zip(held, map(_COMPUTED, running))]  # tokens before a new block
 
         def extra_blocks(m: int) -> int:
             return sum(-(-(m - r) // size) for r in room if m > r)
@@ -271,10 +268,11 @@ class Scheduler:
         used = bm.num_used  # before this window's growth and the finishes' frees
         finished = []
         caching = self.prefix_caching
-        for seq in list(self.running):
+        running = list(self.running)
+        for seq, held in zip(running, bm.blocks_held_each(list(map(_REQUEST_ID, running)))):
             rid = seq.request_id
             computed = seq.num_computed_tokens
-            room = bm.blocks_held(rid) * size - computed  # tokens that fit before a new block
+            room = held * size - computed  # tokens that fit before a new block
             if room < steps:
                 for j in range(room, steps, size):  # step j writes token computed + j + 1
                     new_blocks[j] += 1
@@ -369,11 +367,15 @@ class Scheduler:
         """
         bm = self.block_manager
         in_flight = self._in_flight
-        for seq in self._idle_running():
+        if budget <= 0:
+            return budget
+        # The prefills first, in one comprehension (most of a busy running set decodes; nothing
+        # below changes which sequences prefill).
+        for seq in [s for s in self._idle_running() if s.num_computed_tokens < s.prefill_target_tokens]:
             if budget <= 0:
                 break
-            if seq.num_computed_tokens >= seq.prefill_target_tokens or seq.request_id not in in_flight:
-                continue  # a decode, or preempted as a victim this step
+            if seq.request_id not in in_flight:
+                continue  # preempted as a victim this step
             n = min(seq.num_pending_tokens, budget)
             if per_chunk_kv:
                 n = min(n, bm.capacity_tokens(seq.request_id) - seq.num_computed_tokens)

@@ -54,6 +54,10 @@ class BlockManager:
     def blocks_held(self, request_id: int) -> int:
         return len(self._tables.get(request_id, ()))
 
+    def blocks_held_each(self, request_ids: list[int]) -> list[int]:
+        """`blocks_held` of each request id, in order (C-level passes: the decode windows' check)."""
+        return list(map(len, map(self._tables.get, request_ids, repeat(_EMPTY))))
+
     def block_table(self, request_id: int) -> list[int]:
         """The live list of physical block ids of `request_id` (do not modify it)."""
         return self._tables.get(request_id, _EMPTY)
