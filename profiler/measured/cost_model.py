@@ -464,12 +464,41 @@ class MeasuredCostModel:
             ValueError: the three arrays differ in length.
         """
         total, out = self._price(query_tokens, context_tokens, is_prefill)
+        self._count(out)
+        return total
+
+    def predict_decode_steps_s(self, context_tokens, num_steps: int, first_step: int = 0) -> list[float]:
+        """Durations (s) of consecutive plain-decode steps of the same sequences (the
+        simulator's decode windows): entry j is exactly the float
+        `predict_step_s(ones, context_tokens + first_step + j, zeros)` gives, and each step is
+        counted as that call counts it, without building the step's lists.
+
+        Args:
+            context_tokens: ints, shape (num_seqs,): KV tokens of each sequence at step 0.
+            num_steps: how many steps to price, from `first_step`.
+        """
+        num_seqs = len(context_tokens)
+        if num_seqs == 0:
+            return [self.predict_step_s([], [], []) for _ in range(num_steps)]
+        total_context = int(sum(context_tokens))
+        rows = float(num_seqs)
+        durations = []
+        for j in range(first_step, first_step + num_steps):
+            # `_price` of ones / contexts + j / zeros: no prefill; n decode rows of one token over
+            # sum(c) + j n keys, the KV total formed as `_price` forms it.
+            kv = float(total_context + j * num_seqs + num_seqs - rows)
+            total, out = self._combine(num_seqs, num_seqs, [], rows, kv)
+            self._count(out)
+            durations.append(total)
+        return durations
+
+    def _count(self, out: frozenset) -> None:
+        """Count one priced step (and the parts of it that were off their grids)."""
         self.num_predictions += 1
         if out:
             self.out_of_grid_steps += 1
             for part in out:
                 self.out_of_range[part] += 1
-        return total
 
     def _price(self, query_tokens, context_tokens, is_prefill) -> tuple[float, frozenset]:
         """(seconds, parts out of grid) of one step, nothing counted."""
@@ -487,8 +516,15 @@ class MeasuredCostModel:
         decode_tokens = num_tokens - sum(q[i] for i in prefill_index)
         # Each decode or verify row reads its KV once: c keys, plus the q − 1 draft tokens of a verify.
         decode_kv = float(sum(c) - sum(c[i] for i in prefill_index) + decode_tokens - decode_rows)
+        return self._combine(num_tokens, len(q), prefills, decode_rows, decode_kv)
+
+    def _combine(self, num_tokens: int, num_seqs: int, prefills: list[tuple[float, float]], decode_rows: float,
+                 decode_kv: float) -> tuple[float, frozenset]:
+        """(seconds, parts out of grid) of a step from its totals: `num_tokens` tokens over
+        `num_seqs` sequences, the prefill chunks [(q, c)], `decode_rows` decode query rows
+        attending `decode_kv` cached tokens in all."""
         token_s, token_out = self._token_part(num_tokens)
-        seq_s, seq_out = self._seq_part(len(q))
+        seq_s, seq_out = self._seq_part(num_seqs)
         out: set = set()
         attention_s = self.model.num_layers * self._attention_layer_s(
             prefills, decode_rows, decode_kv / decode_rows if decode_rows else 0.0, out)

@@ -8,6 +8,7 @@ SimPy replica and the real engine drive the same object.
 from __future__ import annotations
 
 from bisect import insort
+from itertools import repeat
 from operator import add, attrgetter, ge, lt, sub
 
 import numpy as np
@@ -531,7 +532,7 @@ class Scheduler:
             (entries (seq, 1 + drafts, drafts), budget left).
         """
         if self.config.split_n == 0:
-            return [(seq, 1, 0) for seq in decodes], budget
+            return list(zip(decodes, repeat(1), repeat(0))), budget
         entries = []
         for seq in decodes:
             drafts = self._drafts_for(seq, budget)
