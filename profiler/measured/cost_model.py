@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from itertools import compress
 from typing import Callable
 
 import numpy as np
@@ -510,7 +511,7 @@ class MeasuredCostModel:
         if not q:
             return 0.0, frozenset()
         num_tokens = int(sum(q))
-        prefill_index = [i for i, pi in enumerate(p) if pi and q[i] > 1] if any(p) else []
+        prefill_index = [i for i in compress(range(len(p)), p) if q[i] > 1] if any(p) else []  # C-level filter
         prefills = [(float(q[i]), float(c[i])) for i in prefill_index]
         decode_rows = float(len(q) - len(prefill_index))
         decode_tokens = num_tokens - sum(q[i] for i in prefill_index)
