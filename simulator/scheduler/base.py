@@ -34,6 +34,19 @@ from traces import Request
 # One scheduled entry: (sequence, query tokens, draft tokens among them).
 Entry = tuple[Sequence, int, int]
 
+
+class PlainDecodeEntries(list):
+    """Entries that start with plain decodes: (seq, 1, 0) for each of `decodes` (running decodes
+    with their token slot reserved, no drafts), in order; a policy may append entries after them
+    but never removes or reorders these. `schedule` then fills their columns by list repetition
+    (a plain decode is not a prefill and always samples) instead of reading each sequence."""
+
+    __slots__ = ("decodes",)
+
+    def __init__(self, decodes: list[Sequence]):
+        super().__init__(zip(decodes, repeat(1), repeat(0)))
+        self.decodes = decodes
+
 _REQUEST_ID = attrgetter("request_id")
 _COMPUTED = attrgetter("num_computed_tokens")
 _PREFILL_TARGET = attrgetter("prefill_target_tokens")
@@ -140,20 +153,7 @@ class Scheduler:
         self._now_s = now_s  # admissions stamp first_scheduled_s with it (`_admit_head`)
         entries, preempted = self._build_plan(now_s)
         if entries:
-            # Column-wise with C-level maps: this runs once per step over every scheduled sequence.
-            seqs, queries, drafts = map(list, zip(*entries))
-            ids = list(map(_REQUEST_ID, seqs))
-            contexts = list(map(_COMPUTED, seqs))
-            targets = list(map(_PREFILL_TARGET, seqs))
-            prefills = list(map(lt, contexts, targets))
-            # The step samples when it computes every pending token (+ its drafts):
-            # q - d + computed == prompt + generated. A scheduled sequence never computes past
-            # its pending tokens, a prefill's pending tokens end at its target (nothing is
-            # generated while it prefills) and a decode has exactly one pending token, so this
-            # is q - d + computed >= target (one comparison with a column already built).
-            reach = map(add, queries, contexts) if not self.config.split_n else map(
-                sub, map(add, queries, contexts), drafts)
-            emits = list(map(ge, reach, targets))
+            seqs, queries, drafts, ids, contexts, prefills, emits = self._plan_columns(entries)
         else:
             seqs, queries, drafts, ids, contexts, prefills, emits = [], [], [], [], [], [], []
         self._executing.update(ids)
@@ -163,6 +163,34 @@ class Scheduler:
             swap_in_tokens=self._swap_in_tokens, swap_out_tokens=self._swap_out_tokens)
         self._swap_in_tokens = self._swap_out_tokens = 0
         return plan
+
+    def _plan_columns(self, entries: list[Entry]) -> tuple[list, ...]:
+        """(seqs, queries, drafts, ids, contexts, prefills, emits) of non-empty `entries`:
+        column-wise with C-level maps, as this runs once per step over every scheduled sequence;
+        the leading plain decodes of `PlainDecodeEntries` by list repetition."""
+        decodes = getattr(entries, "decodes", ())
+        k = len(decodes)
+        rest = entries[k:] if k else entries
+        seqs, queries, drafts = map(list, zip(*rest)) if rest else ([], [], [])
+        if k:
+            seqs, queries, drafts = decodes + seqs, [1] * k + queries, [0] * k + drafts
+        ids = list(map(_REQUEST_ID, seqs))
+        contexts = list(map(_COMPUTED, seqs))
+        rest_contexts, rest_queries = (contexts[k:], queries[k:]) if k else (contexts, queries)
+        targets = list(map(_PREFILL_TARGET, seqs[k:] if k else seqs))
+        prefills = list(map(lt, rest_contexts, targets))
+        # The step samples when it computes every pending token (+ its drafts):
+        # q - d + computed == prompt + generated. A scheduled sequence never computes past its
+        # pending tokens, a prefill's pending tokens end at its target (nothing is generated
+        # while it prefills) and a decode has exactly one pending token, so this is
+        # q - d + computed >= target (one comparison with a column already built).
+        reach = map(add, rest_queries, rest_contexts)
+        if self.config.split_n:
+            reach = map(sub, reach, drafts[k:] if k else drafts)
+        emits = list(map(ge, reach, targets))
+        if k:
+            prefills, emits = [False] * k + prefills, [True] * k + emits
+        return seqs, queries, drafts, ids, contexts, prefills, emits
 
     def complete_step(self, plan: BatchPlan, outcome: StepOutcome, now_s: float) -> list[FinishedRequest]:
         """Apply a step's outcome at its end time `now_s`; return the requests that finished.
@@ -532,7 +560,7 @@ class Scheduler:
             (entries (seq, 1 + drafts, drafts), budget left).
         """
         if self.config.split_n == 0:
-            return list(zip(decodes, repeat(1), repeat(0))), budget
+            return PlainDecodeEntries(decodes), budget
         entries = []
         for seq in decodes:
             drafts = self._drafts_for(seq, budget)
