@@ -141,19 +141,18 @@ def checked_profile(directory: str | Path, model: ModelSpec | None = None,
 
 def load_fitted(directory: str | Path, model: ModelSpec | None = None,
                 tensor_parallel_size: int | None = None, device: str | None = None) -> FittedCostModel:
-    """The fitted model of a profile directory: `cost_model.joblib` when `sarathi-sim fit` wrote
-    one after the profile, else a fit in memory (not written: sweep workers share the folder).
+    """The fitted model of a profile directory, fitted in memory from its CSVs (deterministic:
+    the regressors are seeded, so it equals the `cost_model.joblib` that `sarathi-sim fit` wrote;
+    a fit takes ~0.2 s). The saved file is never loaded here: unpickling a file from a folder
+    others can write (a shared profile or calibration directory) can run code. Nothing is written
+    (sweep workers share the folder).
 
     Args and raises: as `checked_profile`.
     """
     # scikit-learn (≈3 CPU-s to import) only when a profile is really used, not for `auto` on the roofline.
-    from profiler.fit_report import MODEL_FILE
     from profiler.fitted import FittedCostModel
 
     profile = checked_profile(directory, model, tensor_parallel_size, device)
-    saved = Path(directory) / MODEL_FILE
-    if saved.is_file() and saved.stat().st_mtime >= (Path(directory) / SIDECAR).stat().st_mtime:
-        return FittedCostModel.load(saved)
     return FittedCostModel.fit(profile, source=str(directory))
 
 

@@ -184,3 +184,30 @@ def test_checked_profile_refuses_without_fitting(tmp_path, monkeypatch):
     assert checked_profile(RECORDED, get_model_spec(TINY), 1, "cpu").meta["device"]["kind"] == "cpu"
     with pytest.raises(ProfileError, match="prices device 'h100-sxm'"):
         checked_profile(RECORDED, get_model_spec(TINY), 1, "h100-sxm")
+
+
+class _Planted:
+    """Unpickling this creates a file: what a crafted cost_model.joblib could do."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def test_a_profile_folders_joblib_is_never_unpickled(tmp_path):
+    """`profile:DIR` fits in memory from the CSVs (deterministic, ~0.2 s); a cost_model.joblib in
+    a folder others can write is not loaded, so a crafted one runs nothing."""
+    import joblib
+
+    from profiler.fit_report import MODEL_FILE
+    from profiler.fitted import FittedCostModel
+    from profiler.shipped import load_fitted
+
+    directory = tmp_path / "profile"
+    shutil.copytree(Path(__file__).parent / "data" / "verify" / "profile", directory)
+    marker = tmp_path / "ran"
+    joblib.dump(_Planted(marker), directory / MODEL_FILE)
+    fitted = load_fitted(directory)
+    assert isinstance(fitted, FittedCostModel) and not marker.exists()
