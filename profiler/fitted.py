@@ -355,7 +355,8 @@ class FittedCostModel:
 
     @staticmethod
     def load(path: str | Path) -> "FittedCostModel":
-        """Read a model written by `save`.
+        """Read a model written by `save`. It unpickles: only for a file you wrote yourself (the
+        simulator never calls it; `profiler.shipped.load_fitted` refits from the CSVs instead).
 
         Raises:
             ValueError: the file does not hold a `FittedCostModel`.
