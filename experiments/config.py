@@ -1323,23 +1323,33 @@ def point_labels(points: list[SweepConfig]) -> list[str]:
     A key differs when two points that have it hold different values, or when some points lack
     it (their trace is of another kind) and a point that has it set it explicitly: a default the
     schema filled in (`trace.arrival=poisson` of a Poisson trace beside a closed loop) is no
-    difference. A differing trace kind is named by the kind ('poisson trace.qps=4',
-    'closed_loop trace.clients=2'). Devices of one name but different figures (two inline
+    difference. A differing trace kind is named by the kind; a key only some kinds have is named
+    only where it differs among the points of that kind ('poisson' beside 'closed_loop
+    trace.clients=2' and 'closed_loop trace.clients=4'), one all kinds have wherever it differs. Devices of one name but different figures (two inline
     `h100-sxm` mappings) are told apart by the figures that differ ('device.memory_bandwidth_gb_per_s=2000').
     One point, or points differing only in what describe_point names, keep its label."""
     flat = [_flat_settings(p) for p in points]
     explicit = [_flat_settings(p, explicit_only=True) for p in points]
     keys = sorted({k for f in flat for k in f} - _LABELLED_KEYS)
     differing = [k for k in keys if _differs(k, flat, explicit)]
+    kinds = [f.get("trace.kind") for f in flat]
+    by_kind: dict[Any, list[str]] = {}
+    if "trace.kind" in differing:  # the kind names what only some kinds have; those keys only within a kind
+        differing = [k for k in differing if not k.startswith("trace.") or k == "trace.kind"
+                     or all(k in f for f in flat)]
+        for kind in dict.fromkeys(kinds):
+            same = [i for i, k in enumerate(kinds) if k == kind]
+            by_kind[kind] = [k for k in keys if k.startswith("trace.") and k != "trace.kind" and k not in differing
+                             and _differs(k, [flat[i] for i in same], [explicit[i] for i in same])]
     figures = _device_figures(points, flat)
     parts = [_describe_parts(p) for p in points]
     shared = {part for part in parts[0] if part[0] in _QUALIFIER_PARTS and all(part in q for q in parts)} \
         if len(points) > 1 else set()
     labels = []
-    for point_parts, settings, own in zip(parts, flat, figures):
+    for point_parts, settings, own, trace_kind in zip(parts, flat, figures, kinds):
         lead = [str(settings[k]) for k in ("model", "device") if k in differing]
         kind = [str(settings["trace.kind"])] if "trace.kind" in differing else []
-        tail = [f"{k.removeprefix('engine.')}={_short_value(k, settings[k])}" for k in differing
+        tail = [f"{k.removeprefix('engine.')}={_short_value(k, settings[k])}" for k in differing + by_kind.get(trace_kind, [])
                 if k not in ("model", "device", "trace.kind") and k in settings
                 and not (k == "trace.arrival" and settings[k] == "gamma")]  # 'gamma=γ' says it
         head = [text for part in point_parts if part not in shared for _, text in [part]]

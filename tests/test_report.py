@@ -194,9 +194,10 @@ def test_the_report_states_what_priced_the_steps_and_the_device_figures():
 
 
 def test_labels_name_only_what_differs_not_schema_defaults(tmp_path):
-    """A variant of another trace kind is labelled by its kind and the keys it set; the defaults
-    the schema fills in for one kind (arrival, num_prefixes, think_time_s) and a qualifier every
-    point shares (preemption swap) are no difference."""
+    """A variant of another trace kind is labelled by its kind: the keys only one kind has (qps,
+    clients) and the defaults the schema fills in for it (arrival, num_prefixes, think_time_s) are
+    not listed (a profile base once put all its keys in every label, paging the terminal table),
+    nor a qualifier every point shares (preemption swap); keys both kinds have are, where they differ."""
     from experiments.config import load_config
 
     config = tmp_path / "kinds.yaml"
@@ -209,7 +210,14 @@ variants:
 """)
     _, points = load_config(config)
     assert point_labels([SweepConfig.model_validate(p) for p in points]) == [
-        "sarathi chunk=256 poisson trace.qps=4", "sarathi chunk=256 closed_loop trace.clients=2"]
+        "sarathi chunk=256 poisson", "sarathi chunk=256 closed_loop"]
+    config.write_text(config.read_text().replace("clients: 2, num_requests: 10", "clients: 2, num_requests: 20")
+                      + "  - {trace: {kind: closed_loop, clients: 4, num_requests: 20, prompt_tokens: 100, "
+                        "output_tokens: 10}}\n")
+    _, points = load_config(config)
+    assert point_labels([SweepConfig.model_validate(p) for p in points]) == [
+        "sarathi chunk=256 poisson trace.num_requests=10", "sarathi chunk=256 closed_loop trace.num_requests=20 "
+        "trace.clients=2", "sarathi chunk=256 closed_loop trace.num_requests=20 trace.clients=4"]
 
 
 def test_same_named_inline_devices_are_labelled_by_the_figure_that_differs():
