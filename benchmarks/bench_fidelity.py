@@ -52,8 +52,8 @@ def capacity_qps(settings: dict, calibration: Path, out: Path, num_requests: int
     # The search's trials are the verify runs' trace (same seed and request count, scaled in time), so
     # "60 % of capacity" is 60 % of the rate at which that very trace meets the SLO.
     config["search"] = {"qps": [1, 2000], "precision": 0.05, "num_requests": num_requests, "seeds": 1}
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "search.yaml"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    path = out.parent / f"{out.name}.yaml"  # beside the run folder: sweep refuses one holding its input
     path.write_text(yaml.safe_dump(config))
     cli("sweep", str(path), "--out", str(out), "--no-cache", "--set", f"cost_model=profile:{calibration}",
         *[x for k, v in settings.items() for x in ("--set", f"{k}={v}")])
