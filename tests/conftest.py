@@ -30,3 +30,17 @@ class ConstantCostModel:
 @pytest.fixture
 def constant_cost() -> ConstantCostModel:
     return ConstantCostModel(0.01)
+
+
+def greedy_continuations(hf_model, prompts: dict[int, list[int]], num_new: int) -> dict[int, list[int]]:
+    """transformers' greedy `generate` of exactly `num_new` tokens after each prompt (the engine's
+    reference outputs): request id -> the new token ids."""
+    import torch
+
+    out = {}
+    for rid, ids in prompts.items():
+        x = torch.tensor([ids])  # an explicit mask: token 0 in a prompt must not read as padding
+        generated = hf_model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=num_new,
+                                      min_new_tokens=num_new, do_sample=False, pad_token_id=0)
+        out[rid] = generated[0, len(ids):].tolist()
+    return out

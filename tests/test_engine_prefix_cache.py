@@ -16,6 +16,7 @@ from gpu_engine.prompts import prompt_token_ids  # noqa: E402
 from gpu_engine.runner import cpu_threads  # noqa: E402
 from simulator.scheduler import SchedulerConfig  # noqa: E402
 from traces import Request  # noqa: E402
+from tests.conftest import greedy_continuations  # noqa: E402
 
 TINY = Path(__file__).parent / "data" / "engine" / "tiny"
 NUM_NEW = 10
@@ -41,13 +42,7 @@ def prompts() -> dict[int, list[int]]:
 @pytest.fixture(scope="module")
 def reference(checkpoint, prompts) -> dict[int, list[int]]:
     hf = transformers.LlamaForCausalLM.from_pretrained(checkpoint, dtype=torch.float64).eval()
-    out = {}
-    for rid, ids in prompts.items():
-        x = torch.tensor([ids])
-        generated = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=NUM_NEW,
-                                min_new_tokens=NUM_NEW, do_sample=False, pad_token_id=0)
-        out[rid] = generated[0, len(ids):].tolist()
-    return out
+    return greedy_continuations(hf, prompts, NUM_NEW)
 
 
 def serve(checkpoint, prompts, caching: bool, num_gpu_blocks: int = 64, chunk_size: int = 64):

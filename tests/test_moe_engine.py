@@ -17,6 +17,7 @@ from gpu_engine.driver import run_trace  # noqa: E402
 from gpu_engine.runner import cpu_threads  # noqa: E402
 from simulator.scheduler import SchedulerConfig  # noqa: E402
 from traces import Request  # noqa: E402
+from tests.conftest import greedy_continuations  # noqa: E402
 
 # 4 experts, top-2, of width 96: every token's output mixes two experts, so a wrong router,
 # renormalisation or expert order changes the tokens.
@@ -49,13 +50,7 @@ def reference(checkpoint, prompts):
     # the eager expert loop: torch._grouped_mm has no float64 kernel
     hf = transformers.MixtralForCausalLM.from_pretrained(checkpoint, dtype=torch.float64,
                                                          experts_implementation="eager").eval()
-    out = {}
-    for rid, ids in prompts.items():
-        x = torch.tensor([ids])
-        generated = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=NUM_NEW,
-                                min_new_tokens=NUM_NEW, do_sample=False, pad_token_id=0)
-        out[rid] = generated[0, len(ids):].tolist()
-    return out
+    return greedy_continuations(hf, prompts, NUM_NEW)
 
 
 def serve(checkpoint, prompts, *, chunk_size: int, num_gpu_blocks: int = 64):
