@@ -154,26 +154,7 @@ class _PoolScheduler:
         self.num_holds = 0
         self._tried: BatchPlan | None = None
         self._arriving: dict[int, FinishedRequest] = {}  # request id -> its prefill's record
-        self._passes = 0
         self.last_step_start_s = -math.inf  # start of the step under way (its prefills' last, when they finish)
-        one_pass = getattr(inner, "_one_pass", None)
-        if one_pass is not None:
-            inner._one_pass = self._bounded(one_pass)
-
-    def _bounded(self, one_pass):
-        """vllm_v1 repeats its pass while a step preempted everything and scheduled nothing,
-        expecting the emptied pool to admit the head (`VllmV1Scheduler._build_plan`). With blocks
-        held for transfers it may not: a repeated pass that schedules and preempts nothing ends
-        the attempt (`_Blocked`), as vLLM's engine would idle until the transfer frees them."""
-
-        def bounded():
-            entries, preempted = one_pass()
-            self._passes += 1
-            if self._passes > 1 and not entries and not preempted and self.num_holds:
-                raise _Blocked
-            return entries, preempted
-
-        return bounded
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -212,11 +193,9 @@ class _PoolScheduler:
             return False
         if not self.num_holds or self.decode_window()[1] >= 2:
             return True
-        self._passes = 0
-        try:
-            plan = inner.schedule(self.env.now)
-        except _Blocked:
-            return False
+        # vllm_v1 ends its retry loop on a pass that schedules and preempts nothing
+        # (`VllmV1Scheduler._build_plan`), as vLLM's engine idles until the transfer frees blocks.
+        plan = inner.schedule(self.env.now)
         if plan.is_empty:
             return False  # every block it needs is held for a transfer: `release` wakes the replica
         self._tried = plan
@@ -232,7 +211,6 @@ class _PoolScheduler:
     def schedule(self, now_s: float) -> BatchPlan:
         plan, self._tried = self._tried, None
         if plan is None:
-            self._passes = 0
             plan = self.inner.schedule(now_s)
         self.last_step_start_s = now_s
         if self.on_step_end is not None:  # admissions emptied `waiting`: a transfer may start (vLLM loop 2)
@@ -254,10 +232,6 @@ class _PoolScheduler:
         which the replica builds at this same instant)."""
         if self.on_step_end is not None:
             self.on_step_end()
-
-
-class _Blocked(Exception):
-    """A vllm_v1 step found nothing it can run while transfers hold blocks (`_PoolScheduler._bounded`)."""
 
 
 def _continue_after_prefill(scheduler: Scheduler, request_id: int, prefill: FinishedRequest) -> None:
