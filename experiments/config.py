@@ -576,8 +576,8 @@ class PoolConfig(_Strict):
 
     replicas: int = Field(default=1, ge=1, le=_MAX_REPLICAS)  # instances in the pool
     device: str | dict[str, Any] | None = None  # default: the point's device
-    router: Literal["round_robin", "least_outstanding", "random", "prefix_aware"] = (  # prefix_aware: cache hit first
-        "least_outstanding")
+    router: Literal["round_robin", "least_outstanding", "random", "prefix_aware",  # prefix_aware: cache hit first; session_affinity: a conversation's turns to one instance
+                    "session_affinity"] = "least_outstanding"
     engine: dict[str, Any] = {}  # e.g. {tensor_parallel_size: 2, chunk_size: 2048}; pipeline_parallel_size must stay 1
 
 
@@ -1445,8 +1445,8 @@ def check_cluster(point: SweepConfig) -> None:
     """What `cluster:` must satisfy before anything runs (`SweepConfig._cluster_pools`).
 
     Raises:
-        ValueError: `engine.replicas` set beside `cluster:` (each pool sets its own); a closed-loop
-            trace; `fleet:` (sized per colocated replica); a pool engine that is invalid,
+        ValueError: `engine.replicas` set beside `cluster:` (each pool sets its own); a pool's
+            `session_affinity` router without a sessions trace; a pool engine that is invalid,
             pipelined or data-parallel (not modelled in a pool), a TP degree the model's KV heads
             do not split into, an unknown pool device; pools whose KV cache dtypes differ. Each
             names the key.
@@ -1454,8 +1454,10 @@ def check_cluster(point: SweepConfig) -> None:
     if "replicas" in point.engine.model_fields_set:
         raise ValueError("engine.replicas is not read with cluster: set cluster.prefill.replicas and "
                          "cluster.decode.replicas")
-    if isinstance(point.trace, ClosedLoopTrace):
-        raise ValueError("cluster: a disaggregated run needs an open-loop trace (profile, synthetic, file)")
+    for pool in POOLS:
+        if getattr(point.cluster, pool).router == "session_affinity" and not isinstance(point.trace, SessionsTrace):
+            raise ValueError(f"cluster.{pool}.router session_affinity sends a conversation's turns to one instance: "
+                             f"it needs trace kind sessions, not {point.trace.kind}")
     if point.fleet is not None:  # fleet sizing counts GPUs per colocated replica (search.py)
         raise ValueError("fleet: sizing a disaggregated cluster is not supported; compare layouts with "
                          "python -m experiments.planning.disaggregation")

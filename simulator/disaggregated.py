@@ -62,11 +62,12 @@ from simulator.records_sketch import GapSketch
 from simulator.replica import Replica, delay_until_s
 from simulator.router import ROUTERS, Router
 from simulator.scheduler import COMPLETED, BatchPlan, FinishedRequest, Scheduler, StepOutcome
-from simulator.simulate import SimulationResult, _sketch_window_s
+from simulator.simulate import SimulationResult, _Dispatcher, _sketch_window_s
 from simulator.step_log import StepLog, StepStats
-from traces import Request
+from traces import ClosedLoopWorkload, Request
 
-POOL_ROUTERS = ROUTERS + ("prefix_aware",)
+# vllm_dp balances the DP ranks of one engine, not a pool of instances.
+POOL_ROUTERS = tuple(r for r in ROUTERS if r != "vllm_dp")
 
 
 @dataclass(frozen=True)
@@ -376,7 +377,7 @@ class DisaggregatedResult(SimulationResult):
 
 
 def simulate_disaggregated(
-    requests: list[Request],
+    requests: list[Request] | ClosedLoopWorkload,
     prefill: Pool,
     decode: Pool,
     link: KvLink,
@@ -388,10 +389,14 @@ def simulate_disaggregated(
     keep_steps: bool = True,
     fast_forward: bool = True,
 ) -> DisaggregatedResult:
-    """Run an open-loop trace through a prefill pool and a decode pool (module docstring).
+    """Run a trace through a prefill pool and a decode pool (module docstring).
 
     Args:
-        requests: the trace, replayed in arrival order (stable for ties).
+        requests: the trace, replayed in arrival order (stable for ties); or a closed-loop
+            workload (`traces.ClosedLoopWorkload`, `traces.SessionWorkload`), driven as
+            `simulator.simulate.simulate` drives one: a client's next request (a conversation's
+            next turn) is sent `think_time_s` after its previous one ends, which is its last
+            token in the decode pool (or its one token in the prefill pool, or its rejection).
         prefill, decode: the pools (`Pool`); replica ids are 0..P-1 and P..P+D-1.
         link: the KV link into each decode instance.
         kv_bytes_per_token: bytes of one prompt token's KV that one link moves
@@ -401,6 +406,8 @@ def simulate_disaggregated(
         seed: seeds the `random` routers.
         trim_fraction, keep_token_times, keep_steps, fast_forward: as `simulator.simulate.simulate`
             (decode windows in the decode pool; the records are the same either way).
+        The pools' `session_affinity` router sends every turn of a conversation to the instance
+        that served its first (a sessions workload only).
 
     Returns:
         A `DisaggregatedResult`. Every request ends with one finish reason: rejected when it
@@ -409,15 +416,23 @@ def simulate_disaggregated(
         in the prefill pool when it asks for one token.
 
     Raises:
-        ValueError: kv_bytes_per_token < 0.
+        ValueError: kv_bytes_per_token < 0; keep_token_times=False with trim_fraction > 0 on a
+            closed-loop workload (`simulate`'s rule); `session_affinity` without sessions.
     """
     if not (kv_bytes_per_token >= 0 and math.isfinite(kv_bytes_per_token)):
         raise ValueError(f"kv_bytes_per_token must be >= 0 and finite, got {kv_bytes_per_token!r}")
+    closed_loop = requests if isinstance(requests, ClosedLoopWorkload) else None
     env = simpy.Environment()
     cluster = _Cluster(env, prefill, decode, link, kv_bytes_per_token, outcome_fn or StepOutcome.without_speculation,
-                       seed, _sketch_window_s(requests, None, keep_token_times, trim_fraction), keep_token_times,
-                       keep_steps, fast_forward)
-    env.process(cluster.replay(sorted(requests, key=lambda r: r.arrival_s)))
+                       seed, _sketch_window_s(requests, closed_loop, keep_token_times, trim_fraction),
+                       keep_token_times, keep_steps, fast_forward, getattr(closed_loop, "session_of", None))
+    # The cluster is the one front door the dispatcher knows: it routes within its pools itself.
+    dispatch = _Dispatcher(env, [cluster], router=None)
+    if closed_loop:
+        cluster.on_finish = dispatch.closed_loop_callback(closed_loop)
+        dispatch.start_closed_loop(closed_loop)
+    else:
+        env.process(dispatch.replay(sorted(requests, key=lambda r: r.arrival_s)))  # stable for ties
     env.run()
     return cluster.result(trim_fraction)
 
@@ -427,8 +442,9 @@ class _Cluster:
 
     def __init__(self, env, prefill: Pool, decode: Pool, link: KvLink, kv_bytes_per_token: float, outcome_fn,
                  seed: int, window_s: tuple[float, float], keep_token_times: bool, keep_steps: bool,
-                 fast_forward: bool):
+                 fast_forward: bool, session_of: Callable[[int], int] | None = None):
         self.env = env
+        self.on_finish: Callable[[FinishedRequest], None] | None = None  # a closed loop's next request
         self.kv_bytes_per_token = kv_bytes_per_token
         self.keep_token_times = keep_token_times
         self.window_s = window_s
@@ -455,15 +471,13 @@ class _Cluster:
                                     steps=StepLog(keep=keep_steps))
             self.inboxes.append(inbox)
             self.decode_replicas.append(s.replica)
-        self.prefill_router = _PoolRouter(prefill.router, self.prefill_replicas, self.prefill_pool, seed)
-        self.decode_router = _PoolRouter(decode.router, self.inboxes, self.decode_pool, seed + 1)
+        self.prefill_router = _PoolRouter(prefill.router, self.prefill_replicas, self.prefill_pool, seed, session_of)
+        self.decode_router = _PoolRouter(decode.router, self.inboxes, self.decode_pool, seed + 1, session_of)
         self.originals: dict[int, Request] = {}  # in the prefill pool: the request as it arrived
 
-    def replay(self, requests: list[Request]):
-        for request in requests:
-            if request.arrival_s > self.env.now:
-                yield self.env.timeout(delay_until_s(self.env.now, request.arrival_s))
-            self.arrive(request)
+    def submit(self, request: Request, sent_at_s: float = -math.inf) -> None:
+        """The dispatcher's entry (`simulator.simulate._Dispatcher`): a request arrives now."""
+        self.arrive(request)
 
     def arrive(self, request: Request) -> None:
         """Reject a request the decode pool can never serve; else send its prefill (one output token)."""
@@ -493,8 +507,11 @@ class _Cluster:
                                           source.last_step_start_s))
 
     def _decoded(self, finished: FinishedRequest) -> None:
-        """Without token times: the gap from the prefill's token to the first decode emission
-        goes into the TBT/ITL sketch (the decode records only see the decode gaps)."""
+        """A request ended in the decode pool: a closed loop's client sends its next one. Without
+        token times, the gap from the prefill's token to the first decode emission goes into the
+        TBT/ITL sketch (the decode records only see the decode gaps)."""
+        if self.on_finish is not None:
+            self.on_finish(finished)
         if self.keep_token_times or not finished.generated_tokens or len(finished.token_times_s) == 0:
             return
         if not self.window_s[0] <= finished.arrival_s <= self.window_s[1]:
@@ -506,9 +523,12 @@ class _Cluster:
         self.first_gaps.add(np.array([times[0] - finished.first_token_s]), np.array([k]))
 
     def _record_in_cluster(self, finished: FinishedRequest) -> None:
+        """A request that ends outside the decode pool: rejected, or done after its one token."""
         if len(finished.token_times_s):
             self.cluster_records.note_step_end(self.env.now)  # its one token: now, a prefill step's end
         self.cluster_records.add([finished])
+        if self.on_finish is not None:
+            self.on_finish(finished)
 
     def result(self, trim_fraction: float) -> DisaggregatedResult:
         decode_records = [r.records for r in self.decode_replicas]
@@ -613,17 +633,19 @@ class _PoolRouter:
     outstanding among equals (llm-d's and Dynamo's KV-aware routing, reduced to its core: cache
     hit first, then load)."""
 
-    def __init__(self, policy: str, members: list, schedulers: list[_PoolScheduler], seed: int):
+    def __init__(self, policy: str, members: list, schedulers: list[_PoolScheduler], seed: int,
+                 session_of: Callable[[int], int] | None = None):
         self.policy = policy
         self.members = members
         self.schedulers = schedulers
-        self.router = Router("least_outstanding" if policy == "prefix_aware" else policy, members, seed)
+        self.router = Router("least_outstanding" if policy == "prefix_aware" else policy, members, seed,
+                             session_of=session_of)
 
     def pick(self, request: Request) -> int:
         if len(self.members) == 1:
             return 0
         if self.policy != "prefix_aware" or not request.prefix_hash_ids:
-            return self.router.pick()
+            return self.router.pick(request)
         best, best_key = 0, None
         for index, (member, s) in enumerate(zip(self.members, self.schedulers)):
             bm = s.inner.block_manager

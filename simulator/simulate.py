@@ -107,11 +107,7 @@ def simulate(
                              records=records[i], steps=step_logs[i])
                      for i, s in enumerate(schedulers)]
     if closed_loop:
-        for request in closed_loop.initial_requests():
-            if request.arrival_s > 0:  # a staggered start (sessions' session_qps)
-                dispatch.deliver_later(request, 0.0)
-            else:
-                dispatch.submit(request)
+        dispatch.start_closed_loop(closed_loop)
     else:
         env.process(dispatch.replay(sorted(requests, key=lambda r: r.arrival_s)))  # stable for ties
     env.run()  # ends when no event is left: all arrivals submitted, every replica idle
@@ -173,6 +169,14 @@ class _Dispatcher:
                 yield self.env.timeout(delay_until_s(self.env.now, request.arrival_s))
             self._replay_next = index + 1
             self.submit(request)
+
+    def start_closed_loop(self, workload: ClosedLoopWorkload) -> None:
+        """Submit each client's first request: now, or at its start time (sessions' session_qps)."""
+        for request in workload.initial_requests():
+            if request.arrival_s > 0:  # a staggered start
+                self.deliver_later(request, 0.0)
+            else:
+                self.submit(request)
 
     def closed_loop_callback(self, workload: ClosedLoopWorkload):
         """on_finish for replicas: the finished request's client sends its next one."""

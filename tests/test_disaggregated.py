@@ -201,3 +201,81 @@ def test_prefix_aware_routing_sends_a_request_where_its_prefix_is_cached(router,
     # The hit is priced: R2's prefill computes 64 - cached tokens in one step.
     prefill_steps = result.steps[result.steps["replica_id"] < 2]
     assert prefill_steps["num_prefill_tokens"].iloc[-1] == 64 - cached
+
+
+def test_sessions_next_turn_arrives_after_the_previous_turn_ends_in_the_decode_pool():
+    """Two conversations (think time 0.5 s), both first turns at 0 s: A = [(100 user, 3 answer),
+    (50, 2)], B = [(100, 1), (20, 2)]; a turn's prompt is the conversation so far.
+
+    Prefill: A0 and B0 in one step (200 tokens) 0 → 0.030. B0 asks one token: it ends there, so
+    B1 (100 + 1 + 20 = 121 tokens) arrives at 0.530. A0 crosses 0.030 → 0.132 (0.002 + 0.1 s)
+    and decodes 0.132 → 0.1421 → 0.1522 (its end in the decode pool), so A1 (100 + 3 + 50 = 153
+    tokens) arrives at 0.6522. B1: prefill 0.530 → 0.5521 (0.010 + 0.0121), link 0.123 s → 0.6751, one
+    decode step → 0.6852. A1: prefill 0.6522 → 0.6775 (0.010 + 0.0153); the decode instance is then
+    in B1's step, so A1's transfer starts at its end, 0.6852, crosses in 0.155 s to 0.8402, and
+    one decode step ends it at 0.8503. Request ids are in issue order: A0, B0, B1, A1."""
+    from traces.sessions import SessionWorkload
+
+    workload = SessionWorkload.from_turns([[(100, 3), (50, 2)], [(100, 1), (20, 2)]], think_time_s=0.5)
+    result = run(workload)
+    r = result.requests.set_index("request_id").sort_index()
+    assert list(r["prompt_tokens"]) == [100, 100, 121, 153]
+    assert list(r["output_tokens"]) == [3, 1, 2, 2]
+    assert list(r["finish_reason"]) == ["completed"] * 4
+    np.testing.assert_allclose(r["arrival_s"], [0.0, 0.0, 0.530, 0.6522])
+    np.testing.assert_allclose(r["first_token_s"], [0.030, 0.030, 0.5521, 0.6775])
+    np.testing.assert_allclose(r["kv_transfer_start_s"], [0.030, np.nan, 0.5521, 0.6852])
+    np.testing.assert_allclose(r["kv_transfer_end_s"], [0.132, np.nan, 0.6751, 0.8402])
+    np.testing.assert_allclose(r["completion_s"], [0.1522, 0.030, 0.6852, 0.8503])
+    np.testing.assert_allclose(r.loc[3, "token_times_s"], [0.6775, 0.8503])
+    assert result.summary["completed"] == 4
+
+
+def test_closed_loop_keeps_its_clients_in_flight_across_the_pools():
+    """A closed loop of 3 clients, 12 requests of 100 + 4 tokens, think time 0: at every instant
+    at most 3 requests are in the cluster (arrived and not ended), each client's next request
+    arrives exactly when its previous one completed in the decode pool, and the run ends with
+    all 12 completed, with and without decode windows."""
+    from traces import ClosedLoopWorkload
+
+    frames = []
+    for fast in (True, False):
+        workload = ClosedLoopWorkload(3, 0.0, prompt=100, output=4, num_requests=12)
+        r = run(workload, decode=pool(2), fast_forward=fast).requests.sort_values("request_id")
+        assert (r["finish_reason"] == "completed").all() and len(r) == 12
+        clients = [workload.client_of(i) for i in r["request_id"]]
+        ends_by_client: dict[int, float] = {}
+        for client, arrival, end in zip(clients, r["arrival_s"], r["completion_s"]):
+            assert arrival == ends_by_client.get(client, 0.0)
+            ends_by_client[client] = end
+        for t in r["arrival_s"]:
+            assert ((r["arrival_s"] <= t) & (r["completion_s"] > t)).sum() <= 3
+        frames.append(r.drop(columns="token_times_s").reset_index(drop=True))
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(frames[0], frames[1])
+
+
+@pytest.mark.parametrize(("router", "prefill_ids", "b1_cached"), [
+    ("session_affinity", [0, 1, 1, 0], 96), ("round_robin", [0, 1, 0, 1], 0)])
+def test_session_affinity_keeps_a_conversation_on_its_prefill_instance(router, prefill_ids, b1_cached):
+    """The two conversations of the sessions test on two vllm_v1 prefill instances with prefix
+    caching. Affinity: A0 to instance 0, B0 to 1 (fewest outstanding), then each conversation's
+    next turn where its first went, so B1 (121 tokens) finds B0's 6 full blocks of 16 cached
+    there: 96 tokens. Round robin sends B1 to instance 0 (A0's) and A1 to 1: no hit."""
+    from traces.sessions import SessionWorkload
+
+    workload = SessionWorkload.from_turns([[(100, 3), (50, 2)], [(100, 1), (20, 2)]], think_time_s=0.5)
+    result = run(workload, prefill=pool(2, scheduler="vllm_v1", router=router))
+    r = result.requests.set_index("request_id").sort_index()
+    assert list(r["finish_reason"]) == ["completed"] * 4
+    # B0 ends in the prefill pool (one token): its instance is the step's replica, not a transfer's.
+    steps = result.steps[result.steps["replica_id"] < 2]
+    assert list(r["prefill_replica_id"].drop(index=1)) == [prefill_ids[0]] + prefill_ids[2:]
+    assert set(steps["replica_id"]) == {0, 1}
+    assert r.loc[2, "cached_tokens"] == b1_cached
+
+
+def test_session_affinity_needs_sessions():
+    with pytest.raises(ValueError, match="session_affinity"):
+        run([Request(0, 0.0, 100, 3)], prefill=pool(2, router="session_affinity"))

@@ -148,3 +148,33 @@ def test_vllm_flags_of_a_cluster_point_say_there_is_no_single_command(tmp_path):
     assert vllm_serve_flags(point) == DISAGGREGATED_FLAGS
     with pytest.raises(ValueError, match="no single vllm serve command"):
         vllm_serve_command(point)
+
+
+def test_a_sessions_trace_runs_through_the_cluster(tmp_path):
+    """kind: sessions with `cluster:`: every turn completes, turn t + 1 of a conversation arrives
+    think_time_s (1 s) after turn t completed (in the decode pool), and the prefill pool's
+    session_affinity keeps each conversation on one prefill instance."""
+    text = BASE.replace("trace: {kind: profile, name: azure-conv, qps: 4, num_requests: 40, seed: 0}",
+                        "trace: {kind: sessions, clients: 6, turns: 3, think_time_s: 1.0, prompt_tokens: 200, "
+                        "output_tokens: 20, seed: 0}")
+    text = text.replace("prefill: {replicas: 2, engine: {chunk_size: 2048}}",
+                        "prefill: {replicas: 2, router: session_affinity, engine: {chunk_size: 2048}}")
+    (point,) = load(tmp_path, text)
+    result = run_point(point)
+    assert result.row["completed"] == 18
+    assert result.row["trace_source"] == "sessions, 6 conversations x 3 turns"
+    r = result.requests
+    # A later turn arrives exactly at an earlier turn's completion + 1 s (now + think time), and
+    # that earlier turn ran on the same prefill instance (affinity).
+    ended = {end + 1.0: (rid, prefill) for rid, end, prefill in
+             zip(r["request_id"], r["completion_s"], r["prefill_replica_id"])}
+    later = r[r["arrival_s"] > 0]
+    assert len(later) == 12
+    for rid, arrival, prefill in zip(later["request_id"], later["arrival_s"], later["prefill_replica_id"]):
+        previous, previous_prefill = ended[arrival]
+        assert previous < rid and previous_prefill == prefill
+
+
+def test_session_affinity_in_a_pool_needs_a_sessions_trace(tmp_path):
+    assert "cluster.decode.router session_affinity" in error_of(
+        tmp_path, overrides=["cluster.decode.router=session_affinity"])
