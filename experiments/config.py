@@ -1458,9 +1458,6 @@ def check_cluster(point: SweepConfig) -> None:
         if getattr(point.cluster, pool).router == "session_affinity" and not isinstance(point.trace, SessionsTrace):
             raise ValueError(f"cluster.{pool}.router session_affinity sends a conversation's turns to one instance: "
                              f"it needs trace kind sessions, not {point.trace.kind}")
-    if point.fleet is not None:  # fleet sizing counts GPUs per colocated replica (search.py)
-        raise ValueError("fleet: sizing a disaggregated cluster is not supported; compare layouts with "
-                         "python -m experiments.planning.disaggregation")
     model = get_model_spec(point.model)
     for pool in POOLS:
         e = pool_point(point, pool).engine

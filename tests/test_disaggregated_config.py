@@ -88,11 +88,48 @@ def test_bad_cluster_keys_are_named(tmp_path, override, named):
     assert named in error_of(tmp_path, overrides=[override])
 
 
-def test_capacity_search_of_a_cluster_point_but_no_fleet_sizing(tmp_path):
-    (point,) = load(tmp_path, overrides=["search={qps: [1, 8]}"])
-    assert point.search.qps == (1, 8)
-    message = error_of(tmp_path, overrides=["search={qps: [1, 8]}", "fleet={target_qps: 10}"])
-    assert "fleet: sizing a disaggregated cluster is not supported" in message
+def test_fleet_sizing_of_a_cluster_counts_whole_clusters_and_all_their_gpus(tmp_path):
+    """A 2P(TP1) 3D(TP2) cluster is 8 GPUs; at a capacity of 12.5 req/s a 40 req/s target needs
+    ceil(40 / 12.5) = 4 clusters = 32 GPUs, at $3 a GPU-hour $96/h over 40 req/s × 200 tokens."""
+    from experiments.planning.search import fleet_row, per_gpu_row
+
+    (point,) = load(tmp_path, overrides=["search={qps: [1, 8]}", "fleet={target_qps: 40, gpu_hour_usd: 3}"])
+    trials = [{"passed": True, "throughput_rps": 10.0, "output_throughput_tps": 2000.0}]
+    row = fleet_row(point, 12.5, trials)
+    assert row["fleet_replicas"] == 4 and row["fleet_gpus"] == 32
+    assert row["usd_per_million_output_tokens"] == pytest.approx(96 / (40 * 200 * 3600) * 1e6)
+    assert per_gpu_row(point, [12.0, 13.0, float("nan")]) == {"num_gpus": 8, "capacity_per_gpu_qps": 12.5 / 8}
+
+
+def test_fleet_sizing_counts_every_gpu_of_a_colocated_point():
+    """Two TP2 replicas behind a router are 4 GPUs a copy (the sizing once counted TP × PP only,
+    2): 40 req/s at 12.5 needs 4 copies = 16 GPUs."""
+    from experiments.planning.search import fleet_row
+
+    point = SweepConfig.model_validate({"trace": {"kind": "poisson", "qps": 1}, "search": {},
+                                        "engine": {"tensor_parallel_size": 2, "replicas": 2},
+                                        "fleet": {"target_qps": 40}})
+    assert fleet_row(point, 12.5, []) == {"fleet_replicas": 4, "fleet_gpus": 16}
+
+
+def test_capacity_search_of_a_cluster_reports_per_gpu_capacity_and_fleet(tmp_path):
+    """`sweep` of a cluster config with `search:` and `fleet:`: the capacity table has the
+    cluster's 8 GPUs, capacity per GPU = capacity / 8 and the fleet in whole clusters."""
+    from typer.testing import CliRunner
+
+    from experiments.cli.main import app
+
+    text = BASE + "search: {qps: [0.5, 4], num_requests: 40, seeds: 1, max_trials: 4}\nfleet: {target_qps: 20}\n"
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["sweep", str(write(tmp_path, text)), "--out", str(out), "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    import pandas as pd
+
+    row = pd.read_csv(out / "points.csv").iloc[0]
+    assert row["num_gpus"] == 8 and row["capacity_qps"] > 0
+    assert row["capacity_per_gpu_qps"] == pytest.approx(row["capacity_qps"] / 8)
+    assert row["fleet_gpus"] == 8 * row["fleet_replicas"] == 8 * np.ceil(20 / row["capacity_qps"])
+    assert "QPS per GPU" in result.output
 
 
 def test_variants_cross_pool_sizes_and_label_them(tmp_path):

@@ -603,7 +603,9 @@ CAPACITY_COLUMNS = {
     "capacity_ci_high": "95 % CI high",
     "capacity_by_seed": "by seed",
     "capacity_at_bound": "at search bound",
-    "fleet_replicas": "replicas for target",
+    "num_gpus": "GPUs",
+    "capacity_per_gpu_qps": "QPS per GPU",
+    "fleet_replicas": "copies for target",
     "fleet_gpus": "GPUs for target",
     "usd_per_million_output_tokens": "$ / M output tokens",
 }
@@ -710,8 +712,8 @@ def _fleet_lines(ok: pd.DataFrame, base: SweepConfig) -> list[str]:
     bound = _is_true(cheapest.get("capacity_at_bound"))
     most = "at most " if bound else ""
     return [f"Fleet for {base.fleet.target_qps:g} QPS: fewest GPUs with **{cheapest['label']}** — "
-            f"{most}{int(cheapest['fleet_replicas'])} replicas, {most}{int(cheapest['fleet_gpus'])} GPUs{price} "
-            "(replicas assumed to add capacity linearly behind the router)"
+            f"{most}{int(cheapest['fleet_replicas'])} copies of its deployment, {most}{int(cheapest['fleet_gpus'])} "
+            f"GPUs{price} (copies assumed to add capacity linearly behind a router)"
             + ("; its capacity is only a lower bound (it passed at the top of search.qps), so the fleet "
                "may be smaller" if bound else "") + "."]
 

@@ -10,6 +10,7 @@ import pandas as pd
 
 from experiments.planning.capacity import confidence_interval, default_slo, find_capacity
 from experiments.config import ClosedLoopTrace, FileTrace, SweepConfig
+from experiments.deployment import cluster_gpus
 from experiments.point import run_point
 from profiler import get_model_spec
 
@@ -85,17 +86,28 @@ def cost_model_summary(trials: list[dict]) -> dict:
     return {"cost_model_label": labels[0], "cost_model_steps_out_of_range": out}
 
 
+def per_gpu_row(point: SweepConfig, capacities: list[float]) -> dict:
+    """A capacity row's per-GPU columns, so layouts on different GPU counts compare (a 2P3D
+    cluster against one TP2 replica): `num_gpus` (`cluster_gpus`: replicas × TP × PP × DP, or
+    the pools' sum) and `capacity_per_gpu_qps`: mean capacity over seeds / GPUs, DistServe's
+    "goodput per GPU" (Zhong et al., OSDI'24 §2.1) with the search's percentile SLOs as the bar
+    (NaN when no seed passed a trial)."""
+    gpus = cluster_gpus(point)
+    valid = [c for c in capacities if not math.isnan(c)]
+    return {"num_gpus": gpus, "capacity_per_gpu_qps": float(np.mean(valid)) / gpus if valid else math.nan}
+
+
 def fleet_row(point: SweepConfig, capacity_qps: float, trials: list[dict]) -> dict:
-    """Replicas of this point needed for the fleet's target QPS, GPUs, and cost per million output
-    tokens. Assumes replicas behind a router add capacity linearly (no cross-replica contention).
+    """Copies of this point's deployment needed for the fleet's target QPS (`fleet_replicas`:
+    replicas of a one-replica point, whole xPyD clusters of a `cluster:` point), their GPUs
+    (copies × `cluster_gpus`), and cost per million output tokens. Assumes copies behind a
+    router add capacity linearly (no cross-copy contention).
     """
     fleet = point.fleet
     if fleet is None or not capacity_qps > 0:
         return {}
-    e = point.engine
-    gpus_per_replica = e.tensor_parallel_size * e.pipeline_parallel_size
     replicas = math.ceil(fleet.target_qps / capacity_qps)
-    row = {"fleet_replicas": replicas, "fleet_gpus": replicas * gpus_per_replica}
+    row = {"fleet_replicas": replicas, "fleet_gpus": replicas * cluster_gpus(point)}
     passing = [t for t in trials if t["passed"] and t["throughput_rps"] > 0]
     if fleet.gpu_hour_usd is not None and passing:
         tokens_per_request = float(np.mean([t["output_throughput_tps"] / t["throughput_rps"] for t in passing]))

@@ -29,8 +29,8 @@ from experiments.config import SweepConfig, describe_point, point_labels
 from experiments.outputs import RunFolder, write_csv, write_parquet, write_text
 from experiments.point import PointResult, device_name, report_columns, run_point
 from experiments.planning.results_cache import ResultsCache, cache_key
-from experiments.planning.search import (capacity_row, cost_model_summary, fleet_row, load_row, search_capacity,
-                                         trial_config)
+from experiments.planning.search import (capacity_row, cost_model_summary, fleet_row, load_row, per_gpu_row,
+                                         search_capacity, trial_config)
 from experiments.planning.vllm_flags import vllm_serve_command, vllm_serve_flags
 
 
@@ -111,6 +111,7 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
             row.update(capacity_row(labels[i], ids[i], [o.capacity_qps for o in outcomes], config.search.qps[1]))
             point_trials = [{**t, "point_id": ids[i]} for o in outcomes for t in o.trials]
             row.update(cost_model_summary(point_trials))
+            row.update(per_gpu_row(config, [o.capacity_qps for o in outcomes]))
             row.update(fleet_row(config, row["capacity_qps"], point_trials), cached=all(o.cached for o in outcomes))
             cache_errors = [o.cache_error for o in outcomes if o.cache_error]
             if cache_errors:
