@@ -42,6 +42,8 @@ class _Commands(LazyGroup):
                 "fit_report.{md,json} there."),
         "calibrate": ("experiments.cli.verify", "calibrate", "Profile MODEL's ops on this machine and fit the cost "
                       "model: one calibration directory."),
+        "search-xpyd": ("experiments.cli.xpyd", "search_xpyd", "Search every xPyD split and colocated layout of "
+                        "--gpus GPUs by goodput per GPU; write the table and a plot."),
         "verify": ("experiments.cli.verify", "verify", "Compare the simulator with a measured run: per step (the "
                    "cost model prices the engine's executed plans) and end to end (the same trace simulated); write "
                    "fidelity.{json,md,html}."),

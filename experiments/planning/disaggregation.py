@@ -9,24 +9,25 @@ thresholds (`ttft_s`, `tpot_s`; `e2e_s` too if set), the rate is found by the pr
 bisection (`experiments.planning.capacity.find_capacity`) on trials of `num_requests` with warm-up
 and drain trimmed, and a rejected request counts as missing its SLOs.
 
-Run:
-    .venv/bin/python -m experiments.planning.disaggregation CONFIG.yaml --gpus 8 [--tp 1,2] [--out DIR]
+Run (experiments/cli/xpyd.py; `python -m experiments.planning.disaggregation ARGS` is the same):
+    .venv/bin/sarathi-sim search-xpyd CONFIG.yaml --gpus 8 [--tp 1,2] [--out DIR] [--jobs N]
 
-writes `disaggregation.csv` (one row per layout: kind, label, GPUs, capacity, goodput per GPU,
-trials), `disaggregation.md` (the table, best first, and the best disaggregated layout against
+writes, into a run folder (`experiments.outputs.RunFolder`, every file whole),
+`disaggregation.csv` (one row per layout: kind, label, GPUs, capacity, goodput per GPU, trials,
+error), `disaggregation.md` (the table, best first, and the best disaggregated layout against
 the best colocated one) and `disaggregation.png` (goodput per GPU of every layout).
 """
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from experiments.config import ConfigError, SweepConfig, describe_point, load_config
+from experiments.config import SweepConfig, describe_point
 from experiments.planning.capacity import find_capacity
 from experiments.point import run_point
 from profiler import get_model_spec
@@ -129,11 +130,14 @@ def slo_attainment(requests: pd.DataFrame, thresholds_s: dict[str, float], trim_
 
 def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: float = DEFAULT_ATTAINMENT,
                     qps: tuple[float, float] = (0.5, 8.0), num_requests: int = 1000, seed: int = 0,
-                    precision: float = 0.05, trim_fraction: float = 0.1, max_trials: int = 16):
-    """Highest QPS at which `layout` meets `attainment` (`slo_attainment`), by bisection.
+                    precision: float = 0.05, trim_fraction: float = 0.1, max_trials: int = 16,
+                    max_qps: float | None = None):
+    """Highest QPS at which `layout` meets `attainment` (`slo_attainment`), by bisection from the
+    bracket `qps`, whose top is doubled while it passes up to `max_qps` (default 64 × qps[1]).
 
     Returns:
-        `experiments.planning.capacity.CapacityResult` (capacity NaN when even qps[0] fails).
+        `experiments.planning.capacity.CapacityResult` (capacity NaN when even qps[0] fails,
+        `max_qps` when even that passes).
     """
     trace = layout.point.trace
     fields = type(trace).model_fields
@@ -151,37 +155,75 @@ def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: 
         served[rate] = result.row["throughput_rps"]
         return slo_attainment(result.requests, thresholds_s, trim_fraction) >= attainment
 
-    return find_capacity(passes, qps[0], qps[1], precision=precision, max_trials=max_trials,
-                         served_qps=served.get)
+    return find_capacity(passes, qps[0], qps[1], precision=precision, max_qps=max_qps or 64 * qps[1],
+                         max_trials=max_trials, served_qps=served.get)
 
 
-def search(base: SweepConfig, gpus: int, tensor_parallel_sizes=(1, 2, 4, 8), **capacity_kwargs) -> pd.DataFrame:
-    """Capacity and goodput per GPU of every layout (`layouts`), best first.
+def search(base: SweepConfig, gpus: int, tensor_parallel_sizes=(1, 2, 4, 8), jobs: int = 1,
+           on_done: Callable[[dict], None] | None = None, **capacity_kwargs) -> pd.DataFrame:
+    """Capacity and goodput per GPU of every layout (`layouts`), best first; `jobs` worker
+    processes search layouts side by side (the results do not depend on it); `on_done(row)` is
+    called as each layout's search ends.
 
-    Columns: kind, label, gpus, capacity_qps, goodput_per_gpu_qps (capacity / GPUs; 0 when
-    even the lowest rate fails), trials.
+    Columns: kind, label, point, gpus, capacity_qps, goodput_per_gpu_qps (capacity / GPUs; 0
+    when even the lowest rate fails; NaN for a layout that could not run), capacity_at_bound
+    (it passed at the search's top rate: a lower bound only), trials, error (the reason a layout
+    could not run, e.g. a model that does not fit its TP degree; None else). Failed layouts
+    sort last; the others still finish.
 
     Raises:
-        ValueError: `base` has no `goodput:` thresholds (the SLOs the search meets).
+        ValueError: `base` has no `goodput:` thresholds (the SLOs the search meets), a
+            closed-loop trace (its load is a number of clients, not a rate), or `layouts`'.
     """
+    from experiments.config import ClosedLoopTrace
+    from experiments.planning.sweep import _run_all  # the sweep's runner: inline, or a process pool
+
     if not base.goodput:
         raise ValueError("the xPyD search meets the goodput: thresholds (ttft_s, tpot_s); the config sets none")
-    rows = []
-    for layout in layouts(base, gpus, tensor_parallel_sizes):
-        result = layout_capacity(layout, base.goodput, **capacity_kwargs)
-        capacity = result.capacity_qps
-        rows.append({"kind": layout.kind, "label": layout.label, "point": describe_point(layout.point),
-                     "gpus": gpus, "capacity_qps": capacity,
-                     "goodput_per_gpu_qps": 0.0 if math.isnan(capacity) else capacity / gpus,
-                     "trials": len(result.trials)})
-    frame = pd.DataFrame(rows)
-    return frame.sort_values(["goodput_per_gpu_qps", "kind"], ascending=[False, True], ignore_index=True)
+    if isinstance(base.trace, ClosedLoopTrace):
+        raise ValueError(f"the xPyD search sets a request rate; a {base.trace.kind} trace is sized by its clients "
+                         "instead: use an open-loop trace (profile, synthetic, poisson, file)")
+    bracket = capacity_kwargs.get("qps", (0.5, 8.0))
+    capacity_kwargs = {**capacity_kwargs, "max_qps": capacity_kwargs.get("max_qps") or 64 * bracket[1]}
+    found = layouts(base, gpus, tensor_parallel_sizes)
+    calls = {i: (_safe_layout_capacity, (layout, base.goodput, capacity_kwargs)) for i, layout in enumerate(found)}
+    rows: dict[int, dict] = {}
+    for i, outcome in _run_all(calls, max(1, min(jobs, len(calls))), "local", None):
+        layout = found[i]
+        row = {"kind": layout.kind, "label": layout.label, "point": describe_point(layout.point), "gpus": gpus}
+        if isinstance(outcome, str):
+            row.update(capacity_qps=math.nan, goodput_per_gpu_qps=math.nan, capacity_at_bound=False, trials=0,
+                       error=outcome)
+        else:
+            capacity = outcome.capacity_qps
+            row.update(capacity_qps=capacity, goodput_per_gpu_qps=0.0 if math.isnan(capacity) else capacity / gpus,
+                       capacity_at_bound=bool(capacity >= capacity_kwargs["max_qps"]), trials=len(outcome.trials),
+                       error=None)
+        rows[i] = row
+        if on_done is not None:
+            on_done(row)
+    frame = pd.DataFrame([rows[i] for i in range(len(found))])
+    return frame.sort_values(["goodput_per_gpu_qps", "kind"], ascending=[False, True], ignore_index=True,
+                             na_position="last")
+
+
+def _safe_layout_capacity(layout: Layout, thresholds_s: dict[str, float], capacity_kwargs: dict):
+    """`layout_capacity`, or the error text of a layout that cannot run (the sweep's rule: a
+    point's own failure is its result; anything else is a bug and propagates)."""
+    from experiments.planning.sweep import POINT_ERRORS, _error_text
+
+    try:
+        return layout_capacity(layout, thresholds_s, **capacity_kwargs)
+    except POINT_ERRORS as exc:
+        return _error_text(exc)
 
 
 def comparison(frame: pd.DataFrame) -> str:
-    """One sentence: the best disaggregated layout against the best colocated one."""
-    best = {kind: frame[frame["kind"] == kind].iloc[0] for kind in ("disaggregated", "colocated")
-            if (frame["kind"] == kind).any()}
+    """One sentence: the best disaggregated layout against the best colocated one (among the
+    layouts that ran)."""
+    ran = frame[frame["error"].isna()] if "error" in frame else frame
+    best = {kind: ran[ran["kind"] == kind].iloc[0] for kind in ("disaggregated", "colocated")
+            if (ran["kind"] == kind).any()}
     if len(best) < 2:
         return "only one kind of layout was searched"
     d, c = best["disaggregated"], best["colocated"]
@@ -194,7 +236,8 @@ def comparison(frame: pd.DataFrame) -> str:
 
 
 def write_report(frame: pd.DataFrame, base: SweepConfig, out: Path, attainment: float) -> list[Path]:
-    """disaggregation.csv, .md and .png in `out` (each written atomically)."""
+    """disaggregation.csv, .md and .png in `out` (each written atomically, `experiments.outputs`);
+    a layout that could not run is a row with its error, and has no bar."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -208,12 +251,18 @@ def write_report(frame: pd.DataFrame, base: SweepConfig, out: Path, attainment: 
              f"Goodput = the highest rate at which ≥ {attainment:.0%} of requests meet {slos} "
              "(DistServe's definition), per GPU.", "", comparison(frame), "",
              "| layout | kind | capacity (req/s) | goodput per GPU (req/s) | trials |", "|---|---|---|---|---|"]
-    for _, r in frame.iterrows():
-        lines.append(f"| {r['label']} | {r['kind']} | {r['capacity_qps']:.3f} | {r['goodput_per_gpu_qps']:.3f} | "
-                     f"{r['trials']} |")
-    fig, ax = plt.subplots(figsize=(8, 0.35 * len(frame) + 1.2))
-    colours = ["tab:blue" if k == "disaggregated" else "tab:orange" for k in frame["kind"]]
-    ax.barh(frame["label"][::-1], frame["goodput_per_gpu_qps"][::-1], color=colours[::-1])
+    failed = frame["error"].notna() if "error" in frame else pd.Series(False, index=frame.index)
+    for (_, r), bad in zip(frame.iterrows(), failed):
+        if bad:
+            lines.append(f"| {r['label']} | {r['kind']} | failed: {_cell(r['error'])} | | |")
+        else:
+            bound = " (at the search's top rate: a lower bound)" if r.get("capacity_at_bound") else ""
+            lines.append(f"| {r['label']} | {r['kind']} | {r['capacity_qps']:.3f}{bound} | "
+                         f"{r['goodput_per_gpu_qps']:.3f} | {r['trials']} |")
+    ran = frame[~failed]
+    fig, ax = plt.subplots(figsize=(8, 0.35 * max(len(ran), 1) + 1.2))
+    colours = ["tab:blue" if k == "disaggregated" else "tab:orange" for k in ran["kind"]]
+    ax.barh(ran["label"][::-1], ran["goodput_per_gpu_qps"][::-1], color=colours[::-1])
     ax.set_xlabel(f"goodput per GPU (req/s at {attainment:.0%} SLO attainment)")
     ax.set_title("xPyD (blue) vs colocated (orange)")
     fig.tight_layout()
@@ -224,31 +273,14 @@ def write_report(frame: pd.DataFrame, base: SweepConfig, out: Path, attainment: 
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("config")
-    parser.add_argument("--gpus", type=int, required=True)
-    parser.add_argument("--tp", default="1,2,4,8", help="tensor-parallel degrees to try, comma-separated")
-    parser.add_argument("--attainment", type=float, default=DEFAULT_ATTAINMENT)
-    parser.add_argument("--qps", default="0.5,8", help="starting bracket low,high (req/s)")
-    parser.add_argument("--num-requests", type=int, default=1000)
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args(argv)
-    try:
-        base, _ = load_config(args.config)
-        tps = tuple(int(t) for t in args.tp.split(","))
-        low, high = (float(q) for q in args.qps.split(","))
-        frame = search(base, args.gpus, tps, attainment=args.attainment, qps=(low, high),
-                       num_requests=args.num_requests)
-    except (ConfigError, ValueError) as exc:
-        print(f"error: {exc}")
-        return 2
-    out = Path(args.out or f"runs/{base.name}-xpyd")
-    write_report(frame, base, out, args.attainment)
-    print(frame.to_string(index=False))
-    print(comparison(frame))
-    return 0
+def _cell(text) -> str:
+    """A Markdown table cell of free text (no pipes, one line)."""
+    return " ".join(str(text).replace("|", "/").split())
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # the same command as `sarathi-sim search-xpyd`
+    import sys
+
+    from experiments.cli.main import app
+
+    app(["search-xpyd", *sys.argv[1:]])

@@ -1,0 +1,152 @@
+"""`sarathi-sim search-xpyd CONFIG --gpus N`: the xPyD search (experiments/planning/disaggregation.py).
+
+Every prefill/decode split and per-pool TP degree of N GPUs, and every colocated layout of them,
+searched for the highest rate meeting the config's `goodput:` SLOs on `--attainment` of the
+requests; the table (best goodput per GPU first), the comparison of the best of each kind and a
+plot go into a run folder claimed as `sweep`'s is (`experiments.outputs.RunFolder`: only our
+files, one run at a time, every file whole). Registered on the main app in `experiments/cli/main.py`.
+"""
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from experiments.cli.console import fail
+
+console = Console(width=120)
+err_console = Console(stderr=True, width=120)
+
+# What `search:` does not set and the option does not give.
+DEFAULT_QPS = (0.5, 8.0)
+DEFAULT_NUM_REQUESTS = 1000
+DEFAULT_PRECISION = 0.05
+DEFAULT_MAX_TRIALS = 16
+
+
+def search_xpyd(
+    config: Path = typer.Argument(..., help="Config YAML with goodput: {ttft_s, tpot_s} (a cluster: block sets the "
+                                            "pools' link and engine keys)."),
+    gpus: int = typer.Option(..., "--gpus", min=1, help="GPU budget: every layout uses exactly this many."),
+    tp: str = typer.Option("1,2,4,8", "--tp", help="Tensor-parallel degrees to try, comma-separated."),
+    attainment: float = typer.Option(0.9, "--attainment", min=0.0, max=1.0,
+                                     help="Share of requests that must meet every goodput SLO (DistServe: 0.9)."),
+    qps: Optional[str] = typer.Option(None, "--qps", help="Starting bracket LOW,HIGH in req/s (default: search.qps, "
+                                                          "else 0.5,8)."),
+    num_requests: Optional[int] = typer.Option(None, "--num-requests", min=1,
+                                               help="Requests per trial (default: search.num_requests, else 1000)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<name>-xpyd)."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a config key: --set trace.seed=1 "
+                                                                 "(repeatable)."),
+    point: int = typer.Option(0, "--point", min=0, help="Which point of the config's variants to search from."),
+    jobs: int = typer.Option(1, "--jobs", min=1, help="Worker processes searching layouts side by side."),
+) -> None:
+    """Search every xPyD split and colocated layout of --gpus GPUs by goodput per GPU; write the table and a plot.
+
+    Goodput is DistServe's: the highest request rate at which --attainment of the requests meet
+    every `goodput:` threshold, here per GPU. The bisection's precision, trim and trial cap come
+    from the config's `search:` when it has one. Exit status: 0 when every layout ran, 1 when a
+    layout failed (its error is in the table; the others are written) or an output could not be
+    written, 2 for a bad config or option, 130 when interrupted.
+    """
+    from experiments.config import ConfigError, SweepConfig, load_config
+    from experiments.outputs import RunFolder
+    from experiments.planning.disaggregation import comparison, search, write_report
+
+    try:
+        base, points = load_config(config, set_ or [], on_warning=lambda text: err_console.print(
+            f"[yellow]warning:[/yellow] {escape(text)}", highlight=False))
+    except ConfigError as exc:
+        fail(str(exc))
+    if point >= len(points):
+        fail(f"--point {point} is out of range; this config has {len(points)} points")
+    start = SweepConfig.model_validate(points[point])
+    try:
+        tps = tuple(int(t) for t in tp.split(","))
+    except ValueError:
+        fail(f"--tp {tp!r}: expected tensor-parallel degrees separated by commas, e.g. 1,2,4")
+    bracket = _bracket(qps, start)
+    search_keys = start.search
+    # search.qps bounds the search as in `sweep` (its top is the cap); --qps is a starting bracket.
+    kwargs = {"attainment": attainment, "qps": bracket,
+              "max_qps": bracket[1] if qps is None and search_keys is not None else None,
+              "num_requests": num_requests or (search_keys.num_requests if search_keys else DEFAULT_NUM_REQUESTS),
+              "precision": search_keys.precision if search_keys else DEFAULT_PRECISION,
+              "trim_fraction": search_keys.trim_fraction if search_keys else 0.1,
+              "max_trials": search_keys.max_trials if search_keys else DEFAULT_MAX_TRIALS}
+    out_dir = out or Path("runs") / f"{base.name}-xpyd"
+    started = time.perf_counter()
+    done = []
+    try:
+        with RunFolder(out_dir, inputs=[config]) as folder:
+            frame = search(start, gpus, tps, jobs=jobs, on_done=lambda row: _progress(done, row), **kwargs)
+            folder.attempt(write_report, frame, start, folder.path, attainment,
+                           outputs=("disaggregation.csv", "disaggregation.md", "disaggregation.png"))
+            folder.attempt(folder.remove_stale)
+            message = folder.failure_message()
+    except (ConfigError, ValueError) as exc:  # OutputFolderError is a ValueError: the folder's message
+        fail(str(exc))
+    except KeyboardInterrupt:
+        err_console.print(f"[yellow]interrupted:[/yellow] {len(done)} layouts had finished; nothing was written",
+                          highlight=False)
+        raise typer.Exit(128 + signal.SIGINT)
+    _print(frame)
+    console.print(comparison(frame), highlight=False)
+    if message is not None:
+        err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+        raise typer.Exit(1)
+    console.print(f"wrote disaggregation.csv, disaggregation.md, disaggregation.png in {out_dir} "
+                  f"({time.perf_counter() - started:.1f} s)", highlight=False)
+    failed = int(frame["error"].notna().sum())
+    if failed:
+        err_console.print(f"[red]{failed} of {len(frame)} layouts failed[/red] (their errors are above and in "
+                          "disaggregation.md); exit status 1", highlight=False)
+        raise typer.Exit(1)
+
+
+def _bracket(qps: Optional[str], point) -> tuple[float, float]:
+    """--qps LOW,HIGH, else the point's search.qps, else DEFAULT_QPS; 0 < LOW < HIGH."""
+    if qps is None:
+        return tuple(point.search.qps) if point.search is not None else DEFAULT_QPS
+    try:
+        low, high = (float(q) for q in qps.split(","))
+    except ValueError:
+        fail(f"--qps {qps!r}: expected LOW,HIGH in req/s, e.g. 0.5,8")
+    if not 0 < low < high < float("inf"):
+        fail(f"--qps {qps!r}: needs 0 < LOW < HIGH")
+    return low, high
+
+
+def _progress(done: list, row: dict) -> None:
+    done.append(row)
+    state = (f"failed: {row['error']}" if row.get("error") else
+             f"{row['capacity_qps']:.3g} req/s, {row['goodput_per_gpu_qps']:.3g} per GPU, {row['trials']} trials")
+    err_console.print(f"[dim]{len(done)}. {escape(row['label'])}: {escape(state)}[/dim]", highlight=False)
+
+
+def _print(frame) -> None:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title="xPyD search: goodput per GPU, best first", box=box.SIMPLE_HEAD, title_justify="left")
+    for name in ("layout", "kind", "capacity (req/s)", "goodput per GPU (req/s)", "trials"):
+        table.add_column(name, justify="left" if name in ("layout", "kind") else "right")
+    for i, r in frame.iterrows():
+        if isinstance(r["error"], str):
+            table.add_row(escape(r["label"]), r["kind"], "[red]failed[/red]", "", "")
+        else:
+            best = i == 0 and r["goodput_per_gpu_qps"] > 0
+            bound = " [yellow](at bound)[/yellow]" if r.get("capacity_at_bound") else ""
+            table.add_row(escape(r["label"]) + (" ★" if best else ""), r["kind"], f"{r['capacity_qps']:.3f}{bound}",
+                          f"{r['goodput_per_gpu_qps']:.3f}", str(r["trials"]))
+    console.print(table)
+    if frame["capacity_at_bound"].any():
+        err_console.print("[yellow]warning:[/yellow] a layout marked (at bound) met the SLOs at the search's top rate: "
+                          "its capacity is only a lower bound; raise --qps (or search.qps)", highlight=False)
+    for _, r in frame[frame["error"].notna()].iterrows():
+        err_console.print(f"[red]{escape(r['label'])} failed:[/red] {escape(str(r['error']))}", highlight=False)

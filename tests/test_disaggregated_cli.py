@@ -1,0 +1,93 @@
+"""`sarathi-sim search-xpyd` (experiments/cli/xpyd.py): the xPyD search from the command line, its
+run folder, and bad input as exit statuses."""
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from experiments.cli.main import app
+
+CONFIG = """
+name: xpyd
+model: llama-3-8b
+device: h100-sxm
+cost_model: roofline
+trace: {kind: profile, name: azure-conv, qps: 4, num_requests: 40, seed: 0}
+engine: {scheduler: sarathi, chunk_size: 512}
+goodput: {ttft_s: 0.5, tpot_s: 0.05}
+cluster:
+  prefill: {engine: {chunk_size: 2048}}
+  link: {bandwidth_gb_s: 50}
+"""
+FILES = ["disaggregation.csv", "disaggregation.md", "disaggregation.png"]
+
+
+def invoke(tmp_path, *args, text=CONFIG):
+    config = tmp_path / "xpyd.yaml"
+    config.write_text(textwrap.dedent(text))
+    return CliRunner().invoke(app, ["search-xpyd", str(config), *args])
+
+
+def test_search_writes_the_table_and_plot_into_a_run_folder(tmp_path):
+    """Two GPUs, TP1: colocated 2x TP1 and 1P1D. The table holds both, best goodput per GPU
+    first, goodput per GPU = capacity / 2; the folder's manifest lists exactly the three files,
+    and a rerun into it rewrites them."""
+    out = tmp_path / "run"
+    for _ in range(2):
+        result = invoke(tmp_path, "--gpus", "2", "--tp", "1", "--qps", "1,4", "--num-requests", "40", "--out", str(out))
+        assert result.exit_code == 0, result.output
+        assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == FILES
+    table = pd.read_csv(out / "disaggregation.csv")
+    assert sorted(table["label"]) == ["1P(TP1) 1D(TP1)", "colocated 2x TP1"]
+    assert (table["goodput_per_gpu_qps"] == table["capacity_qps"] / 2).all()
+    assert table["goodput_per_gpu_qps"].is_monotonic_decreasing and table["error"].isna().all()
+    assert sorted(json.loads((out / ".sarathi-sim.json").read_text())["files"]) == FILES
+    assert "best disaggregated 1P(TP1) 1D(TP1)" in result.output
+    assert "| 1P(TP1) 1D(TP1) | disaggregated |" in (out / "disaggregation.md").read_text()
+
+
+def test_a_layout_that_cannot_run_is_reported_and_the_others_finish(tmp_path):
+    """llama-3-70b (131 GiB of weights) fits no TP1 instance of an 80 GB H100: on 2 GPUs with TP
+    1 and 2, every layout but colocated 1x TP2 fails with the memory error; exit 1, all written."""
+    out = tmp_path / "run"
+    result = invoke(tmp_path, "--gpus", "2", "--tp", "1,2", "--qps", "0.1,0.4", "--num-requests", "20",
+                    "--out", str(out), text=CONFIG.replace("llama-3-8b", "llama-3-70b"))
+    assert result.exit_code == 1, result.output
+    table = pd.read_csv(out / "disaggregation.csv")
+    ran = table[table["error"].isna()]
+    assert list(ran["label"]) == ["colocated 1x TP2"]
+    assert table.loc[table["error"].notna(), "error"].str.contains("does not fit on h100-sxm").all()
+    assert len(table) == 3 and table["label"].iloc[-1] != "colocated 1x TP2"  # failed rows last
+    assert "2 of 3 layouts failed" in result.output
+    assert "failed: ValueError: llama-3-70b does not fit" in (out / "disaggregation.md").read_text()
+
+
+@pytest.mark.parametrize(("args", "text", "message"), [
+    (["--gpus", "2"], CONFIG.replace("goodput: {ttft_s: 0.5, tpot_s: 0.05}\n", ""), "goodput: thresholds"),
+    (["--gpus", "2", "--qps", "4,1"], CONFIG, "needs 0 < LOW < HIGH"),
+    (["--gpus", "2", "--tp", "one"], CONFIG, "--tp 'one'"),
+    (["--gpus", "3", "--tp", "3"], CONFIG, "no layout of 3 GPUs"),
+    (["--gpus", "2", "--point", "1"], CONFIG, "--point 1 is out of range"),
+    (["--gpus", "2"], CONFIG.replace("trace: {kind: profile, name: azure-conv, qps: 4, num_requests: 40, seed: 0}",
+                                     "trace: {kind: closed_loop, clients: 4, num_requests: 20}"),
+     "sized by its clients"),
+])
+def test_bad_input_is_exit_2_with_the_reason(tmp_path, args, text, message):
+    out = tmp_path / "run"
+    result = invoke(tmp_path, *args, "--out", str(out), text=text)
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert not (out / "disaggregation.csv").exists()
+
+
+def test_a_folder_holding_other_files_is_refused(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.md").write_text("mine")
+    result = invoke(tmp_path, "--gpus", "2", "--out", str(out))
+    assert result.exit_code == 2 and "holds notes.md" in result.output
+    assert sorted(p.name for p in out.iterdir()) == ["notes.md"]
