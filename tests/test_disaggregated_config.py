@@ -215,3 +215,43 @@ def test_a_sessions_trace_runs_through_the_cluster(tmp_path):
 def test_session_affinity_in_a_pool_needs_a_sessions_trace(tmp_path):
     assert "cluster.decode.router session_affinity" in error_of(
         tmp_path, overrides=["cluster.decode.router=session_affinity"])
+
+
+TRACE_ROWS = "arrival_s,prompt_tokens,output_tokens\n0.0,100,10\n0.1,2000,10\n0.2,1100,10\n0.3,900,10\n"
+
+
+@pytest.mark.parametrize(("blocks", "rejected"), [(64, [1, 2]), (1, [0, 1, 2, 3])])
+def test_a_decode_pool_too_small_for_a_request_rejects_it_and_the_run_finishes(tmp_path, blocks, rejected):
+    """Decode instances of 64 blocks of 16 (1,024 tokens): requests 1 (2,000 + 10 tokens, 126
+    blocks) and 2 (1,100 + 10, 70 blocks) can never be decoded there and are rejected at arrival,
+    counted, with no prefill spent on them; 0 (100 + 10) and 3 (900 + 10, 57 blocks) complete,
+    so the prefill pool computed 100 + 900 prompt tokens. With one block every request is
+    rejected and the run still ends, with nothing completed."""
+    (tmp_path / "t.csv").write_text(TRACE_ROWS)
+    text = BASE.replace("trace: {kind: profile, name: azure-conv, qps: 4, num_requests: 40, seed: 0}",
+                        "trace: {kind: file, path: t.csv}")
+    (point,) = load(tmp_path, text, [f"cluster.decode.engine.num_gpu_blocks={blocks}"])
+    result = run_point(point)
+    r = result.requests.set_index("request_id").sort_index()
+    assert list(r.index[r["finish_reason"] == "rejected_kv_capacity"]) == rejected
+    assert (r["finish_reason"].drop(index=rejected) == "completed").all()
+    assert result.row["rejected"] == len(rejected) and result.row["completed"] == 4 - len(rejected)
+    assert result.row["decode_num_gpu_blocks"] == blocks
+    prefill_steps = result.steps[result.steps["replica_id"] < 2]
+    assert prefill_steps["num_prefill_tokens"].sum() == sum(r.loc[i, "prompt_tokens"] for i in r.index
+                                                            if i not in rejected)
+    if len(rejected) == 4:
+        assert result.row["goodput_rps"] == 0.0 and np.isnan(result.row["kv_transfer_s_p50"])
+
+
+def test_a_pool_of_zero_replicas_or_a_zero_bandwidth_link_is_exit_2_naming_the_key(tmp_path):
+    from typer.testing import CliRunner
+
+    from experiments.cli.main import app
+
+    config = write(tmp_path, BASE)
+    for override, named in (("cluster.decode.replicas=0", "cluster.decode.replicas"),
+                            ("cluster.link.bandwidth_gb_s=0", "cluster.link.bandwidth_gb_s")):
+        result = CliRunner().invoke(app, ["simulate", str(config), "--out", str(tmp_path / "run"), "--set", override])
+        assert result.exit_code == 2 and named in result.output
+        assert not (tmp_path / "run").exists()
