@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -92,3 +93,39 @@ def test_requests_and_tokens_are_conserved(rows, num_prefill, num_decode, prefil
         for s in pool.schedulers:
             assert s.block_manager.num_used == 0
             assert not s.has_work()
+
+
+@settings(deadline=None, max_examples=25)
+@given(num_clients=st.integers(1, 5), num_requests=st.integers(1, 25), think_time_s=st.sampled_from([0.0, 0.01, 0.3]),
+       prompt=st.integers(1, 400), output=st.integers(1, 40), num_prefill=st.integers(1, 2),
+       num_decode=st.integers(1, 2), decode_blocks=st.integers(8, 60),
+       scheduler=st.sampled_from(["sarathi", "vllm_v1"]))
+def test_closed_loop_through_the_pools(num_clients, num_requests, think_time_s, prompt, output, num_prefill,
+                                       num_decode, decode_blocks, scheduler):
+    """A closed loop through the cluster: every request issued ends once; each client's next
+    request arrives exactly think_time_s after its previous one ended (completed in the decode
+    pool, done after one token in the prefill pool, or rejected); at most `num_clients` are in
+    the cluster at once; decode windows change nothing."""
+    from traces import ClosedLoopWorkload
+
+    frames = []
+    for fast in (True, False):
+        workload = ClosedLoopWorkload(num_clients, think_time_s, prompt, output, num_requests)
+        result = simulate_disaggregated(workload, _pool(num_prefill, scheduler, 80, "least_outstanding"),
+                                        _pool(num_decode, scheduler, decode_blocks, "round_robin"),
+                                        KvLink(1e8, 0.001), kv_bytes_per_token=2048, fast_forward=fast)
+        r = result.requests.sort_values("request_id").reset_index(drop=True)
+        assert list(r["request_id"]) == list(range(num_requests))
+        last_end: dict[int, float] = {}
+        for rid, arrival, end in zip(r["request_id"], r["arrival_s"], r["completion_s"]):
+            client = workload.client_of(int(rid))
+            # Within an ulp: a decode window's timeout can land one ulp past its last step's end
+            # (`simulator.replica.delay_until_s`), and the client answers at the clock's time.
+            expected = last_end[client] + think_time_s if client in last_end else 0.0
+            assert arrival == pytest.approx(expected, rel=1e-15, abs=0)
+            last_end[client] = end if not np.isnan(end) else arrival
+        end = r["completion_s"].fillna(r["arrival_s"])  # a rejection ends at its arrival
+        for t in r["arrival_s"]:
+            assert ((r["arrival_s"] <= t) & (end > t)).sum() <= num_clients
+        frames.append(r.drop(columns="token_times_s"))
+    pd.testing.assert_frame_equal(frames[0], frames[1], check_exact=False, rtol=1e-14)
