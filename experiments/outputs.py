@@ -13,9 +13,9 @@ Every command that writes a folder of outputs (`sweep`, `simulate`, `engine run`
   holds it (the lock is released by the kernel when that process ends, even when it is killed).
   It stops rather than waits: two sweeps of the same folder are a mistake more often than a queue.
 - **Whole files or none.** `write_atomic` writes a temporary file in the target's folder and
-  renames it into place (`os.replace`, atomic on POSIX within one filesystem), so a full disk or a
-  kill leaves the previous file or none, never a truncated one; a failure raises
-  `OutputWriteError` naming the file. Leftover temporaries (`.tmp-sarathi-*`) of a killed run are
+  renames it into place (`profiler.atomic_write.write_whole`: `os.replace`, atomic on POSIX within
+  one filesystem), so a full disk or a kill leaves the previous file or none, never a truncated
+  one; a failure raises `OutputWriteError` naming the file. Leftover temporaries (`.tmp-sarathi-*`) of a killed run are
   removed at the next claim.
 - **Stale outputs go, nothing else.** A rerun into its folder deletes the files an earlier run
   listed that it did not rewrite (`RunFolder.remove_stale`), except those kept across runs: a
@@ -36,10 +36,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from profiler.atomic_write import TEMP_PREFIX, OutputWriteError, write_whole
+
 MANIFEST = ".sarathi-sim.json"
 LOCK = ".sarathi-sim.lock"
 CACHE_DIR = ".cache"
-TEMP_PREFIX = ".tmp-sarathi-"
 # Results-cache entries (`experiments.planning.results_cache`): a sha256 hex digest.
 _CACHE_ENTRY = re.compile(r"^[0-9a-f]{64}\.(zip|pkl)$")  # pkl: older versions' entries
 
@@ -51,23 +52,6 @@ _ACTIVE: dict[Path, "RunFolder"] = {}
 class OutputFolderError(ValueError):
     """A folder that cannot be used for outputs: foreign files in it, another run holding it, an
     input inside it, or it cannot be created. The message names the folder and what to do."""
-
-
-class OutputWriteError(OSError):
-    """An output file that could not be written (disk full, permissions); nothing partial is left.
-
-    Attributes:
-        path: the file that was not written.
-        reason: the operating system's reason (e.g. "No space left on device").
-    """
-
-    def __init__(self, path: Path, reason: str, errno_: int | None = None):
-        super().__init__(errno_, f"{path}: could not be written ({reason})")
-        self.path = Path(path)
-        self.reason = reason
-
-    def __str__(self) -> str:
-        return self.strerror
 
 
 def write_atomic(path: str | Path, write: Callable[[Path], None], keep: bool = False) -> Path:
@@ -92,29 +76,8 @@ def write_atomic(path: str | Path, write: Callable[[Path], None], keep: bool = F
     owner = _owner(path)
     if owner is not None and path.resolve() in owner.inputs:
         raise OutputWriteError(path, "it is an input of this run; choose another --out", errno.EEXIST)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=path.suffix)
-        os.close(fd)
-    except OSError as exc:
-        raise OutputWriteError(path, exc.strerror or str(exc), exc.errno) from exc
-    tmp = Path(tmp_name)
-    try:
-        write(tmp)
-        _flush_to_disk(tmp)  # a full disk may only say so here (delayed allocation, NFS)
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it 0600; outputs are ordinary files
-        if owner is not None:
-            owner.record(path, keep)
-        else:
-            _list_in_manifest(path)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise OutputWriteError(path, exc.strerror or str(exc), exc.errno) from exc
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    listed = (lambda: owner.record(path, keep)) if owner is not None else (lambda: _list_in_manifest(path))
+    return write_whole(path, write, before_rename=listed)
 
 
 def write_text(path: str | Path, text: str, keep: bool = False) -> Path:
@@ -431,15 +394,7 @@ def _dump_manifest(folder: Path, files: set[str], kept: set[str]) -> None:
     """Write `folder`'s manifest atomically (not through `write_atomic`: it lists itself nowhere):
     every file the tool wrote there, and those no later run deletes (`write_atomic`'s `keep`)."""
     text = json.dumps({"tool": "sarathi-sim", "files": sorted(files), "kept": sorted(kept)}, indent=1) + "\n"
-    path = Path(folder) / MANIFEST
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=TEMP_PREFIX)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise OutputWriteError(path, exc.strerror or str(exc), exc.errno) from exc
+    write_whole(Path(folder) / MANIFEST, lambda tmp: tmp.write_text(text))
 
 
 def _owner(path: Path) -> RunFolder | None:
@@ -450,23 +405,6 @@ def _owner(path: Path) -> RunFolder | None:
         if parent in _ACTIVE:
             return _ACTIVE[parent]
     return None
-
-
-def _flush_to_disk(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _umask()  # read once: os.umask can only be read by setting it
 
 
 def _forget_in_child() -> None:
