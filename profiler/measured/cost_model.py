@@ -76,6 +76,7 @@ CUDA_GRAPH_MAX_TOKENS = 512  # vLLM's default largest CUDA-graph capture size (m
 LOGIT_BYTES = 4  # the sampler reads fp32 logits (vLLM `Sampler`)
 
 Curve = Callable[[float], tuple[float, bool]]
+_IN_GRID: frozenset = frozenset()  # a step with every part on its grids
 
 
 def shape_key(model: ModelSpec) -> tuple:
@@ -404,10 +405,14 @@ class MeasuredCostModel:
         """grid(point); past the grid's edges, the edge value × roofline(point) / roofline(edge),
         and "attention" added to `out` (also for a filled cell)."""
         t, o = grid(*point)
-        if o:
-            out.add("attention")
-            if any(x > hi for x, hi in zip(point, grid.upper)):
-                t *= roofline(*point) / roofline(*grid.clamp(*point))
+        return self._off_grid(grid, point, roofline, t, out) if o else t
+
+    def _off_grid(self, grid: LogGrid, point: tuple[float, ...], roofline: Callable[..., float], t: float,
+                  out: set) -> float:
+        """`_lookup`'s answer for a point whose look-up `t` came back out of grid."""
+        out.add("attention")
+        if any(x > hi for x, hi in zip(point, grid.upper)):
+            t *= roofline(*point) / roofline(*grid.clamp(*point))
         return t
 
     def _chunk_roofline_s(self, q: float, c: float) -> float:
@@ -416,6 +421,14 @@ class MeasuredCostModel:
     def _decode_roofline_s(self, rows: float, context: float) -> float:
         return self._attention_roofline_s(rows * (context + 1), rows * (context + 2), rows)
 
+    def _fresh_prefill_roofline_s(self, batch: float, isl: float) -> float:
+        """The roofline of the context_attention grid's key (1, isl): a fresh prefill of isl tokens."""
+        return self._chunk_roofline_s(isl, 0.0)
+
+    def _decode_kv_roofline_s(self, rows: float, kv: float) -> float:
+        """The roofline of the decode_attention grid's key (rows, kv tokens incl. the new one)."""
+        return self._decode_roofline_s(rows, kv - 1.0)
+
     def _attention_layer_s(self, prefills: list[tuple[float, float]], num_decode_rows: float,
                            decode_context: float, out: set) -> float:
         """One layer's attention over the prefill chunks [(q, c)] and the decode rows at a mean
@@ -423,19 +436,22 @@ class MeasuredCostModel:
         if self._mixed is not None:
             return self._mixed_attention_s(prefills, num_decode_rows, decode_context, out)
         total = 0.0
-        fresh = lambda b, isl: self._chunk_roofline_s(isl, 0.0)  # noqa: E731
+        grid = self._prefill_grid
         for q, c in prefills:
-            if self._prefill_grid is None:
+            if grid is None:
                 total += self._chunk_roofline_s(q, c)
                 continue
             isl = math.sqrt(q * q + 2.0 * q * c)  # a fresh prefill with the chunk's query-key pairs
-            total += self._lookup(self._prefill_grid, (1.0, isl), fresh, out)
+            t, o = grid.at2(1.0, isl)  # the hot path: `_lookup` without its tuple and call
+            total += self._off_grid(grid, (1.0, isl), self._fresh_prefill_roofline_s, t, out) if o else t
         if num_decode_rows:
-            if self._decode_grid is None:
+            grid = self._decode_grid
+            if grid is None:
                 total += self._decode_roofline_s(num_decode_rows, decode_context)
             else:
-                decode = lambda b, kv: self._decode_roofline_s(b, kv - 1.0)  # noqa: E731
-                total += self._lookup(self._decode_grid, (num_decode_rows, decode_context + 1.0), decode, out)
+                kv = decode_context + 1.0
+                t, o = grid.at2(num_decode_rows, kv)
+                total += self._off_grid(grid, (num_decode_rows, kv), self._decode_kv_roofline_s, t, out) if o else t
         return total
 
     def _mixed_attention_s(self, prefills, num_decode_rows, decode_context, out: set) -> float:
@@ -503,8 +519,10 @@ class MeasuredCostModel:
 
     def _price(self, query_tokens, context_tokens, is_prefill) -> tuple[float, frozenset]:
         """(seconds, parts out of grid) of one step, nothing counted."""
-        q, c, p = (x if isinstance(x, list) else x.tolist() if isinstance(x, np.ndarray) else list(x)
-                   for x in (query_tokens, context_tokens, is_prefill))
+        q, c, p = query_tokens, context_tokens, is_prefill
+        if not (type(q) is list and type(c) is list and type(p) is list):  # the scheduler's plans: lists
+            q, c, p = (x if isinstance(x, list) else x.tolist() if isinstance(x, np.ndarray) else list(x)
+                       for x in (query_tokens, context_tokens, is_prefill))
         if not len(q) == len(c) == len(p):
             raise ValueError(f"query_tokens, context_tokens, is_prefill must align; got lengths "
                              f"{len(q)}, {len(c)}, {len(p)}")
@@ -524,11 +542,13 @@ class MeasuredCostModel:
         """(seconds, parts out of grid) of a step from its totals: `num_tokens` tokens over
         `num_seqs` sequences, the prefill chunks [(q, c)], `decode_rows` decode query rows
         attending `decode_kv` cached tokens in all."""
-        token_s, token_out = self._token_part(num_tokens)
-        seq_s, seq_out = self._seq_part(num_seqs)
+        token_s, token_out = self._token_cache.get(num_tokens) or self._token_part(num_tokens)
+        seq_s, seq_out = self._seq_cache.get(num_seqs) or self._seq_part(num_seqs)
         out: set = set()
         attention_s = self.model.num_layers * self._attention_layer_s(
             prefills, decode_rows, decode_kv / decode_rows if decode_rows else 0.0, out)
+        if not (out or token_out or seq_out):
+            return token_s + seq_s + attention_s, _IN_GRID
         return token_s + seq_s + attention_s, token_out | seq_out | frozenset(out)
 
     def breakdown(self, query_tokens, context_tokens, is_prefill) -> dict[str, float]:

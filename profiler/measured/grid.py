@@ -25,6 +25,9 @@ import numpy as np
 import pandas as pd
 
 
+_FIRST_AXIS_CACHE = 4096  # distinct first-axis values kept by `LogGrid.at2` before it starts over
+
+
 class GridError(ValueError):
     """A table that cannot be put on a grid (no rows, non-positive times, unusable keys)."""
 
@@ -82,6 +85,9 @@ class LogGrid:
                          for bits in product((0, 1), repeat=len(self.axes))]
         self.lower = [float(a[0]) for a in self.axes]
         self.upper = [float(a[-1]) for a in self.axes]
+        # The first axis's (index, weight, out) per query value: a step's batch size or the
+        # prefill grid's constant 1.0 repeat from step to step (bounded: `_FIRST_AXIS_CACHE`).
+        self._first_axis: dict[float, tuple[int, float, bool]] = {}
 
     @classmethod
     def from_frame(cls, frame: pd.DataFrame, keys: list[str], time_column: str = "time_s",
@@ -101,10 +107,42 @@ class LogGrid:
         values = np.exp(grouped.reindex(full).to_numpy()).reshape([a.size for a in axes])
         return cls(axes, values, fill_axis, source, roofline=roofline)
 
+    def _position(self, axis: int, x: float) -> tuple[int, float, bool]:
+        """(cell index, weight within the cell, clamped out of grid) of `x` on `axis`."""
+        coords = self._coords[axis]
+        out = False
+        if x < self.lower[axis]:
+            x, out = self.lower[axis], not self.flat_below[axis]
+        elif x > self.upper[axis]:
+            x, out = self.upper[axis], True
+        u = math.log1p(x) if self._log1p[axis] else math.log(x)
+        i = max(min(bisect_right(coords, u) - 1, len(coords) - 2), 0)
+        return i, (u - coords[i]) / (coords[i + 1] - coords[i]), out
+
+    def at2(self, x: float, y: float) -> tuple[float, bool]:
+        """`self(x, y)` of a 2-D grid, the same floats: the first axis's position is cached per
+        value and the corner sum written out (the simulator prices every step's attention here)."""
+        first = self._first_axis.get(x)
+        if first is None:
+            if len(self._first_axis) >= _FIRST_AXIS_CACHE:
+                self._first_axis.clear()
+            first = self._first_axis[x] = self._position(0, x)
+        i, f, out = first
+        j, g, out_y = self._position(1, y)
+        s0, s1 = self._strides
+        a = i * s0 + j * s1
+        b, c = a + s1, a + s0
+        d = c + s1
+        flat, filled = self._flat, self._filled_flat
+        total = (1.0 - f) * ((1.0 - g) * flat[a] + g * flat[b]) + f * ((1.0 - g) * flat[c] + g * flat[d])
+        return math.exp(total), out or out_y or filled[a] or filled[b] or filled[c] or filled[d]
+
     def __call__(self, *point: float) -> tuple[float, bool]:
         """(time_s at `point`, whether it is out of grid): clamped to the axes' ranges; the flag is
         True when a coordinate was clamped above its range (or below, on an axis not
         `flat_below`) or an interpolation corner was a filled cell."""
+        if len(point) == 2 and len(self._coords) == 2:
+            return self.at2(*point)
         out = False
         index, weight = [], []
         for x, coords, lp, lo, hi, flat in zip(point, self._coords, self._log1p, self.lower, self.upper,

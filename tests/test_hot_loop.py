@@ -1,0 +1,52 @@
+"""The simulator's hot-loop shortcuts give exactly the floats and states of the plain paths
+(issue 17): `LogGrid.at2`'s cached first axis, the measured cost model's direct 2-D look-ups."""
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from profiler.measured.grid import LogGrid
+
+
+def _grid_2x2() -> LogGrid:
+    """Axes m in {1, 4}, k in {1, 16}; t = m^0.5 · k^0.75 · 1 s at the four corners."""
+    frame = pd.DataFrame({"m": [1, 1, 4, 4], "k": [1, 16, 1, 16]})
+    frame["time_s"] = frame["m"] ** 0.5 * frame["k"] ** 0.75
+    return LogGrid.from_frame(frame, ["m", "k"])
+
+
+def test_at2_interpolates_log_time_in_log_keys_by_hand():
+    grid = _grid_2x2()
+    # (2, 4) is half-way along both log axes: log t = 0.5·log 2 + 0.75·log 4 = 2·log 2 → t = 4.
+    t, out = grid.at2(2, 4)
+    assert t == pytest.approx(4.0, rel=1e-12) and out is False
+    assert grid.at2(2.0, 4.0) == (t, False)  # the cached first-axis entry of 2 serves 2.0 too
+    t, out = grid.at2(8, 16)  # m above its range: clamped to 4 and flagged
+    assert t == pytest.approx(2.0 * 8.0, rel=1e-12) and out is True
+    t, out = grid.at2(0.5, 1)  # below: flat, not flagged
+    assert t == pytest.approx(1.0, rel=1e-12) and out is False
+
+
+def test_at2_equals_the_uncached_position_formula_bit_for_bit():
+    rng = np.random.default_rng(3)
+    m, k = np.array([1.0, 2, 8, 32, 128]), np.array([0.0, 16, 256, 4096])  # k has 0: log1p axis
+    frame = pd.DataFrame([(a, b) for a in m for b in k], columns=["m", "k"])
+    frame["time_s"] = 1e-6 * (1 + frame["m"]) ** 0.9 * (1 + frame["k"]) ** 0.6 * rng.uniform(0.9, 1.1, len(frame))
+    frame = frame.drop(index=[7])  # one unmeasured cell: filled and flagged
+    grid = LogGrid.from_frame(frame, ["m", "k"])
+    r = random.Random(5)
+    for _ in range(2000):
+        x = r.choice([r.uniform(0.5, 200.0), float(r.randint(1, 150))])
+        y = r.uniform(-1.0, 6000.0)
+        (i, f, out_x), (j, g, out_y) = grid._position(0, x), grid._position(1, y)
+        s0, s1 = grid._strides
+        corners = [i * s0 + j * s1, i * s0 + (j + 1) * s1, (i + 1) * s0 + j * s1, (i + 1) * s0 + (j + 1) * s1]
+        v = [grid._flat[c] for c in corners]
+        expected = math.exp((1.0 - f) * ((1.0 - g) * v[0] + g * v[1]) + f * ((1.0 - g) * v[2] + g * v[3]))
+        flagged = out_x or out_y or any(grid._filled_flat[c] for c in corners)
+        assert grid.at2(x, y) == (expected, flagged)
+        assert grid(x, y) == (expected, flagged)
