@@ -1,18 +1,22 @@
 """Run one point of a sweep: build its trace and deployment, simulate, summarise against the SLOs."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from experiments.config import (POOLS, ClosedLoopTrace, SweepConfig, TraceConfig, describe_point, pool_point,
                                 slo_summary_key)
+from experiments.outputs import write_atomic
 from experiments.deployment import (DTYPE_BYTES, build_link, build_outcome_fn, build_pricer, build_scheduler_config,
                                     build_schedulers, cluster_gpus)
 from profiler import CostModel, RooflineCostModel, get_device_spec, get_model_spec
 from simulator.disaggregated import Pool, simulate_disaggregated
 from simulator.metrics import goodput_count
+from simulator.records_stream import RecordFiles, write_frames
 from simulator.simulate import simulate
 from traces.trace_stats import mean_rate_qps
 from traces import Request
@@ -20,11 +24,16 @@ from traces import Request
 
 @dataclass
 class PointResult:
-    """One point's outputs: a summary row, per-request and per-step records."""
+    """One point's outputs: a summary row, per-request and per-step records.
+
+    `files` names the point's `requests.parquet` / `steps.parquet` when the run wrote its records
+    there (`run_point(records_dir=)`): `requests` then holds no `token_times_s` column and
+    `steps` no rows (they are in the files)."""
 
     row: dict
     requests: pd.DataFrame
     steps: pd.DataFrame
+    files: dict[str, Path] = field(default_factory=dict)
 
 
 def load_requests(trace: TraceConfig) -> tuple[list[Request], dict]:
@@ -129,23 +138,38 @@ def cost_model_columns(point: SweepConfig, cost_model) -> dict:
     return columns
 
 
-def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0) -> PointResult:
+def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0,
+              records_dir: Path | None = None) -> PointResult:
     """Simulate one point; the row holds its settings, summary metrics, SLO verdicts and goodput.
 
     `trim_fraction` drops warm-up and drain from the latency statistics (capacity trials).
+    `records_dir`: write the point's `requests.parquet` and `steps.parquet` (with `point_id`;
+    no steps file with `output.steps: false`) there as the run goes, each whole or not at all
+    (`write_atomic`), so its token times and steps never all sit in memory
+    (`simulator.records_stream`); `PointResult.files` names them.
     """
     requests, info = load_requests(point.trace)
-    if point.cluster is not None:  # prefill/decode disaggregation: the decode pool's pool and cost model label the row
-        result, sched_config, cost_model, cluster_row = simulate_cluster(point, requests, trim_fraction)
-    else:
+
+    def run(files: RecordFiles | None):
+        if point.cluster is not None:  # prefill/decode disaggregation: the decode pool's pool and cost model label the row
+            result, sched_config, cost_model, cluster_row = simulate_cluster(point, requests, trim_fraction)
+            if files is not None:  # not streamed: written from the frames
+                write_frames(files, result.requests, result.steps if point.output.steps else None)
+                result.requests = result.requests.drop(columns="token_times_s", errors="ignore")
+                result.steps = result.steps.iloc[:0]
+            return result, sched_config, cost_model, cluster_row
         sched_config = build_scheduler_config(point)
         cost_model = build_cost_model(point)
         result = simulate(requests, build_schedulers(point, sched_config), build_pricer(point, cost_model),
                           outcome_fn=build_outcome_fn(point), router=point.engine.router, seed=point.engine.seed,
                           router_overlap_weight=point.engine.router_overlap_weight,
                           trim_fraction=trim_fraction, keep_token_times=point.output.token_times,
-                          keep_steps=point.output.steps, data_parallel=point.engine.data_parallel_size > 1)
-        cluster_row = {}
+                          keep_steps=point.output.steps, data_parallel=point.engine.data_parallel_size > 1,
+                          record_files=files)
+        return result, sched_config, cost_model, {}
+
+    (result, sched_config, cost_model, cluster_row), files = _with_record_files(records_dir, point_id,
+                                                                                point.output.steps, run)
 
     row = {"point_id": point_id, "label": describe_point(point), "model": point.model, "device": device_name(point)}
     row.update(point.engine.used_settings())
@@ -157,7 +181,43 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0)
     row.update(report_columns(row, result.requests, point))
     result.requests.insert(0, "point_id", point_id)
     result.steps.insert(0, "point_id", point_id)
-    return PointResult(row, result.requests, result.steps)
+    return PointResult(row, result.requests, result.steps, files)
+
+
+class _RunFailed(Exception):
+    """Carries the run's own exception through `write_atomic` (which would name an OSError of the
+    run, e.g. a missing file, as the output's failure)."""
+
+
+def _with_record_files(records_dir: Path | None, point_id: int, keep_steps: bool,
+                       run: Callable[[RecordFiles | None], tuple]) -> tuple[tuple, dict[str, Path]]:
+    """(run(files), {"requests": path, "steps": path}): the files temporaries in `records_dir`
+    renamed into place when `run` returns (`write_atomic`: each whole or not at all, removed when
+    it raises); (run(None), {}) without a folder."""
+    if records_dir is None:
+        return run(None), {}
+    paths = {"requests": Path(records_dir) / "requests.parquet"}
+    if keep_steps:
+        paths["steps"] = Path(records_dir) / "steps.parquet"
+    out = {}
+
+    def call(requests_tmp: Path, steps_tmp: Path | None) -> None:
+        try:
+            out["value"] = run(RecordFiles(requests_tmp, steps_tmp, {"point_id": point_id}))
+        except Exception as exc:
+            raise _RunFailed() from exc
+
+    def requests_written(requests_tmp: Path) -> None:
+        if keep_steps:
+            write_atomic(paths["steps"], lambda steps_tmp: call(requests_tmp, steps_tmp))
+        else:
+            call(requests_tmp, None)
+
+    try:
+        write_atomic(paths["requests"], requests_written)
+    except _RunFailed as failed:
+        raise failed.__cause__ from None
+    return out["value"], paths
 
 
 def simulate_cluster(point: SweepConfig, requests: list[Request], trim_fraction: float):

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.records import RequestRecords, requests_table
+from simulator.records_parquet import ParquetTokenTimes, SeriesTokenTimes
 from simulator.records_percentiles import streamed_percentiles_of
 from simulator.records_sketch import GapSketch, gaps_of_flat
 from simulator.scheduler import COMPLETED, FINISH_REASONS, FinishedRequest
@@ -115,7 +116,8 @@ def percentile_stats(name: str, values: np.ndarray) -> dict[str, float]:
 
 
 def summarize(requests: pd.DataFrame, steps: pd.DataFrame | StepStats, num_gpu_blocks: int,
-              trim_fraction: float = 0.0, gaps: GapSketch | None = None) -> dict[str, float]:
+              trim_fraction: float = 0.0, gaps: GapSketch | None = None,
+              token_times: ParquetTokenTimes | None = None) -> dict[str, float]:
     """Summary of a run: counts by finish reason, throughput, latency percentiles, KV usage.
 
     Throughput is over the makespan (first arrival to last completion) and counts tokens actually
@@ -132,6 +134,9 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame | StepStats, num_gpu_b
             0.1 % (simulator/records_sketch.py). With token times, every percentile is exact
             (`numpy.percentile`; past `_IN_MEMORY_TOKENS` tokens streamed in chunks,
             simulator/records_percentiles.py, with the same result).
+        token_times: where the token times are when `requests` has no `token_times_s` column
+            but the run wrote them (its requests file, rows in `requests`' order): read back in
+            the same chunks, so the percentiles and means are those of the frame.
 
     Returns:
         A flat dict of floats/ints; every key is always present (NaN where undefined).
@@ -163,8 +168,9 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame | StepStats, num_gpu_b
         done_mask &= (arrivals >= first + margin) & (arrivals <= last - margin)
         done = scalars[done_mask]
     out["num_measured"] = len(done)
-    if "token_times_s" in requests:
-        gap_stats = _gap_stats(requests["token_times_s"], done_mask, int(done["generated_tokens"].sum()))
+    if "token_times_s" in requests or token_times is not None:
+        source = SeriesTokenTimes(requests["token_times_s"]) if "token_times_s" in requests else token_times
+        gap_stats = _gap_stats(source, done_mask, int(done["generated_tokens"].sum()))
     elif gaps is not None:
         gap_stats = {}
         for name in ("tbt_s", "itl_s"):
@@ -205,15 +211,13 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame | StepStats, num_gpu_b
 _IN_MEMORY_TOKENS = 1 << 22
 
 
-def _gap_stats(token_times: pd.Series, mask: np.ndarray, num_tokens: int) -> dict[str, float]:
+def _gap_stats(token_times: SeriesTokenTimes | ParquetTokenTimes, mask: np.ndarray,
+               num_tokens: int) -> dict[str, float]:
     """tbt_s_* and itl_s_* of the requests `mask` selects, from their token times."""
     rows = np.flatnonzero(mask)
 
     def chunks():
-        for b0 in range(0, rows.size, _GAP_CHUNK_REQUESTS):
-            lists = token_times.iloc[rows[b0:b0 + _GAP_CHUNK_REQUESTS]].tolist()
-            lengths = np.fromiter(map(len, lists), np.int64, len(lists))
-            flat = np.concatenate([np.asarray(t, dtype=np.float64) for t in lists]) if lists else np.zeros(0)
+        for flat, lengths in token_times.chunks(rows, _GAP_CHUNK_REQUESTS):
             tbt, _, itl = gaps_of_flat(flat, lengths)
             yield tbt, itl
 

@@ -125,15 +125,21 @@ class RequestRecords:
         sketch_window_s: (first, last) arrival times whose requests enter the sketch (the
             trimmed measurement window); used only without token times.
 
+        stream: a `simulator.records_stream.RequestsStream` that the finished requests' rows
+            go to (a run writing its records to Parquet as it goes) instead of being kept here;
+            only the sketch (without token times) is still kept here.
+
     The owner stamps every step end with `note_step_end(s)` before `add`-ing the requests that
     step finished.
     """
 
     def __init__(self, replica_id: int = 0, keep_token_times: bool = True,
-                 sketch_window_s: tuple[float, float] = (-math.inf, math.inf)) -> None:
+                 sketch_window_s: tuple[float, float] = (-math.inf, math.inf), stream=None) -> None:
         self.replica_id = replica_id
         self.keep_token_times = keep_token_times
         self.sketch_window_s = sketch_window_s
+        self.stream = stream
+        self._streamed = 0  # rows handed to the stream
         self.gap_sketch = None if keep_token_times else GapSketch()
         self.step_end_s = GrowableArray(np.float64)
         self.columns = {name: GrowableArray(dtype) for name, dtype in SCALAR_COLUMNS.items()}
@@ -144,16 +150,16 @@ class RequestRecords:
         self._pending_ends_s: list[float] = []  # step ends not yet in step_end_s (one extend per flush)
 
     def __len__(self) -> int:
-        return len(self.tpot_s) + len(self._pending)
+        return len(self.tpot_s) + self._streamed + len(self._pending)
 
     def note_step_end(self, end_s: float) -> None:
         """A step ended at `end_s` (seconds; non-decreasing)."""
-        if self.keep_token_times:
+        if self.keep_token_times and self.stream is None:
             self._pending_ends_s.append(end_s)
 
     def note_step_ends(self, ends_s: list[float]) -> None:
         """Steps ended at these times (a decode window's)."""
-        if self.keep_token_times:
+        if self.keep_token_times and self.stream is None:
             self._pending_ends_s.extend(ends_s)
 
     def add(self, finished: list[FinishedRequest]) -> None:
@@ -170,16 +176,21 @@ class RequestRecords:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        for name, column in self.columns.items():
-            if name == "finish_reason":
-                column.extend([_REASON_CODE[f.finish_reason] for f in pending])
-            else:
-                column.extend([getattr(f, name) for f in pending])
         lists = [f.token_times_s for f in pending]
         lengths = np.fromiter(map(len, lists), np.int64, len(lists))
         times = np.fromiter(chain.from_iterable(lists), np.float64, int(lengths.sum()))
         # tpot_s exactly as `simulator.metrics.tpot_s`: (last − first) / (n − 1), NaN for n <= 1.
-        self.tpot_s.extend([(t[-1] - t[0]) / (len(t) - 1) if len(t) > 1 else math.nan for t in lists])
+        tpot = [(t[-1] - t[0]) / (len(t) - 1) if len(t) > 1 else math.nan for t in lists]
+        if self.stream is not None:
+            self.stream.add(self.replica_id, _scalar_columns(pending), np.asarray(tpot, dtype=np.float64),
+                            times if self.keep_token_times else None, lengths)
+            self._streamed += len(pending)
+            if not self.keep_token_times:
+                self._add_to_sketch(pending, times, lengths)
+            return
+        for name, values in _scalar_columns(pending).items():
+            self.columns[name].extend(values)
+        self.tpot_s.extend(tpot)
         if self.keep_token_times:
             self.token_counts.extend(lengths)
             self._add_token_steps(times)
@@ -213,24 +224,41 @@ def requests_table(records: list[RequestRecords]) -> pd.DataFrame:
     for r in records:
         r.flush()
     rows = [len(r.tpot_s) for r in records]
-    ids = np.concatenate([r.columns["request_id"].view() for r in records])
-    order = np.argsort(ids, kind="stable")
-    frame = pd.DataFrame(index=pd.RangeIndex(ids.size))
-    del ids
+    order = np.argsort(np.concatenate([r.columns["request_id"].view() for r in records]), kind="stable")
+    columns = {name: np.concatenate([r.columns[name].release() for r in records])[order] for name in SCALAR_COLUMNS}
+    tokens = _token_times_column(records, order) if all(r.keep_token_times for r in records) else None
+    return records_frame(columns, np.concatenate([r.tpot_s.release() for r in records])[order],
+                         np.repeat(np.array([r.replica_id for r in records], dtype=np.int64), rows)[order], tokens)
+
+
+def records_frame(columns: dict[str, np.ndarray], tpot_s: np.ndarray, replica_id: np.ndarray,
+                  token_times: pd.Series | None) -> pd.DataFrame:
+    """The requests frame of rows given as arrays (`SCALAR_COLUMNS`, `finish_reason` as codes
+    into `FINISH_REASONS`; all of one length), in the order `requests_table` gives its columns:
+    the scalars, `token_times_s` (when given), ttft_s, e2e_s, scheduling_delay_s, tpot_s,
+    replica_id. Shared by the frame built at the end and each row group a run writes as it goes
+    (`simulator.records_stream`), so the two are the same."""
+    frame = pd.DataFrame(index=pd.RangeIndex(tpot_s.size))
     for name in SCALAR_COLUMNS:
-        column = np.concatenate([r.columns[name].release() for r in records])[order]
         if name == "finish_reason":
-            frame[name] = pd.Series(np.asarray(FINISH_REASONS, dtype=object)[column]).astype(str)
+            frame[name] = pd.Series(np.asarray(FINISH_REASONS, dtype=object)[columns[name]]).astype(str)
         else:
-            frame[name] = column
-    if all(r.keep_token_times for r in records):
-        frame["token_times_s"] = _token_times_column(records, order)
+            frame[name] = columns[name]
+    if token_times is not None:
+        frame["token_times_s"] = token_times
     frame["ttft_s"] = frame["first_token_s"] - frame["arrival_s"]
     frame["e2e_s"] = frame["completion_s"] - frame["arrival_s"]
     frame["scheduling_delay_s"] = frame["first_scheduled_s"] - frame["arrival_s"]
-    frame["tpot_s"] = np.concatenate([r.tpot_s.release() for r in records])[order]
-    frame["replica_id"] = np.repeat(np.array([r.replica_id for r in records], dtype=np.int64), rows)[order]
+    frame["tpot_s"] = tpot_s
+    frame["replica_id"] = replica_id
     return frame
+
+
+def _scalar_columns(finished: list[FinishedRequest]) -> dict[str, np.ndarray]:
+    """The `SCALAR_COLUMNS` of `finished`, one typed array each (finish_reason as codes)."""
+    return {name: np.array([_REASON_CODE[f.finish_reason] for f in finished] if name == "finish_reason"
+                           else [getattr(f, name) for f in finished], dtype=dtype)
+            for name, dtype in SCALAR_COLUMNS.items()}
 
 
 def _token_times_column(records: list[RequestRecords], order: np.ndarray) -> pd.Series:

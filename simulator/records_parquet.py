@@ -1,20 +1,63 @@
-"""Write a large records frame to Parquet a row group at a time.
+"""Write a large records frame to Parquet a row group at a time, and read token times back.
 
 `DataFrame.to_parquet` first converts the whole frame to one Arrow table: for a requests frame
 that copies every token time (8 bytes a token) while the frame still holds them, doubling the
 run's peak memory at its very end. Converting and writing a slice of rows at a time bounds that
 copy to one row group. Reading the file back (`pandas.read_parquet`) gives the same frame as
-`to_parquet`'s file does.
+`to_parquet`'s file does. `RowGroupWriter` takes the slices one by one, so a run can write its
+records as it goes (`simulator.records_stream`); `ParquetTokenTimes` reads a requests file's
+token times back a row group at a time (the TBT/ITL percentiles of a run that wrote them).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 ROW_GROUP_ROWS = 1 << 14
+
+
+class RowGroupWriter:
+    """A Parquet file written one frame slice (row group) at a time; the schema is the first
+    slice's (`_schema`), so every slice must have its columns and dtypes.
+
+    Args:
+        path: the file (created or truncated at the first `write`, or at `close` when nothing
+            was written).
+        row_group_rows: the largest row group written (a longer slice is split).
+
+    Raises (from `write`/`close`):
+        OSError: the file cannot be written; pyarrow.ArrowInvalid: a column Arrow cannot store.
+    """
+
+    def __init__(self, path: str | Path, row_group_rows: int = ROW_GROUP_ROWS) -> None:
+        self.path, self.row_group_rows = path, row_group_rows
+        self._writer: pq.ParquetWriter | None = None
+        self._schema: pa.Schema | None = None
+
+    def write(self, part: pd.DataFrame) -> None:
+        """Append the rows of `part` (its index is not written)."""
+        if self._writer is None:
+            self._schema = _schema(part)
+            self._writer = pq.ParquetWriter(self.path, self._schema)
+            if part.empty:
+                self._writer.write_table(pa.Table.from_pandas(part, schema=self._schema, preserve_index=False))
+        for start in range(0, len(part), self.row_group_rows):
+            rows = part.iloc[start:start + self.row_group_rows]
+            self._writer.write_table(pa.Table.from_pandas(rows, schema=self._schema, preserve_index=False),
+                                     row_group_size=self.row_group_rows)
+
+    def close(self, empty: pd.DataFrame | None = None) -> None:
+        """Finish the file; when nothing was written, `empty` (a frame of no rows with the
+        columns) gives it its schema."""
+        if self._writer is None:
+            if empty is None:
+                raise ValueError(f"{self.path}: no rows were written and no empty frame gives the columns")
+            self.write(empty)
+        self._writer.close()
 
 
 def write_in_row_groups(frame: pd.DataFrame, path: str | Path, row_group_rows: int = ROW_GROUP_ROWS) -> None:
@@ -27,14 +70,91 @@ def write_in_row_groups(frame: pd.DataFrame, path: str | Path, row_group_rows: i
     Raises:
         OSError: the file cannot be written; pyarrow.ArrowInvalid: a column Arrow cannot store.
     """
-    schema = _schema(frame)
-    with pq.ParquetWriter(path, schema) as writer:
-        if frame.empty:
-            writer.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False))
-        for start in range(0, len(frame), row_group_rows):
-            part = frame.iloc[start:start + row_group_rows]
-            writer.write_table(pa.Table.from_pandas(part, schema=schema, preserve_index=False),
-                               row_group_size=row_group_rows)
+    writer = RowGroupWriter(path, row_group_rows)
+    writer.write(frame)
+    writer.close()
+
+
+def concat_files(sources: list[str | Path], path: str | Path) -> None:
+    """Write the rows of the Parquet files `sources` (same columns) into `path`, in order, a row
+    group at a time (the first file's schema and its pandas metadata)."""
+    writer = None
+    try:
+        for source in sources:
+            file = pq.ParquetFile(source)
+            if writer is None:
+                writer = pq.ParquetWriter(path, file.schema_arrow)
+            for i in range(file.num_row_groups):
+                table = file.read_row_group(i).replace_schema_metadata(writer.schema.metadata)
+                writer.write_table(table, row_group_size=max(1, table.num_rows))
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+class ParquetTokenTimes:
+    """The `token_times_s` column of a requests file (rows in the file's order), read back a row
+    group at a time: `chunks` gives the same (flat times, tokens per request) as
+    `SeriesTokenTimes.chunks` of the frame the file was written from."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = path
+
+    def chunks(self, rows: np.ndarray, chunk_requests: int):
+        """Yield (flat float64 times, int64 tokens per request) for `rows` (sorted row numbers),
+        `chunk_requests` requests at a time (the last chunk may be shorter)."""
+        file = pq.ParquetFile(self.path)
+        pieces, held, start = [], 0, 0
+        for g in range(file.num_row_groups):
+            end = start + file.metadata.row_group(g).num_rows
+            picked = rows[np.searchsorted(rows, start):np.searchsorted(rows, end)] - start
+            if picked.size:
+                column = file.read_row_group(g, columns=["token_times_s"]).column(0).combine_chunks()
+                offsets = column.offsets.to_numpy()
+                values = column.flatten().to_numpy()  # the group's tokens (offsets start at offsets[0])
+                lengths = np.diff(offsets)
+                keep = np.zeros(lengths.size, dtype=bool)
+                keep[picked] = True
+                pieces.append((values[np.repeat(keep, lengths)], lengths[picked]))
+                held += picked.size
+                while held >= chunk_requests:
+                    held -= chunk_requests
+                    yield _take(pieces, chunk_requests)
+            start = end
+        if held:
+            yield _take(pieces, held)
+
+
+def _take(pieces: list[tuple[np.ndarray, np.ndarray]], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first `n` requests of `pieces` (a list of (flat, lengths), consumed in place)."""
+    flats, lengths, taken = [], [], 0
+    while taken < n:
+        flat, counts = pieces[0]
+        use = min(n - taken, counts.size)
+        tokens = int(counts[:use].sum())
+        flats.append(flat[:tokens])
+        lengths.append(counts[:use])
+        if use == counts.size:
+            pieces.pop(0)
+        else:
+            pieces[0] = (flat[tokens:], counts[use:])
+        taken += use
+    return np.concatenate(flats), np.concatenate(lengths)
+
+
+class SeriesTokenTimes:
+    """A frame's `token_times_s` column (one float64 sequence per row) as `ParquetTokenTimes`
+    reads a file's."""
+
+    def __init__(self, token_times: pd.Series) -> None:
+        self.token_times = token_times
+
+    def chunks(self, rows: np.ndarray, chunk_requests: int):
+        for b0 in range(0, rows.size, chunk_requests):
+            lists = self.token_times.iloc[rows[b0:b0 + chunk_requests]].tolist()
+            lengths = np.fromiter(map(len, lists), np.int64, len(lists))
+            flat = np.concatenate([np.asarray(t, dtype=np.float64) for t in lists]) if lists else np.zeros(0)
+            yield flat, lengths
 
 
 def _schema(frame: pd.DataFrame) -> pa.Schema:

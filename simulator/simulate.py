@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 import simpy
 
@@ -13,6 +14,8 @@ from profiler.cost_model import CostModel
 from simulator.metrics import summarize
 from simulator.pricing import StepPricer
 from simulator.records import RequestRecords, requests_table
+from simulator.records_parquet import ParquetTokenTimes
+from simulator.records_stream import RecordFiles, RequestsStream, join_step_files, remove_step_parts, write_frames
 from simulator.data_parallel import DataParallelGroup
 from simulator.records_sketch import GapSketch
 from simulator.replica import Replica, delay_until_s
@@ -52,6 +55,7 @@ def simulate(
     keep_steps: bool = True,
     data_parallel: bool = False,
     router_overlap_weight: float = 1.0,
+    record_files: RecordFiles | None = None,
 ) -> SimulationResult:
     """Run `requests` through the replicas (one scheduler each) until every request has finished.
 
@@ -79,6 +83,10 @@ def simulate(
             cost model (one with `dp_step_s`) steps the ranks in lockstep
             (`simulator.data_parallel.DataParallelGroup`); a dense model's ranks run independently.
         router_overlap_weight: the `prefix_aware` router's weight of uncached prompt blocks.
+        record_files: write the request and step records to these Parquet files, a row group at
+            a time as the run goes (`simulator.records_stream`; at the end for a closed loop):
+            the result's `requests` then has no `token_times_s` column and its `steps` no rows
+            (they are in the files, with the same values); the summary is the same.
 
     Raises:
         ValueError: keep_token_times=False with trim_fraction > 0 on a closed-loop workload.
@@ -97,8 +105,10 @@ def simulate(
     on_finish = dispatch.closed_loop_callback(closed_loop) if closed_loop else None
     next_arrival = dispatch.next_arrival_s if fast_forward else None
     window_s = _sketch_window_s(requests, closed_loop, keep_token_times, trim_fraction)
-    records = [RequestRecords(i, keep_token_times, window_s) for i in range(len(schedulers))]
-    step_logs = [StepLog(keep=keep_steps) for _ in schedulers]
+    stream = _requests_stream(requests, keep_token_times, record_files)
+    records = [RequestRecords(i, keep_token_times, window_s, stream) for i in range(len(schedulers))]
+    step_logs = [StepLog(keep=keep_steps, path=record_files.step_spool(i, len(schedulers)) if stream else None,
+                         constants=record_files.constants if stream else None) for i in range(len(schedulers))]
     if data_parallel and hasattr(pricer.cost_model, "dp_step_s"):  # MoE: DP ranks in lockstep
         replicas += DataParallelGroup(env, schedulers, pricer.cost_model, outcome_fn or StepOutcome.without_speculation,
                                       on_finish, records, step_logs).ranks
@@ -110,13 +120,21 @@ def simulate(
         dispatch.start_closed_loop(closed_loop)
     else:
         env.process(dispatch.replay(sorted(requests, key=lambda r: r.arrival_s)))  # stable for ties
-    env.run()  # ends when no event is left: all arrivals submitted, every replica idle
+    try:
+        env.run()  # ends when no event is left: all arrivals submitted, every replica idle
+    except BaseException:
+        if stream is not None:
+            remove_step_parts(record_files, len(schedulers))
+        raise
     sketch = None
     if not keep_token_times:
         sketch = GapSketch()
         for r in replicas:
             r.records.flush()
             sketch.merge(r.records.gap_sketch)
+    if stream is not None:
+        return _streamed_result(stream, replicas, record_files, keep_steps, schedulers[0].config.num_gpu_blocks,
+                                trim_fraction, sketch)
     req_frame = requests_table([r.records for r in replicas])
     stats = StepStats.merge([r.steps.stats() for r in replicas])
     frames = [r.steps.to_frame() for r in replicas]
@@ -124,7 +142,36 @@ def simulate(
     del frames
     summary = summarize(req_frame, step_frame if keep_steps else stats, schedulers[0].config.num_gpu_blocks,
                         trim_fraction, gaps=sketch)
+    if record_files is not None:  # not streamable (closed loop): written now
+        write_frames(record_files, req_frame, step_frame if keep_steps else None)
+        req_frame, step_frame = req_frame.drop(columns="token_times_s", errors="ignore"), step_frame.iloc[:0]
     return SimulationResult(req_frame, step_frame, summary)
+
+
+def _requests_stream(requests, keep_token_times: bool, files: RecordFiles | None) -> RequestsStream | None:
+    """The stream a run writes its requests file through, or None (no files, or ids unknown up front)."""
+    ids = RequestsStream.ids_if_streamable(requests) if files is not None else None
+    return None if ids is None else RequestsStream(files.requests_path, ids, keep_token_times, files.constants)
+
+
+def _streamed_result(stream: RequestsStream, replicas: list[Replica], files: RecordFiles, keep_steps: bool,
+                     num_gpu_blocks: int, trim_fraction: float, sketch: GapSketch | None) -> SimulationResult:
+    """Finish a run that wrote its records as it went: the files closed (the replicas' step files
+    joined), the summary from the in-memory columns and the token times read back."""
+    for r in replicas:
+        r.records.flush()
+    req_frame = stream.close()
+    stats = StepStats.merge([r.steps.stats() for r in replicas])
+    kv_blocks_used = np.concatenate([r.steps.kv_blocks_used() for r in replicas])
+    for r in replicas:
+        r.steps.close_file()
+    if keep_steps:
+        join_step_files(files, len(replicas))
+    token_times = ParquetTokenTimes(files.requests_path) if stream.keep_token_times else None
+    summary = summarize(req_frame, pd.DataFrame({"kv_blocks_used": kv_blocks_used}) if keep_steps else stats,
+                        num_gpu_blocks, trim_fraction, gaps=sketch,
+                        token_times=token_times)
+    return SimulationResult(req_frame, StepLog(keep=False).to_frame(), summary)
 
 
 def _sketch_window_s(requests, closed_loop, keep_token_times: bool, trim_fraction: float) -> tuple[float, float]:

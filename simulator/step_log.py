@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 
 from simulator.records import GrowableArray
+from simulator.records_parquet import ROW_GROUP_ROWS, RowGroupWriter
+from simulator.records_stream import with_constants
 from simulator.scheduler import BatchPlan
 
 STEP_COLUMNS = (
@@ -52,14 +54,21 @@ class StepLog:
     Args:
         keep: keep the rows; False keeps only `stats()` (num_steps, kv_blocks_used sum and max),
             for huge runs (`output.steps: false`).
+        path: write the rows to this Parquet file a row group at a time as the run goes
+            (`simulator.records_stream`), finished by `close_file`; only `kv_blocks_used` stays
+            in memory (`kv_blocks_used()`). Ignored when not `keep`.
+        constants: leading columns of one value each in the file (a sweep's `point_id`).
     """
 
-    def __init__(self, keep: bool = True) -> None:
+    def __init__(self, keep: bool = True, path=None, constants: dict[str, int] | None = None) -> None:
         self.keep = keep
         self._staged: list[tuple] = []
         self._columns = {name: GrowableArray(np.float64 if name in _FLOAT_COLUMNS else np.int64)
                          for name in STEP_COLUMNS}
         self._stats = StepStats(0, 0, 0)
+        self._writer = RowGroupWriter(path, ROW_GROUP_ROWS) if keep and path is not None else None
+        self._constants = dict(constants or {})
+        self._kv_blocks_used = GrowableArray(np.int64)  # with a file: the one column kept
 
     def __len__(self) -> int:
         return self._stats.num_steps + len(self._staged)
@@ -86,10 +95,37 @@ class StepLog:
         if not staged:
             return
         rows = np.array(staged, dtype=np.float64)  # counts are far below 2**53: exact as floats
-        self._add_stats(len(staged), rows[:, STEP_COLUMNS.index("kv_blocks_used")].astype(np.int64))
+        kv_blocks_used = rows[:, STEP_COLUMNS.index("kv_blocks_used")].astype(np.int64)
+        self._add_stats(len(staged), kv_blocks_used)
         if self.keep:
             for j, (name, column) in enumerate(self._columns.items()):
                 column.extend(rows[:, j])
+        if self._writer is not None:
+            self._kv_blocks_used.extend(kv_blocks_used)
+            if len(self._columns["start_s"]) >= ROW_GROUP_ROWS:
+                self._write_rows(final=False)
+
+    def _write_rows(self, final: bool) -> None:
+        """Write the held rows (all of them when `final`, else whole row groups) to the file."""
+        columns = {name: column.release() for name, column in self._columns.items()}
+        held = columns["start_s"].size
+        end = held if final else held - held % ROW_GROUP_ROWS
+        self._writer.write(with_constants(_frame({name: c[:end] for name, c in columns.items()}), self._constants))
+        for name, column in self._columns.items():
+            column.extend(columns[name][end:])
+
+    def close_file(self) -> None:
+        """Write the last rows and finish the file (`path`); nothing to do without one."""
+        if self._writer is not None:
+            self._flush()
+            self._write_rows(final=True)
+            self._writer.close()
+            self._writer = None
+
+    def kv_blocks_used(self) -> np.ndarray:
+        """Every step's `kv_blocks_used`, in order, of a log that wrote its rows to a file."""
+        self._flush()
+        return self._kv_blocks_used.view()
 
     def _add_stats(self, n: int, kv_blocks_used: np.ndarray) -> None:
         if n:
@@ -105,7 +141,13 @@ class StepLog:
         """One row per step (empty, with the columns, when the rows were not kept); the log
         hands its columns to the frame and is empty afterwards."""
         self._flush()
-        frame = pd.DataFrame(index=pd.RangeIndex(len(self._columns["start_s"])))
-        for name, column in self._columns.items():
-            frame[name] = column.release()
-        return frame
+        return _frame({name: column.release() for name, column in self._columns.items()})
+
+
+def _frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The step frame of `STEP_COLUMNS` arrays (one length)."""
+    frame = pd.DataFrame(index=pd.RangeIndex(len(columns["start_s"])))
+    for name in STEP_COLUMNS:
+        frame[name] = columns[name]
+    return frame
+

@@ -1,0 +1,170 @@
+"""Records written to Parquet as the run goes (simulator/records_stream.py, issue 17 item 2): the
+files equal the frames built at the end value for value, the summary is the same number for
+number, and rows leave memory a row group at a time."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+import simulator.metrics as metrics
+import simulator.records as records
+import simulator.step_log as step_log
+from profiler import RooflineCostModel, get_device_spec, get_model_spec
+from simulator.records_parquet import ParquetTokenTimes, SeriesTokenTimes, concat_files, write_in_row_groups
+from simulator.records_stream import RecordFiles, RequestsStream, with_constants
+from simulator.scheduler import FINISH_REASONS, SchedulerConfig, make_scheduler
+from simulator.simulate import simulate
+from traces import ClosedLoopWorkload, Request
+
+COST = RooflineCostModel(get_model_spec("llama-3-8b"), get_device_spec("h100-sxm"))
+
+
+def trace(n=300, qps=30.0, seed=3):
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1 / qps, n))
+    ids = rng.permutation(n) * 3 + 5  # not 0..n-1, and not in arrival order
+    return [Request(int(i), float(t), int(p), int(o)) for i, t, p, o in
+            zip(ids, arrivals, rng.integers(20, 1500, n), rng.integers(1, 300, n))]
+
+
+def schedulers(replicas=2):
+    config = SchedulerConfig(num_gpu_blocks=3000, block_size=16, max_model_len=4096, chunk_size=256, max_num_seqs=64)
+    return [make_scheduler("sarathi", config) for _ in range(replicas)]
+
+
+def same_summary(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        assert got[key] == value or (value != value and got[key] != got[key]), key
+
+
+@pytest.fixture
+def small_groups(monkeypatch):
+    """Row groups of 32 requests / 64 steps and flushes of 16 finished requests, so a 300-request
+    run writes many groups while it runs and replicas hand rows over out of order."""
+    monkeypatch.setattr("simulator.records_stream.ROW_GROUP_ROWS", 32)
+    monkeypatch.setattr(step_log, "ROW_GROUP_ROWS", 64)
+    monkeypatch.setattr(records, "_FLUSH_REQUESTS", 16)
+
+
+@pytest.mark.parametrize("in_memory_tokens", [1 << 22, 0])  # numpy on the samples; the streamed percentiles
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_streamed_files_equal_the_frames_built_at_the_end(tmp_path, monkeypatch, small_groups, replicas,
+                                                          in_memory_tokens):
+    monkeypatch.setattr(metrics, "_IN_MEMORY_TOKENS", in_memory_tokens)
+    monkeypatch.setattr(metrics, "_GAP_CHUNK_REQUESTS", 17)  # chunks that straddle row groups
+    built = simulate(trace(), schedulers(replicas), COST, trim_fraction=0.1)
+    files = RecordFiles(tmp_path / "requests.parquet", tmp_path / "steps.parquet", {"point_id": 7})
+    streamed = simulate(trace(), schedulers(replicas), COST, trim_fraction=0.1, record_files=files)
+
+    same_summary(streamed.summary, built.summary)  # the means too: the same chunks, read back
+    pd.testing.assert_frame_equal(streamed.requests, built.requests.drop(columns="token_times_s"))
+    assert len(streamed.steps) == 0 and list(streamed.steps.columns) == list(built.steps.columns)
+    # As a sweep would have written the frames built at the end:
+    write_in_row_groups(with_constants(built.requests.copy(), {"point_id": 7}), tmp_path / "want_requests.parquet")
+    write_in_row_groups(with_constants(built.steps.copy(), {"point_id": 7}), tmp_path / "want_steps.parquet")
+    for name in ("requests", "steps"):
+        got, want = pd.read_parquet(tmp_path / f"{name}.parquet"), pd.read_parquet(tmp_path / f"want_{name}.parquet")
+        pd.testing.assert_frame_equal(got, want)
+    got = pd.read_parquet(files.requests_path)
+    assert got["request_id"].is_monotonic_increasing and len(got) == 300 and (got["point_id"] == 7).all()
+    assert set(got["replica_id"]) == set(range(replicas))
+    for times, want in zip(got["token_times_s"], built.requests["token_times_s"]):
+        assert np.array_equal(times, want)
+    assert pq.ParquetFile(files.requests_path).num_row_groups == math.ceil(300 / 32)
+    assert pq.ParquetFile(files.steps_path).num_row_groups >= len(built.steps) // 64
+    assert sorted(p.name for p in tmp_path.iterdir() if "want" not in p.name) == ["requests.parquet", "steps.parquet"]
+
+
+def test_without_token_times_or_steps_the_files_hold_what_is_kept(tmp_path, small_groups):
+    built = simulate(trace(), schedulers(), COST, keep_token_times=False, keep_steps=False)
+    files = RecordFiles(tmp_path / "requests.parquet", None, {"point_id": 0})
+    streamed = simulate(trace(), schedulers(), COST, keep_token_times=False, keep_steps=False, record_files=files)
+    same_summary(streamed.summary, built.summary)
+    got = pd.read_parquet(files.requests_path)
+    assert "token_times_s" not in got
+    pd.testing.assert_frame_equal(got.drop(columns="point_id"), built.requests)
+    assert [p.name for p in tmp_path.iterdir()] == ["requests.parquet"]
+
+
+def test_a_closed_loop_run_writes_the_same_files_at_its_end(tmp_path):
+    def workload():
+        return ClosedLoopWorkload(4, think_time_s=0.01, prompt=50, output=20, num_requests=40, seed=1)
+
+    built = simulate(workload(), schedulers(1), COST)
+    files = RecordFiles(tmp_path / "r.parquet", tmp_path / "s.parquet", {"point_id": 3})
+    streamed = simulate(workload(), schedulers(1), COST, record_files=files)
+    same_summary(streamed.summary, built.summary)
+    got = pd.read_parquet(files.requests_path)
+    assert len(got) == 40 and list(got.columns[:2]) == ["point_id", "request_id"]
+    for times, want in zip(got["token_times_s"], built.requests["token_times_s"]):
+        assert np.array_equal(times, want)
+    pd.testing.assert_frame_equal(pd.read_parquet(files.steps_path).drop(columns="point_id"), built.steps)
+    assert "token_times_s" not in streamed.requests and len(streamed.steps) == 0
+
+
+def rows(ids, times_per_request):
+    """`RequestsStream.add`'s arguments for completed requests `ids` with these token times."""
+    n = len(ids)
+    columns = {name: np.zeros(n, dtype=dtype) for name, dtype in records.SCALAR_COLUMNS.items()}
+    columns["request_id"] = np.asarray(ids, dtype=np.int64)
+    columns["generated_tokens"] = np.array([len(t) for t in times_per_request], dtype=np.int64)
+    columns["finish_reason"][:] = FINISH_REASONS.index("completed")
+    flat = np.concatenate([np.asarray(t, dtype=np.float64) for t in times_per_request])
+    return columns, np.zeros(n), flat, columns["generated_tokens"]
+
+
+def test_the_stream_writes_a_row_group_once_its_rows_are_all_finished(tmp_path):
+    stream = RequestsStream(tmp_path / "r.parquet", [4, 0, 1, 2, 3, 5], True, {"point_id": 1}, row_group_rows=2)
+    stream.add(0, *rows([1, 3], [[0.1], [0.3, 0.4]]))
+    assert stream._written == 0 and len(stream._tokens) == 2  # request 0 is still running
+    stream.add(1, *rows([0], [[0.0, 0.5]]))
+    assert stream._written == 2 and sorted(stream._tokens) == [3]  # ranks 0 and 1 went to the file
+    stream.add(0, *rows([2, 5, 4], [[0.2], [], [0.6, 0.7, 0.8]]))
+    assert stream._written == 6 and stream._tokens == {}
+    frame = stream.close()
+    assert frame["request_id"].tolist() == [0, 1, 2, 3, 4, 5] and frame["replica_id"].tolist() == [1, 0, 0, 0, 0, 0]
+    got = pd.read_parquet(tmp_path / "r.parquet")
+    assert got["request_id"].tolist() == [0, 1, 2, 3, 4, 5] and got["point_id"].tolist() == [1] * 6
+    assert [t.tolist() for t in got["token_times_s"]] == [[0.0, 0.5], [0.1], [0.2], [0.3, 0.4], [0.6, 0.7, 0.8], []]
+    assert pq.ParquetFile(tmp_path / "r.parquet").num_row_groups == 3
+
+
+def test_the_stream_refuses_unknown_repeated_and_missing_requests(tmp_path):
+    stream = RequestsStream(tmp_path / "r.parquet", [0, 1, 2], True)
+    with pytest.raises(RuntimeError, match="not in the trace or finished twice"):
+        stream.add(0, *rows([9], [[0.1]]))
+    stream.add(0, *rows([1], [[0.1]]))
+    with pytest.raises(RuntimeError, match="not in the trace or finished twice"):
+        stream.add(0, *rows([1], [[0.1]]))
+    with pytest.raises(RuntimeError, match="request 0 never finished"):
+        stream.close()
+    with pytest.raises(ValueError, match="unique"):
+        RequestsStream(tmp_path / "x.parquet", [0, 0], True)
+    assert RequestsStream.ids_if_streamable([Request(1, 0.0, 5, 5), Request(1, 1.0, 5, 5)]) is None
+
+
+def test_token_times_read_back_in_the_chunks_of_the_frame(tmp_path):
+    frame = pd.DataFrame({"token_times_s": pd.Series([np.arange(i, dtype=np.float64) + i for i in range(50)])})
+    write_in_row_groups(frame, tmp_path / "t.parquet", row_group_rows=8)
+    picked = np.array([0, 3, 4, 9, 10, 11, 15, 16, 30, 49])
+    for size in (1, 3, 4, 100):
+        got = list(ParquetTokenTimes(tmp_path / "t.parquet").chunks(picked, size))
+        want = list(SeriesTokenTimes(frame["token_times_s"]).chunks(picked, size))
+        assert len(got) == len(want) == math.ceil(picked.size / size)
+        for (flat, lengths), (want_flat, want_lengths) in zip(got, want):
+            assert np.array_equal(flat, want_flat) and np.array_equal(lengths, want_lengths)
+    flat, lengths = next(ParquetTokenTimes(tmp_path / "t.parquet").chunks(np.array([3, 9]), 2))
+    assert lengths.tolist() == [3, 9] and flat.tolist() == [3.0, 4.0, 5.0] + [float(9 + k) for k in range(9)]
+
+
+def test_concat_files_keeps_every_row_in_order(tmp_path):
+    parts = [pd.DataFrame({"a": np.arange(k * 10, k * 10 + n), "b": np.full(n, 0.5 * k)}) for k, n in enumerate([5, 0, 7])]
+    for k, part in enumerate(parts):
+        write_in_row_groups(part, tmp_path / f"p{k}.parquet", row_group_rows=3)
+    concat_files([tmp_path / f"p{k}.parquet" for k in range(3)], tmp_path / "all.parquet")
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "all.parquet"), pd.concat(parts, ignore_index=True))
