@@ -41,9 +41,9 @@ class OutputWriteError(OSError):
 
 
 def write_whole(path: str | Path, write: Callable[[Path], None],
-                before_rename: Callable[[], None] | None = None) -> Path:
-    """Write `path` whole or not at all: `write(tmp)` fills a temporary file (`TEMP_PREFIX`, the
-    same suffix as `path`) in `path`'s folder (created), which is flushed to disk, given the
+                before_rename: Callable[[], None] | None = None, temp_suffix: str | None = None) -> Path:
+    """Write `path` whole or not at all: `write(tmp)` fills a temporary file (`TEMP_PREFIX`, by
+    default the suffix of `path`) in `path`'s folder (created), which is flushed to disk, given the
     permissions of an ordinary new file (0666 less the umask; mkstemp makes it 0600), and renamed
     over `path`.
 
@@ -52,6 +52,9 @@ def write_whole(path: str | Path, write: Callable[[Path], None],
         write: called with the temporary path (an empty file exists there); writes the content.
         before_rename: called after the content is on disk, just before the rename (a run folder
             lists the file in its manifest then).
+        temp_suffix: the temporary file's suffix; None: `path`'s, for writers that take the format
+            from the name (matplotlib, pandas' compression). The results cache passes ".tmp" so that
+            a half-written entry never looks like one.
 
     Returns:
         `path`.
@@ -65,7 +68,8 @@ def write_whole(path: str | Path, write: Callable[[Path], None],
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX, suffix=path.suffix)
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX,
+                                        suffix=path.suffix if temp_suffix is None else temp_suffix)
         os.close(fd)
     except OSError as exc:
         raise OutputWriteError(path, exc.strerror or str(exc), exc.errno) from exc

@@ -21,9 +21,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import sys
-import tempfile
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -34,8 +32,8 @@ import pandas as pd
 import pyarrow as pa
 
 from experiments.config import SweepConfig
-from experiments.outputs import TEMP_PREFIX
 from experiments.point import PointResult
+from profiler.atomic_write import OutputWriteError, write_whole
 from simulator.records_parquet import write_in_row_groups
 
 ENTRY_SUFFIX = ".zip"
@@ -214,23 +212,18 @@ class ResultsCache:
         value cannot be stored as data (`encode_entry`)."""
         if self.directory is None:
             return True
-        tmp = None
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=TEMP_PREFIX, suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as f:
                 encode_entry(value, f)
-            os.replace(tmp, self.path(key))
+
+        try:
+            write_whole(self.path(key), write, temp_suffix=".tmp")  # a temporary is no `*.zip` entry
             (self.directory / f"{key}{LEGACY_SUFFIX}").unlink(missing_ok=True)
         except (OSError, CacheEntryError, pa.ArrowException) as exc:
-            if tmp is not None:
-                Path(tmp).unlink(missing_ok=True)
-            self.write_error = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+            reason = exc.reason if isinstance(exc, OutputWriteError) else getattr(exc, "strerror", None)
+            self.write_error = reason or str(exc)  # "No space left on device": the entry's path says nothing
             return False
-        except BaseException:
-            if tmp is not None:
-                Path(tmp).unlink(missing_ok=True)
-            raise
         return True
 
 
