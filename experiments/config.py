@@ -546,6 +546,21 @@ class SearchConfig(_Strict):
         return self
 
 
+class LayoutsConfig(_Strict):
+    """`layouts: {gpus: N}`: a sweep axis that crosses every point with every parallel layout of
+    exactly N GPUs the model can take (`experiments.planning.layouts`), in vLLM's flag names: for
+    a mixture of experts one data-parallel group, `tensor_parallel_size` × `data_parallel_size` = N,
+    with `enable_expert_parallel` off and on (EP = N); for a dense model `tensor_parallel_size` ×
+    `pipeline_parallel_size` = N; and, with `replicas: true`, `replicas` of a smaller engine
+    behind the point's router (how vLLM runs a dense model's DP ranks: independent engines). A
+    layout the model cannot take (TP not dividing its heads, EP not dividing its experts, ...) is
+    skipped with the reason in the warnings and the report. `layouts:` sets those engine keys
+    itself, so they (and `num_gpus`) may not be set beside it."""
+
+    gpus: int = Field(ge=1, le=1024)  # GPUs of every layout (experiments.planning.layouts.MAX_LAYOUT_GPUS)
+    replicas: bool = True  # also layouts of independent replicas; false: one engine on all the GPUs
+
+
 class FleetConfig(_Strict):
     """Fleet sizing from a capacity search: replicas of each point needed for `target_qps`, and
     the cost per million output tokens at `gpu_hour_usd` per GPU-hour."""
@@ -627,6 +642,22 @@ class SweepConfig(_Strict):
     fleet: FleetConfig | None = None
     output: OutputConfig = OutputConfig()
     cluster: ClusterConfig | None = None  # prefill/decode disaggregation; none: colocated replicas
+    layouts: LayoutsConfig | None = None  # cross every point with every TP × DP × EP (or TP × PP) layout of N GPUs
+
+    @model_validator(mode="after")
+    def _layouts_exist(self) -> "SweepConfig":
+        if self.layouts is not None:
+            if self.cluster is not None:
+                raise ValueError("layouts: enumerates colocated layouts; a cluster: point sets its pools itself "
+                                 "(compare xPyD splits with python -m experiments.planning.disaggregation)")
+            from experiments.planning.layouts import enumerate_layouts
+
+            try:
+                enumerate_layouts(get_model_spec(self.model), self.layouts.gpus, self.layouts.replicas)
+            except (ValueError, OSError) as exc:  # a bad model is reported by _deployment_fits
+                if isinstance(exc, ValueError) and str(exc).startswith("layouts."):
+                    raise
+        return self
 
     @model_validator(mode="after")
     def _cluster_pools(self) -> "SweepConfig":
@@ -809,8 +840,10 @@ def load_config(path: str | Path, overrides: list[str] = (),
     base_tree = copy.deepcopy(raw)
     _apply_overrides(base_tree, {}, set_keys)
     base = _validate(base_tree, path, root_node, where="", set_keys=set_keys)
-    points = _expand(raw, set_keys, path, root_node, said.append)
-    if set_keys and raw.get("variants"):  # the base records its variants as run (config.yaml loads again)
+    layouts = _layouts_of(base, raw, set_keys, path, root_node, said.append)
+    points = _expand(raw, set_keys, path, root_node, said.append, layouts)
+    if set_keys and (raw.get("variants") or base.layouts is not None):  # the base records its points as run
+        # (config.yaml loads again: `experiments.planning.sweep.config_as_run` drops the layouts they hold)
         base = base.model_copy(update={"variants": _variants_as_run(base_tree, [tree for tree, _, _ in points])})
     in_file = isinstance(raw.get("trace"), dict) and "path" in raw["trace"] and "trace.path" not in set_keys
     qps_in_file = isinstance(raw.get("trace"), dict) and "qps" in raw["trace"] and "trace.qps" not in set_keys
@@ -892,11 +925,46 @@ def _flatten(layer: dict, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def _layouts_of(base: SweepConfig, raw: dict, set_keys: dict[str, Any], path: Path, root_node,
+                warn: Callable[[str], None]) -> list:
+    """The layouts `layouts:` crosses every point with (`experiments.planning.layouts`), as
+    dotted engine keys; [{}] without it (the points as the variants give them). Warns naming
+    each layout skipped and why (the reports list them too: `planning.report.layout_lines`).
+
+    Raises:
+        ConfigError: an engine key a layout sets (`LAYOUT_KEYS`) also set by the base, a variant
+            or a --set, naming where.
+    """
+    if base.layouts is None:
+        return [{}]
+    from experiments.planning.layouts import LAYOUT_KEYS, enumerate_layouts
+
+    owned = {f"engine.{key}" for key in LAYOUT_KEYS}
+    engine = raw.get("engine") if isinstance(raw.get("engine"), dict) else {}
+    clashes = [(f"engine.{k}", _line_of(root_node, ["engine", k])) for k in engine if f"engine.{k}" in owned]
+    for index, variant in enumerate(raw.get("variants") or []):
+        if isinstance(variant, dict):
+            clashes += [(f"variants[{index}] {k}", _variant_line(root_node, index))
+                        for k in _flatten(variant) if k in owned]
+    clashes += [(f"--set {k}", None) for k in set_keys if k in owned]
+    if clashes:
+        key, line = clashes[0]
+        raise ConfigError(f"{path}: {key}{f' (line {line})' if line else ''}: layouts: sets "
+                          f"{', '.join(sorted(owned))} of every point ({base.layouts.gpus} GPUs); drop it here, "
+                          "or drop layouts: and list the layouts as variants")
+    valid, skipped = enumerate_layouts(get_model_spec(base.model), base.layouts.gpus, base.layouts.replicas)
+    if skipped:
+        warn(f"layouts: {len(skipped)} of the {len(valid) + len(skipped)} layouts of {base.layouts.gpus} GPUs are "
+             f"skipped: " + "; ".join(f"{layout.text()} ({why})" for layout, why in skipped))
+    return [layout.engine_keys() for layout in valid]
+
+
 def _expand(raw: dict, set_keys: dict[str, Any], path: Path, root_node,
-            warn: Callable[[str], None]) -> list[tuple[dict, SweepConfig, str]]:
+            warn: Callable[[str], None], layouts: list[dict[str, Any]] = ({},)) -> list[tuple[dict, SweepConfig, str]]:
     """The points (tree, validated config, which variant): each variant's combinations on the base,
-    then the --set keys. Warns about variants a --set overrode, points a --set does not apply to,
-    and identical points (kept once); ConfigError for a --set that applies to no point."""
+    each crossed with the `layouts` (engine keys, `_layouts_of`), then the --set keys. Warns about
+    variants a --set overrode, points a --set does not apply to, and identical points (kept once);
+    ConfigError for a --set that applies to no point."""
     variants = raw.get("variants") or [{}]
     overridden: dict[str, dict[str, list]] = {}  # set key -> {"variants[i] (key)": [values]}
     not_applied: dict[str, list[str]] = {key: [] for key in set_keys}
@@ -911,13 +979,16 @@ def _expand(raw: dict, set_keys: dict[str, Any], path: Path, root_node,
             raise ConfigError(f"{path}: variants[{index}] {empty[0]}: an empty list gives no points; "
                               "list at least one value")
         line = _variant_line(root_node, index)
-        for combo in _cross(layer):
+        for combo, layout in itertools.product(_cross(layer), layouts):
             where = f"variants[{index}] {_shown(combo)}" if raw.get("variants") else "the base"
-            tree = _apply_variant(raw, combo, f"{path}: variants[{index}]")
+            if layout:
+                where += f" layout {_shown(layout)}"
+            tree = _apply_variant(raw, {**combo, **layout}, f"{path}: variants[{index}]")
             changed, skipped = _apply_overrides(tree, combo, set_keys)
+            tree.pop("layouts", None)  # expanded: each point is one layout
             _resolve_paths(tree, path.resolve().parent)
-            config = _validate(tree, path, root_node, where=f"{where}: " if raw.get("variants") else "", line=line,
-                               set_keys=set_keys)
+            config = _validate(tree, path, root_node, where=f"{where}: " if raw.get("variants") or layout else "",
+                               line=line, set_keys=set_keys)
             label = f"{where} ({describe_point(config)})"
             for set_key, variant_key in changed:
                 values = overridden.setdefault(set_key, {}).setdefault(f"variants[{index}] ({variant_key}", [])

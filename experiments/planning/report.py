@@ -41,6 +41,8 @@ REQUEST_COLUMNS = {
     "offered_qps": "offered QPS",
     "throughput_rps": "req/s",
     "goodput_rps": "goodput (req/s)",
+    "num_gpus": "GPUs",
+    "goodput_rps_per_gpu": "goodput per GPU (req/s)",
     "output_throughput_tps": "out tok/s",
     "slo_met": "SLO met",
     "slo_missed": "SLOs missed",
@@ -65,6 +67,7 @@ KV_COLUMNS = {
     "preempted_cache_hits_tokens": "cache hits after preemption",  # vLLM's preempted hits, counted apart
 }
 _BREAKDOWN = ("rejected_too_long", "rejected_kv_capacity", "rejected_budget")
+_PER_GPU = ("num_gpus", "goodput_rps_per_gpu")  # shown when some point has more than one GPU
 _METRIC_NAMES = {"ttft": "TTFT", "tbt": "TBT", "itl": "ITL", "tpot": "TPOT", "e2e": "E2E",
                  "scheduling_delay": "sched delay"}
 BEST_MARK, MISS_MARK = "★", "✗"
@@ -104,8 +107,10 @@ def points_tables(points: pd.DataFrame, slo: dict[str, float], best_id: int | No
     latency = dict(LATENCY_COLUMNS)
     for key in slo:
         latency.setdefault(slo_summary_key(key), metric_title(slo_summary_key(key)))
+    multi_gpu = "num_gpus" in points and points["num_gpus"].fillna(1).astype(float).gt(1).any()
     requests = {k: v for k, v in REQUEST_COLUMNS.items()
-                if k not in _BREAKDOWN or (k in points and points[k].fillna(0).astype(float).gt(0).any())}
+                if (k not in _BREAKDOWN or (k in points and points[k].fillna(0).astype(float).gt(0).any()))
+                and (k not in _PER_GPU or multi_gpu)}
     data = points.assign(slo_missed=[", ".join(slo_misses(r, slo)) or ("—" if slo else "n/a")
                                      for _, r in points.iterrows()])
     slo_columns = {slo_summary_key(k): k for k in slo}
@@ -350,7 +355,7 @@ def _header_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
     lines = [deployment_line(points, base, "(what prices each step is stated below)")]
     if ok.empty:
         return lines + ["Every point failed: see the errors below."]
-    lines += cost_model_lines(ok) + device_lines(ok, base)
+    lines += cost_model_lines(ok) + device_lines(ok, base) + layout_lines(base)
     first = ok.iloc[0]
     lines.append(trace_line(first, base))
     skipped = int(first.get("trace_rows_rejected", 0) or 0)
@@ -370,6 +375,23 @@ def _header_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
     lines.append(f"KV pool: {', '.join(map(str, pools))} blocks of {base.engine.block_size} tokens per replica "
                  "(differs by point when the token budget changes the activation memory).")
     return lines
+
+
+def layout_lines(base: SweepConfig) -> list[str]:
+    """With `layouts: {gpus: N}`: what it enumerated (`experiments.planning.layouts`) and each
+    layout it skipped with the reason, so none is left out silently; [] without it."""
+    if base.layouts is None:
+        return []
+    from experiments.planning.layouts import enumerate_layouts
+    from profiler import get_model_spec
+
+    valid, skipped = enumerate_layouts(get_model_spec(base.model), base.layouts.gpus, base.layouts.replicas)
+    line = (f"Layouts (layouts.gpus: {base.layouts.gpus}): {len(valid)} of {len(valid) + len(skipped)} layouts of "
+            f"{base.layouts.gpus} GPUs run ({', '.join(layout.text() for layout in valid)}); per-GPU columns divide "
+            "by the GPUs of each point.")
+    if skipped:
+        line += " Skipped: " + "; ".join(f"{layout.text()} — {why}" for layout, why in skipped) + "."
+    return [line]
 
 
 def cost_model_lines(points: pd.DataFrame) -> list[str]:
@@ -645,7 +667,7 @@ def capacity_summary(points: pd.DataFrame, base: SweepConfig, slo: dict[str, flo
         ok = ok.assign(capacity_qps=np.nan)
     header = [
         deployment_line(points, base, "(what prices each step is stated below)"),
-        *cost_model_lines(ok), *device_lines(ok, base),
+        *cost_model_lines(ok), *device_lines(ok, base), *layout_lines(base),
         f"Capacity = highest QPS meeting every SLO ({', '.join(f'{k} ≤ {v:g}' for k, v in slo.items())}"
         f"{'' if base.slo else ', Sarathi-Serve strict defaults for this model size'}), by bisection on trials of "
         f"{s.num_requests} requests to {s.precision:.1%} precision within {list(s.qps)} QPS; "

@@ -25,7 +25,9 @@ import pandas as pd
 import yaml
 
 from experiments.planning.backends import make_pool
+from experiments.planning.layouts import LAYOUT_KEYS
 from experiments.config import SweepConfig, describe_point, point_labels
+from experiments.deployment import cluster_gpus
 from experiments.outputs import RunFolder, write_csv, write_parquet, write_text
 from experiments.point import PointResult, device_name, report_columns, run_point
 from experiments.planning.results_cache import ResultsCache, cache_key
@@ -217,7 +219,7 @@ def simulate_cached(config: SweepConfig, point_id: int, trim_fraction: float = 0
                                        lambda value: isinstance(value, PointResult))
     derived = report_columns(raw.row, raw.requests, bare)
     row = {k: v for k, v in raw.row.items() if k not in derived}
-    row.update(point_id=point_id, label=describe_point(config))
+    row.update(point_id=point_id, label=describe_point(config), num_gpus=cluster_gpus(config))  # every GPU of the point
     row.update(report_columns(row, raw.requests, config), cached=cached)
     if cache.write_error:
         row["cache_error"] = cache.write_error
@@ -284,6 +286,9 @@ def config_as_run(base: SweepConfig) -> dict:
     only where the scheduler reads them, which `load_config` insists on; paths absolute)."""
     tree = base.model_dump(mode="json")
     tree["engine"] = base.engine.model_dump(mode="json", include=set(base.engine.used_settings()))
+    owned = {f"engine.{key}" for key in LAYOUT_KEYS}
+    if any(owned & set(variant) for variant in tree.get("variants", [])):  # layouts already expanded (after --set)
+        tree["layouts"] = None
     return tree
 
 

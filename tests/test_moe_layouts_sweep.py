@@ -1,0 +1,231 @@
+"""`layouts: {gpus: N}` (issue 18, item 6): every TP × DP × EP layout of a GPU count for a mixture of
+experts (TP × PP × replicas for a dense model) enumerated exactly, the ones a model cannot take
+skipped with the reason, bad input named by key; the capacity search and the chunk × N policy
+run on MoE points and report capacity and goodput per GPU."""
+from __future__ import annotations
+
+import re
+import textwrap
+
+import pandas as pd
+import pytest
+
+from experiments.config import ConfigError, ConfigWarning, SweepConfig, load_config
+from experiments.planning.layouts import Layout, enumerate_layouts
+from profiler import get_model_spec
+
+MOE = """
+name: moe
+model: qwen3-30b-a3b
+device: h100-sxm
+cost_model: auto
+trace: {kind: synthetic, qps: 8, num_requests: 120, prompt_tokens: [256, 1024], output_tokens: [16, 64], seed: 0}
+engine: {scheduler: vllm_v1, chunk_size: 1024, max_num_seqs: 64}
+slo: {ttft_p99_s: 0.5, tbt_p99_s: 0.05}
+goodput: {ttft_s: 0.5, tpot_s: 0.05}
+"""
+SEARCH = "search: {qps: [1, 512], num_requests: 120, seeds: 1, precision: 0.05}\n"
+
+
+def write(tmp_path, text, name="c.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def points_of(tmp_path, text, overrides=(), warnings=None):
+    _, points = load_config(write(tmp_path, text), list(overrides),
+                            on_warning=(warnings.append if warnings is not None else None))
+    return [SweepConfig.model_validate(p) for p in points]
+
+
+def layout_of(point: SweepConfig) -> tuple:
+    e = point.engine
+    return (e.tensor_parallel_size, e.data_parallel_size, e.enable_expert_parallel, e.replicas, e.pipeline_parallel_size)
+
+
+def sweep(tmp_path, config, *extra):
+    from typer.testing import CliRunner
+
+    from experiments.cli.main import app
+
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["sweep", str(config), "--out", str(out), "--jobs", "1", *extra])
+    assert result.exit_code == 0, result.output
+    return out, result.output
+
+
+def test_qwen3_moe_on_four_gpus_gives_exactly_nine_layouts(tmp_path):
+    # (TP, DP, EP, replicas, PP): one DP group with TP × DP = 4, EP off and on (EP = 4), then
+    # replicas of a DP-1 engine: 4 × TP 1 (EP 1 is no EP) and 2 × TP 2 with EP off and on (EP 2).
+    # Qwen3-30B-A3B: 32 heads, 4 KV heads, 128 experts of width 768: 1, 2 and 4 divide them all.
+    points = points_of(tmp_path, MOE + "layouts: {gpus: 4}\n")
+    assert [layout_of(p) for p in points] == [
+        (1, 4, False, 1, 1), (1, 4, True, 1, 1), (2, 2, False, 1, 1), (2, 2, True, 1, 1), (4, 1, False, 1, 1),
+        (4, 1, True, 1, 1), (1, 1, False, 4, 1), (2, 1, False, 2, 1), (2, 1, True, 2, 1)]
+    assert all(p.layouts is None for p in points)  # expanded: each point is one layout
+    one_engine = points_of(tmp_path, MOE + "layouts: {gpus: 4, replicas: false}\n")
+    assert [layout_of(p) for p in one_engine] == [layout_of(p) for p in points[:6]]
+
+
+def test_dense_layouts_are_tp_pp_and_replicas(tmp_path):
+    # llama-3-8b (32 heads, 8 KV heads, 32 layers) on 4 GPUs: TP × PP × replicas = 4, all valid.
+    points = points_of(tmp_path, MOE.replace("qwen3-30b-a3b", "llama-3-8b") + "layouts: {gpus: 4}\n")
+    assert [layout_of(p) for p in points] == [
+        (1, 1, False, 1, 4), (2, 1, False, 1, 2), (4, 1, False, 1, 1), (1, 1, False, 2, 2), (2, 1, False, 2, 1),
+        (1, 1, False, 4, 1)]
+
+
+def test_layouts_a_model_cannot_take_are_skipped_with_the_reason(tmp_path):
+    # Mixtral-8x7B has 8 experts: on 16 GPUs expert parallelism would be EP 16, which does not
+    # divide them, so the five one-engine layouts with EP on are skipped (warned and reported).
+    valid, skipped = enumerate_layouts(get_model_spec("mixtral-8x7b"), 16)
+    assert [layout.text() for layout, _ in skipped] == [
+        "TP 1 × DP 16, EP 16", "TP 2 × DP 8, EP 16", "TP 4 × DP 4, EP 16", "TP 8 × DP 2, EP 16", "TP 16, EP 16"]
+    assert all("16 must divide the model's 8 experts; valid: [1, 2, 4, 8]" in why for _, why in skipped)
+    assert Layout(tensor_parallel_size=2, enable_expert_parallel=True, replicas=8) in valid  # EP 2 divides 8
+    assert len(valid) == 12
+    said = []
+    points = points_of(tmp_path, MOE.replace("qwen3-30b-a3b", "mixtral-8x7b") + "layouts: {gpus: 16}\n",
+                       warnings=said)
+    assert len(points) == 12
+    assert any(text.startswith("layouts: 5 of the 17 layouts of 16 GPUs are skipped: TP 1 × DP 16, EP 16 (")
+               for text in said)
+    from experiments.planning.report import layout_lines
+
+    base, _ = load_config(write(tmp_path, MOE.replace("qwen3-30b-a3b", "mixtral-8x7b") + "layouts: {gpus: 16}\n"),
+                          on_warning=lambda text: None)
+    (line,) = layout_lines(base)
+    assert line.startswith("Layouts (layouts.gpus: 16): 12 of 17 layouts of 16 GPUs run (TP 1 × DP 16, ")
+    assert "Skipped: TP 1 × DP 16, EP 16 — enable_expert_parallel: expert parallel size" in line
+
+
+@pytest.mark.parametrize("value, message", [
+    ("0", "layouts.gpus (line 10): Input should be greater than or equal to 1 (got 0)"),
+    ("-2", "layouts.gpus (line 10): Input should be greater than or equal to 1 (got -2)"),
+    ("2.5", "layouts.gpus (line 10): Input should be a valid integer, got a number with a fractional part"),
+    ("many", "layouts.gpus (line 10): Input should be a valid integer, unable to parse string as an integer"),
+    ("2000", "layouts.gpus (line 10): Input should be less than or equal to 1024"),
+])
+def test_gpus_must_be_a_positive_integer(tmp_path, value, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        points_of(tmp_path, MOE + f"layouts: {{gpus: {value}}}\n")
+
+
+def test_gpus_true_is_no_count(tmp_path):
+    with pytest.raises(ConfigError, match=r"layouts \(line 10\): gpus: expected a number or name, got true"):
+        points_of(tmp_path, MOE + "layouts: {gpus: true}\n")
+
+
+def test_no_valid_layout_names_the_key_and_the_counts_that_have_one(tmp_path):
+    # Five GPUs as one engine: TP 5 does not divide 32 heads; DP 5 × TP 1 splits each expert's
+    # width 768 five ways (no) or the 128 experts five ways (no).
+    with pytest.raises(ConfigError) as caught:
+        points_of(tmp_path, MOE + "layouts: {gpus: 5, replicas: false}\n")
+    text = str(caught.value)
+    assert "layouts.gpus (line 10): no layout of 5 GPUs can serve qwen3-30b-a3b as one engine (layouts.replicas: false)" in text
+    assert "TP 5: tensor_parallel_size 5 must divide num_attention_heads 32" in text
+    assert text.endswith("GPU counts up to 64 with one: 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64")
+    # With replicas, 5 × TP 1 serves it.
+    with pytest.warns(ConfigWarning, match=r"layouts: 4 of the 5 layouts of 5 GPUs are skipped: TP 1 × DP 5 \("):
+        assert [layout_of(p) for p in points_of(tmp_path, MOE + "layouts: {gpus: 5}\n")] == [(1, 1, False, 5, 1)]
+
+
+@pytest.mark.parametrize("text, overrides, where", [
+    (MOE.replace("max_num_seqs: 64}", "max_num_seqs: 64, tensor_parallel_size: 2}"), (),
+     r"c.yaml: engine.tensor_parallel_size \(line 7\): layouts: sets"),
+    (MOE + "variants:\n  - {engine.data_parallel_size: 2}\n", (), r"variants\[0\] engine.data_parallel_size \(line 11\)"),
+    (MOE, ["engine.enable_expert_parallel=true"], "--set engine.enable_expert_parallel: layouts: sets"),
+    (MOE.replace("max_num_seqs: 64}", "max_num_seqs: 64, num_gpus: 4}"), (), "engine.num_gpus"),
+])
+def test_a_layout_key_set_beside_layouts_is_an_error(tmp_path, text, overrides, where):
+    with pytest.raises(ConfigError, match=where):
+        points_of(tmp_path, text + "layouts: {gpus: 4}\n", overrides)
+
+
+def test_layouts_with_a_cluster_is_an_error(tmp_path):
+    text = MOE.replace("qwen3-30b-a3b", "llama-3-8b") + "cluster: {prefill: {replicas: 1}, decode: {replicas: 1}}\n"
+    with pytest.raises(ConfigError, match=r"layouts \(line 11\): enumerates colocated layouts"):
+        points_of(tmp_path, text + "layouts: {gpus: 2}\n")
+
+
+def test_variants_are_crossed_with_the_layouts_and_config_yaml_loads_again(tmp_path):
+    text = MOE + "layouts: {gpus: 2}\nvariants:\n  - {engine.chunk_size: [512, 1024]}\n"
+    points = points_of(tmp_path, text, ["trace.qps=4"])
+    assert [(p.engine.chunk_size, layout_of(p)) for p in points] == [
+        (chunk, layout) for chunk in (512, 1024) for layout in
+        ((1, 2, False, 1, 1), (1, 2, True, 1, 1), (2, 1, False, 1, 1), (2, 1, True, 1, 1), (1, 1, False, 2, 1))]
+    import yaml
+
+    from experiments.planning.sweep import config_as_run
+
+    base, _ = load_config(write(tmp_path, text), ["trace.qps=4"])
+    again = tmp_path / "again.yaml"
+    again.write_text(yaml.safe_dump(config_as_run(base), sort_keys=False))  # what config.yaml records
+    _, reloaded = load_config(again)
+    assert [SweepConfig.model_validate(p) for p in reloaded] == points
+
+
+def test_capacity_search_of_moe_layouts_reports_capacity_per_gpu(tmp_path):
+    out, output = sweep(tmp_path, write(tmp_path, MOE + SEARCH + "layouts: {gpus: 2}\n"))
+    points = pd.read_csv(out / "points.csv")
+    assert list(points["label"]) == ["vllm_v1 chunk=1024 dp=2", "vllm_v1 chunk=1024 dp=2 ep=2",
+                                     "vllm_v1 chunk=1024 tp=2", "vllm_v1 chunk=1024 tp=2 ep=2",
+                                     "vllm_v1 chunk=1024 x=2 round_robin"]
+    assert (points["num_gpus"] == 2).all() and (points["capacity_qps"] > 1).all()
+    assert points["capacity_per_gpu_qps"].tolist() == pytest.approx((points["capacity_qps"] / 2).tolist())
+    trials = pd.read_csv(out / "trials.csv")
+    for point_id, group in trials.groupby("point_id"):
+        passed, failed = group[group["passed"]], group[~group["passed"]]
+        # The bisection's verdicts are monotone in the load (every passing QPS below every failing
+        # one), and the capacity is the highest passing trial.
+        assert passed["trial_qps"].max() < failed["trial_qps"].min()
+        assert points.loc[points["point_id"] == point_id, "capacity_qps"].item() == passed["trial_qps"].max()
+    report = (out / "report.md").read_text()
+    assert "Layouts (layouts.gpus: 2): 5 of 5 layouts of 2 GPUs run (TP 1 × DP 2, TP 1 × DP 2, EP 2, TP 2, " \
+           "TP 2, EP 2, 2 × (TP 1))" in report
+    assert "QPS per GPU" in report and "QPS per GPU" in output
+    # Twice the replicas of one TP-1 engine on twice the GPUs serve more: 4 × TP 1 (point 6 of
+    # the 4-GPU layouts) has a higher capacity than 2 × TP 1.
+    four, _ = sweep(tmp_path / "4", write(tmp_path, MOE + SEARCH + "layouts: {gpus: 4}\n", "c4.yaml"))
+    del four
+    from typer.testing import CliRunner
+
+    from experiments.cli.main import app
+
+    result = CliRunner().invoke(app, ["simulate", str(tmp_path / "c4.yaml"), "--point", "6", "--out",
+                                      str(tmp_path / "p6")])
+    assert result.exit_code == 0, result.output
+    row = pd.read_csv(tmp_path / "p6" / "points.csv").iloc[0]
+    assert row["label"] == "vllm_v1 chunk=1024 x=4 round_robin" and row["num_gpus"] == 4
+    assert row["capacity_qps"] > points.loc[4, "capacity_qps"]
+
+
+def test_sweep_of_moe_layouts_reports_goodput_per_gpu(tmp_path):
+    out, _ = sweep(tmp_path, write(tmp_path, MOE + "layouts: {gpus: 2}\n"))
+    points = pd.read_csv(out / "points.csv")
+    assert (points["num_gpus"] == 2).all() and (points["goodput_rps"] > 0).all()
+    assert points["goodput_rps_per_gpu"].tolist() == pytest.approx((points["goodput_rps"] / 2).tolist())
+    report = (out / "report.md").read_text()
+    assert "goodput per GPU (req/s)" in report and "Layouts (layouts.gpus: 2): 5 of 5" in report
+
+
+def test_chunk_by_split_n_policy_runs_on_an_moe_point(tmp_path):
+    # Qwen3-30B-A3B on one H100 (61 GB of bf16 weights fit its 80 GB): chunk {512, 1024} × split-N
+    # {0, 2} with the load-dependent policy table over two loads.
+    text = MOE + SEARCH.replace("}", ", loads: [4, 16]}") + (
+        "variants:\n  - {engine.chunk_size: [512, 1024], engine.split_n: [0, 2], engine.acceptance: 0.8}\n")
+    out, _ = sweep(tmp_path, write(tmp_path, text))
+    points = pd.read_csv(out / "points.csv")
+    assert sorted(zip(points["chunk_size"], points["split_n"])) == [(512, 0), (512, 2), (1024, 0), (1024, 2)]
+    assert (points["capacity_qps"] > 1).all() and (points["num_gpus"] == 1).all()
+    loads = pd.read_csv(out / "loads.csv")
+    assert len(loads) == 8 and sorted(set(loads["trial_qps"])) == [4, 16]
+    assert (out / "plots" / "capacity_chunk_x_n.png").is_file()
+    # The policy line names, per load, the point of most goodput among those meeting every SLO.
+    report = (out / "report.md").read_text()
+    for qps, group in loads.groupby("trial_qps"):
+        meeting = group[group["slo_met"]]
+        if len(meeting):
+            assert meeting.loc[meeting["goodput_rps"].idxmax(), "label"] in report
+    assert "Load-dependent policy (best goodput among points meeting every SLO, per QPS band)" in report
