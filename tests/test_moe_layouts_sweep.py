@@ -187,14 +187,12 @@ def test_capacity_search_of_moe_layouts_reports_capacity_per_gpu(tmp_path):
     assert "QPS per GPU" in report and "QPS per GPU" in output
     # Twice the replicas of one TP-1 engine on twice the GPUs serve more: 4 × TP 1 (point 6 of
     # the 4-GPU layouts) has a higher capacity than 2 × TP 1.
-    four, _ = sweep(tmp_path / "4", write(tmp_path, MOE + SEARCH + "layouts: {gpus: 4}\n", "c4.yaml"))
-    del four
     from typer.testing import CliRunner
 
     from experiments.cli.main import app
 
-    result = CliRunner().invoke(app, ["simulate", str(tmp_path / "c4.yaml"), "--point", "6", "--out",
-                                      str(tmp_path / "p6")])
+    four = write(tmp_path, MOE + SEARCH + "layouts: {gpus: 4}\n", "c4.yaml")
+    result = CliRunner().invoke(app, ["simulate", str(four), "--point", "6", "--out", str(tmp_path / "p6")])
     assert result.exit_code == 0, result.output
     row = pd.read_csv(tmp_path / "p6" / "points.csv").iloc[0]
     assert row["label"] == "vllm_v1 chunk=1024 x=4 round_robin" and row["num_gpus"] == 4
