@@ -40,6 +40,25 @@ def test_mixtral_counts_by_hand():
     assert spec.num_active_params == active == 12_879_925_248
 
 
+def test_qwen3_30b_a3b_counts_by_hand():
+    # Qwen/Qwen3-30B-A3B config.json: hidden 2048, 48 layers, 32 heads / 4 KV heads of head_dim 128
+    # (q_norm, k_norm of 128 each), 128 experts of width 768, top-8, vocab 151936, untied LM head.
+    hidden, layers, vocab = 2048, 48, 151936
+    attention = 2 * hidden * 32 * 128 + 2 * hidden * 4 * 128 + 2 * 128  # q, o; k, v; q_norm, k_norm
+    expert = 3 * hidden * 768
+    router = hidden * 128
+    per_layer = attention + router + 2 * hidden  # + the two RMSNorms
+    embeddings = 2 * vocab * hidden  # embed_tokens and lm_head
+    spec = get_model_spec("qwen3-30b-a3b")
+    assert spec.num_params == embeddings + layers * (per_layer + 128 * expert) + hidden == 30_532_122_624
+    assert spec.num_active_params == embeddings + layers * (per_layer + 8 * expert) + hidden == 3_353_032_704
+    # The card's "3.3B activated" is no other convention: without the LM head 3.04 B, without
+    # both embedding matrices 2.73 B; 3.353 B truncated to one decimal is 3.3 (its 29.91 B
+    # non-embedding total is printed 29.9B, its 30.53 B total 30.5B).
+    assert round((spec.num_active_params - vocab * hidden) / 1e9, 2) == 3.04
+    assert round((spec.num_active_params - embeddings) / 1e9, 2) == 2.73
+
+
 def test_builtin_moe_counts_within_one_percent_of_the_cards():
     # Mixtral-8x7B: 46.7 B total / 12.9 B active (Mistral AI's announcement, 2023-12-11).
     mixtral = get_model_spec("mixtral-8x7b")
