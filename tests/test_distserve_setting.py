@@ -6,7 +6,7 @@ pinned on the benchmark's own model and device (llama-2-13b on a100-80gb, roofli
   carries the running decodes (their KV reads), which is why chunked prefill loses to v0 there.
 - The disaggregated decode pool: a request that lands from the KV link should join the running
   decodes' next step (DistServe's decoding instance, vLLM V1's unified step); under the `vllm`
-  (v0) policy it runs alone in a step and stalls them (strict xfail: a known defect, reported).
+  (v0) policy it runs alone in a step and stalls them (fixed: it now joins them).
 """
 from __future__ import annotations
 
@@ -87,12 +87,9 @@ def test_request_from_the_link_joins_the_running_decodes(policy):
     np.testing.assert_allclose(a["token_times_s"], [0.020, 0.0301, 0.0402, 0.0503, 0.0604, 0.0706], atol=1e-4)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="vllm_v0's prefill-first admission runs a request from the KV link alone in a "
-                          "step (1 pending token) and stalls the running decodes (reported; not this file's code)")
 def test_request_from_the_link_joins_the_running_decodes_under_v0():
     """The same run under `vllm` (v0): the right value is the same step sequence as vllm_v1's;
-    today the decode pool logs (0.0604, 1) with B alone and A's token 0.0604 → 0.0807 (a 20.3 ms
-    gap: one stalled step)."""
+    before the fix the decode pool logged (0.0604, 1) with B alone and A's token 0.0604 → 0.0807
+    (a 20.3 ms gap: one stalled step)."""
     result = decode_pool_run("vllm")
     assert decode_steps(result) == [(0.02, 1), (0.0301, 1), (0.0402, 1), (0.0503, 1), (0.0604, 2), (0.0706, 1)]

@@ -12,7 +12,9 @@ class VllmV0Scheduler(Scheduler):
     while their total stays within `max_num_batched_tokens` (default max_model_len),
     `max_num_seqs` allows and their blocks fit above the watermark; running decodes stall.
     Otherwise the step decodes every running request, preempting the newest when the KV pool is
-    full. A prompt longer than the budget can never run: `rejected_budget`.
+    full. A prompt longer than the budget can never run: `rejected_budget`. A request admitted
+    with its prompt already computed (a disaggregated decode pool's hand-over) is not a prefill:
+    it decodes with the running requests in the same step.
     """
 
     name = "vllm"
@@ -21,7 +23,9 @@ class VllmV0Scheduler(Scheduler):
     def _build_plan(self, now_s: float) -> tuple[list[Entry], list[Sequence]]:
         entries: list[Entry] = []
         self._admit_whole_prompts(entries, self.token_budget)
-        if entries:
+        # A request handed over from a prefill pool arrives with its prompt computed (one
+        # pending decode token): it joins the running decodes instead of taking a step alone.
+        if any(seq.is_prefill for seq, _, _ in entries):
             return entries, []
         preempted: list[Sequence] = []
         decodes = self._reserve_decodes(preempted)
