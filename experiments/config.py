@@ -551,14 +551,15 @@ class LayoutsConfig(_Strict):
     exactly N GPUs the model can take (`experiments.planning.layouts`), in vLLM's flag names: for
     a mixture of experts one data-parallel group, `tensor_parallel_size` × `data_parallel_size` = N,
     with `enable_expert_parallel` off and on (EP = N); for a dense model `tensor_parallel_size` ×
-    `pipeline_parallel_size` = N; and, with `replicas: true`, `replicas` of a smaller engine
-    behind the point's router (how vLLM runs a dense model's DP ranks: independent engines). A
+    `pipeline_parallel_size` × `data_parallel_size` = N (DP only without PP; vLLM runs a dense
+    model's DP ranks as independent engines); and, with `replicas: true`, `replicas` behind the
+    point's router where DP cannot say it: of a DP-1 MoE engine, of a pipelined dense engine. A
     layout the model cannot take (TP not dividing its heads, EP not dividing its experts, ...) is
     skipped with the reason in the warnings and the report. `layouts:` sets those engine keys
     itself, so they (and `num_gpus`) may not be set beside it."""
 
     gpus: int = Field(ge=1, le=1024)  # GPUs of every layout (experiments.planning.layouts.MAX_LAYOUT_GPUS)
-    replicas: bool = True  # also layouts of independent replicas; false: one engine on all the GPUs
+    replicas: bool = True  # also replicas of a smaller engine; false: one engine on all the GPUs
 
 
 class FleetConfig(_Strict):
@@ -1335,11 +1336,13 @@ def _describe_parts(point: SweepConfig) -> list[tuple[str, str]]:
         parts.append(("gamma", f"gamma={point.trace.burstiness:g}"))
     if e.preemption != "recompute":
         parts.append(("preemption", e.preemption))
-    if point.cluster is not None:  # disaggregated: "2P3D", with each pool's TP when one is > 1
-        pools = [(spec.replicas, spec.engine.get("tensor_parallel_size", e.tensor_parallel_size))
+    if point.cluster is not None:  # disaggregated: "2P3D", with each pool's TP (PP) when one is > 1
+        pools = [(spec.replicas, spec.engine.get("tensor_parallel_size", e.tensor_parallel_size),
+                  spec.engine.get("pipeline_parallel_size", e.pipeline_parallel_size))
                  for spec in (point.cluster.prefill, point.cluster.decode)]
-        tp = f" tp={pools[0][1]}/{pools[1][1]}" if any(t > 1 for _, t in pools) else ""
-        parts.append(("cluster", f"{pools[0][0]}P{pools[1][0]}D{tp}"))
+        tp = f" tp={pools[0][1]}/{pools[1][1]}" if any(t > 1 for _, t, _ in pools) else ""
+        pp = f" pp={pools[0][2]}/{pools[1][2]}" if any(p > 1 for _, _, p in pools) else ""
+        parts.append(("cluster", f"{pools[0][0]}P{pools[1][0]}D{tp}{pp}"))
     return parts
 
 
@@ -1348,7 +1351,8 @@ _LABELLED_KEYS = {"name", "variants", *(f"engine.{k}" for k in (
     "scheduler", "chunk_size", "max_num_batched_tokens", "split_n", "draft", "draft.model", "tensor_parallel_size",
     "pipeline_parallel_size", "replicas", "router", "router_overlap_weight", "policy", "preemption", "data_parallel_size",
     "enable_expert_parallel")), "trace.burstiness",
-    *(f"cluster.{p}.{k}" for p in ("prefill", "decode") for k in ("replicas", "engine.tensor_parallel_size"))}
+    *(f"cluster.{p}.{k}" for p in ("prefill", "decode")
+      for k in ("replicas", "engine.tensor_parallel_size", "engine.pipeline_parallel_size"))}
 
 
 def _check_parallel_layout(e: EngineConfig, model) -> None:
@@ -1512,15 +1516,26 @@ def pool_point(point: SweepConfig, pool: str) -> SweepConfig:
     return point.model_copy(update={"engine": engine, "device": device, "cluster": None})
 
 
+def cluster_label(point: SweepConfig) -> str:
+    """The pools of a `cluster:` point by replicas and parallelism: "2P(TP1) 3D(TP2)", a pool's
+    pipeline stages when > 1 ("1P(TP2 PP2) 2D(TP1)")."""
+    parts = []
+    for pool in POOLS:
+        e = pool_point(point, pool).engine
+        pp = f" PP{e.pipeline_parallel_size}" if e.pipeline_parallel_size > 1 else ""
+        parts.append(f"{e.replicas}{pool[0].upper()}(TP{e.tensor_parallel_size}{pp})")
+    return " ".join(parts)
+
+
 def check_cluster(point: SweepConfig) -> None:
     """What `cluster:` must satisfy before anything runs (`SweepConfig._cluster_pools`).
 
     Raises:
         ValueError: `engine.replicas` set beside `cluster:` (each pool sets its own); a pool's
-            `session_affinity` router without a sessions trace; a pool engine that is invalid,
-            pipelined or data-parallel (not modelled in a pool), a TP degree the model's KV heads
-            do not split into, an unknown pool device; pools whose KV cache dtypes differ. Each
-            names the key.
+            `session_affinity` router without a sessions trace; a pool engine that is invalid
+            or data-parallel (not modelled in a pool), a TP degree the model's KV heads do not
+            split into, an unknown pool device; pools whose KV cache dtypes differ. Each names
+            the key.
     """
     if "replicas" in point.engine.model_fields_set:
         raise ValueError("engine.replicas is not read with cluster: set cluster.prefill.replicas and "
@@ -1532,9 +1547,9 @@ def check_cluster(point: SweepConfig) -> None:
     model = get_model_spec(point.model)
     for pool in POOLS:
         e = pool_point(point, pool).engine
-        if e.pipeline_parallel_size != 1 or e.data_parallel_size != 1:
-            raise ValueError(f"cluster.{pool}.engine: pipeline_parallel_size and data_parallel_size must be 1 "
-                             "in a disaggregated pool (one tensor-parallel instance per replica)")
+        if e.data_parallel_size != 1:
+            raise ValueError(f"cluster.{pool}.engine: data_parallel_size must be 1 in a disaggregated pool "
+                             f"(its instances are replicas behind the pool's router: set cluster.{pool}.replicas)")
         try:
             model.kv_heads_per_rank(e.tensor_parallel_size)
         except ValueError as exc:

@@ -68,12 +68,17 @@ def test_qwen3_moe_on_four_gpus_gives_exactly_nine_layouts(tmp_path):
     assert [layout_of(p) for p in one_engine] == [layout_of(p) for p in points[:6]]
 
 
-def test_dense_layouts_are_tp_pp_and_replicas(tmp_path):
-    # llama-3-8b (32 heads, 8 KV heads, 32 layers) on 4 GPUs: TP × PP × replicas = 4, all valid.
-    points = points_of(tmp_path, MOE.replace("qwen3-30b-a3b", "llama-3-8b") + "layouts: {gpus: 4}\n")
+def test_dense_layouts_are_tp_pp_dp_and_replicas_of_a_pipeline(tmp_path):
+    # llama-3-8b (32 heads, 8 KV heads, 32 layers) on 4 GPUs, (TP, DP, EP, replicas, PP): one
+    # engine of TP × PP × DP = 4 (not DP 2 × PP 2: not modelled together), then 2 replicas of
+    # TP 1 × PP 2 (what DP cannot say); replicas of a PP-1 engine are DP's independent ranks.
+    text = MOE.replace("qwen3-30b-a3b", "llama-3-8b")
+    points = points_of(tmp_path, text + "layouts: {gpus: 4}\n")
     assert [layout_of(p) for p in points] == [
-        (1, 1, False, 1, 4), (2, 1, False, 1, 2), (4, 1, False, 1, 1), (1, 1, False, 2, 2), (2, 1, False, 2, 1),
-        (1, 1, False, 4, 1)]
+        (1, 1, False, 1, 4), (1, 4, False, 1, 1), (2, 1, False, 1, 2), (2, 2, False, 1, 1), (4, 1, False, 1, 1),
+        (1, 1, False, 2, 2)]
+    one_engine = points_of(tmp_path, text + "layouts: {gpus: 4, replicas: false}\n")
+    assert [layout_of(p) for p in one_engine] == [layout_of(p) for p in points[:5]]
 
 
 def test_layouts_a_model_cannot_take_are_skipped_with_the_reason(tmp_path):

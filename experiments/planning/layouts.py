@@ -8,13 +8,14 @@ point's router). Which ones are enumerated follows what the simulator models:
 
 - a mixture of experts: one data-parallel group, TP × DP = N, each with expert parallelism off
   (each expert's width split over the N GPUs) and on (the experts split over EP = N GPUs); and,
-  with `replicas: true`, N / (TP × 1) replicas of a DP-1 engine of TP GPUs (EP = TP when on).
-  DP groups are not replicated and an MoE is not pipelined here (`_check_parallel_layout` refuses
-  DP with replicas or PP);
-- a dense model: TP × PP × replicas = N. vLLM runs a dense model's DP ranks as independent
-  engines (vllm/v1/engine/core.py `run_engine_core`: "Non-MoE DP ranks are completely
-  independent, so treat like DP=1"), which is what `replicas` models; with `replicas: false`
-  only TP × PP = N.
+  with `replicas: true`, N / TP replicas of a DP-1 engine of TP GPUs (EP = TP when on): unlike DP
+  ranks, replicas neither share experts nor step in lockstep. An MoE is not pipelined here, and
+  DP groups are not replicated (`_check_parallel_layout` refuses DP with replicas or PP);
+- a dense model: one engine of TP × PP × DP = N, DP > 1 only without PP (not modelled together).
+  vLLM runs a dense model's DP ranks as independent engines behind its DP load balancer
+  (vllm/v1/engine/core.py `run_engine_core`: "Non-MoE DP ranks are completely independent, so
+  treat like DP=1"; `simulator.simulate` does the same), so replicas add only what DP cannot
+  express: with `replicas: true`, N / (TP × PP) replicas of a pipelined engine (PP > 1).
 
 A candidate the model cannot take is skipped with the reason (`enumerate_layouts`), never
 silently: TP must divide the attention heads and TP and the KV heads one another
@@ -83,9 +84,17 @@ def candidate_layouts(model: ModelSpec, gpus: int, replicas: bool = True) -> lis
                 for ep in ((False, True) if tp > 1 else (False,)):
                     found.append(Layout(tensor_parallel_size=tp, enable_expert_parallel=ep, replicas=gpus // tp))
         return found
-    for copies in (_divisors(gpus) if replicas else [1]):
-        for tp in _divisors(gpus // copies):
-            found.append(Layout(tensor_parallel_size=tp, pipeline_parallel_size=gpus // copies // tp, replicas=copies))
+    for tp in _divisors(gpus):  # one engine: TP × PP × DP = gpus, DP only at PP 1
+        for dp in _divisors(gpus // tp):
+            pp = gpus // tp // dp
+            if dp == 1 or pp == 1:
+                found.append(Layout(tensor_parallel_size=tp, pipeline_parallel_size=pp, data_parallel_size=dp))
+    if replicas:
+        for copies in _divisors(gpus)[1:]:  # replicas > 1 of a pipelined engine
+            for tp in _divisors(gpus // copies):
+                if gpus // copies // tp > 1:
+                    found.append(Layout(tensor_parallel_size=tp, pipeline_parallel_size=gpus // copies // tp,
+                                        replicas=copies))
     return found
 
 
