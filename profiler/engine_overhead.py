@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from profiler.atomic_write import write_text_whole
+
 OVERHEAD_FILE = "engine_overhead.json"
 
 
@@ -45,9 +47,7 @@ class EngineOverhead:
         return cls(*(float(max(c, 0.0)) for c in (fit.intercept_, *fit.coef_)))
 
     def save(self, directory: Path) -> Path:
-        path = Path(directory) / OVERHEAD_FILE
-        path.write_text(json.dumps(asdict(self), indent=2))
-        return path
+        return write_text_whole(Path(directory) / OVERHEAD_FILE, json.dumps(asdict(self), indent=2))
 
     @classmethod
     def load(cls, directory: Path) -> "EngineOverhead | None":

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from profiler.atomic_write import write_text_whole
 from profiler.fitted import MIN_ROWS, FittedCostModel, check_fit_coverage, fit_op, op_features
 from profiler.profile_data import Profile
 
@@ -75,6 +76,8 @@ def fit_directory(directory: str | Path, statistic: str = "median") -> tuple[Fit
         profile_data.ProfileError: as `Profile.load`, or a profile too thin to fit
             (`fitted.check_fit_coverage`: a layer GEMM or attention op with fewer than
             `MIN_ROWS` shapes); nothing is written then.
+        atomic_write.OutputWriteError: the model or a report file could not be written (named;
+            each file is written whole or not at all, so the previous one stays).
     """
     directory = Path(directory)
     profile = Profile.load(directory)
@@ -92,8 +95,8 @@ def fit_directory(directory: str | Path, statistic: str = "median") -> tuple[Fit
         "fallback_roofline": model.fallback.__dict__,
         "held_out": errors.to_dict(orient="records"),
     }
-    (directory / REPORT_JSON).write_text(json.dumps(report, indent=2, default=float) + "\n")
-    (directory / REPORT_MD).write_text(_markdown(report, errors))
+    write_text_whole(directory / REPORT_JSON, json.dumps(report, indent=2, default=float) + "\n")
+    write_text_whole(directory / REPORT_MD, _markdown(report, errors))
     return model, errors
 
 

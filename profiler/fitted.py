@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from profiler.atomic_write import write_whole
 from profiler.cost_model import step_arrays
 from profiler.device_spec import BUILTIN_DEVICES, DeviceSpec
 from profiler.lookup import GridTable, LineTable
@@ -346,12 +347,15 @@ class FittedCostModel:
     # -- persistence -------------------------------------------------------------------------
 
     def save(self, path: str | Path) -> Path:
-        """Write the whole model (regressors, tables) with joblib; returns the path."""
+        """Write the whole model (regressors, tables) with joblib, whole or not at all
+        (`profiler.atomic_write`); returns the path.
+
+        Raises:
+            OutputWriteError: the file could not be written (named, with the system's reason).
+        """
         import joblib
 
-        path = Path(path)
-        joblib.dump(self, path, compress=3)
-        return path
+        return write_whole(path, lambda tmp: joblib.dump(self, tmp, compress=3))
 
     @staticmethod
     def load(path: str | Path) -> "FittedCostModel":

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from profiler.atomic_write import write_text_whole, write_whole
 from profiler.model_spec import ModelSpec
 from profiler.ops import FAMILIES, KEYS, OpCatalogue
 
@@ -81,16 +82,21 @@ class Profile:
         return [op.name for op in self.catalogue.ops if op.name in present]
 
     def save(self, directory: str | Path) -> Path:
-        """Write the CSVs and the sidecar into `directory` (created); returns it."""
+        """Write the CSVs and the sidecar into `directory` (created), each file whole or not at all
+        (`profiler.atomic_write`: a failed write leaves the previous file); returns it.
+
+        Raises:
+            OutputWriteError: a file could not be written (named, with the system's reason).
+        """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         files = {}
         for family, table in self.tables.items():
             if len(table):
-                table.to_csv(directory / f"{family}.csv", index=False)
+                write_whole(directory / f"{family}.csv", lambda tmp, table=table: table.to_csv(tmp, index=False))
                 files[family] = {"file": f"{family}.csv", "rows": len(table)}
         meta = {**self.meta, "format_version": FORMAT_VERSION, "families": files}
-        (directory / SIDECAR).write_text(json.dumps(meta, indent=2, default=str) + "\n")
+        write_text_whole(directory / SIDECAR, json.dumps(meta, indent=2, default=str) + "\n")
         return directory
 
     @classmethod

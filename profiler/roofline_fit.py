@@ -344,6 +344,7 @@ def main(argv: list[str]) -> int:
     """`python -m profiler.roofline_fit AIC_DIR [--out FILE]`: fit every known system found."""
     import yaml
 
+    from profiler.atomic_write import write_text_whole
     from profiler.device_file import FITS_FILE
 
     if not argv or argv[0].startswith("-"):
@@ -359,9 +360,7 @@ def main(argv: list[str]) -> int:
                   devices[name]["kernel_latency_us"], devices[name]["error"]["gemm_mape_pct"])
     text = _HEADER + yaml.safe_dump({"source": "ai-dynamo/aiconfigurator@095f58a", "licence": "Apache-2.0",
                                      "devices": devices}, sort_keys=False)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(out)  # atomic
+    write_text_whole(out, text)
     print(f"wrote {out}")
     return 0
 

@@ -40,7 +40,7 @@ def profile(
         with budget_progress(f"profiling {spec.name} on {device}", budget_s) as log:
             run_profile(spec, device, budget_s, out, tensor_parallel_size=tensor_parallel_size,
                         num_threads=threads, seed=seed, block_size=block_size, log=log)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:  # OutputWriteError names the file
         console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2)
     console.print(f"wrote {out}; fit it with: sarathi-sim fit {out}")
@@ -86,7 +86,7 @@ def fit(
 
     try:
         model, errors = fit_directory(directory, statistic)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:  # OutputWriteError names the file
         console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2)
     console.print((directory / REPORT_MD).read_text())

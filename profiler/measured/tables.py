@@ -38,14 +38,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from profiler.atomic_write import write_bytes_whole
 from profiler.model_spec import ModelSpec
 from profiler.moe import MoESpec
 
@@ -124,10 +123,10 @@ class MeasuredTables:
             file = f"{name}.csv.gz" if compress else f"{name}.csv"
             check_table(table, name, str(directory / file))
             text = table.to_csv(index=False, float_format="%.5g")
-            _atomic_write(directory / file, gzip.compress(text.encode(), mtime=0) if compress else text.encode())
+            write_bytes_whole(directory / file, gzip.compress(text.encode(), mtime=0) if compress else text.encode())
             entries[name] = {**self.meta.get("tables", {}).get(name, {}), "file": file, "rows": len(table)}
         meta = {**self.meta, "format_version": FORMAT_VERSION, "tables": entries}
-        _atomic_write(directory / SIDECAR, (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
+        write_bytes_whole(directory / SIDECAR, (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
         return directory
 
     @classmethod
@@ -192,15 +191,3 @@ def require_columns(table: pd.DataFrame, columns, path) -> pd.DataFrame:
     if absent:
         raise MeasuredTableError(f"{path}: missing columns {absent} (has {list(table.columns)})")
     return table
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; these are shared data files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
