@@ -594,7 +594,7 @@ class PoolConfig(_Strict):
     device: str | dict[str, Any] | None = None  # default: the point's device
     router: Literal["round_robin", "least_outstanding", "random", "prefix_aware",  # prefix_aware: cache hit first; session_affinity: a conversation's turns to one instance
                     "session_affinity"] = "least_outstanding"
-    engine: dict[str, Any] = {}  # e.g. {tensor_parallel_size: 2, chunk_size: 2048}; pipeline_parallel_size must stay 1
+    engine: dict[str, Any] = {}  # e.g. {tensor_parallel_size: 2, chunk_size: 2048}; data_parallel_size must stay 1
 
 
 class LinkConfig(_Strict):

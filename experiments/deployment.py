@@ -105,20 +105,32 @@ def build_outcome_fn(point: SweepConfig) -> Callable[[BatchPlan], StepOutcome]:
 
 # ----- prefill/decode disaggregation (`cluster:`, simulator/disaggregated.py) -------------------
 def build_link(point: SweepConfig) -> tuple[KvLink, float]:
-    """The cluster's KV link and the bytes of one prompt token's KV that one link moves:
-    `ModelSpec.kv_bytes_per_token(kv dtype, min(TP_prefill, TP_decode))` (each rank's shard on its
-    own link; the side with fewer ranks bounds it). `bandwidth_gb_s: device` is the prefill
-    device's GPU-to-GPU bandwidth per direction (`interconnect_bandwidth_bytes_per_s`, same node)."""
+    """The cluster's KV link and the bytes of one prompt token's KV that one link moves: each
+    rank's shard crosses on its own link, so the busiest rank of either side bounds it: per pool,
+    `ModelSpec.kv_bytes_per_token(kv dtype, TP)` of its ceil(layers / PP) layers (vLLM's
+    pipeline stages take layers / PP, the first ones one more when it does not divide;
+    `vllm.distributed.utils.get_pp_indices`); the larger of the two pools' bytes. With PP 1
+    that is the KV of the smaller TP degree. The link's layers (`KvLink.num_layers`, for a
+    layer-pipelined transfer's last-layer share) are that rank's (the prefill rank's on a tie). `bandwidth_gb_s: device` is
+    the prefill device's GPU-to-GPU bandwidth per direction (`interconnect_bandwidth_bytes_per_s`,
+    same node)."""
     link = point.cluster.link
     prefill, decode = (pool_point(point, pool) for pool in POOLS)
     if link.bandwidth_gb_s == "device":
         bandwidth = get_device_spec(prefill.device).interconnect_bandwidth_bytes_per_s
     else:
         bandwidth = link.bandwidth_gb_s * 1e9
-    tp = min(prefill.engine.tensor_parallel_size, decode.engine.tensor_parallel_size)
     model = get_model_spec(point.model)
-    kv_bytes = model.kv_bytes_per_token(DTYPE_BYTES[prefill.engine.kv_cache_dtype], tp)
-    return KvLink(bandwidth, link.latency_s, link.layer_pipelined, model.num_layers), float(kv_bytes)
+    dtype_bytes = DTYPE_BYTES[prefill.engine.kv_cache_dtype]
+
+    def busiest_rank(pool: SweepConfig) -> tuple[float, int]:  # (KV bytes of one token, layers)
+        e = pool.engine
+        layers = -(-model.num_layers // e.pipeline_parallel_size)
+        return model.kv_bytes_per_token(dtype_bytes, e.tensor_parallel_size) * layers / model.num_layers, layers
+
+    sending, receiving = busiest_rank(prefill), busiest_rank(decode)
+    kv_bytes, layers = sending if sending[0] >= receiving[0] else receiving  # a tie: the prefill's layers stream
+    return KvLink(bandwidth, link.latency_s, link.layer_pipelined, layers), float(kv_bytes)
 
 
 def cluster_gpus(point: SweepConfig) -> int:
@@ -126,5 +138,5 @@ def cluster_gpus(point: SweepConfig) -> int:
     if point.cluster is None:
         e = point.engine
         return e.replicas * e.tensor_parallel_size * e.pipeline_parallel_size * e.data_parallel_size
-    return sum(spec.replicas * pool_point(point, pool).engine.tensor_parallel_size
-               for pool, spec in ((p, getattr(point.cluster, p)) for p in POOLS))
+    return sum(spec.replicas * e.tensor_parallel_size * e.pipeline_parallel_size
+               for spec, e in ((getattr(point.cluster, p), pool_point(point, p).engine) for p in POOLS))

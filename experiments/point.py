@@ -8,8 +8,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from experiments.config import (POOLS, ClosedLoopTrace, SweepConfig, TraceConfig, describe_point, pool_point,
-                                slo_summary_key)
+from experiments.config import (POOLS, ClosedLoopTrace, SweepConfig, TraceConfig, cluster_label, describe_point,
+                                pool_point, slo_summary_key)
 from experiments.outputs import write_atomic
 from experiments.deployment import (DTYPE_BYTES, build_link, build_outcome_fn, build_pricer, build_scheduler_config,
                                     build_schedulers, cluster_gpus)
@@ -225,9 +225,10 @@ def simulate_cluster(point: SweepConfig, requests: list[Request], trim_fraction:
 
     Returns:
         (result, the decode pool's SchedulerConfig, its cost model, the row's cluster columns:
-        `cluster` (e.g. "4P(TP1) 4D(TP2)"), `num_gpus`, each pool's replicas, TP and KV blocks).
+        `cluster` (`cluster_label`, e.g. "4P(TP1) 4D(TP2)"), `num_gpus`, each pool's replicas,
+        TP, PP and KV blocks).
     """
-    pools, row = {}, {"cluster": "", "num_gpus": cluster_gpus(point)}
+    pools, row = {}, {"cluster": cluster_label(point), "num_gpus": cluster_gpus(point)}
     for name in POOLS:
         pool = pool_point(point, name)
         config = build_scheduler_config(pool)
@@ -235,8 +236,8 @@ def simulate_cluster(point: SweepConfig, requests: list[Request], trim_fraction:
         pools[name] = (Pool(build_schedulers(pool, config), build_pricer(pool, cost_model),
                             getattr(point.cluster, name).router), config, cost_model)
         e = pool.engine
-        row["cluster"] += f"{' ' if row['cluster'] else ''}{e.replicas}{name[0].upper()}(TP{e.tensor_parallel_size})"
         row.update({f"{name}_replicas": e.replicas, f"{name}_tensor_parallel_size": e.tensor_parallel_size,
+                    f"{name}_pipeline_parallel_size": e.pipeline_parallel_size,
                     f"{name}_num_gpu_blocks": config.num_gpu_blocks})
     link, kv_bytes_per_token = build_link(point)
     result = simulate_disaggregated(requests, pools["prefill"][0], pools["decode"][0], link, kv_bytes_per_token,

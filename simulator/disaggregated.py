@@ -116,10 +116,11 @@ class KvLink:
 class Pool:
     """One pool's replicas: a scheduler each (same config), a pricer, a router policy.
 
+    A pricer with `pipeline_stages` P > 1 makes each instance a pipeline of P stages, run as a
+    colocated replica runs one (`simulator.replica.Replica`: up to P micro-batches in flight).
+
     Raises:
-        ValueError: no schedulers, an unknown router, pipeline parallelism (not supported in a
-            pool: a blocked instance is detected by trying its next plan, which a pipelined
-            replica schedules only once a stage frees).
+        ValueError: no schedulers, an unknown router.
     """
 
     schedulers: list[Scheduler]
@@ -131,8 +132,6 @@ class Pool:
             raise ValueError("a pool needs at least one replica")
         if self.router not in POOL_ROUTERS:
             raise ValueError(f"unknown router {self.router!r}; valid: {', '.join(POOL_ROUTERS)}")
-        if self.pricer.pipeline_stages != 1:
-            raise ValueError("pipeline_parallel_size > 1 is not supported in a disaggregated pool")
 
 
 class _PoolScheduler:
@@ -140,10 +139,12 @@ class _PoolScheduler:
 
     A transfer's hold is a block-table entry under the key -1 - request_id in the scheduler's own
     block manager, so admissions and growth see those blocks as taken. With holds, the scheduler
-    may have work it cannot schedule (every free block held); `Replica` takes an empty plan for a
-    stall, so while holds exist `has_work` tries the next plan first and reports no work when it
-    is empty: the replica then waits until `release` wakes it. The plan it tried is the one
-    `schedule` returns (same time: the replica calls both at one instant).
+    may have work it cannot schedule (every free block held); `Replica` takes an empty plan with
+    nothing executing for a stall, so while holds exist and nothing executes `has_work` tries
+    the next plan first and reports no work when it is empty: the replica then waits until
+    `release` wakes it. The plan it tried is the one `schedule` returns (same time: the replica
+    calls both at one instant; with pipeline stages too, as nothing executing leaves the first
+    stage free). While micro-batches execute, a pipelined replica itself waits out an empty plan.
     """
 
     def __init__(self, inner: Scheduler, env: simpy.Environment):
@@ -155,7 +156,8 @@ class _PoolScheduler:
         self.num_holds = 0
         self._tried: BatchPlan | None = None
         self._arriving: dict[int, FinishedRequest] = {}  # request id -> its prefill's record
-        self.last_step_start_s = -math.inf  # start of the step under way (its prefills' last, when they finish)
+        self.last_step_start_s = -math.inf  # start of the latest step (of the one completing, in complete_step)
+        self._step_start_s: dict[int, float] = {}  # id(plan) -> its start, for micro-batches in flight
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -192,7 +194,7 @@ class _PoolScheduler:
         inner = self.inner
         if not inner.has_work():
             return False
-        if not self.num_holds or self.decode_window()[1] >= 2:
+        if not self.num_holds or inner.num_executing or self.decode_window()[1] >= 2:
             return True
         # vllm_v1 ends its retry loop on a pass that schedules and preempts nothing
         # (`VllmV1Scheduler._build_plan`), as vLLM's engine idles until the transfer frees blocks.
@@ -214,11 +216,15 @@ class _PoolScheduler:
         if plan is None:
             plan = self.inner.schedule(now_s)
         self.last_step_start_s = now_s
+        if not plan.is_empty:
+            self._step_start_s[id(plan)] = now_s
         if self.on_step_end is not None:  # admissions emptied `waiting`: a transfer may start (vLLM loop 2)
             self.on_step_end()
         return plan
 
     def complete_step(self, plan: BatchPlan, outcome: StepOutcome, now_s: float) -> list[FinishedRequest]:
+        # The prefills this step finishes read their last step's start (a layer-pipelined transfer).
+        self.last_step_start_s = self._step_start_s.pop(id(plan), self.last_step_start_s)
         finished = self.inner.complete_step(plan, outcome, now_s)
         self._after_step()
         return finished

@@ -279,3 +279,38 @@ def test_session_affinity_keeps_a_conversation_on_its_prefill_instance(router, p
 def test_session_affinity_needs_sessions():
     with pytest.raises(ValueError, match="session_affinity"):
         run([Request(0, 0.0, 100, 3)], prefill=pool(2, router="session_affinity"))
+
+
+def test_pipelined_prefill_instance_overlaps_prefills():
+    """A prefill instance of 2 pipeline stages (no activation cost): a step's stage takes half
+    of 10 ms + 0.1 ms/token. A (100 tokens, at 0) runs stage 0 0 → 0.010 and stage 1 0.010 →
+    0.020 (first token 0.020); B (100 tokens, at 0.001) enters stage 0 when A leaves it, 0.010
+    → 0.020, and stage 1 0.020 → 0.030 (first token 0.030, where one stage would give 0.040).
+    Link as the two-request test: A 0.020 → 0.122, B waits for it, 0.122 → 0.224. Decode
+    (one stage, 10.1 ms a step): A 0.122 → 0.1321 → 0.1422; B 0.224 → 0.2341 → 0.2442."""
+    prefill = pool()
+    prefill.pricer = StepPricer(LinearCost(), pipeline_stages=2)
+    result = run([Request(0, 0.0, 100, 3), Request(1, 0.001, 100, 3)], prefill=prefill)
+    r = result.requests.set_index("request_id").sort_index()
+    np.testing.assert_allclose(r["first_token_s"], [0.020, 0.030])
+    np.testing.assert_allclose(r["kv_transfer_start_s"], [0.020, 0.122])
+    np.testing.assert_allclose(r["kv_transfer_end_s"], [0.122, 0.224])
+    np.testing.assert_allclose(r["completion_s"], [0.1422, 0.2442])
+    prefill_steps = result.steps[result.steps["replica_id"] == 0]
+    np.testing.assert_allclose(prefill_steps["start_s"], [0.0, 0.010])
+    np.testing.assert_allclose(prefill_steps["duration_s"], [0.020, 0.020])
+
+
+def test_pipelined_decode_instance_runs_micro_batches_with_transfer_holds():
+    """A decode instance of 2 stages whose 12 blocks hold one request at a time (the
+    back-pressure case): both requests complete, B's transfer waits for A to finish as with one
+    stage, and each decode step is one 10.1 ms pass (two 5.05 ms stages)."""
+    decode = pool(num_gpu_blocks=12)
+    decode.pricer = StepPricer(LinearCost(), pipeline_stages=2)
+    result = run([Request(0, 0.0, 100, 20), Request(1, 0.0, 100, 2)], decode=decode)
+    r = result.requests.set_index("request_id").sort_index()
+    assert list(r["finish_reason"]) == ["completed", "completed"]
+    # A: transfer 0.030 → 0.132, then 19 decodes; with one sequence each waits for the last.
+    assert r.loc[0, "completion_s"] == pytest.approx(0.132 + 19 * 0.0101)
+    assert r.loc[1, "kv_transfer_start_s"] == pytest.approx(r.loc[0, "completion_s"])
+    assert r.loc[1, "completion_s"] == pytest.approx(r.loc[1, "kv_transfer_end_s"] + 0.0101)

@@ -70,6 +70,7 @@ def test_a_layout_that_cannot_run_is_reported_and_the_others_finish(tmp_path):
     (["--gpus", "2"], CONFIG.replace("goodput: {ttft_s: 0.5, tpot_s: 0.05}\n", ""), "goodput: thresholds"),
     (["--gpus", "2", "--qps", "4,1"], CONFIG, "needs 0 < LOW < HIGH"),
     (["--gpus", "2", "--tp", "one"], CONFIG, "--tp 'one'"),
+    (["--gpus", "2", "--pp", "0"], CONFIG, "--pp '0'"),
     (["--gpus", "3", "--tp", "3"], CONFIG, "no layout of 3 GPUs"),
     (["--gpus", "2", "--point", "1"], CONFIG, "--point 1 is out of range"),
     (["--gpus", "2"], CONFIG.replace("trace: {kind: profile, name: azure-conv, qps: 4, num_requests: 40, seed: 0}",

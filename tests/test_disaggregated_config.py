@@ -78,7 +78,8 @@ def test_device_link_is_the_device_interconnect():
     ("cluster.link.latency_s=-1", "cluster.link.latency_s"),
     ("engine.replicas=2", "engine.replicas is not read with cluster"),
     ("cluster.decode.engine={tensor_parallel_size: 3}", "cluster.decode.engine.tensor_parallel_size"),
-    ("cluster.prefill.engine={pipeline_parallel_size: 2}", "pipeline_parallel_size and data_parallel_size must be 1"),
+    ("cluster.prefill.engine={data_parallel_size: 2}", "cluster.prefill.engine"),
+    ("cluster.decode.engine={pipeline_parallel_size: 0}", "cluster.decode.engine (line 10): pipeline_parallel_size"),
     ("cluster.prefill.engine={chunk_sise: 2}", "cluster.prefill.engine (line 9): chunk_sise"),
     ("cluster.decode.engine={kv_cache_dtype: fp8}", "kv_cache_dtype differ"),
     ("cluster.decode.device=h900", "cluster.decode.device"),
@@ -255,3 +256,26 @@ def test_a_pool_of_zero_replicas_or_a_zero_bandwidth_link_is_exit_2_naming_the_k
         result = CliRunner().invoke(app, ["simulate", str(config), "--out", str(tmp_path / "run"), "--set", override])
         assert result.exit_code == 2 and named in result.output
         assert not (tmp_path / "run").exists()
+
+
+def test_pipeline_parallel_pools(tmp_path):
+    """A prefill pool of 2 instances of TP1 × PP2 and a decode pool of 3 of TP2: 2 × 2 + 3 × 2 =
+    10 GPUs, labelled by their stages. llama-3-8b's 32 layers split 16 + 16, so a prefill rank
+    holds 16 layers × 8 KV heads × 128 × 2 (K, V) × 2 bytes = 65,536 B of a token, a decode rank
+    (TP2: 4 heads, 32 layers) also 65,536 B: each link moves 65,536 B a token (half the PP1 case's
+    131,072), its layers 16. The point runs end to end with every request accounted for."""
+    (point,) = load(tmp_path, overrides=["cluster.prefill.engine.pipeline_parallel_size=2"])
+    assert cluster_gpus(point) == 10
+    assert describe_point(point) == "sarathi chunk=512 2P3D tp=1/2 pp=2/1"
+    link, kv_bytes = build_link(point)
+    assert kv_bytes == 16 * 8 * 128 * 2 * 2 == 65_536 and link.num_layers == 16
+    row = run_point(point).row
+    assert row["cluster"] == "2P(TP1 PP2) 3D(TP2)" and row["num_gpus"] == 10
+    assert row["prefill_pipeline_parallel_size"] == 2 and row["decode_pipeline_parallel_size"] == 1
+    assert row["completed"] + row["rejected"] == 40 and row["completed"] > 0
+    # A decode rank of TP1 × PP4 holds 8 layers of all 8 heads (32,768 B) but the prefill rank
+    # 65,536: the busier side bounds the link.
+    (point,) = load(tmp_path, overrides=["cluster.prefill.engine.pipeline_parallel_size=2",
+                                         "cluster.decode.engine={tensor_parallel_size: 1, pipeline_parallel_size: 4}"])
+    link, kv_bytes = build_link(point)
+    assert kv_bytes == 65_536 and link.num_layers == 16

@@ -20,10 +20,11 @@ class LinearCost:
         return 0.005 + 0.0001 * float(np.sum(query_tokens)) + 1e-7 * float(np.sum(context_tokens))
 
 
-def _pool(num_replicas: int, scheduler: str, num_gpu_blocks: int, router: str) -> Pool:
+def _pool(num_replicas: int, scheduler: str, num_gpu_blocks: int, router: str, stages: int = 1) -> Pool:
     config = SchedulerConfig(num_gpu_blocks=num_gpu_blocks, block_size=16, max_model_len=2048, chunk_size=256,
                              max_num_seqs=8)
-    return Pool([make_scheduler(scheduler, config) for _ in range(num_replicas)], StepPricer(LinearCost()), router)
+    return Pool([make_scheduler(scheduler, config) for _ in range(num_replicas)],
+                StepPricer(LinearCost(), pipeline_stages=stages), router)
 
 
 requests_strategy = st.lists(
@@ -37,20 +38,22 @@ requests_strategy = st.lists(
        decode_scheduler=st.sampled_from(["sarathi", "vllm_v1"]),
        prefill_blocks=st.integers(8, 80), decode_blocks=st.integers(8, 80),
        router=st.sampled_from(["round_robin", "least_outstanding", "random"]),
-       bandwidth=st.floats(1e5, 1e9), keep_token_times=st.booleans(), pipelined=st.booleans())
+       bandwidth=st.floats(1e5, 1e9), keep_token_times=st.booleans(), pipelined=st.booleans(),
+       stages=st.sampled_from([(1, 1), (2, 1), (1, 2), (3, 2)]))
 def test_requests_and_tokens_are_conserved(rows, num_prefill, num_decode, prefill_scheduler, decode_scheduler,
                                            prefill_blocks, decode_blocks, router, bandwidth, keep_token_times,
-                                           pipelined):
+                                           pipelined, stages):
+    """`stages`: pipeline stages of the prefill and the decode instances."""
     requests = [Request(i, t, p, o) for i, (t, p, o) in enumerate(rows)]
-    prefill = _pool(num_prefill, prefill_scheduler, prefill_blocks, router)
-    decode = _pool(num_decode, decode_scheduler, decode_blocks, router)
+    prefill = _pool(num_prefill, prefill_scheduler, prefill_blocks, router, stages[0])
+    decode = _pool(num_decode, decode_scheduler, decode_blocks, router, stages[1])
     link = KvLink(bandwidth, 0.001, pipelined, 32)
     result = simulate_disaggregated(requests, prefill, decode, link, kv_bytes_per_token=2048,
                                     keep_token_times=keep_token_times)
     r = result.requests.set_index("request_id").sort_index()
     # Decode windows (the fast path) change nothing.
-    slow = simulate_disaggregated(requests, _pool(num_prefill, prefill_scheduler, prefill_blocks, router),
-                                  _pool(num_decode, decode_scheduler, decode_blocks, router), link,
+    slow = simulate_disaggregated(requests, _pool(num_prefill, prefill_scheduler, prefill_blocks, router, stages[0]),
+                                  _pool(num_decode, decode_scheduler, decode_blocks, router, stages[1]), link,
                                   kv_bytes_per_token=2048, keep_token_times=keep_token_times, fast_forward=False)
     scalars = [c for c in r.columns if c != "token_times_s"]
     pd.testing.assert_frame_equal(slow.requests.set_index("request_id").sort_index()[scalars], r[scalars])

@@ -71,3 +71,15 @@ def test_search_two_gpus_and_report(tmp_path):
 def test_search_needs_goodput_thresholds():
     with pytest.raises(ValueError, match="goodput"):
         search(SweepConfig.model_validate({**BASE, "goodput": {}}), 2, (1,))
+
+
+def test_layouts_with_pipeline_stages():
+    """TP 1, PP 1 and 2 on 4 GPUs: instance shapes of 1 and 2 GPUs. Colocated: 4x TP1, 2x TP1 PP2.
+    xPyD with x·a + y·b = 4 for shapes a, b in {1, 2}: (1, 1) x = 1..3 (3), (1, 2) x = 2 (1),
+    (2, 1) x = 1 (1), (2, 2) x = 1 (1)."""
+    found = layouts(SweepConfig.model_validate(BASE), 4, (1,), (1, 2))
+    labels = [layout.label for layout in found]
+    assert labels[:2] == ["colocated 4x TP1", "colocated 2x TP1 PP2"]
+    assert len(found) == 2 + 3 + 1 + 1 + 1
+    assert {"2P(TP1) 1D(TP1 PP2)", "1P(TP1 PP2) 2D(TP1)", "1P(TP1 PP2) 1D(TP1 PP2)"} <= set(labels)
+    assert all(cluster_gpus(layout.point) == 4 for layout in found)

@@ -34,6 +34,8 @@ def search_xpyd(
                                             "pools' link and engine keys)."),
     gpus: int = typer.Option(..., "--gpus", min=1, help="GPU budget: every layout uses exactly this many."),
     tp: str = typer.Option("1,2,4,8", "--tp", help="Tensor-parallel degrees to try, comma-separated."),
+    pp: str = typer.Option("1", "--pp", help="Pipeline-parallel degrees to try, comma-separated (an instance is "
+                                             "TP x PP GPUs)."),
     attainment: float = typer.Option(0.9, "--attainment", min=0.0, max=1.0,
                                      help="Share of requests that must meet every goodput SLO (DistServe: 0.9)."),
     qps: Optional[str] = typer.Option(None, "--qps", help="Starting bracket LOW,HIGH in req/s (default: search.qps, "
@@ -66,10 +68,7 @@ def search_xpyd(
     if point >= len(points):
         fail(f"--point {point} is out of range; this config has {len(points)} points")
     start = SweepConfig.model_validate(points[point])
-    try:
-        tps = tuple(int(t) for t in tp.split(","))
-    except ValueError:
-        fail(f"--tp {tp!r}: expected tensor-parallel degrees separated by commas, e.g. 1,2,4")
+    tps, pps = _degrees("--tp", tp), _degrees("--pp", pp)
     bracket = _bracket(qps, start)
     search_keys = start.search
     # search.qps bounds the search as in `sweep` (its top is the cap); --qps is a starting bracket.
@@ -84,7 +83,8 @@ def search_xpyd(
     done = []
     try:
         with RunFolder(out_dir, inputs=[config]) as folder:
-            frame = search(start, gpus, tps, jobs=jobs, on_done=lambda row: _progress(done, row), **kwargs)
+            frame = search(start, gpus, tps, jobs=jobs, on_done=lambda row: _progress(done, row),
+                           pipeline_parallel_sizes=pps, **kwargs)
             folder.attempt(write_report, frame, start, folder.path, attainment,
                            outputs=("disaggregation.csv", "disaggregation.md", "disaggregation.png"))
             folder.attempt(folder.remove_stale)
@@ -107,6 +107,17 @@ def search_xpyd(
         err_console.print(f"[red]{failed} of {len(frame)} layouts failed[/red] (their errors are above and in "
                           "disaggregation.md); exit status 1", highlight=False)
         raise typer.Exit(1)
+
+
+def _degrees(option: str, text: str) -> tuple[int, ...]:
+    """A comma-separated list of parallel degrees >= 1."""
+    try:
+        degrees = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        degrees = ()
+    if not degrees or min(degrees) < 1:
+        fail(f"{option} {text!r}: expected degrees >= 1 separated by commas, e.g. 1,2,4")
+    return degrees
 
 
 def _bracket(qps: Optional[str], point) -> tuple[float, float]:

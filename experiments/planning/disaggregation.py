@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from experiments.config import SweepConfig, describe_point
+from experiments.config import SweepConfig, cluster_label, describe_point
 from experiments.planning.capacity import find_capacity
 from experiments.point import run_point
 from profiler import get_model_spec
@@ -47,18 +47,19 @@ class Layout:
     def label(self) -> str:
         if self.kind == "colocated":
             e = self.point.engine
-            return f"colocated {e.replicas}x TP{e.tensor_parallel_size}"
-        c = self.point.cluster
-        tp = [spec.engine.get("tensor_parallel_size", self.point.engine.tensor_parallel_size)
-              for spec in (c.prefill, c.decode)]
-        return f"{c.prefill.replicas}P(TP{tp[0]}) {c.decode.replicas}D(TP{tp[1]})"
+            pp = f" PP{e.pipeline_parallel_size}" if e.pipeline_parallel_size > 1 else ""
+            return f"colocated {e.replicas}x TP{e.tensor_parallel_size}{pp}"
+        return cluster_label(self.point)
 
 
-def layouts(base: SweepConfig, gpus: int, tensor_parallel_sizes: tuple[int, ...] = (1, 2, 4, 8)) -> list[Layout]:
-    """Every layout of exactly `gpus` GPUs: colocated replicas × TP, and xPyD with x·TP_p + y·TP_d
-    = gpus (x, y >= 1). The pools keep the base's `cluster:` settings (link, chunk sizes, ...) if
-    it has one, else a prefill pool with the base engine and a decode pool the same. TP degrees
-    the model's heads do not split into are skipped.
+def layouts(base: SweepConfig, gpus: int, tensor_parallel_sizes: tuple[int, ...] = (1, 2, 4, 8),
+            pipeline_parallel_sizes: tuple[int, ...] = (1,)) -> list[Layout]:
+    """Every layout of exactly `gpus` GPUs, an instance being TP × PP GPUs (each (TP, PP) of the
+    two lists): colocated replicas of one instance shape, and xPyD with x·(TP_p·PP_p) +
+    y·(TP_d·PP_d) = gpus (x, y >= 1). The pools keep the base's `cluster:` settings (link, chunk
+    sizes, ...) if it has one, else a prefill pool with the base engine and a decode pool the
+    same. TP degrees the model's heads do not split into, and PP degrees above its layers, are
+    skipped.
 
     Raises:
         ValueError: gpus < 1, or no valid layout (e.g. only TP degrees the model cannot use).
@@ -66,35 +67,38 @@ def layouts(base: SweepConfig, gpus: int, tensor_parallel_sizes: tuple[int, ...]
     if gpus < 1:
         raise ValueError(f"gpus must be >= 1, got {gpus}")
     model = get_model_spec(base.model)
-    tps = [tp for tp in sorted(set(tensor_parallel_sizes)) if tp <= gpus and _splits(model, tp)]
+    shapes = [(tp, pp) for tp in sorted(set(tensor_parallel_sizes)) for pp in sorted(set(pipeline_parallel_sizes))
+              if tp * pp <= gpus and _splits(model, tp) and 1 <= pp <= model.num_layers]
     tree = base.model_dump(exclude_unset=True)
     tree.pop("variants", None)
     engine = dict(tree.get("engine", {}))
     engine.pop("replicas", None)
     cluster = tree.pop("cluster", None) or {}
     found = []
-    for tp in tps:
-        if gpus % tp == 0:
-            colocated = {**tree, "engine": {**engine, "tensor_parallel_size": tp, "replicas": gpus // tp,
+    for tp, pp in shapes:
+        if gpus % (tp * pp) == 0:
+            colocated = {**tree, "engine": {**engine, "tensor_parallel_size": tp, "pipeline_parallel_size": pp,
+                                            "replicas": gpus // (tp * pp),
                                             "router": engine.get("router", "least_outstanding")}}
             found.append(Layout("colocated", SweepConfig.model_validate(colocated), gpus))
-    for tp_p in tps:
-        for tp_d in tps:
-            for x in range(1, gpus // tp_p + 1):
-                rest = gpus - x * tp_p
-                if rest < tp_d or rest % tp_d:
+    for shape_p in shapes:
+        for shape_d in shapes:
+            size_p, size_d = shape_p[0] * shape_p[1], shape_d[0] * shape_d[1]
+            for x in range(1, gpus // size_p + 1):
+                rest = gpus - x * size_p
+                if rest < size_d or rest % size_d:
                     continue
                 pools = {}
-                for name, replicas, tp in (("prefill", x, tp_p), ("decode", rest // tp_d, tp_d)):
+                for name, replicas, (tp, pp) in (("prefill", x, shape_p), ("decode", rest // size_d, shape_d)):
                     spec = dict(cluster.get(name, {}))
                     spec["replicas"] = replicas
-                    spec["engine"] = {**spec.get("engine", {}), "tensor_parallel_size": tp}
+                    spec["engine"] = {**spec.get("engine", {}), "tensor_parallel_size": tp, "pipeline_parallel_size": pp}
                     pools[name] = spec
                 point = {**tree, "engine": engine, "cluster": {**cluster, **pools}}
                 found.append(Layout("disaggregated", SweepConfig.model_validate(point), gpus))
     if not found:
-        raise ValueError(f"no layout of {gpus} GPUs with tensor_parallel_size in {tensor_parallel_sizes} "
-                         f"for {model.name}")
+        raise ValueError(f"no layout of {gpus} GPUs with tensor_parallel_size in {tensor_parallel_sizes} and "
+                         f"pipeline_parallel_size in {pipeline_parallel_sizes} for {model.name}")
     return found
 
 
@@ -160,8 +164,9 @@ def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: 
 
 
 def search(base: SweepConfig, gpus: int, tensor_parallel_sizes=(1, 2, 4, 8), jobs: int = 1,
-           on_done: Callable[[dict], None] | None = None, **capacity_kwargs) -> pd.DataFrame:
-    """Capacity and goodput per GPU of every layout (`layouts`), best first; `jobs` worker
+           on_done: Callable[[dict], None] | None = None, pipeline_parallel_sizes=(1,),
+           **capacity_kwargs) -> pd.DataFrame:
+    """Capacity and goodput per GPU of every layout (`layouts` of the TP and PP degrees), best first; `jobs` worker
     processes search layouts side by side (the results do not depend on it); `on_done(row)` is
     called as each layout's search ends.
 
@@ -185,7 +190,7 @@ def search(base: SweepConfig, gpus: int, tensor_parallel_sizes=(1, 2, 4, 8), job
                          "instead: use an open-loop trace (profile, synthetic, poisson, file)")
     bracket = capacity_kwargs.get("qps", (0.5, 8.0))
     capacity_kwargs = {**capacity_kwargs, "max_qps": capacity_kwargs.get("max_qps") or 64 * bracket[1]}
-    found = layouts(base, gpus, tensor_parallel_sizes)
+    found = layouts(base, gpus, tensor_parallel_sizes, pipeline_parallel_sizes)
     calls = {i: (_safe_layout_capacity, (layout, base.goodput, capacity_kwargs)) for i, layout in enumerate(found)}
     rows: dict[int, dict] = {}
     for i, outcome in _run_all(calls, max(1, min(jobs, len(calls))), "local", None):
