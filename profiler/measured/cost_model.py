@@ -481,7 +481,10 @@ class MeasuredCostModel:
             ValueError: the three arrays differ in length.
         """
         total, out = self._price(query_tokens, context_tokens, is_prefill)
-        self._count(out)
+        if out:
+            self._count(out)
+        else:  # `_count` of an in-grid step, inline (once per simulated step)
+            self.num_predictions += 1
         return total
 
     def predict_decode_steps_s(self, context_tokens, num_steps: int, first_step: int = 0) -> list[float]:
@@ -499,6 +502,9 @@ class MeasuredCostModel:
             return [self.predict_step_s([], [], []) for _ in range(num_steps)]
         total_context = int(sum(context_tokens))
         rows = float(num_seqs)
+        grid = self._decode_grid
+        if self._mixed is None and grid is not None:
+            return self._decode_grid_steps_s(grid, num_seqs, total_context, num_steps, first_step)
         durations = []
         for j in range(first_step, first_step + num_steps):
             # `_price` of ones / contexts + j / zeros: no prefill; n decode rows of one token over
@@ -507,6 +513,33 @@ class MeasuredCostModel:
             total, out = self._combine(num_seqs, num_seqs, [], rows, kv)
             self._count(out)
             durations.append(total)
+        return durations
+
+    def _decode_grid_steps_s(self, grid: LogGrid, num_seqs: int, total_context: int, num_steps: int,
+                             first_step: int) -> list[float]:
+        """`predict_decode_steps_s` on the decode_attention grid: `_combine` of each step written
+        out (its token and sequence parts are the same every step), the same floats and counts."""
+        token_s, token_out = self._token_cache.get(num_seqs) or self._token_part(num_seqs)
+        seq_s, seq_out = self._seq_cache.get(num_seqs) or self._seq_part(num_seqs)
+        parts_s = token_s + seq_s  # `_combine` adds token + seq first, then the attention
+        in_grid = token_out | seq_out | frozenset()  # the out-of-grid parts of a step whose attention is on the grid
+        layers = self.model.num_layers
+        rows = float(num_seqs)
+        at2 = grid.at2
+        durations = []
+        for j in range(first_step, first_step + num_steps):
+            kv = float(total_context + j * num_seqs + num_seqs - rows)  # as `_price` forms it
+            point_kv = kv / rows + 1.0
+            t, o = at2(rows, point_kv)
+            if o:
+                out: set = set()
+                t = self._off_grid(grid, (rows, point_kv), self._decode_kv_roofline_s, t, out)
+                self._count(token_out | seq_out | frozenset(out))
+            elif in_grid:
+                self._count(in_grid)
+            else:
+                self.num_predictions += 1
+            durations.append(parts_s + layers * t)
         return durations
 
     def _count(self, out: frozenset) -> None:

@@ -8,8 +8,8 @@ SimPy replica and the real engine drive the same object.
 from __future__ import annotations
 
 from bisect import insort
-from itertools import repeat
-from operator import add, attrgetter, ge, lt, sub
+from itertools import compress, repeat
+from operator import add, attrgetter, ge, gt, lt, sub
 
 import numpy as np
 
@@ -100,6 +100,7 @@ class Scheduler:
         self._swap_in_tokens = 0
         self._swap_out_tokens = 0
         self._now_s = 0.0  # time of the schedule() call under way
+        self._partial_prefill: Sequence | None = None  # a prompt the latest plan left unfinished (`decode_window`)
 
     def _token_budget(self) -> int:
         c = self.config
@@ -188,6 +189,9 @@ class Scheduler:
         if self.config.split_n:
             reach = map(sub, reach, drafts[k:] if k else drafts)
         emits = list(map(ge, reach, targets))
+        # A prefill chunk that does not sample leaves its prompt unfinished: `decode_window`
+        # checks that sequence first (every plan's running set has at most a few prefills).
+        self._partial_prefill = next(compress(seqs[k:] if k else seqs, map(gt, prefills, emits)), None)
         if k:
             prefills, emits = [False] * k + prefills, [True] * k + emits
         return seqs, queries, drafts, ids, contexts, prefills, emits
@@ -252,6 +256,10 @@ class Scheduler:
         if (self.waiting or self._executing or not running or self.config.split_n
                 or not self._decodes_all_run(len(running))):
             return running, 0
+        partial = self._partial_prefill
+        if partial is not None and partial.num_computed_tokens < partial.prefill_target_tokens \
+                and partial.request_id in self._in_flight:
+            return running, 0  # the last plan's unfinished prompt: still prefilling (the common "no")
         if any(map(lt, map(_COMPUTED, running), map(_PREFILL_TARGET, running))):
             return running, 0  # a prefill among them
         steps = min(map(sub, map(_MAX_OUTPUT, running), map(_GENERATED, running)))
@@ -265,6 +273,10 @@ class Scheduler:
         """Largest m <= steps such that m more tokens per sequence fit the free blocks."""
         bm = self.block_manager
         size = bm.block_size
+        if len(running) * -(-steps // size) <= bm.num_free:
+            # A sequence's computed tokens always have their blocks, so even one with no room
+            # left in its last block needs at most ceil(steps / block_size) new ones.
+            return steps
         held = bm.blocks_held_each(list(map(_REQUEST_ID, running)))
         room = [h * size - c for h, c in zip(held, map(_COMPUTED, running))]  # tokens before a new block
 
