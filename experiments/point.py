@@ -1,6 +1,8 @@
 """Run one point of a sweep: build its trace and deployment, simulate, summarise against the SLOs."""
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -10,7 +12,7 @@ import pandas as pd
 
 from experiments.config import (POOLS, ClosedLoopTrace, SweepConfig, TraceConfig, cluster_label, describe_point,
                                 pool_point, slo_summary_key)
-from experiments.outputs import write_atomic
+from experiments.outputs import TEMP_PREFIX, write_atomic
 from experiments.deployment import (DTYPE_BYTES, build_link, build_outcome_fn, build_pricer, build_scheduler_config,
                                     build_schedulers, cluster_gpus)
 from profiler import CostModel, RooflineCostModel, get_device_spec, get_model_spec
@@ -139,14 +141,17 @@ def cost_model_columns(point: SweepConfig, cost_model) -> dict:
 
 
 def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0,
-              records_dir: Path | None = None) -> PointResult:
+              records_dir: Path | None = None, temporary: bool = False) -> PointResult:
     """Simulate one point; the row holds its settings, summary metrics, SLO verdicts and goodput.
 
     `trim_fraction` drops warm-up and drain from the latency statistics (capacity trials).
     `records_dir`: write the point's `requests.parquet` and `steps.parquet` (with `point_id`;
     no steps file with `output.steps: false`) there as the run goes, each whole or not at all
     (`write_atomic`), so its token times and steps never all sit in memory
-    (`simulator.records_stream`); `PointResult.files` names them.
+    (`simulator.records_stream`); `PointResult.files` names them. `temporary`: under temporary
+    names of the folder instead (`TEMP_PREFIX`: a sweep's per-point files, which it joins and
+    removes; a killed run's are removed at the folder's next claim), written in place and
+    removed when the run fails.
     """
     requests, info = load_requests(point.trace)
 
@@ -168,8 +173,8 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0,
                           record_files=files)
         return result, sched_config, cost_model, {}
 
-    (result, sched_config, cost_model, cluster_row), files = _with_record_files(records_dir, point_id,
-                                                                                point.output.steps, run)
+    write_files = _with_temporary_files if temporary else _with_record_files
+    (result, sched_config, cost_model, cluster_row), files = write_files(records_dir, point_id, point.output.steps, run)
 
     row = {"point_id": point_id, "label": describe_point(point), "model": point.model, "device": device_name(point)}
     row.update(point.engine.used_settings())
@@ -218,6 +223,26 @@ def _with_record_files(records_dir: Path | None, point_id: int, keep_steps: bool
     except _RunFailed as failed:
         raise failed.__cause__ from None
     return out["value"], paths
+
+
+def _with_temporary_files(records_dir: Path | None, point_id: int, keep_steps: bool,
+                          run: Callable[[RecordFiles | None], tuple]) -> tuple[tuple, dict[str, Path]]:
+    """As `_with_record_files`, the files under fresh temporary names of `records_dir`, left
+    where they are (removed when `run` raises)."""
+    if records_dir is None:
+        return run(None), {}
+    Path(records_dir).mkdir(parents=True, exist_ok=True)
+    paths = {}
+    try:
+        for name in ("requests", "steps") if keep_steps else ("requests",):
+            fd, path = tempfile.mkstemp(dir=records_dir, prefix=f"{TEMP_PREFIX}point-{point_id}-", suffix=f"-{name}.parquet")
+            os.close(fd)
+            paths[name] = Path(path)
+        return run(RecordFiles(paths["requests"], paths.get("steps"), {"point_id": point_id})), paths
+    except BaseException:
+        for path in paths.values():
+            path.unlink(missing_ok=True)
+        raise
 
 
 def simulate_cluster(point: SweepConfig, requests: list[Request], trim_fraction: float):

@@ -75,21 +75,47 @@ def write_in_row_groups(frame: pd.DataFrame, path: str | Path, row_group_rows: i
     writer.close()
 
 
-def concat_files(sources: list[str | Path], path: str | Path) -> None:
-    """Write the rows of the Parquet files `sources` (same columns) into `path`, in order, a row
-    group at a time (the first file's schema and its pandas metadata)."""
-    writer = None
+def concat_files(sources: list, path: str | Path) -> None:
+    """Write the rows of `sources` (Parquet files, or frames) into `path`, in order, a row group
+    at a time, with the first source's schema and pandas metadata.
+
+    Raises:
+        ValueError: the sources' columns or types differ (`same_columns` says so beforehand);
+        OSError: a file cannot be read or written.
+    """
+    schemas = [source_schema(source) for source in sources]
+    if not same_columns(schemas):
+        raise ValueError(f"{path}: the sources to join have different columns or types")
+    writer = pq.ParquetWriter(path, schemas[0]) if schemas else None
     try:
         for source in sources:
+            if isinstance(source, pd.DataFrame):
+                for start in range(0, len(source), ROW_GROUP_ROWS):
+                    writer.write_table(pa.Table.from_pandas(source.iloc[start:start + ROW_GROUP_ROWS],
+                                                            schema=schemas[0], preserve_index=False))
+                continue
             file = pq.ParquetFile(source)
-            if writer is None:
-                writer = pq.ParquetWriter(path, file.schema_arrow)
             for i in range(file.num_row_groups):
                 table = file.read_row_group(i).replace_schema_metadata(writer.schema.metadata)
                 writer.write_table(table, row_group_size=max(1, table.num_rows))
     finally:
         if writer is not None:
             writer.close()
+
+
+def source_schema(source) -> pa.Schema:
+    """The Arrow schema of a Parquet file, or of a frame as `write_in_row_groups` writes it."""
+    return _schema(source) if isinstance(source, pd.DataFrame) else pq.read_schema(source)
+
+
+def same_columns(schemas: list[pa.Schema]) -> bool:
+    """Whether the schemas have the same columns, in order, of the same types (metadata aside)."""
+    return all(schema.equals(schemas[0], check_metadata=False) for schema in schemas[1:])
+
+
+def num_rows(source) -> int:
+    """Rows of a frame or a Parquet file (its footer)."""
+    return len(source) if isinstance(source, pd.DataFrame) else pq.ParquetFile(source).metadata.num_rows
 
 
 class ParquetTokenTimes:

@@ -168,3 +168,75 @@ def test_concat_files_keeps_every_row_in_order(tmp_path):
         write_in_row_groups(part, tmp_path / f"p{k}.parquet", row_group_rows=3)
     concat_files([tmp_path / f"p{k}.parquet" for k in range(3)], tmp_path / "all.parquet")
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "all.parquet"), pd.concat(parts, ignore_index=True))
+
+
+# ----- a sweep's points write their records as they run (run_sweep(records_dir=)) --------------
+
+SWEEP = {
+    "name": "streamed", "cost_model": "roofline",
+    "trace": {"kind": "poisson", "qps": 8, "num_requests": 120, "prompt_tokens": [100, 1500], "output_tokens": [20, 200]},
+    "engine": {"scheduler": "sarathi", "chunk_size": 512},
+}
+
+
+def sweep_points(token_times=(True, True)):
+    return [{**SWEEP, "engine": {"scheduler": "sarathi", "chunk_size": chunk}, "output": {"token_times": kept}}
+            for chunk, kept in zip((256, 1024), token_times)]
+
+
+def write_sweep(points, out, records: bool, cache_dir=None):
+    from experiments.outputs import RunFolder
+    from experiments.planning.sweep import remove_point_files, run_sweep, sweep_requests, write_results
+
+    with RunFolder(out) as folder:
+        results = run_sweep(points, jobs=1, cache_dir=cache_dir, records_dir=folder.path if records else None)
+        if records:
+            names = sorted(p.name for p in out.iterdir() if p.name.startswith(".tmp-sarathi-point-"))
+            assert len(names) == 2 * sum(not r.row.get("cached", False) for r in results)  # requests + steps each
+        write_results(results, folder)
+        requests = sweep_requests(results)
+        remove_point_files(results)
+    return results, requests
+
+
+@pytest.mark.parametrize("token_times", [(True, True), (True, False)])  # joined file by file; through pd.concat
+def test_a_sweep_writing_as_it_runs_writes_the_same_tables(tmp_path, token_times):
+    points = sweep_points(token_times)
+    built, built_requests = write_sweep(points, tmp_path / "built", records=False)
+    streamed, streamed_requests = write_sweep(points, tmp_path / "streamed", records=True)
+    assert all(r.files for r in streamed) and not any(r.files for r in built)
+    assert (tmp_path / "built" / "points.csv").read_bytes() == (tmp_path / "streamed" / "points.csv").read_bytes()
+    for name in ("requests", "steps"):
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "streamed" / f"{name}.parquet"),
+                                      pd.read_parquet(tmp_path / "built" / f"{name}.parquet"))
+    pd.testing.assert_frame_equal(streamed_requests, built_requests)  # what the report gets
+    assert len(built_requests) == 240 and not [p for p in (tmp_path / "streamed").iterdir() if "tmp" in p.name]
+
+
+def test_a_point_cached_from_its_files_reads_back_as_computed(tmp_path):
+    points = sweep_points()
+    cache = tmp_path / "cache"
+    first, _ = write_sweep(points, tmp_path / "first", records=True, cache_dir=cache)
+    again, _ = write_sweep(points, tmp_path / "again", records=True, cache_dir=cache)
+    assert [r.row["cached"] for r in first] == [False, False] and [r.row["cached"] for r in again] == [True, True]
+    assert not any(r.files for r in again)  # from the cache: frames
+    first_points = pd.read_csv(tmp_path / "first" / "points.csv").drop(columns="cached")
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "again" / "points.csv").drop(columns="cached"), first_points)
+    for name in ("requests", "steps"):
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "again" / f"{name}.parquet"),
+                                      pd.read_parquet(tmp_path / "first" / f"{name}.parquet"))
+
+
+def test_a_failed_point_run_leaves_no_record_file(tmp_path, monkeypatch):
+    import experiments.point as point_module
+    from experiments.config import SweepConfig
+
+    def broken(*args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", "some/input.csv")
+
+    monkeypatch.setattr(point_module, "simulate", broken)
+    config = SweepConfig.model_validate(SWEEP)
+    for temporary in (False, True):
+        with pytest.raises(FileNotFoundError, match="some/input.csv"):  # the run's own error, not a write failure
+            point_module.run_point(config, 3, records_dir=tmp_path / "out", temporary=temporary)
+    assert list((tmp_path / "out").iterdir()) == []

@@ -189,7 +189,7 @@ def _run_points(base: SweepConfig, points: list[dict], folder: RunFolder, jobs: 
                 cache_dir: Optional[Path], backend: str, ray_address: Optional[str],
                 point_ids: Optional[List[int]] = None) -> None:
     from experiments.planning.report import write_report
-    from experiments.planning.sweep import config_as_run, run_sweep, sweep_requests, write_results
+    from experiments.planning.sweep import config_as_run, remove_point_files, run_sweep, sweep_requests, write_results
 
     started = time.perf_counter()
     _count(len(points), "points")
@@ -197,9 +197,13 @@ def _run_points(base: SweepConfig, points: list[dict], folder: RunFolder, jobs: 
                   TimeElapsedColumn(), console=err_console, transient=False) as progress:
         task = progress.add_task(f"simulating {base.name}", total=len(points))
         results = run_sweep(points, jobs=jobs, on_done=lambda i, row: _done(progress, task), cache_dir=cache_dir,
-                            backend=backend, ray_address=ray_address, point_ids=point_ids)
-    table = write_results(results, folder, config_as_run(base))
-    folder.attempt(write_report, table, sweep_requests(results), base, folder.path, outputs=REPORT_FILES)
+                            backend=backend, ray_address=ray_address, point_ids=point_ids,
+                            records_dir=folder.path)  # each point's records written as it runs
+    try:
+        table = write_results(results, folder, config_as_run(base))
+        folder.attempt(write_report, table, sweep_requests(results), base, folder.path, outputs=REPORT_FILES)
+    finally:
+        remove_point_files(results)
     _print_table(table, base)
     _finish(folder, table, cache_dir, started)
     _exit_if_failed(table)

@@ -94,7 +94,8 @@ class CacheEntryError(ValueError):
 def encode_entry(value: Any, stream) -> None:
     """Write `value` as a data-only entry (module docstring) to the binary `stream`.
 
-    Values: a `PointResult`, or JSON data (None, bool, int, float including NaN/inf, str, lists,
+    Values: a `PointResult` (a frame it wrote to a file, `PointResult.files`, stored as that
+    file), or JSON data (None, bool, int, float including NaN/inf, str, lists,
     tuples, dicts with str keys; numpy scalars as their Python value).
 
     Raises:
@@ -105,6 +106,9 @@ def encode_entry(value: Any, stream) -> None:
         if isinstance(value, PointResult):
             head = {"format": _FORMAT, "type": "point_result", "row": _to_json(value.row)}
             for name in _FRAMES:
+                if name in value.files:  # the run wrote it (`PointResult.files`): the file as it is
+                    archive.write(value.files[name], f"{name}.parquet")
+                    continue
                 with archive.open(f"{name}.parquet", "w") as f:
                     write_in_row_groups(getattr(value, name), f)
         else:

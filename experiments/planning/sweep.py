@@ -28,18 +28,19 @@ from experiments.planning.backends import make_pool
 from experiments.planning.layouts import LAYOUT_KEYS
 from experiments.config import SweepConfig, describe_point, point_labels
 from experiments.deployment import cluster_gpus
-from experiments.outputs import RunFolder, write_csv, write_parquet, write_text
+from experiments.outputs import RunFolder, write_atomic, write_csv, write_parquet, write_text
 from experiments.point import PointResult, device_name, report_columns, run_point
 from experiments.planning.results_cache import ResultsCache, cache_key
 from experiments.planning.search import (capacity_row, cost_model_summary, fleet_row, load_row, per_gpu_row,
                                          search_capacity, trial_config)
 from experiments.planning.vllm_flags import vllm_serve_command, vllm_serve_flags
+from simulator.records_parquet import concat_files, num_rows, same_columns, source_schema, write_in_row_groups
 
 
 def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
               on_done: Callable[[int, dict], None] | None = None, cache_dir: Path | None = None,
               backend: str = "local", ray_address: str | None = None,
-              point_ids: list[int] | None = None) -> list[PointResult]:
+              point_ids: list[int] | None = None, records_dir: Path | None = None) -> list[PointResult]:
     """Simulate each point dict (validated here); results in point order, whatever the finish order.
 
     Args:
@@ -51,12 +52,18 @@ def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
         backend, ray_address: where points run (`experiments.planning.backends.make_pool`).
         point_ids: each point's number in its config (rows, requests, steps); default 0, 1, ...
             (`simulate --point K` runs point K alone and numbers it K).
+        records_dir: with the local backend, each point computed writes its requests and steps
+            there as it runs, under temporary names (`run_point(temporary=True)`,
+            `PointResult.files`), so its token times and steps leave memory as it goes and are
+            not sent back from the worker; `write_results` joins the files, `remove_point_files`
+            removes them. (Ray workers may not see the folder: there the frames come back.)
     """
     configs = [SweepConfig.model_validate(p) for p in points]
     ids = list(range(len(configs))) if point_ids is None else list(point_ids)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs)))
     results: dict[int, PointResult] = {}
-    calls = {i: (_safe_run, (config, ids[i], cache_dir)) for i, config in enumerate(configs)}
+    spool = records_dir if backend == "local" else None
+    calls = {i: (_safe_run, (config, ids[i], cache_dir, spool)) for i, config in enumerate(configs)}
     for i, result in _run_all(calls, jobs, backend, ray_address):
         results[i] = result
         if on_done:
@@ -208,14 +215,16 @@ def _is_search_result(value) -> bool:
 
 
 def simulate_cached(config: SweepConfig, point_id: int, trim_fraction: float = 0.0, *,
-                    cache: ResultsCache) -> PointResult:
+                    cache: ResultsCache, records_dir: Path | None = None) -> PointResult:
     """`run_point` through the cache: the simulation is stored without the columns `slo:` and
     `goodput:` decide (and keyed without those keys: `results_cache.REPORT_ONLY`), which are then
     derived for `config` (`report_columns`), so a change of SLOs or goodput re-uses it. The row
-    says whether it was `cached`, and `cache_error` when it could not be stored."""
+    says whether it was `cached`, and `cache_error` when it could not be stored. `records_dir`:
+    a point computed writes its records there as it runs (`run_point(temporary=True)`); one
+    from the cache comes as frames."""
     bare = config.model_copy(update={"slo": {}, "goodput": {}})
     raw, cached = cache.get_or_compute(cache_key("point", config, trim_fraction),
-                                       lambda: run_point(bare, point_id, trim_fraction),
+                                       lambda: run_point(bare, point_id, trim_fraction, records_dir, temporary=True),
                                        lambda value: isinstance(value, PointResult))
     derived = report_columns(raw.row, raw.requests, bare)
     row = {k: v for k, v in raw.row.items() if k not in derived}
@@ -225,7 +234,7 @@ def simulate_cached(config: SweepConfig, point_id: int, trim_fraction: float = 0
         row["cache_error"] = cache.write_error
     raw.requests["point_id"] = point_id
     raw.steps["point_id"] = point_id
-    return PointResult(row, raw.requests, raw.steps)
+    return PointResult(row, raw.requests, raw.steps, raw.files)
 
 
 def _unique_labels(rows: list[dict]) -> None:
@@ -238,9 +247,10 @@ def _unique_labels(rows: list[dict]) -> None:
             row["label"] = f"{row['label']} #{row['point_id']}"
 
 
-def _safe_run(config: SweepConfig, point_id: int, cache_dir: Path | None = None) -> PointResult:
+def _safe_run(config: SweepConfig, point_id: int, cache_dir: Path | None = None,
+              records_dir: Path | None = None) -> PointResult:
     try:
-        return simulate_cached(config, point_id, cache=ResultsCache(cache_dir))
+        return simulate_cached(config, point_id, cache=ResultsCache(cache_dir), records_dir=records_dir)
     except POINT_ERRORS as exc:
         row = {"point_id": point_id, "label": describe_point(config), "model": config.model,
                "device": device_name(config), "error": _error_text(exc)}
@@ -274,8 +284,16 @@ def write_results(results: list[PointResult], folder: RunFolder, raw_config: dic
     """Write the tables of a sweep to the run folder, each whole or not at all (a file that cannot
     be written is listed in `folder.failed`; the others still are); return the points table."""
     points = rows_frame([r.row for r in results])
-    _write_frames(folder, {"points.csv": points, "points.parquet": points, "requests.parquet": sweep_requests(results),
-                           "steps.parquet": _concat([r.steps for r in results])})
+    if any(r.files for r in results):  # points that wrote their records as they ran: joined file by file
+        _write_frames(folder, {"points.csv": points, "points.parquet": points})
+        for name in ("requests", "steps"):
+            sources = _record_sources(results, name)
+            if sum(map(num_rows, sources)):
+                folder.attempt(write_atomic, folder.path / f"{name}.parquet", partial(_join_records, sources))
+    else:
+        _write_frames(folder, {"points.csv": points, "points.parquet": points,
+                               "requests.parquet": sweep_requests(results),
+                               "steps.parquet": _concat([r.steps for r in results])})
     if raw_config is not None:
         folder.attempt(write_text, folder.path / "config.yaml", yaml.safe_dump(raw_config, sort_keys=False))
     return points
@@ -303,8 +321,32 @@ def _write_frames(folder: RunFolder, frames: dict[str, pd.DataFrame | None]) -> 
 
 
 def sweep_requests(results: list[PointResult]) -> pd.DataFrame | None:
-    """Every point's requests in one frame (`point_id` tells them apart); None when none ran."""
-    return _concat([r.requests for r in results])
+    """Every point's requests in one frame (`point_id` tells them apart); None when none ran. A
+    point that wrote its records (`PointResult.files`) is read back from its file."""
+    return _concat([pd.read_parquet(r.files["requests"]) if "requests" in r.files else r.requests for r in results])
+
+
+def _record_sources(results: list[PointResult], name: str) -> list:
+    """Each point's `name` records ("requests" or "steps"), in point order: its file, or its frame."""
+    return [r.files[name] if name in r.files else getattr(r, name) for r in results
+            if name in r.files or len(getattr(r, name))]
+
+
+def _join_records(sources: list, path: Path) -> None:
+    """The sources' rows into `path`: row group by row group when every source has the same
+    columns and types (the rows of `pd.concat` of them), else through `pd.concat` itself (its
+    union of columns, e.g. a point without token times beside one with)."""
+    if same_columns([source_schema(s) for s in sources]):
+        concat_files(sources, path)
+    else:
+        write_in_row_groups(_concat([s if isinstance(s, pd.DataFrame) else pd.read_parquet(s) for s in sources]), path)
+
+
+def remove_point_files(results: list[PointResult]) -> None:
+    """Remove the points' own record files (`run_sweep(records_dir=)`), once joined."""
+    for result in results:
+        for path in result.files.values():
+            Path(path).unlink(missing_ok=True)
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame | None:
