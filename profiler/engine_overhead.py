@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from profiler.atomic_write import write_text_whole
+from profiler.json_object import read_json_object
 
 OVERHEAD_FILE = "engine_overhead.json"
 
@@ -54,12 +55,13 @@ class EngineOverhead:
         """The overhead saved in `directory`, or None when there is none.
 
         Raises:
-            ValueError: the file exists but lacks a coefficient (names the file and key).
+            ValueError: the file exists but is not a readable JSON object or lacks a coefficient
+                (names the file and key).
         """
         path = Path(directory) / OVERHEAD_FILE
         if not path.is_file():
             return None
-        data = json.loads(path.read_text())
+        data = read_json_object(path)
         missing = [k for k in ("per_step_s", "per_seq_s", "per_token_s") if k not in data]
         if missing:
             raise ValueError(f"{path}: missing key(s) {', '.join(missing)}")

@@ -37,10 +37,10 @@ head_dim = hidden_size / num_attention_heads, tie_word_embeddings = False.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
+from profiler.json_object import read_json_object
 from profiler.moe import MoESpec
 
 # model_type → (q/k/v projections carry biases, q/k RMSNorm per head). Sources: transformers
@@ -97,13 +97,7 @@ def read_config_json(path: Path) -> dict:
     Raises:
         ValueError: unreadable, not JSON, or not a JSON object (the message names the file).
     """
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, RecursionError, ValueError) as exc:  # JSONDecodeError, UnicodeDecodeError, int digits
-        raise ValueError(f"{path}: not a readable JSON config ({type(exc).__name__}: {exc})") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{path}: must hold a JSON object (a model config), got {type(config).__name__}")
-    return config
+    return read_json_object(path, "not a readable JSON config", "must hold a JSON object (a model config)")
 
 
 def check_supported(config: dict, path: Path) -> str:

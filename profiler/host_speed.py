@@ -140,21 +140,17 @@ def calibration_probe_s(cost_model: str) -> float | None:
         ValueError: DIR's profile.json is unreadable or not a JSON object, or its `host_probe_s`
             is not a finite positive number (names the file).
     """
-    import json
     from pathlib import Path
 
+    from profiler.json_object import read_json_object
     from profiler.profile_data import SIDECAR
     from profiler.shipped import PROFILE_PREFIX
 
     if not cost_model.startswith(PROFILE_PREFIX):
         return None
     path = Path(cost_model[len(PROFILE_PREFIX):]).expanduser() / SIDECAR
-    try:
-        sidecar = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: cannot read the calibration's profile sidecar ({exc})") from None
-    if not isinstance(sidecar, dict):
-        raise ValueError(f"{path}: not a JSON object; is this a `sarathi-sim profile` directory?")
+    sidecar = read_json_object(path, "cannot read the calibration's profile sidecar",
+                               "not a JSON object (is this a `sarathi-sim profile` directory?)")
     value = sidecar.get("host_probe_s")
     if value is None:
         return None

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.atomic_write import write_text_whole, write_whole
+from profiler.json_object import read_json_object
 from profiler.model_spec import ModelSpec
 from profiler.ops import FAMILIES, KEYS, OpCatalogue
 
@@ -112,12 +113,7 @@ class Profile:
         if not sidecar.is_file():
             raise ProfileError(f"{directory}: not a profile directory (no {SIDECAR}); "
                                "create one with `sarathi-sim profile`")
-        try:
-            meta = json.loads(sidecar.read_text())
-        except (OSError, RecursionError, ValueError) as exc:  # JSONDecodeError, UnicodeDecodeError, int digits
-            raise ProfileError(f"{sidecar}: not readable JSON ({type(exc).__name__}: {exc})") from None
-        if not isinstance(meta, dict):
-            raise ProfileError(f"{sidecar}: must hold a JSON object, got {type(meta).__name__}")
+        meta = read_json_object(sidecar, error=ProfileError)
         missing = [k for k in _REQUIRED_META if k not in meta]
         if missing:
             raise ProfileError(f"{sidecar}: missing keys {missing}")

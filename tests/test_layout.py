@@ -101,6 +101,15 @@ def test_layers_point_one_way():
     assert core_to_experiments == [] and work_to_cli == []
 
 
+def test_the_file_helpers_import_nothing_of_the_project():
+    """The atomic writer and the JSON-object reader serve the profiler's own modules and every layer
+    above it, so they import no other project module (any import could close a circle)."""
+    graph = _graph()
+    helpers = ("profiler.atomic_write", "profiler.json_object")
+    assert {m: graph[m] for m in helpers} == {m: set() for m in helpers}
+    assert "profiler.atomic_write" in graph["experiments.outputs"]
+
+
 def test_experiments_has_its_three_roles():
     for role in ("cli", "planning", "verification"):
         assert (ROOT / "experiments" / role / "__init__.py").is_file()

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.outputs import write_atomic
+from profiler.json_object import read_json_object
 from simulator.metrics import percentile_stats
 from traces.readers.fields import MAX_TOKENS
 from traces.time_bounds import MAX_SPAN_S, short_number
@@ -88,13 +89,7 @@ def read_recorded_run(directory: str | Path) -> RecordedRun:
 
 
 def _read_json_object(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError) as exc:
-        raise ValueError(f"{path}: cannot read JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, found {type(data).__name__}")
-    return data
+    return read_json_object(path, "cannot read JSON", "expected a JSON object")
 
 
 def _read_requests(path: Path) -> pd.DataFrame:

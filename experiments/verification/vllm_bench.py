@@ -9,12 +9,12 @@ request latency up to the last token).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from profiler.json_object import read_json_object
 from simulator.metrics import percentile_stats
 
 REQUIRED_KEYS = ("input_lens", "output_lens", "ttfts", "itls")
@@ -30,12 +30,8 @@ def read_vllm_bench(path: str | Path) -> tuple[pd.DataFrame, float]:
             or lists of different lengths; the message names the file and key.
     """
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: cannot read vLLM bench result ({exc})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object (the result of `vllm bench serve --save-result`)")
+    data = read_json_object(path, "cannot read vLLM bench result",
+                            "expected a JSON object (the result of `vllm bench serve --save-result`)")
     missing = [k for k in REQUIRED_KEYS if k not in data]
     if missing:
         raise ValueError(f"{path}: no per-request key(s) {', '.join(missing)}; save the result with "

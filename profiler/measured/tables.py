@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.atomic_write import write_bytes_whole
+from profiler.json_object import read_json_object
 from profiler.model_spec import ModelSpec
 from profiler.moe import MoESpec
 
@@ -134,7 +135,8 @@ class MeasuredTables:
         """Read a directory written by `save`.
 
         Raises:
-            MeasuredTableError: no sidecar, a required sidecar key missing, another format version,
+            MeasuredTableError: no sidecar, one that is not a readable JSON object, a required
+                sidecar key missing, another format version,
                 a listed file missing,
                 an unknown table, or a table with a missing column, a NaN or a non-positive time
                 (the message names the file, column and row).
@@ -144,7 +146,7 @@ class MeasuredTables:
         if not sidecar.is_file():
             raise MeasuredTableError(f"{directory}: not a measured-table directory (no {SIDECAR}); "
                                      "create one with `sarathi-sim profile import`")
-        meta = json.loads(sidecar.read_text())
+        meta = read_json_object(sidecar, error=MeasuredTableError)
         missing = [k for k in _REQUIRED_META if k not in meta]
         if missing:
             raise MeasuredTableError(f"{sidecar}: missing keys {missing}")
