@@ -101,7 +101,7 @@ def test_layouts_a_model_cannot_take_are_skipped_with_the_reason(tmp_path):
     base, _ = load_config(write(tmp_path, MOE.replace("qwen3-30b-a3b", "mixtral-8x7b") + "layouts: {gpus: 16}\n"),
                           on_warning=lambda text: None)
     (line,) = layout_lines(base)
-    assert line.startswith("Layouts (layouts.gpus: 16): 12 of 17 layouts of 16 GPUs run (TP 1 × DP 16, ")
+    assert line.startswith("Layouts (layouts.gpus: 16): 12 of 17 layouts of 16 GPUs run (TP 1 × DP 16; ")
     assert "Skipped: TP 1 × DP 16, EP 16 — enable_expert_parallel: expert parallel size" in line
 
 
@@ -187,8 +187,8 @@ def test_capacity_search_of_moe_layouts_reports_capacity_per_gpu(tmp_path):
         assert passed["trial_qps"].max() < failed["trial_qps"].min()
         assert points.loc[points["point_id"] == point_id, "capacity_qps"].item() == passed["trial_qps"].max()
     report = (out / "report.md").read_text()
-    assert "Layouts (layouts.gpus: 2): 5 of 5 layouts of 2 GPUs run (TP 1 × DP 2, TP 1 × DP 2, EP 2, TP 2, " \
-           "TP 2, EP 2, 2 × (TP 1))" in report
+    assert "Layouts (layouts.gpus: 2): 5 of 5 layouts of 2 GPUs run (TP 1 × DP 2; TP 1 × DP 2, EP 2; TP 2; " \
+           "TP 2, EP 2; 2 × (TP 1))" in report
     assert "QPS per GPU" in report and "QPS per GPU" in output
     # Twice the replicas of one TP-1 engine on twice the GPUs serve more: 4 × TP 1 (point 6 of
     # the 4-GPU layouts) has a higher capacity than 2 × TP 1.

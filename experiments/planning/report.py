@@ -387,7 +387,7 @@ def layout_lines(base: SweepConfig) -> list[str]:
 
     valid, skipped = enumerate_layouts(get_model_spec(base.model), base.layouts.gpus, base.layouts.replicas)
     line = (f"Layouts (layouts.gpus: {base.layouts.gpus}): {len(valid)} of {len(valid) + len(skipped)} layouts of "
-            f"{base.layouts.gpus} GPUs run ({', '.join(layout.text() for layout in valid)}); per-GPU columns divide "
+            f"{base.layouts.gpus} GPUs run ({'; '.join(layout.text() for layout in valid)}); per-GPU columns divide "
             "by the GPUs of each point.")
     if skipped:
         line += " Skipped: " + "; ".join(f"{layout.text()} — {why}" for layout, why in skipped) + "."
