@@ -21,6 +21,10 @@ commit 095f58a, Apache-2.0; copies in `../shared/profiles/aiconfigurator/`, neve
   no cached context; generation rows one query token over `step` cached tokens. Only bf16-KV rows
   without a sliding window are fitted.
 
+The tables are read by the importer's reader (`profiler.importers.aiconfigurator.read_source_table`:
+the newest version folder, the columns checked, rows of NaN or non-positive latency left out) and
+converted by its `convert_*` functions (ms to s, element counts to bytes).
+
 Rows measured faster than the datasheet allows (below max(FLOPs / peak, bytes / bandwidth):
 weights served from L2 cache, as the collector reruns the same few kernels, or mis-timed) are
 left out and counted (`*_rows_faster_than_datasheet`): 4,930 of h200_sxm's 15,017 context
@@ -47,66 +51,63 @@ from pathlib import Path
 import numpy as np
 
 from profiler.device_spec import BUILTIN_DEVICES, AttentionFit, DeviceSpec
+from profiler.importers.aiconfigurator import MS, SYSTEMS, convert_all_reduce, convert_context_attention, \
+    convert_decode_attention, read_source_table
 
-# AIConfigurator system folder -> built-in device name.
-AIC_SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200",
-               "rtx_pro_6000_server": "rtx-pro-6000", "l40s": "l40s", "a100_sxm": "a100-80gb"}
+AIC_SYSTEMS = SYSTEMS  # AIConfigurator system folder -> built-in device name
 _BF16_BYTES = 2
 _DTYPE_BYTES = {"bfloat16": 2, "fp8": 1}
 
 
-def _table(system_dir: Path, kind: str, name: str) -> tuple[Path, str]:
-    """The one parquet file `<system>/<kind>/vllm/<version>/<name>.parquet` and its version."""
-    paths = sorted((system_dir / kind / "vllm").glob(f"*/{name}.parquet"))
-    if len(paths) != 1:
-        raise ValueError(f"{system_dir}: expected one {kind}/vllm/<version>/{name}.parquet, found {len(paths)}")
-    return paths[0], paths[0].parent.name
+def _source(system_dir: Path, name: str):
+    """(rows, file, vLLM version) of one table (`read_source_table`); the fit needs every table.
+
+    Raises:
+        ValueError: the system has no such table (or `MeasuredTableError`, a ValueError: a column
+            missing, no usable latency; naming the file).
+    """
+    found = read_source_table(system_dir, name)
+    if found is None:
+        raise ValueError(f"{system_dir}: no {name} table under */vllm/<version>/ (the layout of "
+                         "profiler/importers/aiconfigurator.py)")
+    rows, path = found
+    return rows, path, path.parent.name
 
 
 def read_gemm_rows(system_dir: Path, gemm_dtype: str = "bfloat16") -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                                            np.ndarray, str]:
     """(m, n, k, latency_s, vLLM version) of the `gemm_dtype` rows ("bfloat16", "fp8": per-tensor
-    FP8 weights and activations) of a system's gemm_perf table.
+    FP8 weights and activations) of a system's gemm_perf table, in the file's order (the
+    importer's `convert_gemm` keeps bf16 only, sorted).
 
     Raises:
-        ValueError: the table is missing, lacks a column, or holds a latency that is not > 0.
+        ValueError: the table is missing, lacks a column, or has no `gemm_dtype` row with a
+            latency > 0.
     """
-    import pandas as pd
-
-    path, version = _table(system_dir, "gemm", "gemm_perf")
-    frame = pd.read_parquet(path)
-    _require(path, frame, ("gemm_dtype", "m", "n", "k", "latency"))
-    frame = frame[frame["gemm_dtype"] == gemm_dtype]
-    latency_s = frame["latency"].to_numpy(np.float64) * 1e-3  # ms -> s
-    if not len(frame) or not (latency_s > 0).all():
-        raise ValueError(f"{path}: column latency: needs {gemm_dtype} rows with latencies > 0")
+    table, path, version = _source(system_dir, "gemm")
+    frame = table[table["gemm_dtype"] == gemm_dtype]
+    if not len(frame):
+        raise ValueError(f"{path}: column gemm_dtype: needs {gemm_dtype} rows with latencies > 0")
+    latency_s = frame["latency"].to_numpy(np.float64) * MS
     m, n, k = (frame[c].to_numpy(np.float64) for c in ("m", "n", "k"))
     return m, n, k, latency_s, version
 
 
 def read_all_reduce_rows(system_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
-    """(num_gpus, bytes, latency_s, vLLM version) of the graph-mode bf16 all-reduce rows.
+    """(num_gpus, bytes, latency_s, vLLM version) of the graph-mode bf16 all-reduce rows
+    (`convert_all_reduce`: message_size elements x 2 bytes).
 
     Raises:
-        ValueError: the table is missing, lacks a column, or holds a latency that is not > 0.
+        ValueError: the table is missing, lacks a column, or has no graph-mode bf16 row with a
+            latency > 0.
     """
-    import pandas as pd
-
-    path, version = _table(system_dir, "comm", "custom_allreduce_perf")
-    frame = pd.read_parquet(path)
-    _require(path, frame, ("backend", "allreduce_dtype", "num_gpus", "message_size", "latency"))
-    frame = frame[(frame["backend"] == "vllm_graph") & (frame["allreduce_dtype"] == "bfloat16")]
-    latency_s = frame["latency"].to_numpy(np.float64) * 1e-3  # ms -> s
-    if not len(frame) or not (latency_s > 0).all():
-        raise ValueError(f"{path}: column latency: needs vllm_graph bf16 rows with latencies > 0")
-    num_bytes = frame["message_size"].to_numpy(np.float64) * _BF16_BYTES  # elements -> bytes
-    return frame["num_gpus"].to_numpy(np.int64), num_bytes, latency_s, version
-
-
-def _require(path: Path, frame, columns: tuple[str, ...]) -> None:
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise ValueError(f"{path}: missing column(s) {missing}; has {list(frame.columns)}")
+    table, path, version = _source(system_dir, "all_reduce")
+    rows = convert_all_reduce(table, path)
+    rows = rows[rows["mode"] == "graph"]
+    if not len(rows):
+        raise ValueError(f"{path}: column backend: needs vllm_graph bf16 rows with latencies > 0")
+    return (rows["num_gpus"].to_numpy(np.int64), rows["size_bytes"].to_numpy(np.float64),
+            rows["time_s"].to_numpy(np.float64), version)
 
 
 def gemm_terms(device: DeviceSpec, m, n, k, dtype_bytes: int = _BF16_BYTES) -> tuple[np.ndarray, np.ndarray]:
@@ -167,10 +168,8 @@ def physical_gemm_rows(system_dir: Path, device: DeviceSpec, gemm_dtype: str = "
 
 
 def _has_gemm_dtype(system_dir: Path, gemm_dtype: str) -> bool:
-    import pandas as pd
-
-    path, _ = _table(system_dir, "gemm", "gemm_perf")
-    return bool((pd.read_parquet(path, columns=["gemm_dtype"])["gemm_dtype"] == gemm_dtype).any())
+    table, _, _ = _source(system_dir, "gemm")
+    return bool((table["gemm_dtype"] == gemm_dtype).any())
 
 
 def _fit_fp8_gemm(system_dir: Path, device: DeviceSpec) -> tuple[dict, dict]:
@@ -203,7 +202,7 @@ def physical_attention_rows(system_dir: Path, device: DeviceSpec, phase: str):
     `physical_gemm_rows`): (frame, rows dropped)."""
     frame = read_attention_rows(system_dir, phase)
     t_c, t_m = attention_terms(device, frame)
-    keep = frame["latency_s"].to_numpy() >= np.maximum(t_c, t_m)
+    keep = frame["time_s"].to_numpy() >= np.maximum(t_c, t_m)
     return frame[keep], int((~keep).sum())
 
 
@@ -249,39 +248,34 @@ def fit_system(system_dir: Path, device: DeviceSpec) -> dict:
 
 def read_attention_rows(system_dir: Path, phase: str):
     """Rows of a system's `<phase>_attention_perf` table (phase "context" or "generation") with a
-    bf16 KV cache and no sliding window: a pandas frame with batch_size, isl, step, num_heads,
-    num_key_value_heads, head_dim and latency_s.
+    bf16 KV cache and no sliding window (the importer's `convert_context_attention` /
+    `convert_decode_attention`): a pandas frame with num_heads, num_kv_heads, head_dim,
+    batch_size, query_tokens, cached_tokens and time_s (seconds).
 
     Units (upstream `collector/vllm/collect_attn.py`): one vLLM attention backend call over
     batch_size sequences, latency in ms. Context rows: isl query tokens each, no cached context.
     Generation rows: one query token each over `step` cached tokens (the query attends to
     step + 1 keys).
-    """
-    import pandas as pd
 
-    path, _ = _table(system_dir, "attention", f"{phase}_attention_perf")
-    frame = pd.read_parquet(path)
-    _require(path, frame, ("batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim",
-                           "kv_cache_dtype", "latency"))
-    full_window = frame["window_size"] == 0 if "window_size" in frame.columns else True  # absent: no window
-    frame = frame[(frame["kv_cache_dtype"] == "bfloat16") & full_window].copy()
-    frame["latency_s"] = frame["latency"] * 1e-3  # ms -> s
-    return frame
+    Raises:
+        ValueError: the table is missing or lacks a column (naming the file).
+    """
+    if phase == "context":
+        rows = convert_context_attention(_source(system_dir, "context_attention")[0])
+        return rows.assign(cached_tokens=0)
+    rows = convert_decode_attention(_source(system_dir, "decode_attention")[0])
+    return rows.assign(query_tokens=1).rename(columns={"kv_tokens": "cached_tokens"})
 
 
 def _attention_shapes(frame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(query tokens q, cached tokens c, sequences b) per row of `read_attention_rows`' frame."""
-    b = frame["batch_size"].to_numpy(np.float64)
-    context = frame["op_name"].to_numpy() == "context_attention"
-    q = np.where(context, frame["isl"].to_numpy(np.float64), 1.0)
-    c = np.where(context, 0.0, frame["step"].to_numpy(np.float64))
-    return q, c, b
+    return tuple(frame[k].to_numpy(np.float64) for k in ("query_tokens", "cached_tokens", "batch_size"))
 
 
 def attention_terms(device: DeviceSpec, frame) -> tuple[np.ndarray, np.ndarray]:
     """(compute s, memory s) of each attention row at the datasheet rates (see `fit_attention`)."""
     q, c, b = _attention_shapes(frame)
-    heads, kv_heads, d = (frame[k].to_numpy(np.float64) for k in ("num_heads", "num_key_value_heads", "head_dim"))
+    heads, kv_heads, d = (frame[k].to_numpy(np.float64) for k in ("num_heads", "num_kv_heads", "head_dim"))
     t_c = 4.0 * heads * d * b * (q * c + q * (q + 1) / 2) / device.peak_bf16_flops
     t_m = (2 * kv_heads * d * _BF16_BYTES * b * (c + q) + 2 * heads * d * _BF16_BYTES * b * q) / device.mem_bandwidth_bytes_per_s
     return t_c, t_m
@@ -297,7 +291,7 @@ def fit_attention(device: DeviceSpec, frame) -> AttentionFit:
 
     t_c, t_m = attention_terms(device, frame)
     _, _, b = _attention_shapes(frame)
-    y = frame["latency_s"].to_numpy()
+    y = frame["time_s"].to_numpy()
 
     def log_error(p: np.ndarray) -> np.ndarray:
         return np.log((np.maximum(t_c / p[0], t_m / p[1]) + p[2] + p[3] * b) / y)
@@ -317,7 +311,7 @@ def attention_errors(frames: dict, device: DeviceSpec) -> dict[str, float]:
     errors: dict[str, float] = {}
     for phase, frame in frames.items():
         predicted = np.empty(len(frame))
-        groups = frame.groupby(["num_heads", "num_key_value_heads", "head_dim"]).indices
+        groups = frame.groupby(["num_heads", "num_kv_heads", "head_dim"]).indices
         for (heads, kv_heads, head_dim), index in groups.items():
             shape = ModelSpec("attention", 1, int(heads * head_dim), int(heads), int(kv_heads), int(head_dim),
                               1, 1, 1 << 20)
@@ -326,7 +320,7 @@ def attention_errors(frames: dict, device: DeviceSpec) -> dict[str, float]:
             predicted[index] = [cost._attention_group_s(bi * (qi * ci + qi * (qi + 1) / 2), bi * (ci + qi), bi * qi,
                                                         int(bi)) for bi, qi, ci in zip(b, q, c)]
         errors.update({f"{phase}_attention_{key}": value
-                       for key, value in relative_errors(predicted, frame["latency_s"].to_numpy()).items()})
+                       for key, value in relative_errors(predicted, frame["time_s"].to_numpy()).items()})
     return errors
 
 

@@ -191,6 +191,30 @@ def test_fitted_efficiencies_reproduce_their_tables(system):
     assert errors["generation_attention_mape_pct"] == pytest.approx(attention_mape, abs=0.1)
 
 
+def test_refitting_a100_from_the_importers_reader_gives_its_shipped_entry():
+    # profiler.roofline_fit reads the tables through profiler.importers.aiconfigurator (one reader):
+    # the whole entry (terms, per-TP all-reduce, every error and dropped-row count) is unchanged.
+    import yaml
+
+    from profiler.device_file import FITS_FILE
+    from profiler.roofline_fit import fit_system
+
+    entry = fit_system(_aic("a100_sxm"), BUILTIN_DEVICES["a100-80gb"])
+    shipped = yaml.safe_load(FITS_FILE.read_text())["devices"]["a100-80gb"]
+    assert yaml.safe_load(yaml.safe_dump(entry, sort_keys=False)) == shipped
+    assert (entry["gemm_flops"], entry["memory_bandwidth"], entry["kernel_latency_us"]) == (0.7098, 0.6436, 4.536)
+
+
+@pytest.mark.slow
+def test_regenerating_roofline_fits_yaml_gives_the_shipped_file_byte_for_byte(tmp_path):
+    from profiler.device_file import FITS_FILE
+    from profiler.roofline_fit import main
+
+    _aic("h100_sxm")
+    assert main([str(AIC_DIR), "--out", str(tmp_path / "fits.yaml")]) == 0
+    assert (tmp_path / "fits.yaml").read_bytes() == FITS_FILE.read_bytes()
+
+
 def test_attention_terms_by_hand():
     # h100-sxm's fitted attention terms: 0.4581 of the BF16 peak, 0.7255 of HBM, 9.885 µs a call,
     # 0.0478 µs a sequence. 64 decodes of 1 query over 1,023 cached tokens, 8 KV heads of 128:

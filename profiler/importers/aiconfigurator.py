@@ -74,8 +74,26 @@ def _version_dir(system: Path, folder: str) -> Path | None:
     return versions[-1] if versions else None
 
 
-def _read(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
-    return require_columns(pd.read_parquet(path), columns, path)
+def read_source_table(system: Path, name: str, dropped: dict | None = None) -> tuple[pd.DataFrame, Path] | None:
+    """The rows of one source table (`name`: gemm, context_attention, decode_attention,
+    all_reduce, moe) as AIConfigurator stores them, in its newest `SYSTEM/<folder>/vllm/<version>/`,
+    without the rows of NaN or non-positive latency, and the file; None when the system has none.
+    The one reader of these files: `import_aiconfigurator` and `profiler.roofline_fit` use it.
+
+    Args:
+        dropped: counts the left-out rows by file name (`meta["dropped_rows"]`), when given.
+
+    Raises:
+        MeasuredTableError: a column the table needs is missing, or no row has a finite latency
+            > 0 (naming the file and column).
+    """
+    folder, file, columns = _FILES[name]
+    version_dir = _version_dir(Path(system), folder)
+    path = version_dir / file if version_dir else None
+    if path is None or not path.is_file():
+        return None
+    table = require_columns(pd.read_parquet(path), columns, path)
+    return _usable_latency(table, path, {} if dropped is None else dropped), path
 
 
 def _usable_latency(table: pd.DataFrame, path: Path, dropped: dict) -> pd.DataFrame:
@@ -170,18 +188,17 @@ def import_aiconfigurator(system_dir: str | Path, device: str | None = None) -> 
                                  f"(known systems: {sorted(SYSTEMS)})")
     gpu = (yaml.safe_load(system_yaml.read_text()) or {}).get("gpu", {})
     tables, origins, dropped, versions, device_names = {}, {}, {}, set(), set()
-    for name, (folder, file, columns) in _FILES.items():
-        version_dir = _version_dir(system, folder)
-        path = version_dir / file if version_dir else None
-        if path is None or not path.is_file():
+    for name in _FILES:
+        found = read_source_table(system, name, dropped)
+        if found is None:
             continue
-        raw = _usable_latency(_read(path, columns), path, dropped)
+        raw, path = found
         converted = convert_all_reduce(raw, path) if name == "all_reduce" else _CONVERTERS[name](raw)
         if converted.empty:
             raise MeasuredTableError(f"{path}: no bf16 rows (columns gemm_dtype / kv_cache_dtype / allreduce_dtype)")
         tables[name] = converted
         origins[name] = {"from": str(path.relative_to(system.parent))}
-        versions.add(version_dir.name)
+        versions.add(path.parent.name)
         if "device" in raw:
             device_names.update(raw["device"].unique().tolist())
     if not tables:
