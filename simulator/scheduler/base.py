@@ -154,21 +154,22 @@ class Scheduler:
         self._now_s = now_s  # admissions stamp first_scheduled_s with it (`_admit_head`)
         entries, preempted = self._build_plan(now_s)
         if entries:
-            seqs, queries, drafts, ids, contexts, prefills, emits = self._plan_columns(entries)
+            seqs, queries, drafts, ids, contexts, prefills, emits, counts = self._plan_columns(entries)
         else:
-            seqs, queries, drafts, ids, contexts, prefills, emits = [], [], [], [], [], [], []
+            seqs, queries, drafts, ids, contexts, prefills, emits, counts = [], [], [], [], [], [], [], (0, 0, 0)
         self._executing.update(ids)
         plan = BatchPlan.from_columns(
             PlanColumns(ids, queries, contexts, prefills, emits, drafts, self.block_manager.block_tables(ids)), seqs,
-            preempted_ids=tuple(s.request_id for s in preempted), kv_blocks_used=self.block_manager.num_used,
-            swap_in_tokens=self._swap_in_tokens, swap_out_tokens=self._swap_out_tokens)
+            tuple(map(_REQUEST_ID, preempted)) if preempted else (), self.block_manager.num_used,
+            self._swap_in_tokens, self._swap_out_tokens, counts)
         self._swap_in_tokens = self._swap_out_tokens = 0
         return plan
 
     def _plan_columns(self, entries: list[Entry]) -> tuple[list, ...]:
-        """(seqs, queries, drafts, ids, contexts, prefills, emits) of non-empty `entries`:
-        column-wise with C-level maps, as this runs once per step over every scheduled sequence;
-        the leading plain decodes of `PlainDecodeEntries` by list repetition."""
+        """(seqs, queries, drafts, ids, contexts, prefills, emits, (prefill tokens, prefill
+        sequences, draft tokens)) of non-empty `entries`: column-wise with C-level maps, as this
+        runs once per step over every scheduled sequence; the leading plain decodes of
+        `PlainDecodeEntries` by list repetition (their counts are all 0)."""
         decodes = getattr(entries, "decodes", ())
         k = len(decodes)
         rest = entries[k:] if k else entries
@@ -192,9 +193,11 @@ class Scheduler:
         # A prefill chunk that does not sample leaves its prompt unfinished: `decode_window`
         # checks that sequence first (every plan's running set has at most a few prefills).
         self._partial_prefill = next(compress(seqs[k:] if k else seqs, map(gt, prefills, emits)), None)
+        counts = (sum(compress(rest_queries, prefills)), sum(prefills),
+                  sum(drafts[k:] if k else drafts) if self.config.split_n else 0)
         if k:
             prefills, emits = [False] * k + prefills, [True] * k + emits
-        return seqs, queries, drafts, ids, contexts, prefills, emits
+        return seqs, queries, drafts, ids, contexts, prefills, emits, counts
 
     def complete_step(self, plan: BatchPlan, outcome: StepOutcome, now_s: float) -> list[FinishedRequest]:
         """Apply a step's outcome at its end time `now_s`; return the requests that finished.
@@ -381,6 +384,11 @@ class Scheduler:
             return list(self.running)
         return [s for s in self.running if s.request_id not in self._executing]
 
+    def _idle_running_to_read(self) -> list[Sequence]:
+        """`_idle_running` for a caller that only reads it while nothing changes `running`
+        (a comprehension): `running` itself when no plan is executing, without the copy."""
+        return self._idle_running() if self._executing else self.running
+
     def _can_admit_more(self) -> bool:
         return len(self.running) < self.config.max_num_seqs
 
@@ -412,7 +420,7 @@ class Scheduler:
             return budget
         # The prefills first, in one comprehension (most of a busy running set decodes; nothing
         # below changes which sequences prefill).
-        for seq in [s for s in self._idle_running() if s.num_computed_tokens < s.prefill_target_tokens]:
+        for seq in [s for s in self._idle_running_to_read() if s.num_computed_tokens < s.prefill_target_tokens]:
             if budget <= 0:
                 break
             if seq.request_id not in in_flight:
@@ -548,7 +556,7 @@ class Scheduler:
         Returns:
             The decodes that got their slot (each costs one budget token).
         """
-        decodes = [seq for seq in self._idle_running() if seq.num_computed_tokens >= seq.prefill_target_tokens]
+        decodes = [seq for seq in self._idle_running_to_read() if seq.num_computed_tokens >= seq.prefill_target_tokens]
         # Blocks for the computed tokens are always held, so the next token's slot is held unless
         # it starts a new block: only those decodes ask the pool (and may preempt), in order.
         size = self.block_manager.block_size

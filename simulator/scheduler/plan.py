@@ -72,7 +72,7 @@ class BatchPlan:
     view is derived from the other on first use. Treat a plan as immutable.
     """
 
-    __slots__ = ("_sequences", "_columns", "_arrays", "preempted_ids", "kv_blocks_used",
+    __slots__ = ("_sequences", "_columns", "_arrays", "_counts", "preempted_ids", "kv_blocks_used",
                  "swap_in_tokens", "swap_out_tokens", "scheduled")
 
     def __init__(self, sequences: tuple[ScheduledSequence, ...] = (), preempted_ids: tuple[int, ...] = (),
@@ -80,6 +80,7 @@ class BatchPlan:
         self._sequences = tuple(sequences)
         self._columns: PlanColumns | None = None
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._counts: tuple[int, int, int] | None = None  # (prefill tokens, prefill seqs, draft tokens) when known
         self.preempted_ids = tuple(preempted_ids)
         self.kv_blocks_used = kv_blocks_used
         self.swap_in_tokens = swap_in_tokens
@@ -87,11 +88,22 @@ class BatchPlan:
         self.scheduled: list | None = None  # the scheduler's own sequence objects, aligned (its fast path)
 
     @classmethod
-    def from_columns(cls, columns: PlanColumns, scheduled: list | None = None, **fields) -> "BatchPlan":
-        """A plan from aligned lists the scheduler already holds (no per-sequence tuples)."""
-        plan = cls((), **fields)
+    def from_columns(cls, columns: PlanColumns, scheduled: list | None = None, preempted_ids: tuple[int, ...] = (),
+                     kv_blocks_used: int = 0, swap_in_tokens: int = 0, swap_out_tokens: int = 0,
+                     counts: tuple[int, int, int] | None = None) -> "BatchPlan":
+        """A plan from aligned lists the scheduler already holds (no per-sequence tuples); the
+        other fields as the constructor's (`preempted_ids` already a tuple). `counts`: the
+        plan's (num_prefill_tokens, num_prefill_seqs, num_draft_tokens) when the caller
+        counted them while building the columns (else they are counted on first use)."""
+        plan = cls.__new__(cls)  # the fields set directly: one plan per simulated step
         plan._sequences = None
         plan._columns = columns
+        plan._arrays = None
+        plan._counts = counts
+        plan.preempted_ids = preempted_ids
+        plan.kv_blocks_used = kv_blocks_used
+        plan.swap_in_tokens = swap_in_tokens
+        plan.swap_out_tokens = swap_out_tokens
         plan.scheduled = scheduled
         return plan
 
@@ -154,8 +166,10 @@ class BatchPlan:
 
     @property
     def num_prefill_tokens(self) -> int:
+        if self._counts is not None:  # counted by the scheduler: the step log reads this every step
+            return self._counts[0]
         c = self.columns
-        return sum(compress(c.query_tokens, c.is_prefill))  # C-level passes: the step log reads this every step
+        return sum(compress(c.query_tokens, c.is_prefill))
 
     @property
     def num_decode_tokens(self) -> int:
@@ -163,10 +177,14 @@ class BatchPlan:
 
     @property
     def num_prefill_seqs(self) -> int:
+        if self._counts is not None:
+            return self._counts[1]
         return sum(self.columns.is_prefill)
 
     @property
     def num_draft_tokens(self) -> int:
+        if self._counts is not None:
+            return self._counts[2]
         return sum(self.columns.draft_tokens)
 
 
