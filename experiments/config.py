@@ -938,7 +938,7 @@ def _layouts_of(base: SweepConfig, raw: dict, set_keys: dict[str, Any], path: Pa
     """
     if base.layouts is None:
         return [{}]
-    from experiments.planning.layouts import LAYOUT_KEYS, enumerate_layouts
+    from experiments.planning.layouts import LAYOUT_KEYS
 
     owned = {f"engine.{key}" for key in LAYOUT_KEYS}
     engine = raw.get("engine") if isinstance(raw.get("engine"), dict) else {}
@@ -953,11 +953,46 @@ def _layouts_of(base: SweepConfig, raw: dict, set_keys: dict[str, Any], path: Pa
         raise ConfigError(f"{path}: {key}{f' (line {line})' if line else ''}: layouts: sets "
                           f"{', '.join(sorted(owned))} of every point ({base.layouts.gpus} GPUs); drop it here, "
                           "or drop layouts: and list the layouts as variants")
-    valid, skipped = enumerate_layouts(get_model_spec(base.model), base.layouts.gpus, base.layouts.replicas)
+    try:
+        valid, skipped = layouts_of(base)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     if skipped:
         warn(f"layouts: {len(skipped)} of the {len(valid) + len(skipped)} layouts of {base.layouts.gpus} GPUs are "
              f"skipped: " + "; ".join(f"{layout.text()} ({why})" for layout, why in skipped))
     return [layout.engine_keys() for layout in valid]
+
+
+def layouts_of(base: SweepConfig) -> tuple[list, list[tuple[Any, str]]]:
+    """(the layouts `base.layouts` runs, the skipped ones with why): those of
+    `experiments.planning.layouts.enumerate_layouts` that the model can take, less those the base's
+    other settings rule out (a DP group with `preemption: swap` or a draft model is not modelled),
+    each with the check's message.
+
+    Raises:
+        ValueError: `base.layouts` unset, or no layout left (naming `layouts.gpus` and why each went).
+    """
+    from experiments.planning.layouts import enumerate_layouts
+
+    valid, skipped = enumerate_layouts(get_model_spec(base.model), base.layouts.gpus, base.layouts.replicas)
+    tree = base.model_dump(exclude_unset=True)
+    tree.pop("variants", None)
+    tree.pop("layouts", None)
+    kept = []
+    for layout in valid:
+        point = copy.deepcopy(tree)
+        point["engine"] = {**point.get("engine", {}),
+                           **{key.removeprefix("engine."): value for key, value in layout.engine_keys().items()}}
+        try:
+            SweepConfig.model_validate(point)
+        except ValidationError as exc:
+            skipped.append((layout, "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())))
+        else:
+            kept.append(layout)
+    if not kept:
+        raise ValueError(f"layouts.gpus: none of the {len(skipped)} layouts of {base.layouts.gpus} GPUs can run this "
+                         "point: " + "; ".join(f"{layout.text()}: {why}" for layout, why in skipped))
+    return kept, skipped
 
 
 def _expand(raw: dict, set_keys: dict[str, Any], path: Path, root_node,

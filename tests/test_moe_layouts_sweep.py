@@ -232,3 +232,25 @@ def test_chunk_by_split_n_policy_runs_on_an_moe_point(tmp_path):
         if len(meeting):
             assert meeting.loc[meeting["goodput_rps"].idxmax(), "label"] in report
     assert "Load-dependent policy (best goodput among points meeting every SLO, per QPS band)" in report
+
+
+def test_layouts_the_base_settings_rule_out_are_skipped_and_none_left_is_an_error(tmp_path):
+    # A DP group of an MoE with preemption: swap is not modelled, so with it the four DP > 1
+    # layouts of 4 GPUs are skipped (with that check's message) and the five others run.
+    text = MOE.replace("max_num_seqs: 64}", "max_num_seqs: 64, preemption: swap}")
+    with pytest.warns(ConfigWarning, match=r"layouts: 4 of the 9 layouts of 4 GPUs are skipped: TP 1 × DP 4 \("
+                                           r"engine.data_parallel_size > 1 of a mixture of experts with preemption: "
+                                           r"swap"):
+        points = points_of(tmp_path, text + "layouts: {gpus: 4}\n")
+    assert [layout_of(p) for p in points] == [(4, 1, False, 1, 1), (4, 1, True, 1, 1), (1, 1, False, 4, 1),
+                                              (2, 1, False, 2, 1), (2, 1, True, 2, 1)]
+    # Mixtral-8x7B on 64 GPUs as one engine (7 TP degrees × EP off and on = 14 layouts): EP 64
+    # does not divide its 8 experts, TP 64 exceeds its 32 heads, and the 6 DP layouts left need
+    # preemption: recompute, so none is left.
+    with pytest.raises(ConfigError) as caught:
+        points_of(tmp_path, text.replace("qwen3-30b-a3b", "mixtral-8x7b") + "layouts: {gpus: 64, replicas: false}\n")
+    message = str(caught.value)
+    assert "c.yaml: layouts.gpus: none of the 14 layouts of 64 GPUs can run this point: TP 1 × DP 64, EP 64: " \
+           "enable_expert_parallel: expert parallel size" in message
+    assert "; TP 64: tensor_parallel_size 64 must divide num_attention_heads 32; " in message
+    assert message.count("of a mixture of experts with preemption: swap or a draft model is not modelled") == 6

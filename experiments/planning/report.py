@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.config import ClosedLoopTrace, FileTrace, SweepConfig, slo_summary_key  # noqa: E402
+from experiments.config import ClosedLoopTrace, FileTrace, SweepConfig, layouts_of, slo_summary_key  # noqa: E402
 from experiments.planning.search import pareto_frontier, policy_table  # noqa: E402
 from experiments.outputs import save_figure, write_text  # noqa: E402
 from experiments.point import device_name  # noqa: E402
@@ -382,10 +382,7 @@ def layout_lines(base: SweepConfig) -> list[str]:
     layout it skipped with the reason, so none is left out silently; [] without it."""
     if base.layouts is None:
         return []
-    from experiments.planning.layouts import enumerate_layouts
-    from profiler import get_model_spec
-
-    valid, skipped = enumerate_layouts(get_model_spec(base.model), base.layouts.gpus, base.layouts.replicas)
+    valid, skipped = layouts_of(base)
     line = (f"Layouts (layouts.gpus: {base.layouts.gpus}): {len(valid)} of {len(valid) + len(skipped)} layouts of "
             f"{base.layouts.gpus} GPUs run ({'; '.join(layout.text() for layout in valid)}); per-GPU columns divide "
             "by the GPUs of each point.")
