@@ -77,3 +77,12 @@ def test_an_engine_overhead_that_is_not_an_object_names_the_file(tmp_path):
     (tmp_path / OVERHEAD_FILE).write_text("0.004")
     with pytest.raises(ValueError, match=rf"^{tmp_path / OVERHEAD_FILE}: must hold a JSON object, got float$"):
         EngineOverhead.load(tmp_path)
+
+
+def test_an_engine_json_that_is_not_an_object_names_the_file(tmp_path):
+    from experiments.verification.verify import measured_step_times
+
+    (tmp_path / "plans.jsonl").write_text("")
+    (tmp_path / "engine.json").write_text('["cpu"]')  # was an AttributeError traceback (a list has no .get)
+    with pytest.raises(ValueError, match=rf"^{tmp_path / 'engine.json'}: must hold a JSON object, got list$"):
+        measured_step_times(tmp_path)

@@ -2,7 +2,6 @@
 `sarathi-sim calibrate` (profile + fit); registered on the main app in `experiments/cli/main.py`."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
@@ -22,6 +21,7 @@ from experiments.verification.fidelity_report import append_ledger, write_fideli
 from experiments.verification.verify import (HEADLINE_E2E, e2e_fidelity, headline_errors, over_limit,
                                              measured_step_times, read_measured_steps, signed_error_pct,
                                              simulate_summary, step_fidelity)
+from profiler.json_object import read_json_object
 
 console = Console(width=120)
 
@@ -521,9 +521,6 @@ def _default_ledger(cost_model: str, out_dir: Path) -> Path:
 
 
 def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: cannot read ({exc})") from None
+    return read_json_object(path, "cannot read")
 
 

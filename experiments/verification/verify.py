@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from profiler.json_object import read_json_object
 from simulator.pricing import StepPricer
 from simulator.scheduler import BatchPlan
 
@@ -126,10 +127,7 @@ def measured_step_times(run_dir: str | Path, normalized: bool = True) -> np.ndar
     if not path.is_file():
         raise ValueError(f"{path}: no plan log; is {run_dir} the output of `sarathi-sim engine run`?")
     settings_path = Path(run_dir) / "engine.json"
-    try:
-        settings = json.loads(settings_path.read_text()) if settings_path.is_file() else {}
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{settings_path}: cannot read ({exc})") from None
+    settings = read_json_object(settings_path, "cannot read") if settings_path.is_file() else {}
     timing = settings.get("timing", "wall")
     if timing not in ("wall", "cpu", "cpu-normalized"):
         raise ValueError(f"{settings_path}: timing {timing!r} is not one of wall, cpu, cpu-normalized")
