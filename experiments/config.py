@@ -561,6 +561,14 @@ class LayoutsConfig(_Strict):
     gpus: int = Field(ge=1, le=1024)  # GPUs of every layout (experiments.planning.layouts.MAX_LAYOUT_GPUS)
     replicas: bool = True  # also replicas of a smaller engine; false: one engine on all the GPUs
 
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _whole_gpus(cls, value: Any) -> Any:
+        # One message naming what is valid instead of pydantic's per-type ones ("4.0", "4" and 0 alike).
+        if not isinstance(value, int) or not 1 <= value <= 1024:
+            raise ValueError("must be a whole number of GPUs from 1 to 1024, e.g. layouts: {gpus: 8}")
+        return value
+
 
 class FleetConfig(_Strict):
     """Fleet sizing from a capacity search: replicas of each point needed for `target_qps`, and
