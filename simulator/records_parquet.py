@@ -128,16 +128,16 @@ class ParquetTokenTimes:
 
     def chunks(self, rows: np.ndarray, chunk_requests: int):
         """Yield (flat float64 times, int64 tokens per request) for `rows` (sorted row numbers),
-        `chunk_requests` requests at a time (the last chunk may be shorter)."""
-        file = pq.ParquetFile(self.path)
+        `chunk_requests` requests at a time (the last chunk may be shorter). The file is read
+        in batches of `_READ_ROWS` rows, so a pass holds a few MB of it, not a row group."""
         pieces, held, start = [], 0, 0
-        for g in range(file.num_row_groups):
-            end = start + file.metadata.row_group(g).num_rows
+        for batch in pq.ParquetFile(self.path, buffer_size=1 << 20, pre_buffer=False).iter_batches(batch_size=_READ_ROWS, columns=["token_times_s"]):
+            end = start + batch.num_rows
             picked = rows[np.searchsorted(rows, start):np.searchsorted(rows, end)] - start
             if picked.size:
-                column = file.read_row_group(g, columns=["token_times_s"]).column(0).combine_chunks()
+                column = batch.column(0)
                 offsets = column.offsets.to_numpy()
-                values = column.flatten().to_numpy()  # the group's tokens (offsets start at offsets[0])
+                values = column.flatten().to_numpy()  # the batch's tokens (offsets start at offsets[0])
                 lengths = np.diff(offsets)
                 keep = np.zeros(lengths.size, dtype=bool)
                 keep[picked] = True
@@ -149,6 +149,9 @@ class ParquetTokenTimes:
             start = end
         if held:
             yield _take(pieces, held)
+
+
+_READ_ROWS = 2048
 
 
 def _take(pieces: list[tuple[np.ndarray, np.ndarray]], n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -93,7 +93,8 @@ def _first_pass(chunks: Chunks, num_samples: int):
 
 def _select(chunks: Chunks, pending: dict) -> dict:
     """The value of each (sample, rank): its bin is the keys whose top bits (key >> shift)
-    equal `prefix`, with `below` values in lower bins and `inside` in it."""
+    equal `prefix`, with `below` values in lower bins and `inside` in it. Ranks in the same bin
+    share one collection (or one split) of it."""
     found = {}
     while pending:
         for key, (shift, prefix, below, inside) in list(pending.items()):
@@ -101,34 +102,44 @@ def _select(chunks: Chunks, pending: dict) -> dict:
                 found[key] = float(np.array([prefix ^ (1 << 63) if prefix >> 63 else ~prefix & ((1 << 64) - 1)],
                                             dtype=np.uint64).view(np.float64)[0])
                 del pending[key]
-        collect = {key: v for key, v in pending.items() if v[3] <= _COLLECT_VALUES}
-        split = {key: v for key, v in pending.items() if v[3] > _COLLECT_VALUES}
-        parts = {key: [] for key in collect}
-        split_counts = {key: np.zeros(1 << _SPLIT_BITS, dtype=np.int64) for key in split}
+        bins: dict[tuple, list] = {}  # (sample, shift, prefix) -> the ranks' keys in that bin
+        for key, (shift, prefix, _, _) in pending.items():
+            bins.setdefault((key[0], shift, prefix), []).append(key)
+        collect = {b: keys for b, keys in bins.items() if pending[keys[0]][3] <= _COLLECT_VALUES}
+        split = {b: keys for b, keys in bins.items() if pending[keys[0]][3] > _COLLECT_VALUES}
+        parts = {b: [] for b in collect}
+        split_counts = {b: np.zeros(1 << _SPLIT_BITS, dtype=np.int64) for b in split}
         if pending:
             for chunk in chunks():
                 ordered = {}
-                for key, (shift, prefix, _, _) in pending.items():
-                    values = chunk[key[0]]
-                    if key[0] not in ordered:
-                        ordered[key[0]] = _ordered_keys(values)
-                    inside = (ordered[key[0]] >> np.uint64(shift)) == np.uint64(prefix)
-                    if key in collect:
-                        parts[key].append(values[inside])
+                for b in bins:
+                    sample, shift, prefix = b
+                    if sample not in ordered:
+                        ordered[sample] = _ordered_keys(chunk[sample])
+                    inside = (ordered[sample] >> np.uint64(shift)) == np.uint64(prefix)
+                    if b in collect:
+                        parts[b].append(chunk[sample][inside])
                     else:
                         low_shift = np.uint64(max(0, shift - _SPLIT_BITS))
-                        sub = (ordered[key[0]][inside] >> low_shift) & np.uint64((1 << (shift - int(low_shift))) - 1)
-                        split_counts[key] += np.bincount(sub.astype(np.int64), minlength=1 << _SPLIT_BITS)
-        for key, (_, _, below, _) in collect.items():
-            values = np.concatenate(parts[key])
-            found[key] = float(np.partition(values, key[1] - below)[key[1] - below])
-            del pending[key]
-        for key, (shift, prefix, below, _) in split.items():
-            cumulative = np.cumsum(split_counts[key])
-            i = int(np.searchsorted(cumulative, key[1] - below, side="right"))
+                        sub = (ordered[sample][inside] >> low_shift) & np.uint64((1 << (shift - int(low_shift))) - 1)
+                        split_counts[b] += np.bincount(sub.astype(np.int64), minlength=1 << _SPLIT_BITS)
+        for b, keys in collect.items():
+            values = np.concatenate(parts.pop(b))
+            below = pending[keys[0]][2]
+            ranks = sorted({key[1] - below for key in keys})
+            values = np.partition(values, ranks)  # each wanted rank in its sorted place
+            for key in keys:
+                found[key] = float(values[key[1] - below])
+                del pending[key]
+        for b, keys in split.items():
+            sample, shift, prefix = b
+            cumulative = np.cumsum(split_counts[b])
             low_shift = max(0, shift - _SPLIT_BITS)
-            pending[key] = (low_shift, (prefix << (shift - low_shift)) | i,
-                            below + (int(cumulative[i - 1]) if i else 0), int(split_counts[key][i]))
+            for key in keys:
+                below = pending[key][2]
+                i = int(np.searchsorted(cumulative, key[1] - below, side="right"))
+                pending[key] = (low_shift, (prefix << (shift - low_shift)) | i,
+                                below + (int(cumulative[i - 1]) if i else 0), int(split_counts[b][i]))
     return found
 
 
