@@ -240,3 +240,27 @@ def test_a_failed_point_run_leaves_no_record_file(tmp_path, monkeypatch):
         with pytest.raises(FileNotFoundError, match="some/input.csv"):  # the run's own error, not a write failure
             point_module.run_point(config, 3, records_dir=tmp_path / "out", temporary=temporary)
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_disaggregated_point_writes_its_frames_into_the_files(tmp_path):
+    import yaml
+
+    from experiments.config import SweepConfig
+    from experiments.point import run_point
+
+    config = SweepConfig.model_validate(yaml.safe_load("""
+        cost_model: roofline
+        trace: {kind: profile, name: azure-conv, qps: 4, num_requests: 40, seed: 0}
+        engine: {scheduler: sarathi, chunk_size: 512}
+        cluster: {prefill: {engine: {chunk_size: 2048}}, link: {bandwidth_gb_s: 50}}
+    """))
+    built = run_point(config, 2)
+    written = run_point(config, 2, records_dir=tmp_path)
+    assert written.files == {"requests": tmp_path / "requests.parquet", "steps": tmp_path / "steps.parquet"}
+    assert written.row == built.row
+    pd.testing.assert_frame_equal(written.requests, built.requests.drop(columns="token_times_s"))
+    for name in ("requests", "steps"):
+        want = tmp_path / f"want_{name}.parquet"
+        write_in_row_groups(getattr(built, name), want)
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / f"{name}.parquet"), pd.read_parquet(want))
+    assert len(pd.read_parquet(tmp_path / "requests.parquet")) == 40
