@@ -98,6 +98,17 @@ def test_requests_and_tokens_are_conserved(rows, num_prefill, num_decode, prefil
             assert not s.has_work()
 
 
+def _closed_loop_run(num_clients, num_requests, think_time_s, prompt, output, num_prefill, num_decode,
+                     decode_blocks, scheduler, fast):
+    from traces import ClosedLoopWorkload
+
+    workload = ClosedLoopWorkload(num_clients, think_time_s, prompt, output, num_requests)
+    result = simulate_disaggregated(workload, _pool(num_prefill, scheduler, 80, "least_outstanding"),
+                                    _pool(num_decode, scheduler, decode_blocks, "round_robin"),
+                                    KvLink(1e8, 0.001), kv_bytes_per_token=2048, fast_forward=fast)
+    return workload, result.requests.sort_values("request_id").reset_index(drop=True)
+
+
 @settings(deadline=None, max_examples=25)
 @given(num_clients=st.integers(1, 5), num_requests=st.integers(1, 25), think_time_s=st.sampled_from([0.0, 0.01, 0.3]),
        prompt=st.integers(1, 400), output=st.integers(1, 40), num_prefill=st.integers(1, 2),
@@ -106,18 +117,14 @@ def test_requests_and_tokens_are_conserved(rows, num_prefill, num_decode, prefil
 def test_closed_loop_through_the_pools(num_clients, num_requests, think_time_s, prompt, output, num_prefill,
                                        num_decode, decode_blocks, scheduler):
     """A closed loop through the cluster: every request issued ends once; each client's next
-    request arrives exactly think_time_s after its previous one ended (completed in the decode
-    pool, done after one token in the prefill pool, or rejected); at most `num_clients` are in
-    the cluster at once; decode windows change nothing."""
-    from traces import ClosedLoopWorkload
-
+    request arrives think_time_s after its previous one ended (completed in the decode pool,
+    done after one token in the prefill pool, or rejected); at most `num_clients` are in the
+    cluster at once. With think time > 0, decode windows change nothing (at 0 they can:
+    `test_closed_loop_decode_window_lands_an_ulp_late`)."""
     frames = []
     for fast in (True, False):
-        workload = ClosedLoopWorkload(num_clients, think_time_s, prompt, output, num_requests)
-        result = simulate_disaggregated(workload, _pool(num_prefill, scheduler, 80, "least_outstanding"),
-                                        _pool(num_decode, scheduler, decode_blocks, "round_robin"),
-                                        KvLink(1e8, 0.001), kv_bytes_per_token=2048, fast_forward=fast)
-        r = result.requests.sort_values("request_id").reset_index(drop=True)
+        workload, r = _closed_loop_run(num_clients, num_requests, think_time_s, prompt, output, num_prefill,
+                                       num_decode, decode_blocks, scheduler, fast)
         assert list(r["request_id"]) == list(range(num_requests))
         last_end: dict[int, float] = {}
         for rid, arrival, end in zip(r["request_id"], r["arrival_s"], r["completion_s"]):
@@ -131,4 +138,19 @@ def test_closed_loop_through_the_pools(num_clients, num_requests, think_time_s, 
         for t in r["arrival_s"]:
             assert ((r["arrival_s"] <= t) & (end > t)).sum() <= num_clients
         frames.append(r.drop(columns="token_times_s"))
-    pd.testing.assert_frame_equal(frames[0], frames[1], check_exact=False, rtol=1e-14)
+    if think_time_s > 0:
+        pd.testing.assert_frame_equal(frames[0], frames[1], check_exact=False, rtol=1e-14)
+
+
+@pytest.mark.xfail(strict=True, reason="simulator/replica.py: a decode window's timeout can land one ulp past its "
+                                       "last step's end (delay_until_s finds no exact delay), so a client answering "
+                                       "at once arrives after that step boundary and waits a step; the colocated "
+                                       "simulate shows it too (3 clients of 300 + 9 tokens)")
+def test_closed_loop_decode_window_lands_an_ulp_late():
+    """Found by the hypothesis test above: 3 clients, 9 requests of 300 + 9 tokens, think time
+    0, 2P2D of sarathi with 39 decode blocks. Step by step, request 8 completes at 0.307693; with
+    decode windows at 0.312824 (one ~5 ms step later)."""
+    args = (3, 9, 0.0, 300, 9, 2, 2, 39, "sarathi")
+    fast, slow = (_closed_loop_run(*args, fast)[1] for fast in (True, False))
+    assert slow.loc[8, "completion_s"] == pytest.approx(0.3076933)
+    assert fast.loc[8, "completion_s"] == pytest.approx(slow.loc[8, "completion_s"])
