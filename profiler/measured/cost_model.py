@@ -563,11 +563,16 @@ class MeasuredCostModel:
             return 0.0, frozenset()
         num_tokens = int(sum(q))
         prefill_index = [i for i in compress(range(len(p)), p) if q[i] > 1] if any(p) else []  # C-level filter
-        prefills = [(float(q[i]), float(c[i])) for i in prefill_index]
+        prefills = []
+        prefill_q = prefill_c = 0
+        for i in prefill_index:  # a step's one or two chunks
+            prefills.append((float(q[i]), float(c[i])))
+            prefill_q += q[i]
+            prefill_c += c[i]
         decode_rows = float(len(q) - len(prefill_index))
-        decode_tokens = num_tokens - sum(q[i] for i in prefill_index)
+        decode_tokens = num_tokens - prefill_q
         # Each decode or verify row reads its KV once: c keys, plus the q − 1 draft tokens of a verify.
-        decode_kv = float(sum(c) - sum(c[i] for i in prefill_index) + decode_tokens - decode_rows)
+        decode_kv = float(sum(c) - prefill_c + decode_tokens - decode_rows)
         return self._combine(num_tokens, len(q), prefills, decode_rows, decode_kv)
 
     def _combine(self, num_tokens: int, num_seqs: int, prefills: list[tuple[float, float]], decode_rows: float,

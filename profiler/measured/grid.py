@@ -128,7 +128,21 @@ class LogGrid:
                 self._first_axis.clear()
             first = self._first_axis[x] = self._position(0, x)
         i, f, out = first
-        j, g, out_y = self._position(1, y)
+        # `_position(1, y)` written out (the second axis is a fresh value nearly every call)
+        coords = self._coords[1]
+        if y < self.lower[1]:
+            y, out_y = self.lower[1], not self.flat_below[1]
+        elif y > self.upper[1]:
+            y, out_y = self.upper[1], True
+        else:
+            out_y = False
+        u = math.log1p(y) if self._log1p[1] else math.log(y)
+        j = bisect_right(coords, u) - 1
+        if j > len(coords) - 2:
+            j = len(coords) - 2
+        if j < 0:
+            j = 0
+        g = (u - coords[j]) / (coords[j + 1] - coords[j])
         s0, s1 = self._strides
         a = i * s0 + j * s1
         b, c = a + s1, a + s0

@@ -48,10 +48,6 @@ class PlainDecodeEntries(list):
         self.decodes = decodes
 
 _REQUEST_ID = attrgetter("request_id")
-_COMPUTED = attrgetter("num_computed_tokens")
-_PREFILL_TARGET = attrgetter("prefill_target_tokens")
-_GENERATED = attrgetter("num_generated_tokens")
-_MAX_OUTPUT = attrgetter("max_output_tokens")
 
 
 class Scheduler:
@@ -176,10 +172,11 @@ class Scheduler:
         seqs, queries, drafts = map(list, zip(*rest)) if rest else ([], [], [])
         if k:
             seqs, queries, drafts = decodes + seqs, [1] * k + queries, [0] * k + drafts
-        ids = list(map(_REQUEST_ID, seqs))
-        contexts = list(map(_COMPUTED, seqs))
+        # Comprehensions, not map(attrgetter): CPython specialises their slot reads (2x faster).
+        ids = [seq.request_id for seq in seqs]
+        contexts = [seq.num_computed_tokens for seq in seqs]
         rest_contexts, rest_queries = (contexts[k:], queries[k:]) if k else (contexts, queries)
-        targets = list(map(_PREFILL_TARGET, seqs[k:] if k else seqs))
+        targets = [seq.prefill_target_tokens for seq in (seqs[k:] if k else seqs)]
         prefills = list(map(lt, rest_contexts, targets))
         # The step samples when it computes every pending token (+ its drafts):
         # q - d + computed == prompt + generated. A scheduled sequence never computes past its
@@ -263,9 +260,9 @@ class Scheduler:
         if partial is not None and partial.num_computed_tokens < partial.prefill_target_tokens \
                 and partial.request_id in self._in_flight:
             return running, 0  # the last plan's unfinished prompt: still prefilling (the common "no")
-        if any(map(lt, map(_COMPUTED, running), map(_PREFILL_TARGET, running))):
+        if [seq for seq in running if seq.num_computed_tokens < seq.prefill_target_tokens]:
             return running, 0  # a prefill among them
-        steps = min(map(sub, map(_MAX_OUTPUT, running), map(_GENERATED, running)))
+        steps = min([seq.max_output_tokens - seq.num_generated_tokens for seq in running])
         return running, self._kv_limited_steps(running, steps)
 
     def _decodes_all_run(self, num_decodes: int) -> bool:
@@ -280,8 +277,8 @@ class Scheduler:
             # A sequence's computed tokens always have their blocks, so even one with no room
             # left in its last block needs at most ceil(steps / block_size) new ones.
             return steps
-        held = bm.blocks_held_each(list(map(_REQUEST_ID, running)))
-        room = [h * size - c for h, c in zip(held, map(_COMPUTED, running))]  # tokens before a new block
+        held = bm.blocks_held_each([seq.request_id for seq in running])
+        room = [h * size - seq.num_computed_tokens for h, seq in zip(held, running)]  # tokens before a new block
 
         def extra_blocks(m: int) -> int:
             return sum(-(-(m - r) // size) for r in room if m > r)
@@ -313,7 +310,7 @@ class Scheduler:
         finished = []
         caching = self.prefix_caching
         running = list(self.running)
-        for seq, held in zip(running, bm.blocks_held_each(list(map(_REQUEST_ID, running)))):
+        for seq, held in zip(running, bm.blocks_held_each([seq.request_id for seq in running])):
             rid = seq.request_id
             computed = seq.num_computed_tokens
             room = held * size - computed  # tokens that fit before a new block
