@@ -658,7 +658,7 @@ class SweepConfig(_Strict):
         if self.layouts is not None:
             if self.cluster is not None:
                 raise ValueError("layouts: enumerates colocated layouts; a cluster: point sets its pools itself "
-                                 "(compare xPyD splits with python -m experiments.planning.disaggregation)")
+                                 "(compare xPyD splits with sarathi-sim search-xpyd)")
             from experiments.planning.layouts import enumerate_layouts
 
             try:

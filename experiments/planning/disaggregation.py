@@ -9,7 +9,7 @@ thresholds (`ttft_s`, `tpot_s`; `e2e_s` too if set), the rate is found by the pr
 bisection (`experiments.planning.capacity.find_capacity`) on trials of `num_requests` with warm-up
 and drain trimmed, and a rejected request counts as missing its SLOs.
 
-Run (experiments/cli/xpyd.py; `python -m experiments.planning.disaggregation ARGS` is the same):
+Run (experiments/cli/xpyd.py):
     .venv/bin/sarathi-sim search-xpyd CONFIG.yaml --gpus 8 [--tp 1,2] [--out DIR] [--jobs N]
 
 writes, into a run folder (`experiments.outputs.RunFolder`, every file whole),
@@ -281,11 +281,3 @@ def write_report(frame: pd.DataFrame, base: SweepConfig, out: Path, attainment: 
 def _cell(text) -> str:
     """A Markdown table cell of free text (no pipes, one line)."""
     return " ".join(str(text).replace("|", "/").split())
-
-
-if __name__ == "__main__":  # the same command as `sarathi-sim search-xpyd`
-    import sys
-
-    from experiments.cli.main import app
-
-    app(["search-xpyd", *sys.argv[1:]])
