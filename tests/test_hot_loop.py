@@ -50,3 +50,30 @@ def test_at2_equals_the_uncached_position_formula_bit_for_bit():
         flagged = out_x or out_y or any(grid._filled_flat[c] for c in corners)
         assert grid.at2(x, y) == (expected, flagged)
         assert grid(x, y) == (expected, flagged)
+
+
+# -- plans in flight (pipeline parallelism) ------------------------------------------------------
+
+def test_plans_in_flight_are_tracked_per_plan_and_freed_by_identity_or_value():
+    from simulator.scheduler import BatchPlan, SchedulerConfig, StepOutcome, make_scheduler
+    from traces import Request
+
+    scheduler = make_scheduler("sarathi", SchedulerConfig(num_gpu_blocks=100, block_size=16, chunk_size=64))
+    for i in range(3):  # prompts of 20 tokens: three fit one 64-token step
+        scheduler.add_request(Request(i, 0.0, 20, 4))
+    first = scheduler.schedule(0.0)
+    assert first.columns.request_ids == [0, 1, 2] and scheduler.num_executing == 3
+    scheduler.add_request(Request(3, 0.0, 20, 4))
+    second = scheduler.schedule(0.0)  # the first plan is still in flight: only the newcomer runs
+    assert second.columns.request_ids == [3] and scheduler.num_executing == 4
+    assert scheduler.decode_window()[1] == 0  # never a window while plans are in flight
+    # The first plan completes as an equal plan rebuilt from its sequences (by value, not identity).
+    rebuilt = BatchPlan(first.sequences, kv_blocks_used=first.kv_blocks_used)
+    scheduler.complete_step(rebuilt, StepOutcome.without_speculation(rebuilt), 1.0)
+    assert scheduler.num_executing == 1
+    third = scheduler.schedule(1.0)  # 0, 1, 2 decode again; 3 is still in flight
+    assert third.columns.request_ids == [0, 1, 2] and third.columns.query_tokens == [1, 1, 1]
+    scheduler.complete_step(second, StepOutcome.without_speculation(second), 1.5)
+    scheduler.complete_step(third, StepOutcome.without_speculation(third), 2.0)
+    assert scheduler.num_executing == 0
+    assert [seq.num_generated_tokens for seq in scheduler.running] == [2, 2, 2, 1]

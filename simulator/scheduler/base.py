@@ -91,7 +91,11 @@ class Scheduler:
         self.waiting = WaitingQueue(config.policy)
         self.running: list[Sequence] = []  # ordered by policy: oldest / most important first
         self._in_flight: dict[int, Sequence] = {}  # running sequences by request id
-        self._executing: set[int] = set()  # in a plan not yet completed (pipeline parallelism)
+        # Request ids of each plan scheduled and not yet completed (pipeline parallelism keeps
+        # several in flight; the plain loop one at a time), as the plans' own id lists: a step
+        # then costs an append and a removal, not a set update over its batch (`_executing`).
+        self._in_flight_plans: list[list[int]] = []
+        self._executing_ids: set[int] | None = set()
         self.token_budget = self._token_budget()
         self._swap_in_tokens = 0
         self._swap_out_tokens = 0
@@ -139,7 +143,14 @@ class Scheduler:
     @property
     def num_executing(self) -> int:
         """Sequences inside plans that were scheduled but not yet completed."""
-        return len(self._executing)
+        return sum(map(len, self._in_flight_plans))
+
+    @property
+    def _executing(self) -> set[int]:
+        """Request ids inside plans that were scheduled but not yet completed (do not modify)."""
+        if self._executing_ids is None:
+            self._executing_ids = set().union(*self._in_flight_plans)
+        return self._executing_ids
 
     def schedule(self, now_s: float) -> BatchPlan:
         """Build the next step's plan at time `now_s` (allocates its KV blocks).
@@ -153,7 +164,9 @@ class Scheduler:
             seqs, queries, drafts, ids, contexts, prefills, emits, counts = self._plan_columns(entries)
         else:
             seqs, queries, drafts, ids, contexts, prefills, emits, counts = [], [], [], [], [], [], [], (0, 0, 0)
-        self._executing.update(ids)
+        if ids:
+            self._in_flight_plans.append(ids)
+            self._executing_ids = None
         plan = BatchPlan.from_columns(
             PlanColumns(ids, queries, contexts, prefills, emits, drafts, self.block_manager.block_tables(ids)), seqs,
             tuple(map(_REQUEST_ID, preempted)) if preempted else (), self.block_manager.num_used,
@@ -205,7 +218,7 @@ class Scheduler:
         finished = []
         c = plan.columns
         seqs = plan.scheduled or [self._in_flight[rid] for rid in c.request_ids]
-        self._executing.difference_update(c.request_ids)
+        self._end_flight(c.request_ids)
         if not self.config.split_n:  # no drafts: every emission is one token (the hot path)
             for seq, q, emitted in zip(seqs, c.query_tokens, outcome.tokens_emitted):
                 seq.num_computed_tokens += q
@@ -243,6 +256,19 @@ class Scheduler:
                     finished.append(self._finish(seq, now_s))
         return finished
 
+    def _end_flight(self, request_ids: list[int]) -> None:
+        """The plan with these request ids completed: its sequences may be scheduled again."""
+        plans = self._in_flight_plans
+        for i, ids in enumerate(plans):
+            if ids is request_ids:  # the plan this scheduler built (the usual case: the first)
+                del plans[i]
+                self._executing_ids = None
+                return
+        if request_ids and plans:  # an equal plan rebuilt elsewhere (e.g. from its sequences): by value
+            done = set(request_ids)
+            plans[:] = [kept for kept in ([r for r in ids if r not in done] for ids in plans) if kept]
+            self._executing_ids = None
+
     # ----- decode windows (the simulator's fast path) ---------------------------------------
     def decode_window(self) -> tuple[list[Sequence], int]:
         """Running sequences and the most steps that are certain to be plain decodes of all of
@@ -253,7 +279,7 @@ class Scheduler:
         number of `schedule`/`complete_step` calls would, bar which physical block ids are used.
         """
         running = self.running
-        if (self.waiting or self._executing or not running or self.config.split_n
+        if (self.waiting or self._in_flight_plans or not running or self.config.split_n
                 or not self._decodes_all_run(len(running))):
             return running, 0
         partial = self._partial_prefill
@@ -377,14 +403,15 @@ class Scheduler:
     # ----- helpers ----------------------------------------------------------------------------
     def _idle_running(self) -> list[Sequence]:
         """Running sequences not inside an executing plan, in policy order."""
-        if not self._executing:
+        if not self._in_flight_plans:
             return list(self.running)
-        return [s for s in self.running if s.request_id not in self._executing]
+        executing = self._executing
+        return [s for s in self.running if s.request_id not in executing]
 
     def _idle_running_to_read(self) -> list[Sequence]:
         """`_idle_running` for a caller that only reads it while nothing changes `running`
         (a comprehension): `running` itself when no plan is executing, without the copy."""
-        return self._idle_running() if self._executing else self.running
+        return self._idle_running() if self._in_flight_plans else self.running
 
     def _can_admit_more(self) -> bool:
         return len(self.running) < self.config.max_num_seqs
@@ -524,8 +551,9 @@ class Scheduler:
     def _victim(self) -> Sequence | None:
         """The running sequence to preempt: the last in policy order (the newest under FCFS,
         the max (priority, arrival) under priority), skipping ones inside an executing plan."""
+        executing = self._executing
         for seq in reversed(self.running):
-            if seq.request_id not in self._executing:
+            if seq.request_id not in executing:
                 return seq
         return None
 

@@ -55,7 +55,8 @@ class VllmV1Scheduler(Scheduler):
     def _victim(self) -> Sequence | None:
         if self.config.policy != "priority":
             return super()._victim()  # the tail of running, in admission order
-        candidates = [s for s in self.running if s.request_id not in self._executing]
+        executing = self._executing
+        candidates = [s for s in self.running if s.request_id not in executing]
         return max(candidates, key=self.waiting.key) if candidates else None
 
     def _build_plan(self, now_s: float) -> tuple[list[Entry], list[Sequence]]:
