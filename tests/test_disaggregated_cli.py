@@ -92,3 +92,20 @@ def test_a_folder_holding_other_files_is_refused(tmp_path):
     result = invoke(tmp_path, "--gpus", "2", "--out", str(out))
     assert result.exit_code == 2 and "holds notes.md" in result.output
     assert sorted(p.name for p in out.iterdir()) == ["notes.md"]
+
+
+def test_an_output_that_cannot_be_written_is_named_and_exit_1(tmp_path, monkeypatch):
+    """The plot cannot be written (a full disk, simulated): the table and the Markdown report
+    are written whole, the message names disaggregation.png and its reason, exit 1."""
+    import experiments.outputs as outputs
+
+    def full_disk(fig, path, **kwargs):
+        raise outputs.OutputWriteError(path, "No space left on device")
+
+    monkeypatch.setattr(outputs, "save_figure", full_disk)
+    out = tmp_path / "run"
+    result = invoke(tmp_path, "--gpus", "2", "--tp", "1", "--qps", "1,4", "--num-requests", "40", "--out", str(out))
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.output.split())
+    assert "could not write disaggregation.png (No space left on device)" in text
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == FILES[:2]
