@@ -83,3 +83,23 @@ def test_layouts_with_pipeline_stages():
     assert len(found) == 2 + 3 + 1 + 1 + 1
     assert {"2P(TP1) 1D(TP1 PP2)", "1P(TP1 PP2) 2D(TP1)", "1P(TP1 PP2) 1D(TP1 PP2)"} <= set(labels)
     assert all(cluster_gpus(layout.point) == 4 for layout in found)
+
+
+def test_trials_keep_the_trace_seed_unless_given_one(monkeypatch):
+    """layout_capacity's trials are the point's trace at each rate and size, with the trace's
+    own seed (a `--set trace.seed=3` is not silently replaced by 0) unless a seed is passed."""
+    import experiments.planning.disaggregation as module
+
+    seen = []
+
+    def fake_run_point(point, trim_fraction=0.0):
+        seen.append((point.trace.qps, point.trace.num_requests, point.trace.seed))
+        raise ValueError("stop after the first trial")
+
+    monkeypatch.setattr(module, "run_point", fake_run_point)
+    base = SweepConfig.model_validate({**BASE, "trace": {**BASE["trace"], "seed": 3}})
+    layout = layouts(base, 2, (1,))[0]
+    for seed, expected in ((None, 3), (7, 7)):
+        with pytest.raises(ValueError, match="stop"):
+            module.layout_capacity(layout, base.goodput, qps=(1.5, 4.0), num_requests=50, seed=seed)
+        assert seen.pop() == (1.5, 50, expected)

@@ -133,11 +133,13 @@ def slo_attainment(requests: pd.DataFrame, thresholds_s: dict[str, float], trim_
 
 
 def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: float = DEFAULT_ATTAINMENT,
-                    qps: tuple[float, float] = (0.5, 8.0), num_requests: int = 1000, seed: int = 0,
+                    qps: tuple[float, float] = (0.5, 8.0), num_requests: int = 1000, seed: int | None = None,
                     precision: float = 0.05, trim_fraction: float = 0.1, max_trials: int = 16,
                     max_qps: float | None = None):
     """Highest QPS at which `layout` meets `attainment` (`slo_attainment`), by bisection from the
     bracket `qps`, whose top is doubled while it passes up to `max_qps` (default 64 × qps[1]).
+    Each trial is the point's trace at that rate, `num_requests` long, seeded by `seed` (None:
+    the trace's own `seed`).
 
     Returns:
         `experiments.planning.capacity.CapacityResult` (capacity NaN when even qps[0] fails,
@@ -146,7 +148,7 @@ def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: 
     trace = layout.point.trace
     fields = type(trace).model_fields
     size = {"num_requests" if "num_requests" in fields else "max_requests": num_requests}
-    if "seed" in fields:
+    if "seed" in fields and seed is not None:
         size["seed"] = seed
 
     def at(rate: float) -> SweepConfig:  # a file trace is time-scaled to the rate, cut to num_requests
