@@ -33,6 +33,12 @@ tensor-parallel degrees: each rank's shard crosses its own link in parallel, and
 fewer ranks bounds it. The link into a decode instance carries one transfer at a time, FIFO
 (the same total bandwidth as fair sharing; each transfer sees latency + bytes / bandwidth).
 
+A closed-loop workload (`traces.ClosedLoopWorkload`, `traces.SessionWorkload`) is driven as the
+colocated `simulator.simulate.simulate` drives it (the same dispatcher): a client's next request
+is sent when its previous one ends, in the decode pool (its last token), in the prefill pool (a
+one-token request) or at arrival (a rejection). A pool's instances may be pipelines of P stages
+(the pricer's `pipeline_stages`), run by `Replica`'s own pipelined loop.
+
 Layer-pipelined transfer (`KvLink.layer_pipelined`): a transfer that finds the link free and
 room in the decode instance when its prefill ends is taken to have streamed from the start of
 the prefill's last step (or the link's last use, if later), layer by layer, so it ends at
