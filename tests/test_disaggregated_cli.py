@@ -109,3 +109,26 @@ def test_an_output_that_cannot_be_written_is_named_and_exit_1(tmp_path, monkeypa
     text = " ".join(result.output.split())
     assert "could not write disaggregation.png (No space left on device)" in text
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == FILES[:2]
+
+
+def test_a_second_run_reuses_the_cached_trials(tmp_path, monkeypatch):
+    """The trials of a search are cached in OUT/.cache: the same command again simulates
+    nothing (the simulator is broken here to prove it) and writes the same table; --no-cache
+    simulates again (and fails on the broken simulator, each layout with its error)."""
+    import experiments.planning.disaggregation as disaggregation
+    import experiments.planning.sweep as sweep
+
+    args = ("--gpus", "2", "--tp", "1", "--qps", "1,4", "--num-requests", "40", "--out", str(tmp_path / "run"))
+    assert invoke(tmp_path, *args).exit_code == 0
+    first = pd.read_csv(tmp_path / "run" / "disaggregation.csv")
+
+    def broken(*_, **__):
+        raise RuntimeError("simulated again")
+
+    monkeypatch.setattr(sweep, "run_point", broken)  # what the cache runs on a miss
+    monkeypatch.setattr(disaggregation, "run_point", broken)  # what --no-cache runs
+    result = invoke(tmp_path, *args)
+    assert result.exit_code == 0, result.output
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "run" / "disaggregation.csv"), first)
+    result = invoke(tmp_path, *args, "--no-cache")
+    assert result.exit_code == 1 and "simulated again" in result.output

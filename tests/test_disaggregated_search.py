@@ -92,7 +92,7 @@ def test_trials_keep_the_trace_seed_unless_given_one(monkeypatch):
 
     seen = []
 
-    def fake_run_point(point, trim_fraction=0.0):
+    def fake_run_point(point, point_id=0, trim_fraction=0.0):
         seen.append((point.trace.qps, point.trace.num_requests, point.trace.seed))
         raise ValueError("stop after the first trial")
 

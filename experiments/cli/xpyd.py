@@ -47,17 +47,20 @@ def search_xpyd(
                                                                  "(repeatable)."),
     point: int = typer.Option(0, "--point", min=0, help="Which point of the config's variants to search from."),
     jobs: int = typer.Option(1, "--jobs", min=1, help="Worker processes searching layouts side by side."),
+    no_cache: bool = typer.Option(False, "--no-cache",
+                                  help="Simulate every trial instead of reusing those in OUT/.cache."),
 ) -> None:
     """Search every xPyD split and colocated layout of --gpus GPUs by goodput per GPU; write the table and a plot.
 
     Goodput is DistServe's: the highest request rate at which --attainment of the requests meet
     every `goodput:` threshold, here per GPU. The bisection's precision, trim and trial cap come
-    from the config's `search:` when it has one. Exit status: 0 when every layout ran, 1 when a
+    from the config's `search:` when it has one. Each trial's simulation is cached in OUT/.cache
+    (as `sweep`'s), so the same command after an interruption resumes. Exit status: 0 when every layout ran, 1 when a
     layout failed (its error is in the table; the others are written) or an output could not be
     written, 2 for a bad config or option, 130 when interrupted.
     """
     from experiments.config import ConfigError, SweepConfig, load_config
-    from experiments.outputs import RunFolder
+    from experiments.outputs import CACHE_DIR, RunFolder
     from experiments.planning.disaggregation import comparison, search, write_report
 
     try:
@@ -79,6 +82,7 @@ def search_xpyd(
               "trim_fraction": search_keys.trim_fraction if search_keys else 0.1,
               "max_trials": search_keys.max_trials if search_keys else DEFAULT_MAX_TRIALS}
     out_dir = out or Path("runs") / f"{base.name}-xpyd"
+    kwargs["cache_dir"] = None if no_cache else out_dir / CACHE_DIR
     started = time.perf_counter()
     done = []
     try:
@@ -92,8 +96,10 @@ def search_xpyd(
     except (ConfigError, ValueError) as exc:  # OutputFolderError is a ValueError: the folder's message
         fail(str(exc))
     except KeyboardInterrupt:
-        err_console.print(f"[yellow]interrupted:[/yellow] {len(done)} layouts had finished; nothing was written",
-                          highlight=False)
+        kept = "--no-cache: nothing was kept" if no_cache else (
+            f"their trials are kept in {kwargs['cache_dir']}, so the same command resumes from them")
+        err_console.print(f"[yellow]interrupted:[/yellow] {len(done)} layouts had finished; {kept}. The table and "
+                          "plot were not written.", highlight=False)
         raise typer.Exit(128 + signal.SIGINT)
     _print(frame)
     console.print(comparison(frame), highlight=False)

@@ -135,11 +135,13 @@ def slo_attainment(requests: pd.DataFrame, thresholds_s: dict[str, float], trim_
 def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: float = DEFAULT_ATTAINMENT,
                     qps: tuple[float, float] = (0.5, 8.0), num_requests: int = 1000, seed: int | None = None,
                     precision: float = 0.05, trim_fraction: float = 0.1, max_trials: int = 16,
-                    max_qps: float | None = None):
+                    max_qps: float | None = None, cache_dir: Path | None = None):
     """Highest QPS at which `layout` meets `attainment` (`slo_attainment`), by bisection from the
     bracket `qps`, whose top is doubled while it passes up to `max_qps` (default 64 × qps[1]).
     Each trial is the point's trace at that rate, `num_requests` long, seeded by `seed` (None:
-    the trace's own `seed`).
+    the trace's own `seed`). With `cache_dir`, each trial's simulation goes through the sweep's
+    results cache there (`experiments.planning.sweep.simulate_cached`: keyed by the trial's
+    config without its SLOs), so a search run again, e.g. after an interruption, reuses it.
 
     Returns:
         `experiments.planning.capacity.CapacityResult` (capacity NaN when even qps[0] fails,
@@ -154,10 +156,20 @@ def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: 
     def at(rate: float) -> SweepConfig:  # a file trace is time-scaled to the rate, cut to num_requests
         return layout.point.model_copy(update={"trace": trace.model_copy(update={"qps": rate, **size})})
 
+    run = run_point
+    if cache_dir is not None:
+        from experiments.planning.results_cache import ResultsCache
+        from experiments.planning.sweep import simulate_cached
+
+        cache = ResultsCache(cache_dir)
+
+        def run(point: SweepConfig, point_id: int, trim: float):
+            return simulate_cached(point, point_id, trim, cache=cache)
+
     served: dict[float, float] = {}
 
     def passes(rate: float) -> bool:
-        result = run_point(at(rate), trim_fraction=trim_fraction)
+        result = run(at(rate), 0, trim_fraction)
         served[rate] = result.row["throughput_rps"]
         return slo_attainment(result.requests, thresholds_s, trim_fraction) >= attainment
 
