@@ -89,9 +89,11 @@ class VllmV1Scheduler(Scheduler):
                 break
             if seq.request_id not in self._in_flight:  # preempted earlier in this loop
                 continue
-            n = min(seq.num_pending_tokens, budget, threshold or budget)
+            computed = seq.num_computed_tokens
+            pending = seq.request.prompt_tokens + seq.num_generated_tokens - computed  # num_pending_tokens, inline
+            n = min(pending, budget, threshold or budget)
             num_preempted = len(preempted)
-            fits = self._ensure_kv(seq, seq.num_computed_tokens + n, preempted)
+            fits = self._ensure_kv(seq, computed + n, preempted)
             if len(preempted) > num_preempted and entries:
                 entries, budget = self._unschedule_preempted(entries)
             if not fits:
@@ -102,7 +104,8 @@ class VllmV1Scheduler(Scheduler):
             if (caching and seq.request.prefix_hash_ids
                     and (every_step or (computed + n) // size > computed // size)):
                 bm.cache_blocks(seq.request_id, computed + n, seq.request)
-            drafts = 0 if seq.is_prefill else self._drafts_for(seq, budget - n)
+            # (`_drafts_for` grants none without split-N: skip the call, once per running request)
+            drafts = self._drafts_for(seq, budget - n) if every_step and computed >= seq.prefill_target_tokens else 0
             entries.append((seq, n + drafts, drafts))
             budget -= n + drafts
         if not preempted:
