@@ -34,6 +34,9 @@ from simulator.records import SCALAR_COLUMNS, records_frame
 from simulator.records_parquet import ROW_GROUP_ROWS, RowGroupWriter, concat_files, write_in_row_groups
 
 
+_SCAN = 1 << 16  # finished flags looked at per step of the prefix scan
+
+
 @dataclass(frozen=True)
 class RecordFiles:
     """Where a run writes its records (`simulate(record_files=...)`).
@@ -125,8 +128,12 @@ class RequestsStream:
             bounds = np.cumsum(tokens_per_request)[:-1]
             self._tokens.update(zip(ranks.tolist(), np.split(token_times_s, bounds)))
         self._done[ranks] = True
-        rest = self._done[self._ready:]
-        self._ready += int(rest.size if rest.all() else rest.argmin())
+        while self._ready < self.ids.size:  # the finished prefix grows; scan only past its end
+            window = self._done[self._ready:self._ready + _SCAN]
+            if not window.all():
+                self._ready += int(window.argmin())
+                break
+            self._ready += window.size
         while self._ready - self._written >= self.row_group_rows:
             self._write(self._written + self.row_group_rows)
 

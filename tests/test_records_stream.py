@@ -264,3 +264,16 @@ def test_a_disaggregated_point_writes_its_frames_into_the_files(tmp_path):
         write_in_row_groups(getattr(built, name), want)
         pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / f"{name}.parquet"), pd.read_parquet(want))
     assert len(pd.read_parquet(tmp_path / "requests.parquet")) == 40
+
+
+def test_the_finished_prefix_is_found_across_scan_windows(tmp_path, monkeypatch):
+    monkeypatch.setattr("simulator.records_stream._SCAN", 2)
+    stream = RequestsStream(tmp_path / "r.parquet", range(10), True, row_group_rows=4)
+    stream.add(0, *rows([3, 4, 5, 6, 7, 9], [[0.3]] * 6))
+    assert stream._ready == 0 and stream._written == 0
+    stream.add(0, *rows([0, 1, 2], [[0.1]] * 3))
+    assert stream._ready == 8 and stream._written == 8  # 8 (unfinished) stops it; two row groups out
+    stream.add(0, *rows([8], [[0.8]]))
+    assert stream._ready == 10
+    assert stream.close()["request_id"].tolist() == list(range(10))
+    assert pd.read_parquet(tmp_path / "r.parquet")["request_id"].tolist() == list(range(10))
