@@ -2,8 +2,10 @@
 change of reporting only re-renders.
 
 Each unit of work (one point's simulation, or one point × seed capacity search) is stored under a
-key hashing the kind of work, the project's version and the config keys that work reads: the keys
-in `REPORT_ONLY` are left out, because what they decide is recomputed from the cached result each
+key hashing the kind of work, the project's version, the config keys that work reads and the
+contents of the files and folders they name (`config_inputs`: an edited trace, model config.json,
+device file or measured table is new work, never a stale result). The keys in `REPORT_ONLY` are
+left out, because what they decide is recomputed from the cached result each
 time (`experiments.point.report_columns`, `experiments.planning.search.fleet_row`). Entries are
 written by the worker that computed them, atomically (a temporary file renamed into place), so a
 run killed at any moment leaves only complete entries. Errors are never cached; a cache that
@@ -32,6 +34,7 @@ import pandas as pd
 import pyarrow as pa
 
 from experiments.config import SweepConfig
+from experiments.planning.config_inputs import input_digests
 from experiments.point import PointResult
 from profiler.atomic_write import OutputWriteError, write_whole
 from simulator.records_parquet import write_in_row_groups
@@ -82,8 +85,11 @@ def work_config(kind: str, config: SweepConfig) -> dict:
 
 
 def cache_key(kind: str, config: SweepConfig, *extra: Any) -> str:
-    """sha256 of (kind, project version, `work_config(kind, config)`, extra) — same work, same key."""
-    payload = json.dumps([kind, project_version(), work_config(kind, config), list(extra)], sort_keys=True)
+    """sha256 of (kind, project version, `work_config(kind, config)`, extra, and the digest of
+    every file and folder that config names: `config_inputs.input_digests`) — same work, same
+    key; an edited trace, model config.json, device file or measured table, a new key."""
+    tree = work_config(kind, config)
+    payload = json.dumps([kind, project_version(), tree, list(extra), input_digests(tree)], sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
