@@ -84,6 +84,7 @@ class VllmV1Scheduler(Scheduler):
         # drafts), so only a step that fills a block has any to register; and only requests
         # whose ids others may share register as they run (`free_sequence`: the rest lazily).
         caching, every_step = self.prefix_caching, bool(self.config.split_n)
+        tables = bm._tables  # request id -> block ids (read only: the common "already fits" check)
         for seq in self._idle_running():
             if budget <= 0:
                 break
@@ -92,15 +93,17 @@ class VllmV1Scheduler(Scheduler):
             computed = seq.num_computed_tokens
             pending = seq.request.prompt_tokens + seq.num_generated_tokens - computed  # num_pending_tokens, inline
             n = min(pending, budget, threshold or budget)
-            num_preempted = len(preempted)
-            fits = self._ensure_kv(seq, computed + n, preempted)
-            if len(preempted) > num_preempted and entries:
-                entries, budget = self._unschedule_preempted(entries)
-            if not fits:
-                if seq.request_id not in self._in_flight:
-                    break  # preempted itself: vLLM stops loop 1 here
-                continue
-            computed = seq.num_computed_tokens
+            table = tables.get(seq.request_id)
+            if table is None or computed + n > len(table) * size:  # else it fits the blocks held: nothing to do
+                num_preempted = len(preempted)
+                fits = self._ensure_kv(seq, computed + n, preempted)
+                if len(preempted) > num_preempted and entries:
+                    entries, budget = self._unschedule_preempted(entries)
+                if not fits:
+                    if seq.request_id not in self._in_flight:
+                        break  # preempted itself: vLLM stops loop 1 here
+                    continue
+                computed = seq.num_computed_tokens
             if (caching and seq.request.prefix_hash_ids
                     and (every_step or (computed + n) // size > computed // size)):
                 bm.cache_blocks(seq.request_id, computed + n, seq.request)
