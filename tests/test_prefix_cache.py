@@ -257,8 +257,9 @@ def test_mooncake_hash_ids_that_are_not_integer_lists_are_counted_row_errors(tmp
     path.write_text("\n".join(lines) + "\n")
     loaded = read_trace(path, format="mooncake", strict=False)
     assert [r.prefix_hash_ids for r in loaded.requests] == [(0, 1), ()]
-    assert loaded.rejected_rows == {"malformed line": [2, 3, 5]}
-    with pytest.raises(TraceFormatError, match="row 2 .*expected hash_ids as a list of integers"):
+    assert loaded.rejected_rows == {"hash_ids not a list of integers": [2, 3, 5]}
+    with pytest.raises(TraceFormatError, match="row 2 .*field 'hash_ids': hash_ids not a list of integers: got '\\[0, \"x\"\\]'; "
+                                               "expected a list of integers"):
         read_trace(path, format="mooncake", strict=True)
 
 

@@ -59,7 +59,7 @@ def test_a_4301_digit_timestamp_is_too_large_and_a_huge_integer_elsewhere_is_ign
     result = read_trace(write(tmp_path, "\n".join(rows) + "\n"))
     # hash_ids that are not all integers (the huge one stays text) are a row error (issue 16:
     # prefix caching reads them), counted, not silently dropped.
-    assert result.rejected_rows == {"arrival too large": [2], "malformed line": [3]}
+    assert result.rejected_rows == {"arrival too large": [2], "hash_ids not a list of integers": [3]}
     assert [(r.arrival_s, r.prompt_tokens, r.prefix_hash_ids) for r in result.requests] == [(0.0, 10, ())]
 
 

@@ -5,7 +5,8 @@ exception: text that is not JSON, an array or a number, nesting deeper than Pyth
 allows (RecursionError), or an integer of more digits than Python converts (ValueError past
 `sys.get_int_max_str_digits()`, 4,300 by default) — that integer is kept as text instead, so a
 4,301-digit `input_length` is "too large" for its field like any other huge count; so is a
-float that overflows (1e400).
+float that overflows (1e400). A list key (`hash_ids`) holding anything but a list of integers is
+a row error of its own ("hash_ids not a list of integers"), kept in `RawTable.bad_lists`.
 """
 from __future__ import annotations
 
@@ -29,13 +30,15 @@ def read_jsonl_table(path: Path, columns: list[str], list_keys: list[str]) -> Ra
 
     Args:
         columns: keys read as text (absent or null -> "").
-        list_keys: keys holding lists of integers, returned in `extra` as tuples ((), if absent).
+        list_keys: keys holding lists of integers, returned in `extra` as tuples ((), if absent);
+            a value that is not such a list is () there and its JSON text in `bad_lists`.
 
     Raises:
         TraceFormatError: the file is not UTF-8 text.
     """
     texts: dict[str, list[str]] = {key: [] for key in columns}
     extra: dict[str, list] = {key: [] for key in list_keys}
+    bad_lists: dict[str, list[str]] = {key: [] for key in list_keys}
     first_row_of_key: dict[str, int | None] = {}
     lines, line_texts, line_problems = [], [], []
     try:
@@ -54,16 +57,17 @@ def read_jsonl_table(path: Path, columns: list[str], list_keys: list[str]) -> Ra
                     texts[key].append("" if value is None else str(value))
                 for key in list_keys:
                     ids = _int_tuple(record.get(key))
-                    if ids is None:  # a bad prefix-hash list is a row error, not silently dropped
-                        line_texts[-1], line_problems[-1] = line.strip(), problem or _bad_list(key)
-                        ids = ()
-                    extra[key].append(ids)
+                    # A bad prefix-hash list is a row error of its own reason (`bad_list_reason`),
+                    # not silently dropped, nor a "malformed line": the line is a JSON object.
+                    bad_lists[key].append("" if ids is not None else _json_text(record[key], line))
+                    extra[key].append(ids or ())
     except UnicodeDecodeError as error:
         raise not_utf8(path, error) from None
     line_numbers = np.asarray(lines, dtype=np.int64)
     frame = pd.DataFrame(texts, dtype=str)
     return RawTable(frame, line_numbers, line_numbers, np.asarray(line_texts, dtype=object),
-                    np.asarray(line_problems, dtype=object), {}, extra, first_row_of_key)
+                    np.asarray(line_problems, dtype=object), {}, extra, first_row_of_key,
+                    bad_lists={key: np.asarray(texts, dtype=object) for key, texts in bad_lists.items()})
 
 
 def json_keys(line: str) -> list[str]:
@@ -108,5 +112,18 @@ def _int_tuple(value: object) -> tuple[int, ...] | None:
     return None
 
 
-def _bad_list(key: str) -> str:
-    return f"{key} as a list of integers (prefix-block hashes), or absent"
+BAD_LIST_EXPECTED = "a list of integers (prefix-block hashes), or absent"
+
+
+def bad_list_reason(key: str) -> str:
+    """The reason a row whose `key` is not a list of integers is rejected under ("hash_ids not a
+    list of integers"), in `TraceLoadResult.rejected_rows` and in the strict-mode error."""
+    return f"{key} not a list of integers"
+
+
+def _json_text(value: object, line: str) -> str:
+    # The value as the file wrote it, for the message; the whole line if it nests too deep to write back.
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (RecursionError, ValueError):
+        return line.strip()

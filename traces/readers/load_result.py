@@ -25,7 +25,8 @@ class RowAccount:
             JSON-lines rows are file lines). Each rejected row appears under one reason, its
             first failed check, e.g. "prompt_tokens < 1", "output_tokens < 1", "missing field",
             "non-numeric", "negative arrival", "bad timestamp", "malformed line", "bad quoting",
-            "arrival too large", "arrival far from the others", "timestamp out of range". Loaded,
+            "arrival too large", "arrival far from the others", "timestamp out of range", "hash_ids not
+            a list of integers" (`prefix_hash_ids` of canonical JSON lines likewise). Loaded,
             rejected and filtered rows add up to the file's non-blank data lines.
         filtered_rows: reason -> row numbers left out on purpose by a `where` filter
             ("Model not in ['ChatGPT']"); neither loaded nor rejected.

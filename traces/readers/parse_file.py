@@ -14,7 +14,7 @@ from traces.readers import fields
 from traces.readers.formats import TraceFormat, check_header, detect_format, format_by_name
 from traces.readers.row_problems import RowProblems
 from traces.readers.csv_table import read_csv_table
-from traces.readers.jsonl_table import read_jsonl_table
+from traces.readers.jsonl_table import BAD_LIST_EXPECTED, bad_list_reason, read_jsonl_table
 from traces.readers.parquet_table import read_parquet_table
 from traces.readers.table import RawTable, check_regular_file, first_line
 
@@ -110,7 +110,7 @@ def _read_table(path: Path, spec: TraceFormat, where_columns: list[str]) -> RawT
 
 def _unknown_columns(path: Path, spec: TraceFormat, table: RawTable, strict: bool) -> tuple[str, ...]:
     """Columns the format does not define; in strict mode the first one raises."""
-    unknown = [name for name in table.first_row_of_column if name not in spec.known]
+    unknown = table.unknown_columns(spec.known)
     if strict and unknown:
         name = min(unknown, key=lambda key: table.first_row_of_column[key] or 0)
         row = table.first_row_of_column[name]
@@ -147,13 +147,22 @@ def _apply_where(path: Path, table: RawTable, where: dict[str, Sequence[str]]) -
     return (table if keep.all() else table.subset(keep)), filtered
 
 
+def flag_line_problems(table: RawTable, problems: RowProblems) -> None:
+    """Flag, first, what is wrong with a row before any field is read: a line that could not be
+    split into fields ("malformed line"), a list key that is not a list of integers ("hash_ids not
+    a list of integers", JSON lines), a stray quote ("bad quoting", CSV)."""
+    for problem in pd.unique(table.line_problems[table.malformed]):
+        problems.flag(table.line_problems == problem, fields.MALFORMED, "(whole line)", table.line_texts, problem)
+    for key, texts in table.bad_lists.items():
+        problems.flag(texts != "", bad_list_reason(key), key, texts, BAD_LIST_EXPECTED)
+    for column, mask in table.bad_quotes.items():
+        problems.flag(mask, fields.BAD_QUOTING, column, table.frame[column], fields.QUOTING_EXPECTED)
+
+
 def _parse_columns(spec: TraceFormat, table: RawTable, problems: RowProblems) -> dict[str, np.ndarray]:
     """Parse the columns in check order (line, arrival, prompt, output, priority)."""
     frame = table.frame
-    for problem in pd.unique(table.line_problems[table.malformed]):
-        problems.flag(table.line_problems == problem, fields.MALFORMED, "(whole line)", table.line_texts, problem)
-    for column, mask in table.bad_quotes.items():
-        problems.flag(mask, fields.BAD_QUOTING, column, frame[column], fields.QUOTING_EXPECTED)
+    flag_line_problems(table, problems)
     columns = {}
     if spec.has_arrivals:
         columns["arrival_s"] = spec.parse_arrival_s(problems, frame[spec.arrival], spec.arrival)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +38,8 @@ class RawTable:
             row that has it (CSV: None, the header holds it).
         has_lines: False for a binary file (Parquet), whose rows are not lines: errors then name
             the row only.
+        bad_lists: key -> the value as JSON text, shape (n,) of str, for rows whose list key
+            (`extra`) is not a list of integers; "" for the others (JSON lines only).
     """
 
     frame: pd.DataFrame
@@ -49,6 +51,7 @@ class RawTable:
     extra: dict[str, list]
     first_row_of_column: dict[str, int | None]
     has_lines: bool = True
+    bad_lists: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def malformed(self) -> np.ndarray:
@@ -69,7 +72,12 @@ class RawTable:
             {key: [values[i] for i in index] for key, values in self.extra.items()},
             self.first_row_of_column,
             self.has_lines,
+            {key: texts[keep] for key, texts in self.bad_lists.items()},
         )
+
+    def unknown_columns(self, known) -> list[str]:
+        """The columns (JSON keys) the file holds that are not in `known`, in file order."""
+        return [name for name in self.first_row_of_column if name not in known]
 
 
 # Parquet files begin (and end) with these 4 bytes (Apache Parquet format specification).
