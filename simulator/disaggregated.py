@@ -65,7 +65,7 @@ from simulator.metrics import percentile_stats, summarize
 from simulator.pricing import StepPricer
 from simulator.records import RequestRecords, requests_table
 from simulator.records_sketch import GapSketch
-from simulator.replica import Replica, delay_until_s
+from simulator.replica import Replica, wait_until
 from simulator.router import ROUTERS, Router
 from simulator.scheduler import COMPLETED, BatchPlan, FinishedRequest, Scheduler, StepOutcome
 from simulator.simulate import SimulationResult, _Dispatcher, _sketch_window_s
@@ -269,12 +269,15 @@ class PoolReplica(Replica):
     def wake(self) -> None:
         self._signal()
 
-    def end_window(self) -> None:
+    def end_window(self, sent_at_s: float) -> None:
         """Stop an open decode window after the step under way, as an arrival does
-        (`Replica.submit`): the scheduler then reaches its next step boundary."""
+        (`Replica.submit`): the scheduler then reaches its next step boundary. `sent_at_s` is
+        when the event that queued the transfer was itself queued (the prefill's last step
+        start): a window step starting exactly now was begun only if its start event was
+        queued first (`Replica._steps_begun`)."""
         if self._window_open:
             self._window_open = False
-            self._arrival_sent_at_s = self.env.now
+            self._arrival_sent_at_s = sent_at_s
             self.process.interrupt("transfer")
 
 
@@ -319,7 +322,7 @@ class _DecodeInbox:
         if not self.target.inner.has_work():
             self.poke()  # an idle instance admits it now
         else:
-            self.target.replica.end_window()  # else at its next step boundary
+            self.target.replica.end_window(transfer.last_step_start_s)  # else at its next step boundary
 
     def poke(self) -> None:
         if self.queue and not self._wake.triggered:
@@ -346,7 +349,7 @@ class _DecodeInbox:
                 start_s = min(start_s, max(transfer.last_step_start_s, self.link_free_s))
             end_s = self.link.end_s(transfer.num_bytes, start_s, prefill_end_s)
             self.in_flight_end_s = end_s
-            yield self.env.timeout(delay_until_s(self.env.now, end_s))
+            yield from wait_until(self.env, end_s)
             self.in_flight_end_s = math.inf
             self.link_free_s = self.env.now
             self.log.add(transfer, start_s, self.env.now, self.target.replica.replica_id)

@@ -168,11 +168,11 @@ class Replica:
         previous_start_s = self._last_step_start_s
         self._window_open = True
         try:
-            yield self.env.timeout(delay_until_s(start_s, ends[-1]))
+            yield from wait_until(self.env, ends[-1])
         except simpy.Interrupt:
             steps = self._steps_begun(starts, previous_start_s)
             if steps:
-                yield self.env.timeout(delay_until_s(self.env.now, ends[steps - 1]))
+                yield from wait_until(self.env, ends[steps - 1])
         self._window_open = False
         self._last_step_start_s = starts[steps - 1] if steps else previous_start_s
         if not steps:
@@ -270,3 +270,33 @@ def delay_until_s(now_s: float, at_s: float) -> float:
     while now_s + delay < at_s:  # never before at_s
         delay = math.nextafter(delay, math.inf)
     return delay
+
+
+def delay_legs_s(now_s: float, at_s: float) -> list[float]:
+    """Delays whose running sum from `now_s`, added one by one as SimPy's clock adds them,
+    reaches `at_s` exactly; one delay when a single one lands there (always when at_s <= 2 now_s).
+
+    A single delay cannot always land exactly: when at_s > 2 now_s the floats now_s + d skip
+    some values (0.0801768 + d never equals 0.2224047 − 1 ulp), and a step or arrival would then
+    happen an ulp after the time the step-by-step path reaches, which can reorder events at that
+    instant (a closed-loop client would wait a step). Legs to 2·now (or to at_s / 2) are exact by
+    Sterbenz's lemma (m − c is exact for c ≤ m ≤ 2c), so at most log2(at_s / now_s) + 1 legs.
+    """
+    legs: list[float] = []
+    cur_s = now_s
+    while True:
+        delay = delay_until_s(cur_s, at_s)
+        if cur_s + delay == at_s or at_s <= cur_s:
+            legs.append(delay)
+            return legs
+        # Inexact only while cur_s < at_s / 2 (else at_s − cur_s is exact), so 0 < cur_s here.
+        mid_s = at_s / 2 if 2 * cur_s >= at_s / 2 else 2 * cur_s
+        legs.append(mid_s - cur_s)
+        cur_s = mid_s
+
+
+def wait_until(env: simpy.Environment, at_s: float):
+    """SimPy process fragment (`yield from wait_until(env, t)`): wake exactly at `at_s`
+    (`delay_legs_s`); an interrupt during any leg propagates to the caller."""
+    for delay in delay_legs_s(env.now, at_s):
+        yield env.timeout(delay)

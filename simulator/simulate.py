@@ -18,7 +18,7 @@ from simulator.records_parquet import ParquetTokenTimes
 from simulator.records_stream import RecordFiles, RequestsStream, join_step_files, remove_step_parts, write_frames
 from simulator.data_parallel import DataParallelGroup
 from simulator.records_sketch import GapSketch
-from simulator.replica import Replica, delay_until_s
+from simulator.replica import Replica, wait_until
 from simulator.router import Router
 from simulator.scheduler import BatchPlan, Scheduler, StepOutcome
 from simulator.step_log import StepLog, StepStats
@@ -213,7 +213,7 @@ class _Dispatcher:
         self._replay_s = [r.arrival_s for r in requests]
         for index, request in enumerate(requests):
             if request.arrival_s > self.env.now:
-                yield self.env.timeout(delay_until_s(self.env.now, request.arrival_s))
+                yield from wait_until(self.env, request.arrival_s)
             self._replay_next = index + 1
             self.submit(request)
 
@@ -242,6 +242,6 @@ class _Dispatcher:
         self.env.process(self._deliver(request, sent_at_s))
 
     def _deliver(self, request: Request, sent_at_s: float):
-        yield self.env.timeout(delay_until_s(self.env.now, request.arrival_s))
+        yield from wait_until(self.env, request.arrival_s)
         heapq.heappop(self._deliveries_s)  # deliveries happen in time order: this one is the earliest
         self.submit(request, sent_at_s)

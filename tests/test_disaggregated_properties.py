@@ -119,8 +119,7 @@ def test_closed_loop_through_the_pools(num_clients, num_requests, think_time_s, 
     """A closed loop through the cluster: every request issued ends once; each client's next
     request arrives think_time_s after its previous one ended (completed in the decode pool,
     done after one token in the prefill pool, or rejected); at most `num_clients` are in the
-    cluster at once. With think time > 0, decode windows change nothing (at 0 they can:
-    `test_closed_loop_decode_window_lands_an_ulp_late`)."""
+    cluster at once. Decode windows change nothing, think time 0 included."""
     frames = []
     for fast in (True, False):
         workload, r = _closed_loop_run(num_clients, num_requests, think_time_s, prompt, output, num_prefill,
@@ -129,8 +128,6 @@ def test_closed_loop_through_the_pools(num_clients, num_requests, think_time_s, 
         last_end: dict[int, float] = {}
         for rid, arrival, end in zip(r["request_id"], r["arrival_s"], r["completion_s"]):
             client = workload.client_of(int(rid))
-            # Within an ulp: a decode window's timeout can land one ulp past its last step's end
-            # (`simulator.replica.delay_until_s`), and the client answers at the clock's time.
             expected = last_end[client] + think_time_s if client in last_end else 0.0
             assert arrival == pytest.approx(expected, rel=1e-15, abs=0)
             last_end[client] = end if not np.isnan(end) else arrival
@@ -138,19 +135,18 @@ def test_closed_loop_through_the_pools(num_clients, num_requests, think_time_s, 
         for t in r["arrival_s"]:
             assert ((r["arrival_s"] <= t) & (end > t)).sum() <= num_clients
         frames.append(r.drop(columns="token_times_s"))
-    if think_time_s > 0:
-        pd.testing.assert_frame_equal(frames[0], frames[1], check_exact=False, rtol=1e-14)
+    pd.testing.assert_frame_equal(frames[0], frames[1], check_exact=False, rtol=1e-14)
 
 
-@pytest.mark.xfail(strict=True, reason="simulator/replica.py: a decode window's timeout can land one ulp past its "
-                                       "last step's end (delay_until_s finds no exact delay), so a client answering "
-                                       "at once arrives after that step boundary and waits a step; the colocated "
-                                       "simulate shows it too (3 clients of 300 + 9 tokens)")
-def test_closed_loop_decode_window_lands_an_ulp_late():
+def test_closed_loop_transfer_on_a_window_step_boundary():
     """Found by the hypothesis test above: 3 clients, 9 requests of 300 + 9 tokens, think time
-    0, 2P2D of sarathi with 39 decode blocks. Step by step, request 8 completes at 0.307693; with
-    decode windows at 0.312824 (one ~5 ms step later)."""
+    0, 2P2D of sarathi with 39 decode blocks. Request 8's prefill ends at 0.259507, exactly when
+    decode instance 2 begins a step; its prefill step's end was queued (at 0.250081) before that
+    step's start (0.254376), so step by step the transfer starts at 0.259507 and request 8
+    completes at 0.307693. Decode windows once took the transfer as sent at 0.259507, counted
+    the step starting then as begun, and finished request 8 a step late (0.312824)."""
     args = (3, 9, 0.0, 300, 9, 2, 2, 39, "sarathi")
     fast, slow = (_closed_loop_run(*args, fast)[1] for fast in (True, False))
     assert slow.loc[8, "completion_s"] == pytest.approx(0.3076933)
     assert fast.loc[8, "completion_s"] == pytest.approx(slow.loc[8, "completion_s"])
+    assert fast.loc[8, "kv_transfer_start_s"] == slow.loc[8, "kv_transfer_start_s"] == pytest.approx(0.2595065)
