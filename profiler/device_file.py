@@ -2,7 +2,7 @@
 
 A device file (or an inline `device:` mapping in a config) in datasheet units:
 
-    name: my-l40s                      # required
+    name: my-l40s                      # required; a built-in's name only with its figures
     description: NVIDIA L40S 48 GB     # optional, free text
     memory_gib: 48
     dense_bf16_tflops: 362             # dense tensor-core peak (not the 2:4-sparse headline)
@@ -21,7 +21,9 @@ A device file (or an inline `device:` mapping in a config) in datasheet units:
     sources: ["datasheet URL or title"]
 
 GB is 10^9 bytes and TFLOPS 10^12 FLOP/s, as datasheets print them. Every key is checked; an
-unknown or bad key is a `ValueError` naming the file (or "device (inline)") and the key path.
+unknown or bad key is a `ValueError` naming the file (or "device (inline)"), the key path and,
+for an unknown key, the valid ones. A device named like a built-in must have the built-in's figures
+(`profiler.device_spec.get_device_spec`: the name selects its KV memory and measured tables).
 
 The fitted efficiencies (`profiler/data/roofline_fits.yaml`) come from `profiler/roofline_fit.py`
 over AIConfigurator's measured vLLM tables; that file cites their source, licence and engine.
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -185,7 +187,8 @@ def device_fields_from_mapping(raw: Any, where: str, source: str | None = None) 
     try:
         spec = DeviceFile.model_validate(dict(raw))
     except ValidationError as exc:
-        raise ValueError("\n".join(_error_line(where, err) for err in exc.errors())) from None
+        errors = _one_efficiency_branch(exc.errors(), raw.get("efficiency"))
+        raise ValueError("\n".join(_error_line(where, err) for err in errors)) from None
     if spec.efficiency == "fitted":
         fits = shipped_fits()
         if spec.name not in fits:
@@ -227,11 +230,53 @@ def device_fields_from_mapping(raw: Any, where: str, source: str | None = None) 
     }
 
 
+def _one_efficiency_branch(errors: list[dict], efficiency: Any) -> list[dict]:
+    """The errors of the `efficiency` form the user wrote: pydantic reports both forms of the
+    union (`Efficiency | "fitted"`), so a mapping with a bad key would also read "Input should be
+    'fitted'". A mapping keeps the mapping's errors; anything else one error saying both forms."""
+    def of_efficiency(err: dict) -> bool:
+        return err["loc"][:1] == ("efficiency",)
+
+    if isinstance(efficiency, Mapping):
+        return [e for e in errors if not (of_efficiency(e) and e["type"] == "literal_error")]
+    kept = [e for e in errors if not of_efficiency(e)]
+    said = {"loc": ("efficiency",), "type": "efficiency_form", "input": efficiency,
+            "msg": f"must be 'fitted' (the shipped fit of this device name) or a mapping of "
+                   f"{', '.join(Efficiency.model_fields)}"}
+    return kept + [said] if len(kept) < len(errors) else errors
+
+
+def _valid_keys(loc: tuple) -> list[str]:
+    """The keys of the model that holds the key at `loc` (a pydantic error location), e.g.
+    Efficiency's for ('efficiency', '<union tag>', 'gemm'); [] where it cannot be told."""
+    model: Any = DeviceFile
+    for part in loc[:-1]:
+        if not isinstance(part, str) or part.startswith(("function-", "literal[")):
+            continue  # a dict key (an all_reduce TP degree) or a union branch's tag
+        field = model.model_fields.get(part)
+        model = _model_in(field.annotation) if field is not None else None
+        if model is None:
+            return []
+    return list(model.model_fields)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside a field's annotation (`GemmTerms | None`, `dict[int, AllReduceTerms]`)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
 def _error_line(where: str, err: dict) -> str:
     loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "literal[")))
     message = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        message = "unknown key"
+        valid = _valid_keys(err["loc"])
+        message = f"unknown key; valid keys: {', '.join(valid)}" if valid else "unknown key"
     elif "input" in err and not isinstance(err["input"], (dict, list)):
         message += f" (got {err['input']!r})"
         if err["type"] == "float_type" and isinstance(err["input"], str):

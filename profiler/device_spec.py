@@ -203,7 +203,8 @@ def get_device_spec(device: str | Path | Mapping[str, Any] | DeviceSpec,
     if isinstance(device, DeviceSpec):
         return device
     if isinstance(device, Mapping):
-        return _spec(device_fields_from_mapping(device, where="device (inline)"))
+        return _not_a_builtin_in_disguise(_spec(device_fields_from_mapping(device, where="device (inline)")),
+                                          "device.name")
     text = str(device)
     if text in BUILTIN_DEVICES:
         return BUILTIN_DEVICES[text]
@@ -211,6 +212,61 @@ def get_device_spec(device: str | Path | Mapping[str, Any] | DeviceSpec,
         path = Path(text).expanduser()
         if not path.is_absolute() and base_dir is not None:
             path = Path(base_dir) / path
-        return _spec(device_fields_from_file(path))
+        return _not_a_builtin_in_disguise(_spec(device_fields_from_file(path)), f"{path}: name")
     raise ValueError(f"unknown device {text!r}; built-in devices are {sorted(BUILTIN_DEVICES)}, "
                      "or give a device YAML file (*.yaml) or an inline mapping")
+
+
+# DeviceSpec fields that say where figures come from, not what they are.
+_PROVENANCE = ("source", "efficiency_source")
+
+
+def _not_a_builtin_in_disguise(spec: DeviceSpec, key: str) -> DeviceSpec:
+    """`spec`, unless it takes a built-in's name with other figures. A device's name selects more
+    than its label: the built-in's CUDA-visible memory (`profiler.memory.CUDA_TOTAL_MEMORY_GIB`,
+    the KV pool), its shipped measured tables (`cost_model: auto`,
+    `profiler.measured.shipped.shipped_sources`) and the profiles measured on it, so a custom
+    device under a built-in's name would be priced and sized as the built-in, its own figures
+    silently ignored. The same figures (a copy of the built-in's file) are the built-in.
+
+    Raises:
+        ValueError: naming `key`, the figures that differ (file units) and what to do instead.
+    """
+    builtin = BUILTIN_DEVICES.get(spec.name)
+    if builtin is None:
+        return spec
+    mine, theirs = _figures(spec.describe()), _figures(builtin.describe())
+    keys = [k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k)]
+    if not keys:
+        return builtin
+    differ = [f"{k} {_figure(mine.get(k))} (built-in: {_figure(theirs.get(k))})" for k in sorted(keys)
+              if not _is_efficiency(k)]
+    if any(_is_efficiency(k) for k in keys):
+        differ.append(f"efficiency (the built-in's: {builtin.efficiency_source})")
+    raise ValueError(f"{key}: {spec.name!r} is the name of a built-in device, whose figures differ from these: "
+                     f"{'; '.join(differ)}. The name selects the built-in's KV memory and measured tables, so "
+                     f"pick another name for this device (e.g. my-{spec.name}), or use the built-in by name "
+                     f"(device: {spec.name})")
+
+
+def _figure(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _is_efficiency(key: str) -> bool:
+    """A flattened `describe()` key of the roofline's efficiencies (a device file's `efficiency:`)."""
+    return key in ("gemm_flops_efficiency", "memory_bandwidth_efficiency", "kernel_latency_us") \
+        or key.startswith(("fp8_gemm.", "attention.", "all_reduce."))
+
+
+def _figures(described: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`DeviceSpec.describe()` flattened to dotted keys, without the name and `_PROVENANCE`."""
+    flat: dict[str, Any] = {}
+    for key, value in described.items():
+        if not prefix and key in ("name", *_PROVENANCE):
+            continue
+        if isinstance(value, dict):
+            flat.update(_figures(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

@@ -221,7 +221,7 @@ variants:
 
 
 def test_same_named_inline_devices_are_labelled_by_the_figure_that_differs():
-    device = {"name": "h100-sxm", "memory_gib": 80, "dense_bf16_tflops": 989, "memory_bandwidth_gb_per_s": 3350,
+    device = {"name": "my-gpu", "memory_gib": 80, "dense_bf16_tflops": 989, "memory_bandwidth_gb_per_s": 3350,
               "gpu_link": {"kind": "nvlink", "gb_per_s_per_direction": 450}, "host_link": {"gb_per_s_per_direction": 64}}
     base = {"trace": {"kind": "poisson", "qps": 4}}
     points = [SweepConfig.model_validate({**base, "device": device}),
