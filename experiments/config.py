@@ -382,9 +382,9 @@ class SessionsTrace(ClosedLoopTrace):
     def workload(self) -> SessionWorkload:
         """The conversations the simulator drives (traces.sessions.SessionWorkload)."""
         if self.path is not None:
-            return SessionWorkload.from_turns(read_sessions(Path(self.path).expanduser()), self.think_time_s,
-                                              self.shared_prefix_tokens, self.num_prefixes, self.seed,
-                                              self.session_qps)
+            loaded = read_sessions(Path(self.path).expanduser())
+            return SessionWorkload.from_turns(loaded.conversations, self.think_time_s, self.shared_prefix_tokens,
+                                              self.num_prefixes, self.seed, self.session_qps, loaded.ignored_columns)
         user, output = self.distributions()
         return SessionWorkload(self.clients, self.turns, self.think_time_s, user, output,
                                self.shared_prefix_tokens, self.num_prefixes, self.seed, self.session_qps)

@@ -60,8 +60,10 @@ def load_requests(trace: TraceConfig) -> tuple[list[Request], dict]:
 
 def _closed_loop_source(trace: ClosedLoopTrace, workload) -> str:
     """The trace_source cell of a closed loop: its clients, or a sessions file and its conversations."""
-    if getattr(trace, "path", None) is not None:
-        return f"{trace.path} (sessions, {workload.num_clients} conversations, {workload.num_requests} turns)"
+    if getattr(trace, "path", None) is not None:  # with the turns file's unknown columns, as a trace file's account says them
+        columns = workload.ignored_columns
+        ignored = f"; ignored unknown columns: {', '.join(columns)}" if columns else ""
+        return f"{trace.path} (sessions, {workload.num_clients} conversations, {workload.num_requests} turns{ignored})"
     if trace.kind == "sessions":
         return f"sessions, {trace.clients} conversations x {trace.turns} turns"
     return f"closed loop, {trace.clients} clients"

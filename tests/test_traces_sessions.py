@@ -110,8 +110,10 @@ def test_sessions_replay_from_a_file_of_turns(tmp_path):
     # Conversations keep their first row's order; their rows may interleave.
     path.write_text("session_id,turn,user_tokens,output_tokens,note\n"
                     "b,0,20,10,x\na,0,30,5,\nb,1,7,3,\nb,2,4,2,\n")
-    assert read_sessions(path) == [[(20, 10), (7, 3), (4, 2)], [(30, 5)]]
-    workload = SessionWorkload.from_turns(read_sessions(path), think_time_s=0.1)
+    loaded = read_sessions(path)
+    assert loaded.conversations == [[(20, 10), (7, 3), (4, 2)], [(30, 5)]]
+    assert loaded.ignored_columns == ("note",) and loaded.rejected_rows == {}
+    workload = SessionWorkload.from_turns(loaded.conversations, think_time_s=0.1)
     first = workload.initial_requests()
     assert [(r.prompt_tokens, r.output_tokens) for r in first] == [(20, 10), (30, 5)]
     later = workload.next_request(0, 1.0)
@@ -124,7 +126,7 @@ def test_sessions_replay_from_a_file_of_turns(tmp_path):
     config = SweepConfig(trace={"kind": "sessions", "path": str(path)}, engine={"scheduler": "vllm_v1", "chunk_size": 256})
     row = run_point(config).row
     assert row["completed"] == 4 and row["prefix_cache_hits_tokens"] > 0
-    assert row["trace_source"] == f"{path} (sessions, 2 conversations, 4 turns)"
+    assert row["trace_source"] == f"{path} (sessions, 2 conversations, 4 turns; ignored unknown columns: note)"
     generated = SweepConfig(trace={"kind": "sessions", "clients": 3, "turns": 2}, engine={"scheduler": "vllm_v1"})
     assert run_point(generated).row["trace_source"] == "sessions, 3 conversations x 2 turns"
     with pytest.raises(ValueError, match="trace.path gives the conversations and their lengths; leave out trace.turns"):
@@ -133,21 +135,49 @@ def test_sessions_replay_from_a_file_of_turns(tmp_path):
 
 
 @pytest.mark.parametrize("body,message", [
-    ("a,0,5,5\na,2,5,5\n", "row 2: field 'turn': turn out of order: got '2'; expected turn 1 of session 'a' next"),
-    ("a,1,5,5\n", "row 1: field 'turn': turn out of order"),
-    ("a,0,5,5\na,1,0,5\n", "row 2: field 'user_tokens': got '0'; expected an integer from 1"),
-    ("a,0,5,x\n", "row 1: field 'output_tokens': got 'x'"),
+    ("a,0,5,5\na,2,5,5\n", "row 2 (file line 3): field 'turn': turn out of order: got '2'; expected turn 1 of session 'a' next"),
+    ("a,1,5,5\n", "row 1 (file line 2): field 'turn': turn out of order"),
+    ("a,0,5,5\na,1,0,5\n", "row 2 (file line 3): field 'user_tokens': got '0'; expected an integer from 1"),
+    ("a,0,5,x\n", "row 1 (file line 2): field 'output_tokens': got 'x'"),
 ])
 def test_session_files_with_bad_turns_are_clear_errors(tmp_path, body, message):
     from traces import TraceFormatError
     from traces.sessions import read_sessions
     path = tmp_path / "turns.csv"
     path.write_text("session_id,turn,user_tokens,output_tokens\n" + body)
-    with pytest.raises(TraceFormatError, match=message.replace("(", "\\(")):
+    with pytest.raises(TraceFormatError, match=message.replace("(", "\\(").replace(")", "\\)")):
         read_sessions(path)
     (tmp_path / "no_turn.csv").write_text("session_id,user_tokens,output_tokens\na,5,5\n")
     with pytest.raises(TraceFormatError, match="missing: turn"):
         read_sessions(tmp_path / "no_turn.csv")
+
+
+def test_a_sessions_file_reports_unknown_columns_and_numbers_rows_as_trace_files_do(tmp_path):
+    """Breaker pass D, d16: an unknown column was accepted with no note, and rows after a blank
+    line were numbered as if it were not there. Rows are data rows from 1 (file line 2)."""
+    from traces import TraceFormatError
+    from traces.sessions import read_sessions
+    path = tmp_path / "turns.csv"
+    path.write_text('session_id,turn,user_tokens,output_tokens,extra,note\n"a",0,100,20,x,\n\nb,0,50,10,y,\na,1,30,5,z,\n')
+    loaded = read_sessions(path)
+    assert loaded.conversations == [[(100, 20), (30, 5)], [(50, 10)]]  # "a" unquoted: one conversation
+    assert loaded.ignored_columns == ("extra", "note")
+    assert loaded.summary() == f"{path} (sessions): 2 conversations, 3 turns\n  ignored unknown columns: extra, note"
+    path.write_text("session_id,turn,user_tokens,output_tokens\na,0,100,20\n\na,2,30,5\n")
+    with pytest.raises(TraceFormatError) as info:
+        read_sessions(path)
+    assert str(info.value) == (f"{path}: row 3 (file line 4): field 'turn': turn out of order: got '2'; expected "
+                               "turn 1 of session 'a' next (turns of a session are 0, 1, 2, ... in file order)")
+    path.write_text("session_id,turn,user_tokens,output_tokens\na,0,100,20\na,1,3,5,9\na,1,x,5\n")
+    with pytest.raises(TraceFormatError, match=r"row 2 \(file line 3\): field '\(whole line\)': malformed line: "
+                                               r"got 'a,1,3,5,9'; expected no more fields than the header's 4"):
+        read_sessions(path)
+    path.write_text("")
+    with pytest.raises(TraceFormatError, match="field 'header': got ''; expected the columns session_id,turn,"):
+        read_sessions(path)  # not pandas' EmptyDataError
+    path.write_text('session_id,turn,user_tokens,output_tokens\na,0,100,20\na,1,3,5"\n')
+    with pytest.raises(TraceFormatError, match=r"row 2 \(file line 3\): field 'output_tokens': bad quoting"):
+        read_sessions(path)
 
 
 def test_sessions_config_files_load_with_and_without_a_turns_file(tmp_path):

@@ -14,16 +14,20 @@ that ends inside the prompt's last block is not named, so those few tokens do no
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from traces.arrivals import poisson_arrivals
 from traces.closed_loop import ClosedLoopWorkload
 from traces.errors import TraceFormatError
-from traces.readers.table import check_regular_file
+from traces.readers.csv_table import read_csv_table
+from traces.readers.load_result import RowAccount
+from traces.readers.parse_file import flag_line_problems
+from traces.readers.row_problems import RowProblems
+from traces.readers.table import check_regular_file, csv_header
 from traces.request import Request
 from traces.shared_prefix import (BLOCKS_PER_STREAM, GENERATED_BLOCK_TOKENS, SESSION_ID_BASE, check_shared_prefix,
                                   prefix_assignment, prefix_ids)
@@ -74,15 +78,18 @@ class SessionWorkload(ClosedLoopWorkload):
         self._turns_issued = [0] * num_sessions
         self._context_tokens = [shared_prefix_tokens] * num_sessions  # the conversation so far
         self.session_qps = session_qps
+        self.ignored_columns: tuple[str, ...] = ()  # columns of a turns file not read (`from_turns`)
         self._start_s = ([0.0] * num_sessions if session_qps is None
                          else poisson_arrivals(session_qps, num_sessions, np.random.default_rng([seed, 1])).tolist())
 
     @classmethod
     def from_turns(cls, conversations: list[list[tuple[int, int]]], think_time_s: float = 0.0,
                    shared_prefix_tokens: int = 0, num_prefixes: int = 1, seed: int = 0,
-                   session_qps: float | None = None) -> "SessionWorkload":
+                   session_qps: float | None = None, ignored_columns: tuple[str, ...] = ()) -> "SessionWorkload":
         """Conversations given turn by turn: conversations[s][t] = (new user tokens, answer
         tokens) of turn t of conversation s (`read_sessions`). `turns` is then the longest.
+        `ignored_columns`: the columns of their file that were not read
+        (`SessionsLoadResult.ignored_columns`), kept as the attribute of that name for reports.
 
         Raises:
             ValueError: no conversation, an empty one, or a count that is not an int >= 1.
@@ -97,6 +104,7 @@ class SessionWorkload(ClosedLoopWorkload):
         workload = cls(len(conversations), max(len(turns) for turns in conversations), think_time_s, 1, 1,
                        shared_prefix_tokens, num_prefixes, seed, session_qps)
         workload._conversations = [list(turns) for turns in conversations]
+        workload.ignored_columns = tuple(ignored_columns)
         workload.num_requests = sum(len(turns) for turns in conversations)
         return workload
 
@@ -139,46 +147,71 @@ class SessionWorkload(ClosedLoopWorkload):
 SESSION_COLUMNS = ("session_id", "turn", "user_tokens", "output_tokens")
 
 
-def read_sessions(path: str | Path) -> list[list[tuple[int, int]]]:
+@dataclass(frozen=True, kw_only=True)
+class SessionsLoadResult(RowAccount):
+    """The outcome of `read_sessions`: `conversations[s][t]` = (new user tokens, answer tokens) of
+    turn t of conversation s, for `SessionWorkload.from_turns`; and the `RowAccount` of the file
+    (format "sessions"; `rejected_rows` is empty: a bad row is an error; `ignored_columns` the
+    columns other than `SESSION_COLUMNS`, ignored and reported as a trace file's are)."""
+
+    conversations: list[list[tuple[int, int]]]
+
+    def summary(self) -> str:
+        """A few lines for people: conversations, turns, and the ignored columns."""
+        turns = sum(len(c) for c in self.conversations)
+        head = f"{self.path} (sessions): {len(self.conversations)} conversations, {turns} turns"
+        return "\n".join([head, *self.report_lines()])
+
+
+def read_sessions(path: str | Path) -> SessionsLoadResult:
     """Conversations from a CSV with columns `session_id,turn,user_tokens,output_tokens` (one row
-    per turn: the user's new tokens and the answer's; any other column is ignored), for
-    `SessionWorkload.from_turns`. Conversations keep the order of their first row; a
-    conversation's rows need not be adjacent, but its turns must read 0, 1, 2, ... in file order.
+    per turn: the user's new tokens and the answer's; any other column is ignored and listed in
+    `ignored_columns`). Conversations keep the order of their first row; a conversation's rows
+    need not be adjacent, but its turns must read 0, 1, 2, ... in file order. The file is read as
+    trace CSVs are (`traces.readers.csv_table`): rows are numbered from 1 for the first data row,
+    blank lines skipped without renumbering, quoted fields unquoted.
 
     Raises:
         FileNotFoundError, IsADirectoryError, TraceFormatError: not a regular file
             (`traces.readers.table.check_regular_file`).
-        TraceFormatError: a missing column; a turn out of order (naming the row, the session
-            and the turn expected); a length that is not an integer >= 1 (naming row and field).
+        TraceFormatError: not UTF-8, a column named twice or missing; a row with too many
+            fields or a stray quote; a turn out of order (naming the row, the session and the
+            turn expected); a length that is not an integer >= 1 (naming row and field).
     """
     path = Path(path)
     check_regular_file(path)  # a FIFO or device would block or never end
-    try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as error:
-        raise TraceFormatError(path, expected=f"a CSV with columns {','.join(SESSION_COLUMNS)} ({error})") from None
-    missing = [c for c in SESSION_COLUMNS if c not in frame.columns]
+    header = csv_header(path)  # before the rows: an empty file or another CSV is named by its header
+    missing = [c for c in SESSION_COLUMNS if c not in header]
     if missing:
-        raise TraceFormatError(path, field="header", value=",".join(frame.columns),
+        raise TraceFormatError(path, field="header", value=",".join(header),
                                expected=f"the columns {','.join(SESSION_COLUMNS)} (missing: {', '.join(missing)})")
+    table = read_csv_table(path)
+    problems = RowProblems(table.row_numbers, table.line_numbers)
+    flag_line_problems(table, problems)
+    first_bad = problems.first_error(path)
     conversations: dict[str, list[tuple[int, int]]] = {}
-    for row, (session, turn, user, answer) in enumerate(frame[list(SESSION_COLUMNS)].itertuples(index=False), 1):
+    for i, (session, turn, user, answer) in enumerate(table.frame[list(SESSION_COLUMNS)].itertuples(index=False)):
+        where = {"row": int(table.row_numbers[i]), "line": int(table.line_numbers[i])}
+        if first_bad is not None and first_bad.row == where["row"]:
+            raise first_bad
         turns = conversations.setdefault(session.strip(), [])
-        if _count(path, row, "turn", turn, minimum=0) != len(turns):
-            raise TraceFormatError(path, row=row, field="turn", reason="turn out of order", value=turn,
+        if _count(path, where, "turn", turn, minimum=0) != len(turns):
+            raise TraceFormatError(path, **where, field="turn", reason="turn out of order", value=turn,
                                    expected=f"turn {len(turns)} of session {session.strip()!r} next (turns of a "
                                    "session are 0, 1, 2, ... in file order)")
-        turns.append((_count(path, row, "user_tokens", user), _count(path, row, "output_tokens", answer)))
+        turns.append((_count(path, where, "user_tokens", user), _count(path, where, "output_tokens", answer)))
     if not conversations:
         raise TraceFormatError(path, expected="at least one turn row")
-    return list(conversations.values())
+    return SessionsLoadResult(path=path, format="sessions", rejected_rows={},
+                              ignored_columns=tuple(table.unknown_columns(SESSION_COLUMNS)),
+                              conversations=list(conversations.values()))
 
 
-def _count(path: Path, row: int, field: str, text: str, minimum: int = 1) -> int:
+def _count(path: Path, where: dict, field: str, text: str, minimum: int = 1) -> int:
     try:
         value = int(text.strip())
     except ValueError:
         value = None
     if value is None or value < minimum or value > 10**9:
-        raise TraceFormatError(path, row=row, field=field, value=text, expected=f"an integer from {minimum} to 10^9")
+        raise TraceFormatError(path, **where, field=field, value=text, expected=f"an integer from {minimum} to 10^9")
     return value
