@@ -122,19 +122,19 @@ def simulate(
         env.process(dispatch.replay(sorted(requests, key=lambda r: r.arrival_s)))  # stable for ties
     try:
         env.run()  # ends when no event is left: all arrivals submitted, every replica idle
-    except BaseException:
+        sketch = None
+        if not keep_token_times:
+            sketch = GapSketch()
+            for r in replicas:
+                r.records.flush()
+                sketch.merge(r.records.gap_sketch)
         if stream is not None:
+            return _streamed_result(stream, replicas, record_files, keep_steps, schedulers[0].config.num_gpu_blocks,
+                                    trim_fraction, sketch)
+    except BaseException:
+        if stream is not None:  # the caller removes its own files
             remove_step_parts(record_files, len(schedulers))
         raise
-    sketch = None
-    if not keep_token_times:
-        sketch = GapSketch()
-        for r in replicas:
-            r.records.flush()
-            sketch.merge(r.records.gap_sketch)
-    if stream is not None:
-        return _streamed_result(stream, replicas, record_files, keep_steps, schedulers[0].config.num_gpu_blocks,
-                                trim_fraction, sketch)
     req_frame = requests_table([r.records for r in replicas])
     stats = StepStats.merge([r.steps.stats() for r in replicas])
     frames = [r.steps.to_frame() for r in replicas]
