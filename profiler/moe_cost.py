@@ -37,9 +37,12 @@ capture size), vLLM pads every rank to the largest rank's count, T_dp = DP × ma
 
 Expert skew (`expert_routing_skew`, a power-law exponent; 0 = uniform routing, the default): the
 measured tables hold AIConfigurator's `balanced`, `power_law_1.01` and `power_law_1.2` routings,
-so with a table the skew must be one of 0, 1.01, 1.2; the roofline takes expert i's popularity
-∝ (i + 1)^−skew with the hottest experts on one rank (vLLM's default linear placement puts
-experts [r·E/EP, (r+1)·E/EP) on rank r) and prices the busiest rank, which every other rank waits
+so with a table the skew must be one of 0, 1.01, 1.2 (AIConfigurator's exponent is that of the
+distribution its per-expert token counts are drawn from, collector/helper.py
+`_generate_power_law_distribution`, with the busiest EP rank measured); the roofline takes expert
+i's popularity ∝ (i + 1)^−skew with the hottest experts on rank 0 (vLLM's default linear
+placement), each token picking k distinct experts (`profiler.moe_routing`: the busiest rank's
+expected pairs and distinct active experts), and prices that rank, which every other rank waits
 for at the combine.
 """
 from __future__ import annotations
@@ -52,6 +55,7 @@ import numpy as np
 from profiler.device_spec import DeviceSpec
 from profiler.model_spec import ModelSpec
 from profiler.moe import MoESpec
+from profiler.moe_routing import busiest_rank_inclusion, rank_load
 from profiler.roofline import gemm_time_s, ring_all_reduce_time_s
 
 MEASURED_SKEWS = {0.0: "balanced", 1.01: "power_law_1.01", 1.2: "power_law_1.2"}
@@ -133,6 +137,8 @@ class MoEBlockCost:
         self.kernel_latency_s = kernel_latency_s
         self.gemm_s = gemm_s or (lambda m, n, k: gemm_time_s(m, n, k, device, dtype_bytes, flops_efficiency,
                                                              bandwidth_efficiency, kernel_latency_s))
+        self._inclusion = busiest_rank_inclusion(self.moe.num_experts, self.moe.num_experts_per_tok, layout.moe_ep,
+                                                 self.skew)
         self.out_of_grid = 0
         self.whole_block = False  # the experts' time includes the router and top-k
         self._experts, self.experts_source = self._experts_curve(moe_table, source_label, block_table, block_label)
@@ -191,15 +197,9 @@ class MoEBlockCost:
         return curve, f"{label}: moe_block (tokens × active experts; {where})"
 
     def _rank_load(self, tokens: float) -> tuple[float, float]:
-        """(token–expert pairs, expected active experts) on the busiest rank for `tokens` tokens."""
-        moe, lay = self.moe, self.layout
-        pairs = tokens * moe.num_experts_per_tok
-        if self.skew == 0.0:
-            return pairs / lay.moe_ep, moe.expected_active_experts(tokens, lay.experts_per_rank)
-        popularity = np.arange(1, moe.num_experts + 1, dtype=np.float64) ** -self.skew
-        popularity /= popularity.sum()
-        hottest = popularity[:lay.experts_per_rank]  # linear placement: the hottest experts on rank 0
-        return pairs * float(hottest.sum()), float(np.sum(1.0 - np.exp(-pairs * hottest)))
+        """(expected token–expert pairs, expected distinct active experts) on the busiest rank for
+        `tokens` tokens: distinct top-k routing at the skew (`profiler.moe_routing`)."""
+        return rank_load(self._inclusion, tokens)
 
     def _experts_roofline_s(self, tokens: float) -> float:
         """The experts of one layer on the busiest rank, on the roofline."""
