@@ -280,12 +280,15 @@ def test_the_finished_prefix_is_found_across_scan_windows(tmp_path, monkeypatch)
 
 
 def test_a_run_that_fails_leaves_no_step_part_files(tmp_path, monkeypatch, small_groups):
+    seen = []
+
     def fail(self):
+        seen.extend(sorted(p.name for p in tmp_path.iterdir()))
         raise RuntimeError("request 5 never finished")
 
     monkeypatch.setattr(RequestsStream, "close", fail)
     files = RecordFiles(tmp_path / "requests.parquet", tmp_path / "steps.parquet")
     with pytest.raises(RuntimeError, match="never finished"):
         simulate(trace(), schedulers(2), COST, record_files=files)
-    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")]
-    assert files.step_spool(1, 2).name == "steps.parquet.replica-1.part"  # what the run had written
+    assert seen == ["requests.parquet", "steps.parquet.replica-0.part", "steps.parquet.replica-1.part"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["requests.parquet"]  # the caller's own file
