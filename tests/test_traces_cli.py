@@ -213,11 +213,26 @@ def test_convert_writes_whole_or_not_at_all(tmp_path, trace_file, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr("experiments.cli.trace.write_canonical", half_then_full_disk)
-    result = runner.invoke(app, ["trace", "convert", str(trace_file), "--to", str(target)])
+    result = runner.invoke(app, ["trace", "convert", str(trace_file), "--to", str(target), "--force"])
     assert result.exit_code == 2
     assert f"{target}: could not be written (No space left on device)" in result.stderr
     assert target.read_text() == "previous\n"  # the old file, not a truncated one
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv", "out.csv"]  # no temporary left
+
+
+def test_convert_refuses_an_existing_file_unless_forced(tmp_path, trace_file):
+    notes = tmp_path / "notes.csv"
+    notes.write_text("my precious notes\n")
+    (tmp_path / "dangling.csv").symlink_to(tmp_path / "nowhere.csv")
+    for to in (notes, tmp_path / "dangling.csv"):
+        result = runner.invoke(app, ["trace", "convert", str(trace_file), "--to", str(to)])
+        assert result.exit_code == 2 and "loaded" not in result.output  # refused before reading the trace
+        assert result.stderr == (f"error: --to {to} already exists; it is left as it is: give another path, "
+                                 "or --force to replace it\n")
+    assert notes.read_text() == "my precious notes\n" and (tmp_path / "dangling.csv").is_symlink()
+    code, out = run("convert", trace_file, "--to", notes, "--force")
+    assert code == 0 and "wrote 3 requests to" in out
+    assert notes.read_text() == "arrival_s,prompt_tokens,output_tokens\n0.0,10,5\n1.25,20,6\n2.5,30,7\n"
 
 
 def test_stats_plot_to_is_checked_before_the_trace_is_read(tmp_path, trace_file):

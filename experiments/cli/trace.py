@@ -74,15 +74,19 @@ def convert(
                                         help="Time-scale a trace to this mean rate; required for a lengths-only "
                                              "file (Poisson arrivals at this rate)."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the Poisson arrivals given to a lengths-only file."),
+    force: bool = typer.Option(False, "--force", help="Replace the --to file if it exists (else an existing "
+                                                      "file is refused, left as it is)."),
 ) -> None:
     """Write FILE as a canonical trace (arrival_s in seconds from 0, prompt_tokens, output_tokens).
 
     The output is written whole or not at all (a temporary file in its folder, then renamed), never
-    over FILE itself; its folder must exist. With --to - the trace goes to standard output and the
-    summary to standard error.
+    over FILE itself, nor over any existing file unless --force is given; its folder must exist.
+    With --to - the trace goes to standard output and the summary to standard error.
     """
     to_stdout = to == "-"
     target = None if to_stdout else _output_file("--to", Path(to).expanduser(), file, tuple(LAYOUTS), f"{file.stem}.csv")
+    if target is not None and os.path.lexists(target) and not force:  # a link, even dangling, is a name in use
+        fail(f"--to {target} already exists; it is left as it is: give another path, or --force to replace it")
     loaded = _read(file, format, strict)
     try:
         if isinstance(loaded, TraceLoadResult):
