@@ -44,10 +44,11 @@ def same_summary(got: dict, want: dict) -> None:
 
 @pytest.fixture
 def small_groups(monkeypatch):
-    """Row groups of 32 requests / 64 steps and flushes of 16 finished requests, so a 300-request
-    run writes many groups while it runs and replicas hand rows over out of order."""
+    """Row groups of 32 requests / 64 steps and flushes of 16 finished requests or steps, so a
+    300-request run writes many groups while it runs and replicas hand rows over out of order."""
     monkeypatch.setattr("simulator.records_stream.ROW_GROUP_ROWS", 32)
     monkeypatch.setattr(step_log, "ROW_GROUP_ROWS", 64)
+    monkeypatch.setattr(step_log, "_FLUSH_STEPS", 16)
     monkeypatch.setattr(records, "_FLUSH_REQUESTS", 16)
 
 
