@@ -229,8 +229,8 @@ def bundle_config(run: RecordedRun, trace_path: Path, overridden: frozenset[str]
 
     Raises:
         ValueError: a deployment the simulator cannot reproduce (an unknown card or model; a DP × TP
-            × PP that is not the cluster's GPU count) — naming the file and key, and the `--set`
-            that would name it. Data and expert parallel runs map to `engine.data_parallel_size` /
+            × PP that is not the cluster's GPU count; a disaggregated instance, `_check_colocated`)
+            — naming the file and key, and the `--set` that would name it. Data and expert parallel runs map to `engine.data_parallel_size` /
             `enable_expert_parallel` (simulator/data_parallel.py).
     """
     kwargs = run.meta.get("engine_kwargs")
@@ -243,6 +243,7 @@ def bundle_config(run: RecordedRun, trace_path: Path, overridden: frozenset[str]
     dp = _engine_int(kwargs, "data_parallel_size", meta_path) or 1
     if dp > 1 or kwargs.get("enable_expert_parallel"):  # simulator/data_parallel.py, profiler/moe_cost.py
         engine.update(data_parallel_size=dp, enable_expert_parallel=bool(kwargs.get("enable_expert_parallel")))
+    _check_colocated(run)
     gpus = _cluster_gpus(run)
     if gpus is not None:  # the cluster's GPU count must be the engine's DP × TP × PP
         engine["num_gpus"] = gpus
@@ -318,6 +319,34 @@ def explain_config_error(run: RecordedRun, message: str, config_path: Path, over
     if where.startswith("--set "):
         return rest
     return f"{run.directory}: the simulate config made from the recorded run does not load: {rest}"
+
+
+def _check_colocated(run: RecordedRun) -> None:
+    """Every instance of config.json is colocated: its `pd_type` is null or absent.
+
+    LLMServingSim's cluster config gives an instance `pd_type` "prefill" or "decode" for
+    prefill/decode disaggregation, null (or no key) for one that runs both phases
+    (serving/core/config_builder.py, which refuses any other value; its bench/ harness records
+    plain vLLM runs, null). A disaggregated instance is not the one vLLM V1 engine that
+    `bundle_config` simulates, and which requests it served as prefill or decode is not in the
+    recording, so it is refused rather than simulated as colocated.
+
+    Raises:
+        ValueError: naming config.json, the instance's key and its pd_type.
+    """
+    try:
+        instances = [(n, i, instance) for n, node in enumerate(run.cluster.get("nodes") or [])
+                     for i, instance in enumerate(node.get("instances") or [])]
+    except (AttributeError, TypeError):
+        return  # a cluster without that shape names no pd_type
+    for n, i, instance in instances:
+        pd_type = instance.get("pd_type") if isinstance(instance, dict) else None
+        if pd_type is not None:
+            kind = (f"a disaggregated {pd_type} instance" if pd_type in ("prefill", "decode")
+                    else "LLMServingSim's values are 'prefill', 'decode' or null")
+            raise ValueError(f"{run.directory / 'config.json'}: nodes[{n}].instances[{i}].pd_type is {_shown(pd_type)} "
+                             f"({kind}); --against-run simulates colocated instances only (pd_type null or absent); "
+                             "a prefill/decode cluster is simulated from a config's `cluster:`")
 
 
 def _cluster_gpus(run: RecordedRun) -> int | None:
