@@ -60,7 +60,16 @@ def test_streamed_files_equal_the_frames_built_at_the_end(tmp_path, monkeypatch,
     monkeypatch.setattr(metrics, "_GAP_CHUNK_REQUESTS", 17)  # chunks that straddle row groups
     built = simulate(trace(), schedulers(replicas), COST, trim_fraction=0.1)
     files = RecordFiles(tmp_path / "requests.parquet", tmp_path / "steps.parquet", {"point_id": 7})
+    at_close, close = [], RequestsStream.close
+
+    def spy(self):
+        at_close.append((self._written, len(self._tokens)))
+        return close(self)
+
+    monkeypatch.setattr(RequestsStream, "close", spy)
     streamed = simulate(trace(), schedulers(replicas), COST, trim_fraction=0.1, record_files=files)
+    [(written, waiting)] = at_close
+    assert written == 288 and waiting == 300 - 288  # 9 row groups of 32 written while it ran; the rest at close
 
     same_summary(streamed.summary, built.summary)  # the means too: the same chunks, read back
     pd.testing.assert_frame_equal(streamed.requests, built.requests.drop(columns="token_times_s"))
