@@ -8,7 +8,7 @@ SimPy replica and the real engine drive the same object.
 from __future__ import annotations
 
 from bisect import insort
-from itertools import compress, repeat
+from itertools import compress
 from operator import add, attrgetter, ge, gt, lt, sub
 
 import numpy as np
@@ -44,7 +44,7 @@ class PlainDecodeEntries(list):
     __slots__ = ("decodes",)
 
     def __init__(self, decodes: list[Sequence]):
-        super().__init__(zip(decodes, repeat(1), repeat(0)))
+        super().__init__([seq.decode_entry for seq in decodes])
         self.decodes = decodes
 
 _REQUEST_ID = attrgetter("request_id")
@@ -628,6 +628,7 @@ class Scheduler:
         return drafts
 
     def _finish(self, seq: Sequence, now_s: float) -> FinishedRequest:
+        seq.decode_entry = None  # the sequence refers to itself there: let it be freed at once
         self.running.remove(seq)
         del self._in_flight[seq.request_id]
         self._free_kv(seq, resumes=False)
