@@ -28,19 +28,24 @@ datasheet roofline of system.yaml (`faster_than_datasheet`) are dropped and coun
 up to 2.6× under its compute bound (its H100 twin sits 1.3× and more over it), and L40S's and
 RTX PRO 6000's small GEMMs and decodes read L2-resident operands; the cost model fills the holes
 from measured neighbours by the roofline's ratio and counts steps that touch them.
-Rows with NaN or non-positive latency are dropped and counted (`meta["dropped_rows"]`); a missing
-column or a file without one usable row is an error naming the file and column.
+Rows with NaN or non-positive latency or size (m, n, k, tokens, heads, GPUs: `_COUNTS`) are dropped
+and counted (`meta["dropped_rows"]`); a missing column, a cell that is not a number (naming its row)
+or a file without one usable row is an error naming the file and column. The device is the GPU the
+files' `device` column or the folder name records; `--device` only names one they do not
+(`profiler/importers/source_device.py`).
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from profiler.importers.aiconfigurator_moe import SOURCE_COLUMNS as MOE_SOURCE_COLUMNS
 from profiler.importers.aiconfigurator_moe import convert_moe, moe_faster_than_datasheet
+from profiler.importers.source_device import GPU_NAMES, recorded_device, resolve_device
+from profiler.importers.source_files import read_yaml_mapping, usable_rows
 from profiler.measured.tables import MeasuredTableError, MeasuredTables, require_columns
 
 SOURCE = {"name": "aiconfigurator", "repository": "ai-dynamo/aiconfigurator",
@@ -65,6 +70,12 @@ _FILES = {  # table → (folder, file, columns it needs)
                    ("num_gpus", "message_size", "backend", "allreduce_dtype", "latency")),
     "moe": ("moe", "moe_perf.parquet", MOE_SOURCE_COLUMNS),  # profiler/importers/aiconfigurator_moe.py
 }
+_ATTENTION_COUNTS = ("batch_size", "num_heads", "num_key_value_heads", "head_dim")
+_COUNTS = {  # table → its size columns: a row where one is 0 (or NaN) times nothing and is dropped
+    "gemm": ("m", "n", "k"), "context_attention": ("isl", *_ATTENTION_COUNTS),
+    "decode_attention": ("step", *_ATTENTION_COUNTS), "all_reduce": ("num_gpus", "message_size"),
+    "moe": ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"),
+}
 
 
 def _version_dir(system: Path, folder: str) -> Path | None:
@@ -77,15 +88,17 @@ def _version_dir(system: Path, folder: str) -> Path | None:
 def read_source_table(system: Path, name: str, dropped: dict | None = None) -> tuple[pd.DataFrame, Path] | None:
     """The rows of one source table (`name`: gemm, context_attention, decode_attention,
     all_reduce, moe) as AIConfigurator stores them, in its newest `SYSTEM/<folder>/vllm/<version>/`,
-    without the rows of NaN or non-positive latency, and the file; None when the system has none.
+    without the rows of NaN or non-positive latency or size (`_COUNTS`: a GEMM of m = 0), and the
+    file; None when the system has none.
     The one reader of these files: `import_aiconfigurator` and `profiler.roofline_fit` use it.
 
     Args:
         dropped: counts the left-out rows by file name (`meta["dropped_rows"]`), when given.
 
     Raises:
-        MeasuredTableError: a column the table needs is missing, or no row has a finite latency
-            > 0 (naming the file and column).
+        MeasuredTableError: a column the table needs is missing, a latency or size cell is not a
+            number (or a size not a whole number; naming the row), or no row is usable (naming the
+            file and column).
     """
     folder, file, columns = _FILES[name]
     version_dir = _version_dir(Path(system), folder)
@@ -93,17 +106,8 @@ def read_source_table(system: Path, name: str, dropped: dict | None = None) -> t
     if path is None or not path.is_file():
         return None
     table = require_columns(pd.read_parquet(path), columns, path)
-    return _usable_latency(table, path, {} if dropped is None else dropped), path
-
-
-def _usable_latency(table: pd.DataFrame, path: Path, dropped: dict) -> pd.DataFrame:
-    """Rows with a finite latency > 0; the others counted in `dropped[path name]`."""
-    good = np.isfinite(table["latency"].to_numpy(dtype=np.float64)) & (table["latency"] > 0).to_numpy()
-    if (~good).any():
-        dropped[path.name] = dropped.get(path.name, 0) + int((~good).sum())
-    if not good.any():
-        raise MeasuredTableError(f"{path}: column 'latency' has no finite value > 0")
-    return table[good]
+    dropped = {} if dropped is None else dropped
+    return usable_rows(table, path, dropped, times=("latency",), positive=_COUNTS[name]), path
 
 
 def convert_gemm(table: pd.DataFrame) -> pd.DataFrame:
@@ -169,10 +173,13 @@ def import_aiconfigurator(system_dir: str | Path, device: str | None = None) -> 
 
     Args:
         system_dir: the system folder (holds system.yaml).
-        device: built-in device key; default from the folder name (`SYSTEMS`).
+        device: built-in device key, for a system whose GPU the source does not record in a way
+            this project knows (`SYSTEMS`, `source_device.GPU_NAMES`); by default the one recorded.
 
     Raises:
-        MeasuredTableError: no system.yaml, an unknown system without `device`, a table's file
+        MeasuredTableError: no system.yaml, system.yaml not valid YAML, an unknown system
+            without `device`, a `device` that contradicts the GPU the folder name or the files'
+            `device` column record (`source_device.resolve_device`), a table's file
             missing a column or usable row, a latency unit that does not hold (the largest GEMMs
             beating the datasheet bf16 peak in system.yaml by 2×, or the largest decodes reading
             their KV cache at twice its bandwidth), or no table found; messages name the file and
@@ -182,12 +189,8 @@ def import_aiconfigurator(system_dir: str | Path, device: str | None = None) -> 
     system_yaml = system / "system.yaml"
     if not system_yaml.is_file():
         raise MeasuredTableError(f"{system}: not an AIConfigurator system folder (no system.yaml)")
-    device = device or SYSTEMS.get(system.name)
-    if device is None:
-        raise MeasuredTableError(f"{system}: unknown system {system.name!r}; pass --device "
-                                 f"(known systems: {sorted(SYSTEMS)})")
-    gpu = (yaml.safe_load(system_yaml.read_text()) or {}).get("gpu", {})
-    tables, origins, dropped, versions, device_names = {}, {}, {}, set(), set()
+    gpu = _datasheet(system_yaml)
+    tables, origins, dropped, versions, device_names = {}, {}, {}, set(), {}
     for name in _FILES:
         found = read_source_table(system, name, dropped)
         if found is None:
@@ -200,9 +203,14 @@ def import_aiconfigurator(system_dir: str | Path, device: str | None = None) -> 
         origins[name] = {"from": str(path.relative_to(system.parent))}
         versions.add(path.parent.name)
         if "device" in raw:
-            device_names.update(raw["device"].unique().tolist())
+            for gpu_name in raw["device"].astype(str).unique().tolist():
+                device_names.setdefault(gpu_name, f"{path.name} column 'device'")
     if not tables:
         raise MeasuredTableError(f"{system}: no gemm, attention or comm table under */vllm/<version>/")
+    records = [*((what, gpu_name, GPU_NAMES.get(gpu_name)) for gpu_name, what in device_names.items()),
+               (f"folder {system.name}", system.name, SYSTEMS.get(system.name))]
+    device = resolve_device(device, recorded_device(records, str(system)), str(system),
+                            f"unknown system {system.name!r}; pass --device (known systems: {sorted(SYSTEMS)})")
     if "gemm" in tables and gpu.get("bfloat16_tc_flops"):
         _check_gemm_unit(tables["gemm"], float(gpu["bfloat16_tc_flops"]), system / _FILES["gemm"][1])
     if "decode_attention" in tables and gpu.get("mem_bw"):
@@ -229,6 +237,32 @@ def import_aiconfigurator(system_dir: str | Path, device: str | None = None) -> 
         "dropped_rows": dropped, "dropped_faster_than_datasheet": too_fast, "tables": origins,
     }
     return MeasuredTables(meta, tables)
+
+
+def _datasheet(system_yaml: Path) -> dict:
+    """system.yaml's `gpu` figures this importer reads (`bfloat16_tc_flops`, `mem_bw`), as numbers
+    where present.
+
+    Raises:
+        MeasuredTableError: not valid YAML, `gpu` not a mapping, or a figure that is not a number
+            > 0 (naming the file and key).
+    """
+    gpu = read_yaml_mapping(system_yaml).get("gpu") or {}
+    if not isinstance(gpu, dict):
+        raise MeasuredTableError(f"{system_yaml}: key 'gpu' must be a mapping, got {type(gpu).__name__}")
+    figures = {}
+    for key in ("bfloat16_tc_flops", "mem_bw"):
+        value = gpu.get(key)
+        if value is None:
+            continue
+        try:  # PyYAML reads 989e12 (no dot) as a string: float() takes it
+            number = float(value) if not isinstance(value, bool) else math.nan
+        except (TypeError, ValueError):
+            number = math.nan
+        if not number > 0 or math.isinf(number):
+            raise MeasuredTableError(f"{system_yaml}: gpu.{key} is {value!r}; expected a number > 0")
+        figures[key] = value if isinstance(value, (int, float)) else number  # as written, for measured.json
+    return figures
 
 
 def faster_than_datasheet(name: str, table: pd.DataFrame, peak_flops: float, mem_bw: float) -> np.ndarray:

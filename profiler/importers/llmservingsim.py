@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
-
-from profiler.measured.tables import MeasuredTableError, MeasuredTables, require_columns
+from profiler.importers.source_device import GPU_NAMES, recorded_device, resolve_device
+from profiler.importers.source_files import read_csv, read_yaml_mapping, usable_rows
+from profiler.measured.tables import MeasuredTableError, MeasuredTables
 from profiler.model_spec import ModelSpec
 
 SOURCE = {"name": "llmservingsim", "repository": "casys-kaist/LLMServingSim", "path": "profiler/perf/",
@@ -56,23 +56,19 @@ _OVERRIDES = {"intermediate_size": "intermediate_size", "num_attention_heads": "
               "num_key_value_heads": "num_key_value_heads", "vocab_size": "vocab_size"}
 
 
-def _read_csv(path: Path, columns: list[str]) -> pd.DataFrame:
-    if not path.is_file():
-        raise MeasuredTableError(f"{path}: missing")
-    return require_columns(pd.read_csv(path), columns, path)
+def _times(table: pd.DataFrame, path: Path, dropped: dict, positive: tuple[str, ...] = (),
+           non_negative: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Rows with a finite time_us > 0 and the counts given usable (`source_files.usable_rows`;
+    others counted in `dropped`), time_us → time_s."""
+    out = usable_rows(table, path, dropped, times=("time_us",), positive=positive, non_negative=non_negative)
+    return out.drop(columns=["time_us"]).assign(time_s=out["time_us"].to_numpy(dtype=np.float64) * US)
 
 
-def _times(table: pd.DataFrame, path: Path, dropped: dict) -> pd.DataFrame:
-    """Rows with a finite time_us > 0 (others counted in `dropped`), time_us → time_s."""
-    t = pd.to_numeric(table["time_us"], errors="coerce").to_numpy(dtype=np.float64)
-    good = np.isfinite(t) & (t > 0)
-    if (~good).any():
-        dropped[str(path.name)] = dropped.get(str(path.name), 0) + int((~good).sum())
-    if not good.any():
-        raise MeasuredTableError(f"{path}: column 'time_us' has no finite value > 0")
-    out = table[good].drop(columns=["time_us"]).copy()
-    out["time_s"] = t[good] * US
-    return out
+def _whole(value, key: str, path: Path) -> int:
+    """`value` as an int if it is a whole number (YAML int), else an error naming the key."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise MeasuredTableError(f"{path}: {key} holds {value!r}; expected a whole number")
+    return value
 
 
 def check_model(meta: dict, model: ModelSpec, path: Path) -> None:
@@ -82,12 +78,20 @@ def check_model(meta: dict, model: ModelSpec, path: Path) -> None:
     largest N), so each overridden width must equal the model's / N for some N in `tp_degrees`.
 
     Raises:
-        MeasuredTableError: naming meta.yaml and the first key that disagrees.
+        MeasuredTableError: naming meta.yaml and the first key that disagrees, or a key that
+            is not a whole number (list).
     """
-    overrides = (meta.get("engine_effective") or {}).get("hf_overrides") or {}
-    checked = {k: int(v) for k, v in overrides.items() if k in _OVERRIDES}
+    engine = meta.get("engine_effective") or {}
+    overrides = (engine.get("hf_overrides") if isinstance(engine, dict) else None) or {}
+    if not isinstance(overrides, dict):
+        raise MeasuredTableError(f"{path}: engine_effective.hf_overrides must be a mapping, got {overrides!r}")
+    checked = {k: _whole(v, f"engine_effective.hf_overrides.{k}", path) for k, v in overrides.items()
+               if k in _OVERRIDES}
+    degrees = meta.get("tp_degrees") or [1]
+    if not isinstance(degrees, list):
+        raise MeasuredTableError(f"{path}: tp_degrees must be a list of TP degrees (e.g. [1, 2]), got {degrees!r}")
     first_bad = None
-    for tp in sorted(int(t) for t in meta.get("tp_degrees") or [1]):
+    for tp in sorted(_whole(t, "tp_degrees", path) for t in degrees):
         bad = []
         for key, value in checked.items():
             try:
@@ -114,33 +118,37 @@ def import_llmservingsim(model_dir: str | Path, model: ModelSpec, tensor_paralle
         model_dir: the `<HW>/<org>/<model>/<variant>/` folder (holds meta.yaml and tp<N>/).
         model: the profiled model's shapes (its config.json); checked against `hf_overrides`.
         tensor_parallel_size: which `tp<N>/` folder to read.
-        device: built-in device key; default from the `<HW>` folder name (`HARDWARE`).
+        device: built-in device key, for hardware the profile does not record in a way this
+            project knows (`HARDWARE`, `source_device.GPU_NAMES`); by default the one recorded.
 
     Raises:
-        MeasuredTableError: no meta.yaml or tp<N>/, a file or column missing, a file without one
-            usable time, a model that contradicts hf_overrides, or an unknown hardware folder
-            without `device`; messages name the file and column.
+        MeasuredTableError: no meta.yaml or tp<N>/, meta.yaml not valid YAML, a file or column
+            missing, a cell that is not a number (naming its row), a file without one usable
+            row, a model that contradicts hf_overrides, an unknown hardware without `device`, or
+            a `device` that contradicts the recorded hardware / GPU; messages name the file and
+            column.
     """
     root = Path(model_dir)
     meta_path = root / "meta.yaml"
     if not meta_path.is_file():
         raise MeasuredTableError(f"{root}: not an LLMServingSim profile folder (no meta.yaml)")
-    source_meta = yaml.safe_load(meta_path.read_text()) or {}
+    source_meta = read_yaml_mapping(meta_path)
     tp_dir = root / f"tp{tensor_parallel_size}"
     if not tp_dir.is_dir():
         have = sorted(p.name for p in root.glob("tp*"))
         raise MeasuredTableError(f"{root}: no tp{tensor_parallel_size}/ folder (has {have})")
-    hardware = source_meta.get("hardware") or (root.parts[-4] if len(root.parts) >= 4 else "")
-    device = device or HARDWARE.get(hardware)
-    if device is None:
-        raise MeasuredTableError(f"{meta_path}: unknown hardware {hardware!r}; pass --device "
-                                 f"(known: {sorted(HARDWARE)})")
+    hardware = str(source_meta.get("hardware") or (root.parts[-4] if len(root.parts) >= 4 else ""))
+    gpu_name = str(source_meta.get("gpu") or "")
+    records = [(f"{meta_path.name} gpu", gpu_name, GPU_NAMES.get(gpu_name)),
+               (f"{meta_path.name} hardware", hardware, HARDWARE.get(hardware))]
+    device = resolve_device(device, recorded_device(records, str(meta_path)), str(meta_path),
+                            f"unknown hardware {hardware!r}; pass --device (known: {sorted(HARDWARE)})")
     check_model(source_meta, model, meta_path)
     dropped: dict = {}
     tables, origins = {}, {}
     for file, (name, key, column) in _FILES.items():
         path = tp_dir / file
-        raw = _times(_read_csv(path, ["layer", key, "time_us"]), path, dropped)
+        raw = _times(read_csv(path, ["layer", key, "time_us"]), path, dropped, positive=(key,))
         tables[name] = pd.DataFrame({"op": raw["layer"].astype(str).to_numpy(),
                                      column: raw[key].astype(np.int64).to_numpy(),
                                      "time_s": raw["time_s"].to_numpy()})
@@ -150,7 +158,7 @@ def import_llmservingsim(model_dir: str | Path, model: ModelSpec, tensor_paralle
         raise MeasuredTableError(f"{tp_dir / 'dense.csv'}: column 'layer' has unknown ops {unknown}; "
                                  f"known: {list(DENSE_OPS)}")
     path = tp_dir / "attention.csv"
-    raw = _times(_read_csv(path, [*_ATTENTION, "time_us"]), path, dropped)
+    raw = _times(read_csv(path, [*_ATTENTION, "time_us"]), path, dropped, non_negative=tuple(_ATTENTION))
     mixed = raw.rename(columns=_ATTENTION)[[*_ATTENTION.values(), "time_s"]]
     tables["mixed_attention"] = mixed.astype({c: np.int64 for c in _ATTENTION.values()}).reset_index(drop=True)
     origins["mixed_attention"] = {"from": str(path.relative_to(root.parent.parent.parent))}
@@ -158,7 +166,8 @@ def import_llmservingsim(model_dir: str | Path, model: ModelSpec, tensor_paralle
     if path.is_file():
         if model.moe is None:
             raise MeasuredTableError(f"{path}: a mixture-of-experts table, but model {model.name!r} is dense")
-        raw = _times(_read_csv(path, ["tokens", "activated_experts", "time_us"]), path, dropped)
+        raw = _times(read_csv(path, ["tokens", "activated_experts", "time_us"]), path, dropped,
+                     positive=("tokens", "activated_experts"))
         tables["moe_block"] = pd.DataFrame({"num_tokens": raw["tokens"].astype(np.int64).to_numpy(),
                                             "active_experts": raw["activated_experts"].astype(np.int64).to_numpy(),
                                             "time_s": raw["time_s"].to_numpy()})
