@@ -51,7 +51,7 @@ def _model_from_columns(table: pd.DataFrame, name: str, model: ModelSpec | None,
 
 
 def read_vidur_mlp(path: str | Path, tensor_parallel_size: int = 1, model: ModelSpec | None = None,
-                   device: str | None = None) -> Profile:
+                   device: str | None = None, table: pd.DataFrame | None = None) -> Profile:
     """A `Profile` of the rows of one tensor-parallel degree of a Vidur `mlp.csv`.
 
     Args:
@@ -61,13 +61,14 @@ def read_vidur_mlp(path: str | Path, tensor_parallel_size: int = 1, model: Model
             one read from the shape columns.
         device: built-in device key; default from the `<gpu>` folder (`VIDUR_DEVICES`). Its
             datasheet peaks scale the roofline features (`rates`).
+        table: the file's rows, already read and checked (profiler/importers/vidur.py); default: read `path`.
 
     Raises:
         ProfileError: a missing column, no rows at that tp, shapes that contradict `model`, or a
             device that cannot be told; the message names the file.
     """
     path = Path(path)
-    table = pd.read_csv(path)
+    table = pd.read_csv(path) if table is None else table
     needed = ["num_tokens", "num_tensor_parallel_workers", "n_head", "n_kv_head", "n_embd",
               "n_expanded_embd", "vocab_size"]
     absent = [c for c in needed if c not in table]
@@ -107,14 +108,15 @@ def read_vidur_mlp(path: str | Path, tensor_parallel_size: int = 1, model: Model
     return Profile(meta, tables)
 
 
-def read_vidur_all_reduce(path: str | Path) -> pd.DataFrame:
-    """Vidur's all_reduce.csv as rows (num_workers, size_bytes, time_*_s) in seconds.
+def read_vidur_all_reduce(path: str | Path, table: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Vidur's all_reduce.csv as rows (num_workers, size_bytes, time_*_s) in seconds (`table`: its
+    rows, already read and checked; default: read `path`).
 
     Raises:
         ProfileError: a missing column (the message names the file).
     """
     path = Path(path)
-    table = pd.read_csv(path)
+    table = pd.read_csv(path) if table is None else table
     needed = ["num_workers", "size", *(f"time_stats.all_reduce.{s}" for s in _STATS)]
     absent = [c for c in needed if c not in table]
     if absent:
