@@ -118,8 +118,10 @@ def profile_import(
     `cost_model: measured:DIR` (several: measured:DIR1,DIR2, preferred first)."""
     from profiler import get_model_spec
     from profiler.importers import import_source
+    from profiler.measured.tables import check_output_folder
 
     try:
+        check_output_folder(out)  # before the import's work; save checks it again
         spec = get_model_spec(model) if model else None
         tables = import_source(kind, source, model=spec, device=device, tensor_parallel_size=tensor_parallel_size,
                                all_reduce_csv=all_reduce)
@@ -131,6 +133,6 @@ def profile_import(
     dropped = tables.meta.get("dropped_rows") or {}
     too_fast = tables.meta.get("dropped_faster_than_datasheet") or {}
     console.print(f"wrote {out}: {tables.label}, licence {tables.meta['licence']}; rows: {rows}"
-                  + (f"; dropped (NaN or non-positive latency): {dropped}" if dropped else "")
+                  + (f"; dropped (NaN or non-positive time or size): {dropped}" if dropped else "")
                   + (f"; dropped (faster than the datasheet roofline): {too_fast}" if too_fast else ""), soft_wrap=True)
     console.print(f"use it with `cost_model: measured:{out}`")

@@ -30,6 +30,10 @@ A measured-table directory (written by `sarathi-sim profile import`, shipped und
                                    measured.json, every expert on the GPU, with exactly
                                    active_experts experts receiving tokens (LLMServingSim)
 
+A directory holds one import: importing again into it replaces its tables (those the new import
+does not write are removed), and a directory holding anything else is refused
+(`check_output_folder`).
+
 Units: every `time_s` is seconds per call on one GPU (one TP rank); sizes are element counts
 except `size_bytes`; heads are per rank. A table a source lacks has no file. Per-head attention
 tables hold the KV cache in bf16 and no sliding window.
@@ -44,7 +48,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from profiler.atomic_write import write_bytes_whole
+from profiler.atomic_write import TEMP_PREFIX, write_bytes_whole
 from profiler.json_object import read_json_object
 from profiler.model_spec import ModelSpec
 from profiler.moe import MoESpec
@@ -111,23 +115,35 @@ class MeasuredTables:
 
     def save(self, directory: str | Path, compress: bool = False) -> Path:
         """Write the CSVs and the sidecar into `directory`, each file atomically (a temporary file
-        renamed into place); returns the directory.
+        renamed into place), then remove the tables an earlier import into `directory` listed
+        that this one does not write (so no old table sits beside the new sidecar); returns the
+        directory. Every table is checked before anything is written.
 
         Args:
             compress: write `<table>.csv.gz` (gzip, no timestamp: the same bytes every time) for
                 the shipped tables.
+
+        Raises:
+            MeasuredTableError: a table with a missing column, a NaN or a non-positive time, or a
+                `directory` holding files of its own (`check_output_folder`).
+            OutputWriteError: a file could not be written (named; the previous one is kept).
         """
         directory = Path(directory)
+        files = {name: f"{name}.csv.gz" if compress else f"{name}.csv" for name in self.tables}
+        for name, table in self.tables.items():
+            check_table(table, name, f"table {name} (to be written to {directory / files[name]})")
+        previous = check_output_folder(directory)
         directory.mkdir(parents=True, exist_ok=True)
         entries = {}
         for name, table in self.tables.items():
-            file = f"{name}.csv.gz" if compress else f"{name}.csv"
-            check_table(table, name, str(directory / file))
             text = table.to_csv(index=False, float_format="%.5g")
-            write_bytes_whole(directory / file, gzip.compress(text.encode(), mtime=0) if compress else text.encode())
-            entries[name] = {**self.meta.get("tables", {}).get(name, {}), "file": file, "rows": len(table)}
+            data = gzip.compress(text.encode(), mtime=0) if compress else text.encode()
+            write_bytes_whole(directory / files[name], data)
+            entries[name] = {**self.meta.get("tables", {}).get(name, {}), "file": files[name], "rows": len(table)}
         meta = {**self.meta, "format_version": FORMAT_VERSION, "tables": entries}
         write_bytes_whole(directory / SIDECAR, (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
+        for file in sorted(previous - set(files.values())):
+            (directory / file).unlink(missing_ok=True)
         return directory
 
     @classmethod
@@ -164,6 +180,52 @@ class MeasuredTables:
         if any(t in tables for t in MODEL_TABLES) and not meta.get("model"):
             raise MeasuredTableError(f"{sidecar}: model-specific tables without a 'model' key")
         return cls(meta, tables)
+
+
+def _table_files(sidecar: Path) -> set[str] | None:
+    """The table files `sidecar` lists that `save` could have written (`<table>.csv[.gz]` of a
+    known table: a name from elsewhere is never one to delete), or None when it is not a sidecar
+    (not a JSON object with a `tables` mapping)."""
+    try:
+        meta = json.loads(sidecar.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(meta, dict) or not isinstance(meta.get("tables"), dict):
+        return None
+    ours = {f"{name}{suffix}" for name in TABLE_COLUMNS for suffix in (".csv", ".csv.gz")}
+    return {entry["file"] for entry in meta["tables"].values()
+            if isinstance(entry, dict) and entry.get("file") in ours}
+
+
+def check_output_folder(directory: str | Path) -> set[str]:
+    """Refuse a `directory` to import into that holds anything but an earlier import (its sidecar,
+    the tables it lists, temporaries of `profiler.atomic_write`), as run folders refuse foreign
+    files (`experiments/outputs.py`): nothing of the user's is overwritten or deleted.
+
+    Returns:
+        the table files the earlier import's sidecar lists (empty for a new or empty folder).
+
+    Raises:
+        MeasuredTableError: `directory` is not a folder, or holds a file or folder that no earlier
+            import wrote (naming one) or a sidecar that is not one.
+    """
+    directory = Path(directory)
+    if not directory.exists():
+        return set()
+    if not directory.is_dir():
+        raise MeasuredTableError(f"{directory}: not a folder; choose a new folder to import into")
+    sidecar = directory / SIDECAR
+    listed = _table_files(sidecar) if sidecar.is_file() else set()
+    names = sorted(p.name for p in directory.iterdir())
+    foreign = [n for n in names if n != SIDECAR and n not in (listed or ()) and not n.startswith(TEMP_PREFIX)]
+    if listed is None:
+        foreign.insert(0, SIDECAR)
+    if foreign:
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        raise MeasuredTableError(
+            f"{directory}: holds {foreign[0]}{more}, which no earlier import wrote there (measured.json does not list "
+            "it); so that nothing of yours is overwritten or deleted, import into a new folder or an empty one")
+    return listed
 
 
 def check_table(table: pd.DataFrame, name: str, path: str) -> pd.DataFrame:
