@@ -37,7 +37,8 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
         gpu_memory_utilization=e.gpu_memory_utilization, block_size=e.block_size,
         max_num_batched_tokens=budget, tensor_parallel_size=e.tensor_parallel_size,
         dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=DTYPE_BYTES[e.kv_cache_dtype],
-        max_num_seqs=e.max_num_seqs, data_parallel_size=e.data_parallel_size)
+        max_num_seqs=e.max_num_seqs, data_parallel_size=e.data_parallel_size,
+        enable_expert_parallel=e.enable_expert_parallel)
     num_blocks = e.num_gpu_blocks or fitting_blocks
     if e.scheduler == "vllm_v1":
         # vLLM V1 takes block 0 as its null block and never hands it out (vllm/v1/core/block_pool.py

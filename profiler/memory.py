@@ -135,7 +135,7 @@ def cuda_total_memory_bytes(device: DeviceSpec) -> int:
 
 
 def weights_memory_bytes(model: ModelSpec, tensor_parallel_size: int = 1, dtype_bytes: int = 2,
-                         data_parallel_size: int = 1) -> int:
+                         data_parallel_size: int = 1, enable_expert_parallel: bool = False) -> int:
     """What vLLM's "Model loading took" counts on one rank (bytes): the parameters at
     `dtype_bytes`, split over tp (norms are replicated: < 1 MB, not counted), plus the rotary
     cos/sin cache, max_position_embeddings × head_dim in the activation dtype, held once per rank
@@ -144,12 +144,14 @@ def weights_memory_bytes(model: ModelSpec, tensor_parallel_size: int = 1, dtype_
     (`profiler.moe_memory.weight_params_per_rank`)."""
     rotary = model.max_model_len * model.head_dim * _ACTIVATION_BYTES
     if model.moe is not None:
-        return weight_params_per_rank(model, tensor_parallel_size, data_parallel_size) * dtype_bytes + rotary
+        return weight_params_per_rank(model, tensor_parallel_size, data_parallel_size,
+                                      enable_expert_parallel) * dtype_bytes + rotary
     return model.weight_bytes(dtype_bytes) // tensor_parallel_size + rotary
 
 
 def profile_run_peak_bytes(model: ModelSpec, device: DeviceSpec, max_num_batched_tokens: int,
-                           max_num_seqs: int, tensor_parallel_size: int = 1, data_parallel_size: int = 1) -> int:
+                           max_num_seqs: int, tensor_parallel_size: int = 1, data_parallel_size: int = 1,
+                           enable_expert_parallel: bool = False) -> int:
     """`torch_peak_increase` of vLLM 0.19's profile run on one rank (bytes): max(forward,
     sampler) + `WORKSPACE_BYTES`, each term as the module docstring derives it.
 
@@ -161,7 +163,7 @@ def profile_run_peak_bytes(model: ModelSpec, device: DeviceSpec, max_num_batched
     rows = min(tokens, max_num_seqs)
     forward = tokens * _ACTIVATION_BYTES * (3 * model.intermediate_size // tensor_parallel_size + 4 * hidden)
     if model.moe is not None:  # the fused-MoE buffers instead of the MLP's (profiler/moe_memory.py)
-        forward = moe_forward_peak_bytes(model, tokens, tensor_parallel_size, data_parallel_size)
+        forward = moe_forward_peak_bytes(model, tokens, tensor_parallel_size, data_parallel_size, enable_expert_parallel)
     logits = rows * vocab * (_ACTIVATION_BYTES + 3 * _FP32_BYTES)
     if rows >= _TRITON_MIN_ROWS:
         sms = NUM_SMS.get(device.name, _DEFAULT_NUM_SMS)
@@ -194,6 +196,7 @@ def vllm_kv_pool(
     dtype_bytes: int = 2,
     kv_dtype_bytes: int = 2,
     data_parallel_size: int = 1,
+    enable_expert_parallel: bool = False,
 ) -> KVPoolBreakdown:
     """One rank's KV pool as vLLM 0.19 computes it (module docstring), every term kept.
 
@@ -206,6 +209,7 @@ def vllm_kv_pool(
         kv_dtype_bytes: KV-cache bytes per element.
         data_parallel_size: DP ranks of a mixture of experts (its experts are split over DP × TP
             GPUs: `profiler.moe_memory`); no effect on a dense model.
+        enable_expert_parallel: a mixture of experts split by expert (the busiest rank's share).
 
     Returns:
         The breakdown; `num_blocks` is 0 (and `available_bytes` may be negative) when nothing fits.
@@ -215,8 +219,9 @@ def vllm_kv_pool(
     """
     tp = tensor_parallel_size
     requested = math.ceil(cuda_total_memory_bytes(device) * gpu_memory_utilization)
-    weights = weights_memory_bytes(model, tp, dtype_bytes, data_parallel_size)
-    activation = profile_run_peak_bytes(model, device, max_num_batched_tokens, max_num_seqs, tp, data_parallel_size)
+    weights = weights_memory_bytes(model, tp, dtype_bytes, data_parallel_size, enable_expert_parallel)
+    activation = profile_run_peak_bytes(model, device, max_num_batched_tokens, max_num_seqs, tp, data_parallel_size,
+                                        enable_expert_parallel)
     non_torch = non_torch_increase_bytes(device, tp)
     cudagraph = 0  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 in 0.19 (module docstring)
     available = requested - weights - activation - non_torch - cudagraph
@@ -239,6 +244,7 @@ def kv_pool_blocks(
     kv_dtype_bytes: int = 2,
     max_num_seqs: int = 128,
     data_parallel_size: int = 1,
+    enable_expert_parallel: bool = False,
 ) -> int:
     """KV-cache blocks of `block_size` tokens that fit on each GPU: `vllm_kv_pool(...).num_blocks`.
 
@@ -259,7 +265,8 @@ def kv_pool_blocks(
     pool = vllm_kv_pool(model, device, gpu_memory_utilization=gpu_memory_utilization,
                         block_size=block_size, max_num_batched_tokens=max_num_batched_tokens,
                         max_num_seqs=max_num_seqs, tensor_parallel_size=tensor_parallel_size,
-                        dtype_bytes=dtype_bytes, kv_dtype_bytes=kv_dtype_bytes, data_parallel_size=data_parallel_size)
+                        dtype_bytes=dtype_bytes, kv_dtype_bytes=kv_dtype_bytes, data_parallel_size=data_parallel_size,
+                        enable_expert_parallel=enable_expert_parallel)
     if pool.num_blocks < 1:
         raise ValueError(
             f"{model.name} does not fit on {device.name} with tensor_parallel_size={tensor_parallel_size}: "

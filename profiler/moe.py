@@ -10,10 +10,11 @@ Every layer of the supported families replaces the dense SwiGLU MLP by a sparse 
 - Qwen2-MoE only: one always-on shared expert of width `shared_expert_intermediate_size` and its
   sigmoid gate Linear(hidden → 1) (`Qwen2MoeSparseMoeBlock.shared_expert`, `shared_expert_gate`).
 
-Expert parallelism (vLLM `--enable-expert-parallel`): the experts are split evenly over the EP
-ranks (`FusedMoE` `determine_expert_map`, vllm/model_executor/layers/fused_moe/layer.py: rank r
-holds experts [r·E/EP, (r+1)·E/EP) in the default linear placement), and inside an expert tensor
-parallelism splits the intermediate width.
+Expert parallelism (vLLM `--enable-expert-parallel`): the experts are split over the EP ranks as
+evenly as they go, the first E mod EP ranks holding one more (`FusedMoE` `determine_expert_map`,
+vllm/model_executor/layers/fused_moe/layer.py: in the default linear placement rank r holds the
+⌊E/EP⌋ (+1) experts from r·⌊E/EP⌋ + min(r, E mod EP)), and inside an expert tensor parallelism
+splits the intermediate width.
 """
 from __future__ import annotations
 
@@ -66,17 +67,21 @@ class MoESpec:
                 + self.router_params(hidden_size))
 
     def experts_per_rank(self, expert_parallel_size: int, key: str = "expert_parallel_size") -> int:
-        """Routed experts each EP rank holds.
+        """Routed experts the busiest EP rank holds: ⌈E / EP⌉. vLLM splits the experts as evenly
+        as it can and gives the remainder to the first ranks (`determine_expert_map`,
+        vllm/model_executor/layers/fused_moe/layer.py: `base_experts = global_num_experts // ep_size`,
+        `local_num_experts = base_experts + 1 if ep_rank < remainder`; only EPLB, not modelled,
+        asserts an even split), so 60 experts over EP 8 are 8, 8, 8, 8, 7, 7, 7, 7.
 
         Raises:
-            ValueError: the EP degree does not divide the experts (vLLM's linear placement would
-                give ranks unequal shares; the message names `key` and the valid degrees).
+            ValueError: an EP degree below 1 or above the experts (a rank would hold none; the
+                message names `key` and the valid degrees).
         """
         ep = expert_parallel_size
-        if ep <= 0 or self.num_experts % ep:
-            valid = [d for d in range(1, self.num_experts + 1) if self.num_experts % d == 0]
-            raise ValueError(f"{key} {ep} must divide the model's {self.num_experts} experts; valid: {valid}")
-        return self.num_experts // ep
+        if not 1 <= ep <= self.num_experts:
+            raise ValueError(f"{key} {ep} must be from 1 to the model's {self.num_experts} experts "
+                             "(every expert-parallel rank holds at least one expert)")
+        return -(-self.num_experts // ep)
 
     def expected_active_experts(self, num_tokens: float, num_experts: int | None = None) -> float:
         """Expected distinct experts, of `num_experts` (default all) of this block, that at least

@@ -69,11 +69,12 @@ class MoELayout:
 
     Attributes:
         moe_tp: ranks each expert's width is split over; moe_ep: ranks the experts are split over;
-        experts_per_rank: routed experts each rank holds.
+        experts_per_rank: routed experts the busiest rank holds (⌈E / EP⌉: vLLM gives the
+            remainder to the first ranks, `MoESpec.experts_per_rank`).
 
     Raises:
-        ValueError: the EP degree does not divide the experts, or the MoE TP degree does not
-            divide the expert width (messages name the engine key and what would be valid).
+        ValueError: an EP degree above the experts, or the MoE TP degree does not divide the
+            expert width (messages name the engine key and what would be valid).
     """
 
     def __init__(self, moe: MoESpec, tensor_parallel_size: int = 1, data_parallel_size: int = 1,

@@ -26,9 +26,11 @@ def test_layout_splits_experts_or_widths_over_dp_times_tp():
     assert (ep.moe_ep, ep.moe_tp, ep.experts_per_rank) == (2, 1, 64)
     tp = MoELayout(QWEN.moe, tensor_parallel_size=2, data_parallel_size=2, enable_expert_parallel=False)
     assert (tp.moe_ep, tp.moe_tp, tp.experts_per_rank) == (1, 4, 128)
+    # EP 3 of 128 experts: vLLM's determine_expert_map gives 43, 43, 42; the busiest rank holds 43
+    assert MoELayout(QWEN.moe, 1, 3, True).experts_per_rank == 43
     with pytest.raises(ValueError, match=r"engine.enable_expert_parallel: expert parallel size \(data_parallel_size × "
-                                         r"tensor_parallel_size = 3 × 1\) 3 must divide the model's 128 experts"):
-        MoELayout(QWEN.moe, 1, 3, True)
+                                         r"tensor_parallel_size = 16 × 1\) 16 must be from 1 to the model's 8 experts"):
+        MoELayout(get_model_spec("mixtral-8x7b").moe, 1, 16, True)
     with pytest.raises(ValueError, match=r"= 3 \(the MoE tensor-parallel degree without enable_expert_parallel\) must "
                                          r"divide the expert width 14336"):
         MoELayout(get_model_spec("mixtral-8x7b").moe, 3, 1, False)
@@ -45,12 +47,16 @@ def test_weights_per_rank_hold_total_parameters():
 
 def test_kv_pool_of_the_dp2_ep2_run():
     pool = vllm_kv_pool(QWEN, get_device_spec("rtx-pro-6000"), gpu_memory_utilization=0.9, block_size=16,
-                        max_num_batched_tokens=2048, max_num_seqs=128, data_parallel_size=2)
+                        max_num_batched_tokens=2048, max_num_seqs=128, data_parallel_size=2,
+                        enable_expert_parallel=True)
     rotary = 262_144 * 128 * 2
     assert pool.weights_bytes == 16_036_608_000 * 2 + rotary == 32_140_324_864
     # fused-MoE caches of the 2 × 2048 tokens every rank's MoE layer gets in the profile run:
     # 4096 × 8 × (3 × 768 + 2048) + 4 × 2048 × 2048 elements × 2 bytes — below the sampler term here.
     forward = (4096 * 8 * (3 * 768 + 2048) + 4 * 2048 * 2048) * 2
+    from profiler.moe_memory import moe_forward_peak_bytes
+
+    assert moe_forward_peak_bytes(QWEN, 2048, 1, 2, enable_expert_parallel=True) == forward  # EP: the whole width
     assert forward < pool.activation_peak_bytes
     assert pool.block_bytes == 16 * 2 * 48 * 4 * 128 * 2
 
@@ -121,7 +127,7 @@ def test_shipped_tables_price_the_built_in_moe_from_aiconfigurator():
 
 
 @pytest.mark.parametrize("engine, match", [
-    ({"data_parallel_size": 3, "enable_expert_parallel": True}, r"must divide the model's 128 experts"),
+    ({"data_parallel_size": 256, "enable_expert_parallel": True}, r"256 must be from 1 to the model's 128 experts"),
     ({"data_parallel_size": 2, "num_gpus": 4}, r"engine.num_gpus is 4 but data_parallel_size × tensor_parallel_size × "
                                                r"pipeline_parallel_size = 2 × 1 × 1 = 2"),
     ({"data_parallel_size": 2, "pipeline_parallel_size": 2}, r"with pipeline_parallel_size > 1 is not modelled"),
@@ -191,3 +197,30 @@ def test_goodput_per_gpu_divides_by_every_gpu_of_the_layout():
     columns = report_columns({"makespan_s": 2.0}, requests, point)
     assert columns["goodput_rps"] == pytest.approx(1.5)  # 3 of 4 requests within TTFT 1 s, over 2 s
     assert columns["goodput_rps_per_gpu"] == pytest.approx(1.5 / 4)  # TP 2 × DP 2
+
+
+def test_ep_remainder_goes_to_the_first_ranks_and_prices_the_busiest():
+    from profiler.moe_memory import moe_forward_peak_bytes
+    from profiler.moe_routing import rank_expert_counts
+
+    # vLLM determine_expert_map (linear placement): ⌊E / EP⌋ each, one more on the first E mod EP ranks.
+    assert rank_expert_counts(60, 8) == [8, 8, 8, 8, 7, 7, 7, 7]
+    assert rank_expert_counts(128, 3) == [43, 43, 42]
+    # 6 experts of top-2 over EP 4 (2, 2, 1, 1): rank 0 holds 2 of the 6 uniform experts, q = 2/6
+    # each, so 3 tokens give it 3 · 2 · 2/6 = 2 pairs on 2 · (1 − (4/6)³) = 38/27 experts.
+    six = ModelSpec("six-moe", 2, 1024, 8, 8, 128, 4096, 1000, 4096,
+                    moe=MoESpec(num_experts=6, num_experts_per_tok=2, expert_intermediate_size=512))
+    layout = MoELayout(six.moe, 1, 4, True)
+    assert layout.experts_per_rank == 2
+    block = MoEBlockCost(six, get_device_spec("h100-sxm"), layout)
+    assert block._rank_load(3) == pytest.approx((2.0, 38 / 27))
+    # memory of the busiest GPU: 2 whole experts per layer with EP; 6/4 of one by width without
+    expert = 3 * 1024 * 512
+    rest = six.num_params - six.expert_params()
+    assert weight_params_per_rank(six, 1, 4, enable_expert_parallel=True) == rest + 2 * 2 * expert
+    assert weight_params_per_rank(six, 1, 4) == rest + 2 * 6 * expert // 4
+    # the fused-MoE caches hold the whole width with EP (MoE TP 1), a quarter of it by width:
+    # 4 ranks × 100 tokens × top-2 × (3 × 512 + 1024) + 4 × 100 × 1024 elements, 2 bytes each
+    assert moe_forward_peak_bytes(six, 100, 1, 4, enable_expert_parallel=True) == (
+        400 * 2 * (3 * 512 + 1024) + 4 * 100 * 1024) * 2
+    assert moe_forward_peak_bytes(six, 100, 1, 4) == (400 * 2 * (3 * 128 + 1024) + 4 * 100 * 1024) * 2

@@ -119,11 +119,16 @@ def test_expected_active_experts_uniform_routing():
     assert moe.expected_active_experts(10_000) == pytest.approx(128.0)
 
 
-def test_ep_degree_must_divide_the_experts():
-    with pytest.raises(ValueError, match=r"enable_expert_parallel: expert parallel size 3 must divide the model's 128 "
-                                         r"experts; valid: \[1, 2, 4, 8, 16, 32, 64, 128\]"):
-        MoESpec(128, 8, 768).experts_per_rank(3, key="enable_expert_parallel: expert parallel size")
+def test_ep_degree_may_leave_a_remainder_on_the_first_ranks():
+    # vLLM determine_expert_map: 60 experts over EP 8 are 8, 8, 8, 8, 7, 7, 7, 7; the busiest holds 8.
+    assert MoESpec(60, 4, 1408).experts_per_rank(8) == 8
+    assert MoESpec(128, 8, 768).experts_per_rank(3) == 43  # 43, 43, 42
     assert MoESpec(128, 8, 768).experts_per_rank(2) == 64
+    assert MoESpec(8, 2, 14336).experts_per_rank(8) == 1
+    for ep in (0, 9):
+        with pytest.raises(ValueError, match=rf"enable_expert_parallel: expert parallel size {ep} must be from 1 to "
+                                             r"the model's 8 experts \(every expert-parallel rank holds at least one"):
+            MoESpec(8, 2, 14336).experts_per_rank(ep, key="enable_expert_parallel: expert parallel size")
 
 
 @pytest.mark.parametrize("config, match", [

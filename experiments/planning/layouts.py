@@ -20,9 +20,10 @@ point's router). Which ones are enumerated follows what the simulator models:
 A candidate the model cannot take is skipped with the reason (`enumerate_layouts`), never
 silently: TP must divide the attention heads and TP and the KV heads one another
 (`ModelSpec.kv_heads_per_rank`, vLLM's `QKVParallelLinear`), PP at most the layers, and for an
-MoE the EP degree must divide the experts and, without EP, the MoE TP degree (DP × TP) the expert
-width (`profiler.moe_cost.MoELayout`). `experiments.config.layouts_of` then skips, the same way,
-the layouts the point's other settings rule out (a DP group with KV swaps or a draft model).
+MoE the EP degree must be at most the experts (vLLM gives a remainder to the first ranks) and,
+without EP, the MoE TP degree (DP × TP) must divide the expert width
+(`profiler.moe_cost.MoELayout`). `experiments.config.layouts_of` then skips, the same way, the
+layouts the point's other settings rule out (a DP group with KV swaps or a draft model).
 Whether the weights fit a GPU is not checked here: a layout that does not fit fails as its point,
 with the memory error, in the report.
 """
