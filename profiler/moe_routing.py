@@ -2,9 +2,10 @@
 
 Routing model. Expert i (0-based, hottest first) has popularity p_i ∝ (i + 1)^−skew, Σ p_i = 1
 (`expert_popularity`; skew 0 is uniform routing): the share of the token–expert pairs it would
-get if nothing limited it. A token's router picks k *distinct* experts (vLLM `FusedMoE` top-k,
-vllm/model_executor/layers/fused_moe/fused_moe.py `fused_topk`: `torch.topk` over the token's
-expert scores), so one token gives one expert at most one pair: q_i, the probability expert i
+get if nothing limited it. A token's router picks k *distinct* experts (vLLM `fused_topk`,
+vllm/model_executor/layers/fused_moe/router/fused_topk_router.py: the `topk_softmax` kernel
+takes the k highest of the token's expert scores, k different indices), so one token gives one
+expert at most one pair: q_i, the probability expert i
 is in one token's top-k set, is at most 1 and Σ q_i = k. `topk_inclusion_probabilities` takes
 q_i = min(1, c · p_i) with c the one constant that makes Σ q_i = k: proportional to popularity
 where it can be, capped at one pair per token where it cannot, the overflow shared by the others
@@ -29,12 +30,12 @@ popular as any other rank's, so it has the most pairs *and* the most active expe
 busiest rank every other rank waits for at the combine.
 
 What skew does to it: its pairs, T · Σ_{i<E_0} q_i, never fall as the skew grows (the hottest
-experts' share only grows; checked over skew 0–4 in tests/test_moe_cost.py). Its active experts
+experts' share only grows; checked over skew 0–4 in tests/test_moe_routing.py). Its active experts
 can fall: at extreme skew every token takes the same k experts, so at T tokens the rank streams
 about k experts' weights instead of E_0 · (1 − (1 − k/E)^T) — fewer when T is large enough that
 uniform routing touches more than k of them. The weight-bound time of a small batch can so fall
 at high skew; AIConfigurator's measured power-law rows show it too (H100 SXM, Qwen3-30B-A3B's
-experts at EP 4: 32–64 tokens take 119–128 µs at power_law_1.01 / 1.2 against 129–133 µs
+experts at EP 4: 32–64 tokens take 115–128 µs at power_law_1.01 / 1.2 against 129–133 µs
 balanced; from 256 tokens on power-law is slower).
 """
 from __future__ import annotations

@@ -125,7 +125,7 @@ def test_extreme_skew_reads_fewer_experts_for_a_batch_of_decodes():
     # A deliberate non-monotonicity, not a bug: 16 decodes at uniform routing touch
     # 32 · (1 − (120/128)^16) = 20.6 of rank 0's 32 experts; at skew 4 every token takes nearly
     # the same experts and rank 0 streams about 15 experts' weights although it has 4 × the
-    # pairs. (AIConfigurator's H100 EP 4 rows: 32–64 tokens are 3–11 % faster at power_law_1.2
+    # pairs. (AIConfigurator's H100 EP 4 rows: 32–64 tokens are 5–11 % faster at power_law_1.2
     # than balanced.)
     uniform = rank_load(busiest_rank_inclusion(128, 8, 4, 0.0), 16)
     skewed = rank_load(busiest_rank_inclusion(128, 8, 4, 4.0), 16)
