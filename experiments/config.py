@@ -1270,21 +1270,43 @@ def _validate(raw: dict, path: Path, root_node, where: str, line: int | None = N
             loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "tagged-union["))]
             loc = [p for p in loc if p not in TRACE_KINDS or loc[0] != "trace"]  # trace.poisson.qps: trace.qps
             key = ".".join(loc)
-            message = err["msg"].removeprefix("Value error, ")
+            message = err["msg"].replace("Value error, ", "")  # also inside a message that quotes another
             lead = re.match(r"([a-z_]+(?:\.[a-z_]+)*)(?:: | \()", message)
+            sentence = re.match(r"([a-z_]+(?:\.[a-z_]+)+) ", message)  # "engine.num_gpus is 3 but ..."
             if not key and lead:  # a check across keys (SweepConfig._deployment_fits) leads with the key
                 key, loc = lead[1], lead[1].split(".")
                 message = message.removeprefix(f"{key}: ")
+            elif not key and sentence:  # ... or is a sentence about it: the line is that key's (or its parent's)
+                key, loc = sentence[1], sentence[1].split(".")
+            key, loc, message = _set_key_named(key, loc, message, set_keys or {})
             at_line = line or _line_of(root_node, loc)
             at = f" (line {at_line})" if at_line else ""
+            below = [k for k in set_keys or () if key and k.startswith(key + ".")]
             if key and any(key == k or key.startswith(k + ".") for k in set_keys or ()):  # the value --set gave
                 key, at = f"--set {key}", ""
+            elif below:  # a mapping of the file that --set changed a key of
+                at = f" ({at.strip(' ()') + ', ' if at else ''}changed by --set {', '.join(below)})"
             if err["type"] == "extra_forbidden":
                 message = "unknown key"
             elif not isinstance(err.get("input"), (dict, list)) and "input" in err and ", got " not in message:
                 message += f" (got {err['input']!r})"
             lines.append(f"{path}: {where}{key or '<root>'}{at}: {message}")
         raise ConfigError("\n".join(lines)) from None
+
+
+def _set_key_named(key: str, loc: list[str], message: str, set_keys: dict[str, Any]) -> tuple[str, list[str], str]:
+    """(key, loc, message) of an error on a mapping whose message leads with a key inside it
+    ("cluster.prefill.engine" + "chunk_size: ..."): that inner key when --set gave it, so the
+    error names `--set cluster.prefill.engine.chunk_size`, not the mapping's line in the file; the
+    mapping's own name repeated at the message's head ("engine: ...") is dropped."""
+    if not key:
+        return key, loc, message
+    message = message.removeprefix(f"{loc[-1]}: ") if loc else message
+    inner = re.match(r"([a-z_]+(?:\.[a-z_]+)*): ", message)
+    nested = f"{key}.{inner[1]}" if inner else None
+    if nested and any(nested == k or nested.startswith(k + ".") for k in set_keys):
+        return nested, nested.split("."), message.removeprefix(f"{inner[1]}: ")
+    return key, loc, message
 
 
 def _cross(variant: dict[str, Any]) -> list[dict[str, Any]]:

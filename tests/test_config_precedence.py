@@ -195,7 +195,8 @@ def test_a_set_invalid_for_one_point_names_that_point_and_the_keys():
     lines = Path(QUICKSTART).read_text().splitlines()  # the line of variants[1] (the file's comments may change)
     engine_line = next(i for i, line in enumerate(lines, 1) if line.startswith("  - {engine.scheduler: sarathi"))
     assert str(info.value) == (f"{QUICKSTART}: variants[1] {{engine.scheduler: sarathi, engine.chunk_size: 256}}: "
-                               f"engine (line {engine_line}): max_num_seqs (300) must be <= chunk_size (256): each "
+                               f"engine (line {engine_line}, changed by --set engine.max_num_seqs): max_num_seqs (300) "
+                               "must be <= chunk_size (256): each "
                                "decode takes one token of the budget")
 
 
@@ -222,3 +223,19 @@ def test_the_config_as_run_loads_again_to_the_same_points(tmp_path, overrides):
 def test_variants_as_run_of_a_set_chunk_size(tmp_path):
     base, _ = load_config(QUICKSTART, ["engine.chunk_size=300"], on_warning=lambda text: None)
     assert base.variants == [{"engine.scheduler": "vllm"}, {}]
+
+
+# ----- a check across keys points at the key it is about (breaker pass D) -----------------------
+@pytest.mark.parametrize("engine, overrides, expected", [
+    ("  num_gpus: 3\n", [], "engine.num_gpus (line 6): engine.num_gpus is 3 but data_parallel_size × "
+                            "tensor_parallel_size × pipeline_parallel_size = 1 × 1 × 1 = 1; make them match"),
+    ("  router: session_affinity\n", [], "engine.router (line 6): engine.router session_affinity sends a "
+                                         "conversation's turns to one replica: it needs trace kind sessions"),
+    ("  num_gpus: 3\n", ["engine.num_gpus=5"], "--set engine.num_gpus: engine.num_gpus is 5 but"),
+])
+def test_a_cross_key_check_names_the_key_and_its_line_not_the_root(tmp_path, engine, overrides, expected):
+    path = write(tmp_path, "model: llama-3-8b\ndevice: h100-sxm\ntrace: {kind: poisson, qps: 1, num_requests: 5}\n"
+                           "engine:\n  scheduler: vllm_v1\n" + engine)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, overrides)
+    assert str(info.value).startswith(f"{path}: {expected}") and "<root>" not in str(info.value)

@@ -79,8 +79,12 @@ def test_device_link_is_the_device_interconnect():
     ("engine.replicas=2", "engine.replicas is not read with cluster"),
     ("cluster.decode.engine={tensor_parallel_size: 3}", "cluster.decode.engine.tensor_parallel_size"),
     ("cluster.prefill.engine={data_parallel_size: 2}", "cluster.prefill.engine"),
-    ("cluster.decode.engine={pipeline_parallel_size: 0}", "cluster.decode.engine (line 10): pipeline_parallel_size"),
-    ("cluster.prefill.engine={chunk_sise: 2}", "cluster.prefill.engine (line 9): chunk_sise"),
+    # A pool engine key that --set gave is named as --set, not as the file's line of that pool (breaker pass D).
+    ("cluster.decode.engine={pipeline_parallel_size: 0}", "--set cluster.decode.engine.pipeline_parallel_size: Input "
+     "should be greater than or equal to 1"),
+    ("cluster.prefill.engine={chunk_sise: 2}", "--set cluster.prefill.engine.chunk_sise: Extra inputs"),
+    ("cluster.prefill.engine.chunk_size=100", "cluster.prefill.engine (line 9, changed by --set "
+     "cluster.prefill.engine.chunk_size): max_num_seqs (128) must be <= chunk_size (100)"),
     ("cluster.decode.engine={kv_cache_dtype: fp8}", "kv_cache_dtype differ"),
     ("cluster.decode.device=h900", "cluster.decode.device"),
     ("cluster.decode.router=busiest", "cluster.decode.router"),
