@@ -5,8 +5,8 @@ Routing model. Expert i (0-based, hottest first) has popularity p_i ∝ (i + 1)^
 get if nothing limited it. A token's router picks k *distinct* experts (vLLM `fused_topk`,
 vllm/model_executor/layers/fused_moe/router/fused_topk_router.py: the `topk_softmax` kernel
 takes the k highest of the token's expert scores, k different indices), so one token gives one
-expert at most one pair: q_i, the probability expert i
-is in one token's top-k set, is at most 1 and Σ q_i = k. `topk_inclusion_probabilities` takes
+expert at most one pair: q_i, the probability expert i is in one token's top-k set, is at most 1
+and Σ q_i = k. `topk_inclusion_probabilities` takes
 q_i = min(1, c · p_i) with c the one constant that makes Σ q_i = k: proportional to popularity
 where it can be, capped at one pair per token where it cannot, the overflow shared by the others
 in proportion to their popularity. These are exact inclusion probabilities of a fixed-size
