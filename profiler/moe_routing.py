@@ -1,20 +1,20 @@
 """Expected load of the busiest expert-parallel rank under top-k routing with a popularity skew.
 
 Routing model. Expert i (0-based, hottest first) has popularity p_i ∝ (i + 1)^−skew, Σ p_i = 1
-(`expert_popularity`; skew 0 is uniform routing): the share of the token–expert pairs it would
-get if nothing limited it. A token's router picks k *distinct* experts (vLLM `fused_topk`,
-vllm/model_executor/layers/fused_moe/router/fused_topk_router.py: the `topk_softmax` kernel
-takes the k highest of the token's expert scores, k different indices), so one token gives one
-expert at most one pair: q_i, the probability expert i is in one token's top-k set, is at most 1
-and Σ q_i = k. `topk_inclusion_probabilities` takes q_i = min(1, c · p_i) with c the one
-constant that makes Σ q_i = k: proportional to popularity where it can be, capped at one pair per
-token where it cannot, the overflow shared by the others in proportion to their popularity. These are exact inclusion probabilities of a fixed-size
-sample of k distinct experts: systematic πps sampling (Madow, Ann. Math. Statist. 20:333–354,
-1949) lays the q_i end to end on [0, k), draws u ~ U[0, 1) and takes the experts under
-u, u + 1, …, u + k − 1 — k distinct experts (every q_i ≤ 1) with P(i taken) = q_i exactly. The
-cap is the same one AIConfigurator's power-law routing applies to its per-expert token counts
-(ai-dynamo/aiconfigurator collector/helper.py `_generate_power_law_distribution`: each expert's
-count clamped to num_tokens, "each token can select an expert at most once"; it hands the
+(`expert_popularity`; skew 0 is uniform routing): the share of the token–expert pairs it would get
+if nothing limited it. A token's router picks k *distinct* experts (vLLM `fused_topk`,
+vllm/model_executor/layers/fused_moe/router/fused_topk_router.py: the `topk_softmax` kernel takes
+the k highest of the token's expert scores, k different indices), so one token gives one expert at
+most one pair: q_i, the probability expert i is in one token's top-k set, is at most 1 and Σ q_i =
+k. `topk_inclusion_probabilities` takes q_i = min(1, c · p_i) with c the one constant that makes Σ
+q_i = k: proportional to popularity where it can be, capped at one pair per token where it cannot,
+the overflow shared by the others in proportion to their popularity. These are exact inclusion
+probabilities of a fixed-size sample of k distinct experts: systematic πps sampling (Madow, Ann.
+Math. Statist. 20:333–354, 1949) lays the q_i end to end on [0, k), draws u ~ U[0, 1) and takes the
+experts under u, u + 1, …, u + k − 1 — k distinct experts (every q_i ≤ 1) with P(i taken) = q_i
+exactly. The cap is the same one AIConfigurator's power-law routing applies to its per-expert token
+counts (ai-dynamo/aiconfigurator collector/helper.py `_generate_power_law_distribution`: each
+expert's count clamped to num_tokens, "each token can select an expert at most once"; it hands the
 overflow to the least-loaded experts, here it goes in proportion to popularity).
 
 Tokens route independently, so over T tokens a rank holding experts S gets T · Σ_{i∈S} q_i pairs
