@@ -483,10 +483,7 @@ class EngineConfig(_Strict):
                 raise ValueError(
                     f"engine.{key} is not used by scheduler {self.scheduler!r} (only by {', '.join(users)})"
                 )
-        if self.router == "prefix_aware" and not (self.scheduler == "vllm_v1" and self.enable_prefix_caching):
-            raise ValueError("engine.router prefix_aware routes by each replica's prefix cache: it needs "
-                             "engine.scheduler vllm_v1 with engine.enable_prefix_caching true (got scheduler "
-                             f"{self.scheduler!r}, enable_prefix_caching {self.enable_prefix_caching})")
+        check_router(self.router, "engine.router", self, "engine")
         if self.split_n and isinstance(self.acceptance, list) and len(self.acceptance) != self.split_n:
             raise ValueError(f"engine.acceptance lists {len(self.acceptance)} per-position probabilities but "
                              f"split_n is {self.split_n}: give exactly one per draft position")
@@ -503,11 +500,34 @@ class EngineConfig(_Strict):
         return self.chunk_size if self.scheduler in CHUNKING_SCHEDULERS else self.max_num_batched_tokens
 
     def used_settings(self) -> dict[str, Any]:
-        """The settings this point's scheduler actually reads, as table cells (for CSV/Parquet
-        columns: lists and mappings such as `acceptance` or `draft` become JSON text)."""
+        """The settings this point's scheduler and router actually read, as table cells (for
+        CSV/Parquet columns: lists and mappings such as `acceptance` or `draft` become JSON text;
+        `router_overlap_weight` only beside router prefix_aware, the one that reads it)."""
         return {k: json.dumps(v) if isinstance(v, (dict, list)) else v
                 for k, v in self.model_dump(mode="json").items()
-                if k not in _SCHEDULER_SPECIFIC or k in SCHEDULER_KEYS[self.scheduler]}
+                if (k not in _SCHEDULER_SPECIFIC or k in SCHEDULER_KEYS[self.scheduler])
+                and (k != "router_overlap_weight" or self.router == "prefix_aware")}
+
+
+def check_router(router: str, router_key: str, e: EngineConfig, engine_key: str) -> None:
+    """The router checks of a colocated engine (`engine.router` over `engine:`) and of a cluster
+    pool (`cluster.<pool>.router` over the pool's merged engine, `check_cluster`): one rule for
+    both. `router_key` / `engine_key` name where the user sets them.
+
+    Raises:
+        ValueError: router prefix_aware without scheduler vllm_v1 and enable_prefix_caching true
+            (it routes by each replica's prefix cache, simulator/router.py); router_overlap_weight
+            set explicitly beside another router (only prefix_aware reads it: the default, 1,
+            is no setting and passes).
+    """
+    if router == "prefix_aware" and not (e.scheduler == "vllm_v1" and e.enable_prefix_caching):
+        raise ValueError(f"{router_key} prefix_aware routes by each replica's prefix cache: it needs "
+                         f"{engine_key}.scheduler vllm_v1 with {engine_key}.enable_prefix_caching true (got scheduler "
+                         f"{e.scheduler!r}, enable_prefix_caching {e.enable_prefix_caching})")
+    if "router_overlap_weight" in e.model_fields_set and router != "prefix_aware":
+        raise ValueError(f"{engine_key}.router_overlap_weight applies only to router: prefix_aware (its weight of "
+                         f"uncached prompt blocks against load); {router_key} {router} does not read it: remove it "
+                         f"or set {router_key}: prefix_aware")
 
 
 class SearchConfig(_Strict):
@@ -722,7 +742,7 @@ class SweepConfig(_Strict):
         if e.pipeline_parallel_size > model.num_layers:
             raise ValueError(f"engine.pipeline_parallel_size ({e.pipeline_parallel_size}) exceeds "
                              f"{model.name}'s {model.num_layers} layers")
-        _check_parallel_layout(e, model)
+        _check_parallel_layout(e, model, check_num_gpus=self.cluster is None)  # a cluster's: check_cluster
         if e.num_gpu_blocks is not None:
             _check_kv_pool_override(e, model, device)
         if self.cost_model.startswith("profile:") and model.moe is None and self.cluster is None:
@@ -1420,16 +1440,17 @@ _LABELLED_KEYS = {"name", "variants", *(f"engine.{k}" for k in (
       for k in ("replicas", "engine.tensor_parallel_size", "engine.pipeline_parallel_size"))}
 
 
-def _check_parallel_layout(e: EngineConfig, model) -> None:
+def _check_parallel_layout(e: EngineConfig, model, check_num_gpus: bool = True) -> None:
     """Data / expert parallel settings the simulator can model (simulator/data_parallel.py).
+    `check_num_gpus` False: `num_gpus` counts a cluster's pools (`check_cluster`), not this engine.
 
     Raises:
-        ValueError: num_gpus not DP × TP × PP; expert parallelism or routing skew on a dense model;
-            an EP degree that does not divide the experts (`profiler.moe_cost.MoELayout`); DP with
+        ValueError: num_gpus not DP × TP × PP (with `check_num_gpus`); expert parallelism or
+            routing skew on a dense model; an EP degree that does not divide the experts (`profiler.moe_cost.MoELayout`); DP with
             pipeline parallelism or replicas (not modelled). Each names the key and what is valid.
     """
     gpus = e.data_parallel_size * e.tensor_parallel_size * e.pipeline_parallel_size
-    if e.num_gpus is not None and e.num_gpus != gpus:
+    if check_num_gpus and e.num_gpus is not None and e.num_gpus != gpus:
         raise ValueError(f"engine.num_gpus is {e.num_gpus} but data_parallel_size × tensor_parallel_size × "
                          f"pipeline_parallel_size = {e.data_parallel_size} × {e.tensor_parallel_size} × "
                          f"{e.pipeline_parallel_size} = {gpus}; make them match")
@@ -1561,15 +1582,25 @@ def _short_value(key: str, value: Any) -> str:
 POOLS = ("prefill", "decode")
 
 
+# Engine keys that hold for the whole point, never one pool: the pool sets its own replicas and
+# router (`cluster.<pool>.replicas` / `.router`), no pool reads an overlap weight (its prefix_aware
+# router picks the longest cached prefix, then the least outstanding: simulator/disaggregated.py
+# `_PoolRouter`), and num_gpus checks every pool's GPUs together (`check_cluster`).
+_POINT_ONLY_ENGINE_KEYS = ("replicas", "router", "router_overlap_weight", "num_gpus")
+
+
 def pool_point(point: SweepConfig, pool: str) -> SweepConfig:
-    """The point as one pool of its cluster runs it: the point's `engine:` keys, then the pool's
-    `engine:` keys and `replicas`; the pool's device (or the point's); no `cluster`.
+    """The point as one pool of its cluster runs it: the point's `engine:` keys (less
+    `_POINT_ONLY_ENGINE_KEYS`), then the pool's `engine:` keys, its `replicas` and `router`; the
+    pool's device (or the point's); no `cluster`.
 
     Raises:
         ValueError: the merged engine keys are invalid (named as `cluster.<pool>.engine: ...`).
     """
     spec = getattr(point.cluster, pool)
     keys = point.engine.model_dump(exclude_unset=True)
+    for key in _POINT_ONLY_ENGINE_KEYS:
+        keys.pop(key, None)
     keys.update(spec.engine)
     keys["replicas"] = spec.replicas
     try:
@@ -1577,8 +1608,17 @@ def pool_point(point: SweepConfig, pool: str) -> SweepConfig:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'engine'}: {e['msg']}" for e in exc.errors())
         raise ValueError(f"cluster.{pool}.engine: {problems}") from None
+    # The pool's router, set after validation: `check_cluster` checks it under its own key.
+    engine = engine.model_copy(update={"router": spec.router})
     device = spec.device if spec.device is not None else point.device
     return point.model_copy(update={"engine": engine, "device": device, "cluster": None})
+
+
+def pool_gpus(point: SweepConfig) -> dict[str, int]:
+    """GPUs of each pool of a `cluster:` point: replicas × tensor_parallel_size ×
+    pipeline_parallel_size of its `pool_point` engine (a pool is never data-parallel)."""
+    return {pool: e.replicas * e.tensor_parallel_size * e.pipeline_parallel_size
+            for pool, e in ((pool, pool_point(point, pool).engine) for pool in POOLS)}
 
 
 def cluster_label(point: SweepConfig) -> str:
@@ -1596,36 +1636,61 @@ def check_cluster(point: SweepConfig) -> None:
     """What `cluster:` must satisfy before anything runs (`SweepConfig._cluster_pools`).
 
     Raises:
-        ValueError: `engine.replicas` set beside `cluster:` (each pool sets its own); a pool's
-            `session_affinity` router without a sessions trace; a pool engine that is invalid
-            or data-parallel (not modelled in a pool), a TP degree the model's KV heads do not
-            split into, an unknown pool device; pools whose KV cache dtypes differ. Each names
-            the key.
+        ValueError: `engine.replicas` or `engine.router_overlap_weight` set beside `cluster:`, or
+            a pool engine's replicas, router, router_overlap_weight or num_gpus
+            (`_POINT_ONLY_ENGINE_KEYS`: nothing reads them there); a pool's `session_affinity`
+            router without a sessions trace; a pool engine that is invalid or data-parallel (not
+            modelled in a pool), a TP degree the model's heads do not split into or a PP degree
+            above its layers (`experiments.planning.layouts.tp_pp_problem`), an unknown pool
+            device; a pool's router the pool's engine cannot serve (`check_router`, as colocated:
+            prefix_aware needs vllm_v1 with prefix caching); pools whose KV cache dtypes differ; `engine.num_gpus` other than every pool's GPUs together (`pool_gpus`).
+            Each names the key.
     """
     if "replicas" in point.engine.model_fields_set:
         raise ValueError("engine.replicas is not read with cluster: set cluster.prefill.replicas and "
                          "cluster.decode.replicas")
+    no_weight = ("it applies only to a colocated engine.router: prefix_aware; a pool's prefix_aware router "
+                 "picks the longest cached prefix, then the least outstanding, with no weight")
+    if "router_overlap_weight" in point.engine.model_fields_set:
+        raise ValueError(f"engine.router_overlap_weight is not read with cluster: {no_weight}")
+    for pool in POOLS:
+        for key in _POINT_ONLY_ENGINE_KEYS:
+            if key in getattr(point.cluster, pool).engine:
+                raise ValueError(f"cluster.{pool}.engine.{key} is not read: " + {
+                    "replicas": f"set cluster.{pool}.replicas", "router": f"set cluster.{pool}.router",
+                    "router_overlap_weight": no_weight,
+                    "num_gpus": "engine.num_gpus checks the GPUs of the whole cluster (every pool's replicas × "
+                                "tensor_parallel_size × pipeline_parallel_size)"}[key])
     for pool in POOLS:
         if getattr(point.cluster, pool).router == "session_affinity" and not isinstance(point.trace, SessionsTrace):
             raise ValueError(f"cluster.{pool}.router session_affinity sends a conversation's turns to one instance: "
                              f"it needs trace kind sessions, not {point.trace.kind}")
+    from experiments.planning.layouts import tp_pp_problem  # the planning layer's: imported when used
+
     model = get_model_spec(point.model)
     for pool in POOLS:
         e = pool_point(point, pool).engine
         if e.data_parallel_size != 1:
             raise ValueError(f"cluster.{pool}.engine: data_parallel_size must be 1 in a disaggregated pool "
                              f"(its instances are replicas behind the pool's router: set cluster.{pool}.replicas)")
-        try:
-            model.kv_heads_per_rank(e.tensor_parallel_size)
-        except ValueError as exc:
-            raise ValueError(f"cluster.{pool}.engine.tensor_parallel_size: {exc}") from None
+        problem = tp_pp_problem(model, e.tensor_parallel_size, e.pipeline_parallel_size)
+        if problem is not None:
+            raise ValueError(f"cluster.{pool}.engine.{problem[0]}: {model.name}: {problem[1]}")
         device = getattr(point.cluster, pool).device
         if device is not None:
             try:
                 get_device_spec(device)
             except ValueError as exc:
                 raise ValueError(f"cluster.{pool}.device: {exc}") from None
+        check_router(e.router, f"cluster.{pool}.router", e, f"cluster.{pool}.engine")
     dtypes = {pool: pool_point(point, pool).engine.kv_cache_dtype for pool in POOLS}
     if len(set(dtypes.values())) > 1:
         raise ValueError(f"cluster: the pools' kv_cache_dtype differ ({dtypes}); the decode pool reads the "
                          "prefill pool's KV as it is, so set one kv_cache_dtype")
+    num_gpus = point.engine.num_gpus
+    gpus = pool_gpus(point)
+    if num_gpus is not None and num_gpus != sum(gpus.values()):
+        shapes = " + ".join(f"{pool} {e.replicas} × {e.tensor_parallel_size} × {e.pipeline_parallel_size}"
+                            for pool, e in ((pool, pool_point(point, pool).engine) for pool in POOLS))
+        raise ValueError(f"engine.num_gpus is {num_gpus} but the cluster's pools hold {sum(gpus.values())} GPUs "
+                         f"(replicas × tensor_parallel_size × pipeline_parallel_size: {shapes}); make them match")

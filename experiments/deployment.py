@@ -7,7 +7,7 @@ import dataclasses
 from typing import Callable
 
 from experiments.config import (CHUNKING_SCHEDULERS, POOLS, SCHEDULER_KEYS, AcceptanceFile, DraftModel, SweepConfig,
-                                pool_point)
+                                pool_gpus, pool_point)
 from profiler import RooflineCostModel, get_device_spec, get_model_spec, kv_pool_blocks
 from profiler.cost_model import CostModel
 from simulator.acceptance import EmpiricalAcceptance, PositionalAcceptance, speculative_outcome_fn
@@ -139,5 +139,4 @@ def cluster_gpus(point: SweepConfig) -> int:
     if point.cluster is None:
         e = point.engine
         return e.replicas * e.tensor_parallel_size * e.pipeline_parallel_size * e.data_parallel_size
-    return sum(spec.replicas * e.tensor_parallel_size * e.pipeline_parallel_size
-               for spec, e in ((getattr(point.cluster, p), pool_point(point, p).engine) for p in POOLS))
+    return sum(pool_gpus(point).values())

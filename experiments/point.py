@@ -179,7 +179,9 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0,
     (result, sched_config, cost_model, cluster_row), files = write_files(records_dir, point_id, point.output.steps, run)
 
     row = {"point_id": point_id, "label": describe_point(point), "model": point.model, "device": device_name(point)}
-    row.update(point.engine.used_settings())
+    # A cluster's row is labelled by its decode pool (its KV pool and cost model too); prefill_* /
+    # decode_* columns hold each pool's own settings (simulate_cluster).
+    row.update((pool_point(point, "decode").engine if point.cluster is not None else point.engine).used_settings())
     row.update(cluster_row)
     row.update(num_gpu_blocks=sched_config.num_gpu_blocks, max_model_len=sched_config.max_model_len,
                offered_qps=mean_rate_qps(result.requests["arrival_s"].to_numpy()), **info)
@@ -247,13 +249,20 @@ def _with_temporary_files(records_dir: Path | None, point_id: int, keep_steps: b
         raise
 
 
+# Engine settings a pool does not hold for itself: the cluster's GPUs are `num_gpus`; a pool's
+# router reads no overlap weight (experiments.config._POINT_ONLY_ENGINE_KEYS).
+_CLUSTER_WIDE_COLUMNS = ("num_gpus", "router_overlap_weight")
+
+
 def simulate_cluster(point: SweepConfig, requests: list[Request], trim_fraction: float):
     """A `cluster:` point (simulator/disaggregated.py): each pool built as `pool_point` makes it.
 
     Returns:
         (result, the decode pool's SchedulerConfig, its cost model, the row's cluster columns:
-        `cluster` (`cluster_label`, e.g. "4P(TP1) 4D(TP2)"), `num_gpus`, each pool's replicas,
-        TP, PP and KV blocks).
+        `cluster` (`cluster_label`, e.g. "4P(TP1) 4D(TP2)"), `num_gpus`, and per pool
+        `<pool>_<key>` for every engine setting the pool reads (`EngineConfig.used_settings` of
+        its `pool_point`: replicas, router, TP, PP, enable_prefix_caching, ...) and its KV blocks
+        (`<pool>_num_gpu_blocks`, as the memory model sized them)).
     """
     pools, row = {}, {"cluster": cluster_label(point), "num_gpus": cluster_gpus(point)}
     for name in POOLS:
@@ -262,10 +271,9 @@ def simulate_cluster(point: SweepConfig, requests: list[Request], trim_fraction:
         cost_model = build_cost_model(pool)
         pools[name] = (Pool(build_schedulers(pool, config), build_pricer(pool, cost_model),
                             getattr(point.cluster, name).router), config, cost_model)
-        e = pool.engine
-        row.update({f"{name}_replicas": e.replicas, f"{name}_tensor_parallel_size": e.tensor_parallel_size,
-                    f"{name}_pipeline_parallel_size": e.pipeline_parallel_size,
-                    f"{name}_num_gpu_blocks": config.num_gpu_blocks})
+        row.update({f"{name}_{key}": value for key, value in pool.engine.used_settings().items()
+                    if key not in _CLUSTER_WIDE_COLUMNS})
+        row[f"{name}_num_gpu_blocks"] = config.num_gpu_blocks
     link, kv_bytes_per_token = build_link(point)
     result = simulate_disaggregated(requests, pools["prefill"][0], pools["decode"][0], link, kv_bytes_per_token,
                                     outcome_fn=build_outcome_fn(pool_point(point, "decode")),

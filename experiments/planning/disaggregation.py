@@ -29,6 +29,7 @@ import pandas as pd
 
 from experiments.config import SweepConfig, cluster_label, describe_point
 from experiments.planning.capacity import find_capacity
+from experiments.planning.layouts import tp_pp_problem
 from experiments.point import run_point
 from profiler import get_model_spec
 
@@ -68,12 +69,15 @@ def layouts(base: SweepConfig, gpus: int, tensor_parallel_sizes: tuple[int, ...]
         raise ValueError(f"gpus must be >= 1, got {gpus}")
     model = get_model_spec(base.model)
     shapes = [(tp, pp) for tp in sorted(set(tensor_parallel_sizes)) for pp in sorted(set(pipeline_parallel_sizes))
-              if tp * pp <= gpus and _splits(model, tp) and 1 <= pp <= model.num_layers]
+              if tp * pp <= gpus and pp >= 1 and tp_pp_problem(model, tp, pp) is None]
     tree = base.model_dump(exclude_unset=True)
     tree.pop("variants", None)
     engine = dict(tree.get("engine", {}))
     engine.pop("replicas", None)
     cluster = tree.pop("cluster", None) or {}
+    # A cluster's pools set their own router and read no overlap weight (`experiments.config.
+    # check_cluster` refuses one beside cluster:): the colocated engine's stay out of the xPyD points.
+    pool_engine = {k: v for k, v in engine.items() if k not in ("router", "router_overlap_weight")}
     found = []
     for tp, pp in shapes:
         if gpus % (tp * pp) == 0:
@@ -94,20 +98,12 @@ def layouts(base: SweepConfig, gpus: int, tensor_parallel_sizes: tuple[int, ...]
                     spec["replicas"] = replicas
                     spec["engine"] = {**spec.get("engine", {}), "tensor_parallel_size": tp, "pipeline_parallel_size": pp}
                     pools[name] = spec
-                point = {**tree, "engine": engine, "cluster": {**cluster, **pools}}
+                point = {**tree, "engine": pool_engine, "cluster": {**cluster, **pools}}
                 found.append(Layout("disaggregated", SweepConfig.model_validate(point), gpus))
     if not found:
         raise ValueError(f"no layout of {gpus} GPUs with tensor_parallel_size in {tensor_parallel_sizes} and "
                          f"pipeline_parallel_size in {pipeline_parallel_sizes} for {model.name}")
     return found
-
-
-def _splits(model, tp: int) -> bool:
-    try:
-        model.kv_heads_per_rank(tp)
-    except ValueError:
-        return False
-    return True
 
 
 def slo_attainment(requests: pd.DataFrame, thresholds_s: dict[str, float], trim_fraction: float) -> float:

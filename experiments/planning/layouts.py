@@ -101,14 +101,26 @@ def candidate_layouts(model: ModelSpec, gpus: int, replicas: bool = True) -> lis
     return found
 
 
+def tp_pp_problem(model: ModelSpec, tensor_parallel_size: int, pipeline_parallel_size: int) -> tuple[str, str] | None:
+    """(the engine key at fault, why) when `model` cannot be split into TP × PP (its heads by TP,
+    `ModelSpec.kv_heads_per_rank`; at most one stage per layer), or None when it can. Shared by
+    `layout_problem`, a cluster's pools (`experiments.config.check_cluster`) and the xPyD search's
+    instance shapes (`experiments.planning.disaggregation.layouts`)."""
+    try:
+        model.kv_heads_per_rank(tensor_parallel_size)
+    except ValueError as exc:
+        return "tensor_parallel_size", str(exc).removeprefix(f"model {model.name!r}: ")
+    if pipeline_parallel_size > model.num_layers:
+        return ("pipeline_parallel_size",
+                f"pipeline_parallel_size {pipeline_parallel_size} exceeds the model's {model.num_layers} layers")
+    return None
+
+
 def layout_problem(model: ModelSpec, layout: Layout) -> str | None:
     """Why `model` cannot be served in `layout` (module docstring), or None when it can."""
-    try:
-        model.kv_heads_per_rank(layout.tensor_parallel_size)
-    except ValueError as exc:
-        return str(exc).removeprefix(f"model {model.name!r}: ")
-    if layout.pipeline_parallel_size > model.num_layers:
-        return f"pipeline_parallel_size {layout.pipeline_parallel_size} exceeds the model's {model.num_layers} layers"
+    problem = tp_pp_problem(model, layout.tensor_parallel_size, layout.pipeline_parallel_size)
+    if problem is not None:
+        return problem[1]
     if model.moe is not None:
         from profiler.moe_cost import MoELayout
 

@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.config import ClosedLoopTrace, FileTrace, SweepConfig, layouts_of, slo_summary_key  # noqa: E402
+from experiments.config import POOLS, ClosedLoopTrace, FileTrace, SweepConfig, layouts_of, slo_summary_key  # noqa: E402
 from experiments.planning.search import pareto_frontier, policy_table  # noqa: E402
 from experiments.outputs import save_figure, write_text  # noqa: E402
 from experiments.point import device_name  # noqa: E402
@@ -371,10 +371,26 @@ def _header_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
     if base.goodput:
         thresholds = ", ".join(f"{k} ≤ {v:g}" for k, v in base.goodput.items())
         lines.append(f"Goodput = completed requests per second meeting every per-request threshold ({thresholds}).")
-    pools = sorted(set(int(b) for b in ok["num_gpu_blocks"]))
-    lines.append(f"KV pool: {', '.join(map(str, pools))} blocks of {base.engine.block_size} tokens per replica "
-                 "(differs by point when the token budget changes the activation memory).")
+    lines.append(kv_pool_line(ok, base))
     return lines
+
+
+def kv_pool_line(ok: pd.DataFrame, base: SweepConfig) -> str:
+    """The KV pools of the finished points: colocated points' `num_gpu_blocks` per replica, and a
+    `cluster:` point's each pool's (`prefill_num_gpu_blocks` / `decode_num_gpu_blocks` of its
+    instances, with its `<pool>_block_size`; experiments.point.simulate_cluster), so neither
+    pool stands for both."""
+    cluster = ok["prefill_num_gpu_blocks"].notna() if "prefill_num_gpu_blocks" in ok else pd.Series(False, index=ok.index)
+
+    def blocks(rows: pd.DataFrame, prefix: str) -> str:
+        counts = ", ".join(str(b) for b in sorted({int(b) for b in rows[f"{prefix}num_gpu_blocks"]}))
+        sizes = sorted({int(b) for b in rows[f"{prefix}block_size"].dropna()}) if f"{prefix}block_size" in rows else []
+        return f"{counts} blocks of {'/'.join(map(str, sizes or [base.engine.block_size]))} tokens"
+
+    parts = [f"{blocks(ok[~cluster], '')} per replica"] if (~cluster).any() else []
+    parts += [f"{pool} pool {blocks(ok[cluster], pool + '_')} per instance" for pool in POOLS
+              if cluster.any()]
+    return f"KV pool: {'; '.join(parts)} (differs by point when the token budget changes the activation memory)."
 
 
 def layout_lines(base: SweepConfig) -> list[str]:
