@@ -441,7 +441,8 @@ class EngineConfig(_Strict):
     router_overlap_weight: float = Field(default=1.0, ge=0, le=1e6)  # read by router prefix_aware only: weight of uncached prompt blocks against active blocks (simulator/router.py; Dynamo's --kv-overlap-score-weight)
     # vLLM's --data-parallel-size and --enable-expert-parallel (simulator/data_parallel.py,
     # profiler/moe_cost.py); expert_routing_skew: power-law exponent of expert popularity (0: uniform);
-    # num_gpus: optional check that data_parallel_size × tensor_parallel_size × pipeline_parallel_size match it.
+    # num_gpus: optional check that data_parallel_size × tensor_parallel_size × pipeline_parallel_size match it
+    # (with cluster:, every pool's replicas × tensor_parallel_size × pipeline_parallel_size together).
     data_parallel_size: int = Field(default=1, ge=1, le=1024)
     enable_expert_parallel: bool = False
     expert_routing_skew: float = Field(default=0.0, ge=0, le=4)
@@ -616,13 +617,15 @@ class OutputConfig(_Strict):
 class PoolConfig(_Strict):
     """One pool of a disaggregated cluster (`cluster.prefill` or `cluster.decode`): its replicas,
     device and router, and the `engine:` keys that differ for it (merged over the point's
-    `engine:`, then checked as `engine:` is; errors name `cluster.<pool>.engine`)."""
+    `engine:`, then checked as `engine:` is; errors name `cluster.<pool>.engine`). A pool's
+    router is checked as a colocated one over the pool's engine (prefix_aware needs vllm_v1 with
+    prefix caching); `engine.num_gpus` counts every pool's GPUs (replicas × TP × PP)."""
 
     replicas: int = Field(default=1, ge=1, le=_MAX_REPLICAS)  # instances in the pool
     device: str | dict[str, Any] | None = None  # default: the point's device
     router: Literal["round_robin", "least_outstanding", "random", "prefix_aware",  # prefix_aware: cache hit first; session_affinity: a conversation's turns to one instance
                     "session_affinity"] = "least_outstanding"
-    engine: dict[str, Any] = {}  # e.g. {tensor_parallel_size: 2, chunk_size: 2048}; data_parallel_size must stay 1
+    engine: dict[str, Any] = {}  # e.g. {tensor_parallel_size: 2, chunk_size: 2048}; data_parallel_size must stay 1; not replicas, router, router_overlap_weight, num_gpus
 
 
 class LinkConfig(_Strict):
