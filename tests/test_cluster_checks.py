@@ -181,3 +181,13 @@ def test_xpyd_layouts_of_four_gpus():
     assert all(cluster_gpus(l.point) == 4 for l in found)
     colocated = next(l.point for l in found if l.kind == "colocated")
     assert (colocated.engine.router, colocated.engine.router_overlap_weight) == ("prefix_aware", 4.0)
+
+
+def test_config_as_run_of_a_cluster_point_loads_again():
+    """config.yaml of a cluster run once held engine.replicas: 1 (a default), which the cluster
+    check refuses: the run's own config did not load again."""
+    p = point(engine={"router": "prefix_aware", "num_gpus": 3}, prefill={"replicas": 2}, decode={})
+    tree = config_as_run(p)
+    assert not {"replicas", "router_overlap_weight"} & set(tree["engine"]) and tree["engine"]["num_gpus"] == 3
+    again = SweepConfig.model_validate(yaml.safe_load(yaml.safe_dump(tree)))
+    assert (again.cluster.prefill.replicas, again.cluster.decode.replicas, cluster_gpus(again)) == (2, 1, 3)

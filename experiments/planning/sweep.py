@@ -304,6 +304,9 @@ def config_as_run(base: SweepConfig) -> dict:
     only where the scheduler reads them, which `load_config` insists on; paths absolute)."""
     tree = base.model_dump(mode="json")
     tree["engine"] = base.engine.model_dump(mode="json", include=set(base.engine.used_settings()))
+    if base.cluster is not None:  # each pool sets its own; check_cluster refuses them beside cluster:
+        for key in ("replicas", "router_overlap_weight"):
+            tree["engine"].pop(key, None)
     owned = {f"engine.{key}" for key in LAYOUT_KEYS}
     if any(owned & set(variant) for variant in tree.get("variants", [])):  # layouts already expanded (after --set)
         tree["layouts"] = None
