@@ -1449,7 +1449,7 @@ def _check_parallel_layout(e: EngineConfig, model, check_num_gpus: bool = True) 
 
     Raises:
         ValueError: num_gpus not DP × TP × PP (with `check_num_gpus`); expert parallelism or
-            routing skew on a dense model; an EP degree that does not divide the experts (`profiler.moe_cost.MoELayout`); DP with
+            routing skew on a dense model; an EP degree above the number of experts (`profiler.moe_cost.MoELayout`); DP with
             pipeline parallelism or replicas (not modelled). Each names the key and what is valid.
     """
     gpus = e.data_parallel_size * e.tensor_parallel_size * e.pipeline_parallel_size

@@ -82,12 +82,15 @@ def test_dense_layouts_are_tp_pp_dp_and_replicas_of_a_pipeline(tmp_path):
 
 
 def test_layouts_a_model_cannot_take_are_skipped_with_the_reason(tmp_path):
-    # Mixtral-8x7B has 8 experts: on 16 GPUs expert parallelism would be EP 16, which does not
-    # divide them, so the five one-engine layouts with EP on are skipped (warned and reported).
+    # Mixtral-8x7B has 8 experts: on 16 GPUs expert parallelism would be EP 16, more ranks than
+    # experts (some rank would hold none; vLLM's determine_expert_map gives the first E mod EP
+    # ranks one extra, so EP need not divide E, but it cannot exceed it), so the five one-engine
+    # layouts with EP on are skipped (warned and reported).
     valid, skipped = enumerate_layouts(get_model_spec("mixtral-8x7b"), 16)
     assert [layout.text() for layout, _ in skipped] == [
         "TP 1 × DP 16, EP 16", "TP 2 × DP 8, EP 16", "TP 4 × DP 4, EP 16", "TP 8 × DP 2, EP 16", "TP 16, EP 16"]
-    assert all("16 must divide the model's 8 experts; valid: [1, 2, 4, 8]" in why for _, why in skipped)
+    assert all("16 must be from 1 to the model's 8 experts (every expert-parallel rank holds at least one expert)"
+               in why for _, why in skipped)
     assert Layout(tensor_parallel_size=2, enable_expert_parallel=True, replicas=8) in valid  # EP 2 divides 8
     assert len(valid) == 12
     said = []
@@ -119,17 +122,23 @@ def test_gpus_true_is_no_count(tmp_path):
 
 
 def test_no_valid_layout_names_the_key_and_the_counts_that_have_one(tmp_path):
-    # Five GPUs as one engine: TP 5 does not divide 32 heads; DP 5 × TP 1 splits each expert's
-    # width 768 five ways (no) or the 128 experts five ways (no).
+    # 130 GPUs as one engine: TP must divide 32 heads (and the 4 KV heads): TP 1 or 2, so
+    # DP 130 or 65; without EP the MoE TP degree 130 does not divide the expert width 768, and
+    # EP 130 exceeds the 128 experts.
     with pytest.raises(ConfigError) as caught:
-        points_of(tmp_path, MOE + "layouts: {gpus: 5, replicas: false}\n")
+        points_of(tmp_path, MOE + "layouts: {gpus: 130, replicas: false}\n")
     text = str(caught.value)
-    assert "layouts.gpus (line 10): no layout of 5 GPUs can serve qwen3-30b-a3b as one engine (layouts.replicas: false)" in text
-    assert "TP 5: tensor_parallel_size 5 must divide num_attention_heads 32" in text
-    assert text.endswith("GPU counts up to 64 with one: 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64")
-    # With replicas, 5 × TP 1 serves it.
-    with pytest.warns(ConfigWarning, match=r"layouts: 4 of the 5 layouts of 5 GPUs are skipped: TP 1 × DP 5 \("):
-        assert [layout_of(p) for p in points_of(tmp_path, MOE + "layouts: {gpus: 5}\n")] == [(1, 1, False, 5, 1)]
+    assert ("layouts.gpus (line 10): no layout of 130 GPUs can serve qwen3-30b-a3b as one engine "
+            "(layouts.replicas: false)") in text
+    assert ("TP 1 × DP 130, EP 130: enable_expert_parallel: expert parallel size (data_parallel_size × "
+            "tensor_parallel_size = 130 × 1) 130 must be from 1 to the model's 128 experts") in text
+    assert "TP 130: tensor_parallel_size 130 must divide num_attention_heads 32" in text
+    # Every count up to 64 has one: DP n with EP n spreads the 128 experts over n ranks.
+    assert text.endswith("GPU counts up to 64 with one: " + ", ".join(str(n) for n in range(1, 65)))
+    # Five GPUs: TP 1 × DP 5 with EP 5 (experts 26, 26, 26, 25, 25) and, with replicas, 5 × TP 1.
+    with pytest.warns(ConfigWarning, match=r"layouts: 3 of the 5 layouts of 5 GPUs are skipped: TP 1 × DP 5 \("):
+        assert [layout_of(p) for p in points_of(tmp_path, MOE + "layouts: {gpus: 5}\n")] == [
+            (1, 5, True, 1, 1), (1, 1, False, 5, 1)]
 
 
 @pytest.mark.parametrize("text, overrides, where", [
