@@ -177,37 +177,64 @@ class Scheduler:
     def _plan_columns(self, entries: list[Entry]) -> tuple[list, ...]:
         """(seqs, queries, drafts, ids, contexts, prefills, emits, (prefill tokens, prefill
         sequences, draft tokens)) of non-empty `entries`: column-wise with C-level maps, as this
-        runs once per step over every scheduled sequence; the leading plain decodes of
-        `PlainDecodeEntries` by list repetition (their counts are all 0)."""
-        decodes = getattr(entries, "decodes", ())
-        k = len(decodes)
-        rest = entries[k:] if k else entries
-        seqs, queries, drafts = map(list, zip(*rest)) if rest else ([], [], [])
-        if k:
-            seqs, queries, drafts = decodes + seqs, [1] * k + queries, [0] * k + drafts
+        runs once per step over every scheduled sequence; `PlainDecodeEntries` by
+        `_decode_led_columns`."""
+        decodes = getattr(entries, "decodes", None)
+        if decodes is not None:
+            return self._decode_led_columns(entries, decodes)
+        seqs, queries, drafts = map(list, zip(*entries))
         # Comprehensions, not map(attrgetter): CPython specialises their slot reads (2x faster).
         ids = [seq.request_id for seq in seqs]
         contexts = [seq.num_computed_tokens for seq in seqs]
-        rest_contexts, rest_queries = (contexts[k:], queries[k:]) if k else (contexts, queries)
-        targets = [seq.prefill_target_tokens for seq in (seqs[k:] if k else seqs)]
-        prefills = list(map(lt, rest_contexts, targets))
+        targets = [seq.prefill_target_tokens for seq in seqs]
+        prefills = list(map(lt, contexts, targets))
         # The step samples when it computes every pending token (+ its drafts):
         # q - d + computed == prompt + generated. A scheduled sequence never computes past its
         # pending tokens, a prefill's pending tokens end at its target (nothing is generated
         # while it prefills) and a decode has exactly one pending token, so this is
         # q - d + computed >= target (one comparison with a column already built).
-        reach = map(add, rest_queries, rest_contexts)
+        reach = map(add, queries, contexts)
         if self.config.split_n:
-            reach = map(sub, reach, drafts[k:] if k else drafts)
+            reach = map(sub, reach, drafts)
         emits = list(map(ge, reach, targets))
         # A prefill chunk that does not sample leaves its prompt unfinished: `decode_window`
         # checks that sequence first (every plan's running set has at most a few prefills).
-        self._partial_prefill = next(compress(seqs[k:] if k else seqs, map(gt, prefills, emits)), None)
-        counts = (sum(compress(rest_queries, prefills)), sum(prefills),
-                  sum(drafts[k:] if k else drafts) if self.config.split_n else 0)
-        if k:
-            prefills, emits = [False] * k + prefills, [True] * k + emits
+        self._partial_prefill = next(compress(seqs, map(gt, prefills, emits)), None)
+        counts = (sum(compress(queries, prefills)), sum(prefills), sum(drafts) if self.config.split_n else 0)
         return seqs, queries, drafts, ids, contexts, prefills, emits, counts
+
+    def _decode_led_columns(self, entries: list[Entry], decodes: list[Sequence]) -> tuple[list, ...]:
+        """`_plan_columns` of `PlainDecodeEntries`: the leading plain decodes (1 query token, no
+        drafts, not a prefill, samples) by list repetition and two comprehensions, the one or two
+        entries after them (chunks, admissions) one by one, with the same tests."""
+        k = len(decodes)
+        seqs = list(decodes)
+        ids = [seq.request_id for seq in decodes]
+        contexts = [seq.num_computed_tokens for seq in decodes]
+        queries, drafts, prefills, emits = [1] * k, [0] * k, [False] * k, [True] * k
+        split = self.config.split_n
+        prefill_tokens = prefill_seqs = draft_tokens = 0
+        partial = None
+        for seq, q, d in entries[k:]:
+            computed, target = seq.num_computed_tokens, seq.prefill_target_tokens
+            prefill = computed < target
+            emit = (q + computed - d if split else q + computed) >= target  # as `_plan_columns`
+            seqs.append(seq)
+            ids.append(seq.request_id)
+            contexts.append(computed)
+            queries.append(q)
+            drafts.append(d)
+            prefills.append(prefill)
+            emits.append(emit)
+            if prefill:
+                prefill_tokens += q
+                prefill_seqs += 1
+                if not emit and partial is None:
+                    partial = seq
+            draft_tokens += d
+        self._partial_prefill = partial
+        return seqs, queries, drafts, ids, contexts, prefills, emits, (prefill_tokens, prefill_seqs,
+                                                                       draft_tokens if split else 0)
 
     def complete_step(self, plan: BatchPlan, outcome: StepOutcome, now_s: float) -> list[FinishedRequest]:
         """Apply a step's outcome at its end time `now_s`; return the requests that finished.
