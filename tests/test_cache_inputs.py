@@ -138,3 +138,45 @@ def test_a_sweep_rerun_hits_until_a_named_file_changes_then_matches_a_fresh_run(
     fresh = sweep("--no-cache")
     columns = ["completed", "num_gpu_blocks", "tpot_s_p50", "output_throughput_tps"]
     pd.testing.assert_series_equal(edited[columns], fresh[columns])
+
+
+def test_code_digest_changes_with_any_source_or_data_file_but_not_example_configs(tmp_path):
+    # An editable install keeps its version across edits: the digest of the code is what keeps a
+    # changed simulator or shipped table from serving the old code's cached results.
+    from experiments.planning.results_cache import code_digest
+
+    root = tmp_path / "simulator"
+    (root / "data").mkdir(parents=True)
+    (root / "step.py").write_text("STEP_S = 0.01\n")
+    (root / "data" / "table.csv").write_text("m,t\n1,2\n")
+    (root / "__pycache__").mkdir()
+    (root / "__pycache__" / "step.cpython-311.pyc").write_bytes(b"\0")
+    first = code_digest([root])
+    (root / "__pycache__" / "step.cpython-311.pyc").write_bytes(b"\1")
+    assert code_digest([root]) == first  # bytecode is not source
+    (root / "data" / "table.csv").write_text("m,t\n1,3\n")
+    second = code_digest([root])
+    assert second != first
+    (root / "new.py").write_text("")
+    assert code_digest([root]) not in (first, second)  # an added file
+    (root / "new.py").unlink()
+    assert code_digest([root]) == second
+    examples = tmp_path / "experiments"
+    (examples / "configs").mkdir(parents=True)
+    (examples / "point.py").write_text("x = 1\n")
+    (examples / "configs" / "quickstart.yaml").write_text("slo: {}\n")
+    before = code_digest([examples])
+    (examples / "configs" / "quickstart.yaml").write_text("slo: {tbt_p99_s: 0.2}\n")
+    assert code_digest([examples]) == before  # the user's config, keyed by its content already
+    (examples / "point.py").write_text("x = 2\n")
+    assert code_digest([examples]) != before
+
+
+def test_cache_key_includes_the_project_code(monkeypatch, inputs):
+    from experiments.planning import results_cache
+
+    config = _point(inputs)
+    key = results_cache.cache_key("point", config, 0.0)
+    assert results_cache.cache_key("point", config, 0.0) == key
+    monkeypatch.setattr(results_cache, "project_code_digest", lambda: "edited")
+    assert results_cache.cache_key("point", config, 0.0) != key

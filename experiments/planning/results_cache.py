@@ -2,8 +2,9 @@
 change of reporting only re-renders.
 
 Each unit of work (one point's simulation, or one point × seed capacity search) is stored under a
-key hashing the kind of work, the project's version, the config keys that work reads and the
-contents of the files and folders they name (`config_inputs`: an edited trace, model config.json,
+key hashing the kind of work, the project's version and code (`project_code_digest`: every
+source and shipped data file of the packages, so an editable checkout's edit or an upgrade is new
+work), the config keys that work reads and the contents of the files and folders they name (`config_inputs`: an edited trace, model config.json,
 device file or measured table is new work, never a stale result). The keys in `REPORT_ONLY` are
 left out, because what they decide is recomputed from the cached result each
 time (`experiments.point.report_columns`, `experiments.planning.search.fleet_row`). Entries are
@@ -20,7 +21,9 @@ not of the expected shape is recomputed with a note on stderr naming it.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import io
 import json
 import sys
@@ -69,6 +72,43 @@ def project_version() -> str:
         return "dev"
 
 
+# The packages whose code and shipped data (built-in devices, models, measured tables, fitted
+# roofline) decide a result; gpu_engine only runs engine checks, which the cache does not store.
+CODE_PACKAGES = ("traces", "profiler", "simulator", "experiments")
+_CODE_SUFFIXES = {".py", ".yaml", ".yml", ".json", ".csv", ".parquet", ".txt"}
+# Example configs are the user's input, not code: their keys are in the config tree and the files
+# they name in `input_digests` (editing a report-only key there must still re-render from cache).
+_CODE_EXCLUDED = {("experiments", "configs")}
+
+
+def code_digest(roots: list[Path]) -> str:
+    """sha256 over the relative path and bytes of every source/data file (`_CODE_SUFFIXES`;
+    `__pycache__` and `_CODE_EXCLUDED` left out) under `roots`, in sorted order: any edit, added
+    or removed file changes it."""
+    digest = hashlib.sha256()
+    for root in roots:
+        excluded = [root.joinpath(*rest) for name, *rest in _CODE_EXCLUDED if name == root.name]
+        files = sorted(p for p in root.rglob("*")
+                       if p.suffix in _CODE_SUFFIXES and "__pycache__" not in p.parts
+                       and not any(p.is_relative_to(e) for e in excluded) and p.is_file())
+        for path in files:
+            digest.update(f"{root.name}/{path.relative_to(root).as_posix()}\0".encode())
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def project_code_digest() -> str:
+    """`code_digest` of the installed `CODE_PACKAGES` (found without importing them; ~3 MB,
+    tens of ms, once per process). The version alone missed edits in an editable install: a
+    changed simulator or shipped table then served results of the old code from the cache."""
+    roots = []
+    for name in CODE_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        roots.extend(Path(p) for p in (spec.submodule_search_locations or []) if spec is not None)
+    return code_digest(roots)
+
+
 def work_config(kind: str, config: SweepConfig) -> dict:
     """The config as JSON without the keys `kind` of work does not read (`REPORT_ONLY`).
 
@@ -85,11 +125,13 @@ def work_config(kind: str, config: SweepConfig) -> dict:
 
 
 def cache_key(kind: str, config: SweepConfig, *extra: Any) -> str:
-    """sha256 of (kind, project version, `work_config(kind, config)`, extra, and the digest of
-    every file and folder that config names: `config_inputs.input_digests`) — same work, same
-    key; an edited trace, model config.json, device file or measured table, a new key."""
+    """sha256 of (kind, project version and code digest, `work_config(kind, config)`, extra, and
+    the digest of every file and folder that config names: `config_inputs.input_digests`) — same
+    work, same key; an edited trace, model config.json, device file, measured table or project
+    source file, a new key."""
     tree = work_config(kind, config)
-    payload = json.dumps([kind, project_version(), tree, list(extra), input_digests(tree)], sort_keys=True)
+    payload = json.dumps([kind, project_version(), project_code_digest(), tree, list(extra), input_digests(tree)],
+                         sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
