@@ -246,6 +246,44 @@ def test_stats_plot_to_is_checked_before_the_trace_is_read(tmp_path, trace_file)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.svg", "in.csv"]  # no temporary left
 
 
+def test_stats_refuses_an_existing_plot_file_unless_forced(tmp_path, trace_file, monkeypatch):
+    # --plot-to (or the default <stem>.stats.png) replaced an existing file without a word.
+    monkeypatch.chdir(tmp_path)
+    notes, default = tmp_path / "notes.png", Path("in.stats.png")
+    notes.write_text("my precious notes\n")
+    default.write_text("an older plot\n")
+    dangling = tmp_path / "dangling.png"
+    dangling.symlink_to(tmp_path / "nowhere.png")
+    for extra, to in ((["--plot-to", str(notes)], notes), (["--plot-to", str(dangling)], dangling), ([], default)):
+        result = runner.invoke(app, ["trace", "stats", str(trace_file), "--plot", *extra])
+        assert result.exit_code == 2 and "loaded" not in result.output  # refused before reading the trace
+        assert result.stderr == (f"error: --plot-to {to} already exists; it is left as it is: give another path, "
+                                 "or --force to replace it\n")
+    assert notes.read_text() == "my precious notes\n" and default.read_text() == "an older plot\n"
+    assert dangling.is_symlink()
+    for extra in (["--plot-to", str(notes)], []):
+        result = runner.invoke(app, ["trace", "stats", str(trace_file), "--plot", *extra, "--force"])
+        assert result.exit_code == 0 and "loaded 3, rejected 0" in result.output
+    assert notes.read_bytes()[:8] == default.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling.png", "in.csv", "in.stats.png", "notes.png"]
+
+
+def test_stats_writes_the_plot_whole_or_not_at_all(tmp_path, trace_file, monkeypatch):
+    target = tmp_path / "plot.png"
+    target.write_text("previous plot\n")
+
+    def half_then_full_disk(fig, tmp, **kwargs):
+        Path(tmp).write_bytes(b"\x89PNG")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("matplotlib.figure.Figure.savefig", half_then_full_disk)
+    result = runner.invoke(app, ["trace", "stats", str(trace_file), "--plot", "--plot-to", str(target), "--force"])
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {target}: could not be written (No space left on device)\n"
+    assert target.read_text() == "previous plot\n"  # the old file, not a truncated one
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv", "plot.png"]  # no temporary left
+
+
 def test_file_and_column_names_in_brackets_print_as_written(tmp_path):
     # rich read "[red]" as markup and printed "x.csv" and "user".
     path = tmp_path / "[red]x.csv"

@@ -40,12 +40,18 @@ def stats(
     plot_to: Optional[Path] = typer.Option(None, "--plot-to", help="PNG path (default: <FILE stem>.stats.png here)."),
     format: str = FormatOption,
     strict: bool = StrictOption,
+    force: bool = typer.Option(False, "--force", help="Replace the plot file if it exists (else an existing "
+                                                      "file is refused, left as it is)."),
 ) -> None:
-    """Count, span, mean QPS, burstiness (CV of gaps), length percentiles; rejected rows by reason."""
+    """Count, span, mean QPS, burstiness (CV of gaps), length percentiles; rejected rows by reason.
+
+    The plot is written whole or not at all (`save_figure`: a temporary file in its folder, then
+    renamed), never over FILE itself, nor over any existing file unless --force is given.
+    """
     path = None
     if plot:
         path = _output_file("--plot-to", plot_to or Path(f"{file.stem}.stats.png"), file, _PLOT_SUFFIXES,
-                            f"{file.stem}.stats.png")
+                            f"{file.stem}.stats.png", force)
     loaded = _read(file, format, strict)
     if isinstance(loaded, TraceLoadResult):
         summary = summarize_requests(loaded.requests, max_model_len)
@@ -84,9 +90,8 @@ def convert(
     With --to - the trace goes to standard output and the summary to standard error.
     """
     to_stdout = to == "-"
-    target = None if to_stdout else _output_file("--to", Path(to).expanduser(), file, tuple(LAYOUTS), f"{file.stem}.csv")
-    if target is not None and os.path.lexists(target) and not force:  # a link, even dangling, is a name in use
-        fail(f"--to {target} already exists; it is left as it is: give another path, or --force to replace it")
+    target = None if to_stdout else _output_file("--to", Path(to).expanduser(), file, tuple(LAYOUTS), f"{file.stem}.csv",
+                                                 force)
     loaded = _read(file, format, strict)
     try:
         if isinstance(loaded, TraceLoadResult):
@@ -127,9 +132,11 @@ def _write_stdout(requests: list) -> None:
         fail(f"standard output could not be written ({exc.strerror or exc})")
 
 
-def _output_file(option: str, path: Path, source: Path, suffixes: tuple[str, ...], default_name: str) -> Path:
+def _output_file(option: str, path: Path, source: Path, suffixes: tuple[str, ...], default_name: str,
+                 force: bool) -> Path:
     """An output path checked before any work: a file with one of `suffixes`, in a folder that
-    exists, not the input `source` by any name (symlink or hard link). Errors end the command."""
+    exists, not the input `source` by any name (symlink or hard link), and no existing file (or
+    link, even dangling) unless `force` (the command's --force). Errors end the command."""
     if path.is_dir():
         fail(f"{option} {path} is a folder; give a file in it, e.g. {option} {path / default_name}")
     if not path.parent.is_dir():
@@ -139,6 +146,8 @@ def _output_file(option: str, path: Path, source: Path, suffixes: tuple[str, ...
         fail(f"{option} {path}: unknown suffix {path.suffix or '(none)'!r}; use {', '.join(suffixes)}{also}")
     if path.resolve() == source.resolve() or (path.exists() and os.path.samefile(path, source)):
         fail(f"{option} {path} is the input file; choose another path")
+    if os.path.lexists(path) and not force:  # a link, even dangling, is a name in use
+        fail(f"{option} {path} already exists; it is left as it is: give another path, or --force to replace it")
     return path
 
 
