@@ -14,6 +14,7 @@ import torch
 
 from gpu_engine.model import Llama, ModelArgs
 from profiler import get_model_spec
+from profiler.atomic_write import write_text_whole, write_whole
 
 # Hugging Face projection -> (fused engine module, index of its row block).
 _PACKED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
@@ -84,20 +85,26 @@ def save_checkpoint(model: Llama, checkpoint_dir: str | Path) -> Path:
     transformers' `LlamaForCausalLM.from_pretrained` reads it; EOS/BOS ids are left unset so
     generation runs for exactly the requested number of tokens.
 
+    Each file is written whole or not at all (`profiler.atomic_write`), the weights first: a
+    folder whose config.json is new holds the weights that go with it.
+
     Returns:
         The directory.
+
+    Raises:
+        profiler.atomic_write.OutputWriteError: a file could not be written (named, with the
+            system's reason); the file it would have replaced is left as it was.
     """
     from safetensors.torch import save_file
 
     out = Path(checkpoint_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(_hf_config(model.args, model.embed_tokens.weight.dtype), indent=2))
     params = dict(model.named_parameters())
     tensors = {}
     for hf_name in _hf_names(model):
         name, rows = _engine_slot(model, hf_name)
         tensors[hf_name] = params[name][rows].detach().cpu().contiguous()
-    save_file(tensors, str(out / "model.safetensors"))
+    write_whole(out / "model.safetensors", lambda tmp: save_file(tensors, str(tmp)))
+    write_text_whole(out / "config.json", json.dumps(_hf_config(model.args, model.embed_tokens.weight.dtype), indent=2))
     return out
 
 

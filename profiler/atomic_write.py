@@ -6,7 +6,8 @@ The one such writer of the project: profile directories, measured tables, fit re
 `roofline_fits.yaml` here; the results cache and `experiments.outputs.write_atomic` (which adds
 run-folder manifests on top) above. It lives in `profiler/` because that is the lowest package
 that writes files and is imported by every layer that does (`simulator`, `gpu_engine`,
-`experiments`; `traces` writes only through `experiments`); a top-level package of its own
+`experiments`; `traces` writes through `experiments`, but for its profile builder, which uses
+this one); a top-level package of its own
 would need every editable install re-made (setuptools' editable finder maps the top-level names
 it saw at install time). It imports nothing of the project, so any module may use it without an
 import circle (tests/test_layout.py).

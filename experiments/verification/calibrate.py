@@ -5,7 +5,6 @@ prices it too. The directory it writes is the calibration directory: `cost_model
 and `sarathi-sim verify --cost-model profile:DIR` appends its ledger there (`ledger.csv`)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable
 
@@ -15,6 +14,8 @@ import yaml
 
 from experiments.outputs import write_text
 from profiler.engine_overhead import EngineOverhead, draft_tokens
+from profiler.json_object import read_json_object
+from profiler.profile_data import SIDECAR, ProfileError
 
 LEDGER_NAME = "ledger.csv"
 
@@ -64,6 +65,37 @@ OVERHEAD_KV_TOKENS = 2048
 OVERHEAD_SPLIT_N = {"split_n": 3, "acceptance": 0.5}
 
 
+def profile_meta(calibration_dir: Path) -> dict:
+    """The calibration's profile sidecar (`profile.json`) as a dict.
+
+    Raises:
+        ProfileError: no such file (as `Profile.load` says it), or one that is unreadable, not
+            JSON or not a JSON object (named, with what was wrong: `read_json_object`).
+    """
+    sidecar = Path(calibration_dir) / SIDECAR
+    if not sidecar.is_file():
+        raise ProfileError(f"{calibration_dir}: not a calibration directory (no {SIDECAR}); "
+                           "create one with `sarathi-sim calibrate`")
+    return read_json_object(sidecar, error=ProfileError)
+
+
+def profile_block_size(calibration_dir: Path) -> int:
+    """The KV block size (tokens) the calibration's attention was profiled with (`block_size` of
+    its `profile.json`, which `run_profile` records).
+
+    Raises:
+        ProfileError: as `profile_meta`, or `block_size` is missing or not a positive integer
+            (the file and key named).
+    """
+    path = Path(calibration_dir) / SIDECAR
+    block_size = profile_meta(calibration_dir).get("block_size")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ProfileError(f"{path}: block_size must be a positive integer (the KV block size, in tokens, the "
+                           f"attention was profiled with), got {block_size!r}; profile again with `sarathi-sim "
+                           "calibrate`")
+    return block_size
+
+
 def profiled_device(calibration_dir: Path) -> str | dict:
     """The `device:` of a config priced by this calibration: the built-in name the profile
     records (`profiler.shipped.measured_device`), else the measured host described inline under
@@ -75,7 +107,7 @@ def profiled_device(calibration_dir: Path) -> str | dict:
     from profiler.device_spec import BUILTIN_DEVICES
     from profiler.shipped import measured_device
 
-    meta = json.loads((Path(calibration_dir) / "profile.json").read_text())
+    meta = profile_meta(calibration_dir)
     key, _ = measured_device(meta)
     if key in BUILTIN_DEVICES:
         return key
@@ -101,7 +133,7 @@ def measure_engine_overhead(calibration_dir: Path, model: str, *, threads: int =
     from profiler.shipped import load_fitted
 
     fitted = load_fitted(calibration_dir)
-    block_size = int(json.loads((Path(calibration_dir) / "profile.json").read_text())["block_size"])
+    block_size = profile_block_size(calibration_dir)
     kv_pool = {"block_size": block_size, "num_gpu_blocks": -(-OVERHEAD_KV_TOKENS // block_size)}
     seqs, tokens, drafts, residuals = [], [], [], []
     for name, extra, forced in (("overhead_run", {}, False), ("overhead_run_split_n", OVERHEAD_SPLIT_N, True)):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from profiler.atomic_write import write_text_whole
 from traces.readers.parse_file import parse_file
 from traces.trace_stats import gap_cv, mean_rate_qps, span_s, spearman
 
@@ -136,7 +137,9 @@ def _rounded(value: float) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command-line entry point: writes `<name>.json` for every (or every `--only`) source."""
+    """Command-line entry point: writes `<name>.json` for every (or every `--only`) source, each
+    whole or not at all (`profiler.atomic_write`: a failed or killed build leaves the shipped file;
+    a failed write ends it with the file named)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces-dir", type=Path, default=DEFAULT_TRACES_DIR, help="the public traces (../shared/traces)")
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent)
@@ -147,7 +150,10 @@ def main(argv: list[str] | None = None) -> None:
             continue
         profile = profile_from_file(args.traces_dir / spec.path, spec)
         out = args.out_dir / f"{spec.name}.json"
-        out.write_text(json.dumps(profile, indent=1) + "\n")
+        try:
+            write_text_whole(out, json.dumps(profile, indent=1) + "\n")
+        except OSError as exc:  # OutputWriteError: the file and the system's reason, not a traceback
+            raise SystemExit(f"error: {exc}") from None
         print(f"wrote {out}: {profile['num_requests']} requests from {spec.path}")
 
 
