@@ -9,6 +9,7 @@ REFERENCE.md §1.6, §2.5.) Every percentile of an empty sample is NaN, never mi
 """
 from __future__ import annotations
 
+import operator
 from itertools import chain
 
 import numpy as np
@@ -227,7 +228,13 @@ def _gap_stats(token_times: SeriesTokenTimes | ParquetTokenTimes, mask: np.ndarr
         for tbt, itl in chunks():
             tbt_parts.append(tbt)
             itl_parts.append(itl)
+        # Without multi-token emissions `gaps_of_flat` hands back the TBT gaps as the ITL
+        # samples themselves: the same array, so the same statistics (one partial sort, not two).
+        same = all(map(operator.is_, tbt_parts, itl_parts))
         for name, parts in (("tbt_s", tbt_parts), ("itl_s", itl_parts)):
+            if same and name == "itl_s":
+                out.update({f"itl_s{key[len('tbt_s'):]}": value for key, value in out.items()})
+                break
             values = np.concatenate(parts) if parts else np.zeros(0)
             parts.clear()  # one copy of the samples at a time
             out.update(percentile_stats(name, values))

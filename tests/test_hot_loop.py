@@ -77,3 +77,40 @@ def test_plans_in_flight_are_tracked_per_plan_and_freed_by_identity_or_value():
     scheduler.complete_step(third, StepOutcome.without_speculation(third), 2.0)
     assert scheduler.num_executing == 0
     assert [seq.num_generated_tokens for seq in scheduler.running] == [2, 2, 2, 1]
+
+
+# -- fixed costs of a run: the trace's time scale, the TBT/ITL statistics ----------------------
+
+def test_time_scale_keeps_every_request_field_but_the_arrival():
+    import dataclasses
+
+    from traces import Request
+    from traces.replay import time_scale
+
+    # time_scale builds each Request from its fields by position: a new field must be listed there.
+    assert [f.name for f in dataclasses.fields(Request)] == [
+        "request_id", "arrival_s", "prompt_tokens", "output_tokens", "priority", "prefix_hash_ids",
+        "prefix_block_tokens"]
+    requests = [Request(7, 10.0, 30, 5, priority=2, prefix_hash_ids=(4, 9), prefix_block_tokens=16),
+                Request(8, 14.0, 12, 3)]
+    scaled = time_scale(requests, 4.0)
+    assert [r.arrival_s for r in scaled] == [0.0, 1.0]  # (t - 10) / 4
+    assert scaled[0] == dataclasses.replace(requests[0], arrival_s=0.0)
+    assert (scaled[0].priority, scaled[0].prefix_hash_ids, scaled[0].prefix_block_tokens) == (2, (4, 9), 16)
+    assert (scaled[1].request_id, scaled[1].prompt_tokens, scaled[1].output_tokens) == (8, 12, 3)
+
+
+def test_gap_stats_itl_equals_tbt_without_multi_token_emissions_and_differs_with_them():
+    from simulator.metrics import _gap_stats
+    from simulator.records_parquet import SeriesTokenTimes
+
+    # One token per emission: gaps 1, 2 and 3 s (request 0) and 4 s (request 1).
+    times = SeriesTokenTimes(pd.Series([[0.0, 1.0, 3.0, 6.0], [2.0, 6.0]]))
+    out = _gap_stats(times, np.array([True, True]), 6)
+    assert out["tbt_s_mean"] == 2.5 and out["itl_s_mean"] == 2.5
+    assert out["tbt_s_p50"] == 2.5 and out["itl_s_p50"] == 2.5  # median of 1, 2, 3, 4
+    assert [k for k in out if k.startswith("itl_s")] == [k.replace("tbt_s", "itl_s") for k in out if k.startswith("tbt_s")]
+    assert all(out[k] == out[k.replace("tbt_s", "itl_s")] for k in out if k.startswith("tbt_s"))
+    # A verify emitting 2 tokens at t = 4: TBT gaps 4 (0 -> 4 s), ITL 2 and 2 (one per token).
+    out = _gap_stats(SeriesTokenTimes(pd.Series([[0.0, 4.0, 4.0]])), np.array([True]), 3)
+    assert out["tbt_s_mean"] == 4.0 and out["itl_s_mean"] == 2.0

@@ -34,7 +34,10 @@ def time_scale(requests: Sequence[Request], factor: float) -> list[Request]:
     if span_s / factor > MAX_SPAN_S:
         raise ValueError(f"time-scaling by {factor!r} would stretch the trace's {span_s:.6g} s to {span_s / factor:.3g} s, "
                          f"more than the {short_number(MAX_SPAN_S)} s (31.7 years) a trace may span")
-    return [dataclasses.replace(request, arrival_s=(request.arrival_s - start_s) / factor) for request in requests]
+    # The constructor with every field, not dataclasses.replace (which reads the fields' list per
+    # request): the same Requests, at a third of the cost on a 19k-request trace.
+    return [Request(r.request_id, (r.arrival_s - start_s) / factor, r.prompt_tokens, r.output_tokens, r.priority,
+                    r.prefix_hash_ids, r.prefix_block_tokens) for r in requests]
 
 
 def scale_to_qps(requests: Sequence[Request], qps: float) -> list[Request]:
