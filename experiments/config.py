@@ -258,8 +258,7 @@ class FileTrace(_Strict):
         requests, loaded = self.unscaled()
         if self.qps is not None:
             requests = scale_to_qps(requests, self.qps)
-        return requests, {"trace_source": str(self.path), "trace_rows_rejected": loaded.num_rejected,
-                          "trace_rows_rejected_detail": "; ".join(line.strip() for line in loaded.report_lines())}
+        return requests, file_trace_info(self.path, loaded)
 
 
     def unscaled(self):
@@ -275,6 +274,16 @@ class FileTrace(_Strict):
         if self.max_requests is not None:
             requests = cut(requests, max_requests=self.max_requests)
         return requests, loaded
+
+
+def file_trace_info(path: str, loaded) -> dict:
+    """The info (points.csv columns) of a trace or lengths file read into `loaded` (a reader's
+    `RowAccount`): its source, the rows rejected (count, and the reader's account of them), and
+    the unknown columns ignored (comma-separated; "" when none), which the report and the command
+    line name even when no row was rejected."""
+    return {"trace_source": str(path), "trace_rows_rejected": loaded.num_rejected,
+            "trace_rows_rejected_detail": "; ".join(line.strip() for line in loaded.report_lines()),
+            "trace_ignored_columns": ", ".join(loaded.ignored_columns)}
 
 
 class SyntheticTrace(_OpenLoop, _Lengths, _SharedPrefix):
@@ -320,8 +329,7 @@ class LengthsFileTrace(_OpenLoop):
         rows = slice(None, self.max_requests)
         requests = lengths_with_arrivals(loaded.prompt_tokens[rows], loaded.output_tokens[rows], self.qps,
                                          self.seed, self.arrival, self.burstiness)
-        return requests, {"trace_source": str(self.path), "trace_rows_rejected": loaded.num_rejected,
-                          "trace_rows_rejected_detail": "; ".join(line.strip() for line in loaded.report_lines())}
+        return requests, file_trace_info(self.path, loaded)
 
 
 class ClosedLoopTrace(_Lengths):

@@ -50,7 +50,9 @@ def load_requests(trace: TraceConfig) -> tuple[list[Request], dict]:
     """
     if isinstance(trace, ClosedLoopTrace):
         workload = trace.workload()
-        return workload, {"trace_source": _closed_loop_source(trace, workload), "trace_rows_rejected": 0}
+        return workload, {"trace_source": _closed_loop_source(trace, workload), "trace_rows_rejected": 0,
+                          # a sessions file's unknown columns; a generated closed loop has none
+                          "trace_ignored_columns": ", ".join(getattr(workload, "ignored_columns", ()))}
     requests, info = trace.load()
     if not requests and info.get("trace_rows_rejected"):
         raise ValueError(f"{info['trace_source']}: every row was rejected, nothing to simulate "

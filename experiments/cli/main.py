@@ -219,8 +219,9 @@ def _exit_if_failed(table: pd.DataFrame) -> None:
 
 
 SHORT_COLUMNS = {"label": "point", "completed": "completed", "truncated": "truncated", "rejected": "rejected",
-                 "throughput_rps": "req/s", "goodput_rps": "goodput/s", "ttft_s_p90": "TTFT P90 s",
-                 "tbt_s_p99": "TBT P99 s", "tpot_s_p50": "TPOT P50 s", "slo_met": "SLO met"}
+                 "throughput_rps": "req/s", "goodput_rps": "goodput/s", "num_gpus": "GPUs",
+                 "goodput_rps_per_gpu": "goodput/s/GPU", "ttft_s_p90": "TTFT P90 s", "tbt_s_p99": "TBT P99 s",
+                 "tpot_s_p50": "TPOT P50 s", "slo_met": "SLO met"}
 
 
 def _run_capacity(base: SweepConfig, points: list[dict], folder: RunFolder, jobs: Optional[int],
@@ -340,11 +341,12 @@ def _terminal_tables(title: str, columns: dict[str, str], rows: list[list[str]],
 
 
 def _print_table(points: pd.DataFrame, base: SweepConfig) -> None:
-    from experiments.planning.report import (format_cell, metric_title, recommendation, recommendation_lines,
-                                             slo_misses)
+    from experiments.planning.report import (format_cell, hidden_per_gpu_columns, ignored_trace_columns, metric_title,
+                                             recommendation, recommendation_lines, slo_misses)
     from experiments.config import slo_summary_key
 
-    columns = {k: v for k, v in SHORT_COLUMNS.items() if k in points}
+    hidden = hidden_per_gpu_columns(points)  # per GPU only when some point has more than one, as in report.md
+    columns = {k: v for k, v in SHORT_COLUMNS.items() if k in points and k not in hidden}
     for key in base.slo:  # every SLO's metric has a column, so the ✗ marks show which failed
         columns.setdefault(slo_summary_key(key), metric_title(slo_summary_key(key)).replace("sched ", "") + " s")
     zero = [c for c in ("truncated", "rejected") if c in columns and not points[c].fillna(0).astype(float).gt(0).any()]
@@ -378,6 +380,10 @@ def _print_table(points: pd.DataFrame, base: SweepConfig) -> None:
     if skipped is not None and skipped.fillna(0).max() > 0:
         err_console.print(f"[yellow]note:[/yellow] {int(skipped.max())} trace rows were skipped as invalid "
                           "(see the report; strict: true stops at the first)", highlight=False)
+    ignored = ignored_trace_columns(points)
+    if ignored:
+        err_console.print(f"[yellow]warning:[/yellow] the trace's unknown columns were ignored: {escape(ignored)} "
+                          "(see the report; trace.strict: true refuses them)", highlight=False)
     truncated = points.get("truncated")
     if truncated is not None and truncated.fillna(0).astype(float).gt(0).any():
         err_console.print(f"[yellow]note:[/yellow] {int(truncated.fillna(0).sum())} requests were truncated at "

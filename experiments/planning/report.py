@@ -101,16 +101,24 @@ def slo_misses(row: pd.Series, slo: dict[str, float]) -> list[str]:
     return missed
 
 
+def hidden_per_gpu_columns(points: pd.DataFrame) -> tuple[str, ...]:
+    """The per-GPU columns (`num_gpus`, `goodput_rps_per_gpu`) a table of `points` leaves out: both
+    when no point has more than one GPU (they would repeat 1 and the goodput), none otherwise. The
+    report's tables and the sweep's terminal table (experiments/cli/main.py) decide alike."""
+    multi_gpu = "num_gpus" in points and points["num_gpus"].fillna(1).astype(float).gt(1).any()
+    return () if multi_gpu else _PER_GPU
+
+
 def points_tables(points: pd.DataFrame, slo: dict[str, float], best_id: int | None) -> list[ReportTable]:
     """The sweep's points (those that ran) as the report's three narrow tables; the SLO metrics
     not among the latency columns are added to them."""
     latency = dict(LATENCY_COLUMNS)
     for key in slo:
         latency.setdefault(slo_summary_key(key), metric_title(slo_summary_key(key)))
-    multi_gpu = "num_gpus" in points and points["num_gpus"].fillna(1).astype(float).gt(1).any()
+    hidden = hidden_per_gpu_columns(points)
     requests = {k: v for k, v in REQUEST_COLUMNS.items()
                 if (k not in _BREAKDOWN or (k in points and points[k].fillna(0).astype(float).gt(0).any()))
-                and (k not in _PER_GPU or multi_gpu)}
+                and k not in hidden}
     data = points.assign(slo_missed=[", ".join(slo_misses(r, slo)) or ("—" if slo else "n/a")
                                      for _, r in points.iterrows()])
     slo_columns = {slo_summary_key(k): k for k in slo}
@@ -361,6 +369,10 @@ def _header_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
     skipped = int(first.get("trace_rows_rejected", 0) or 0)
     if skipped:
         lines.append(f"Trace rows skipped as invalid: {skipped} ({first.get('trace_rows_rejected_detail', '')}).")
+    ignored = ignored_trace_columns(ok)
+    if ignored and not isinstance(base.trace, ClosedLoopTrace):  # a sessions file's trace line names its own
+        lines.append(f"Trace columns ignored (not columns of the file's format; trace.strict: true refuses them): "
+                     f"{ignored}.")
     truncated = ok["truncated"].fillna(0).astype(int) if "truncated" in ok else pd.Series(dtype=int)
     if truncated.gt(0).any():
         at = ", ".join(f"{int(n)} at {label}" for label, n in zip(ok["label"], truncated) if n > 0)
@@ -373,6 +385,15 @@ def _header_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
         lines.append(f"Goodput = completed requests per second meeting every per-request threshold ({thresholds}).")
     lines.append(kv_pool_line(ok, base))
     return lines
+
+
+def ignored_trace_columns(points: pd.DataFrame) -> str:
+    """The unknown columns the points' trace files had, which the readers ignored (the
+    `trace_ignored_columns` cells, experiments.config.file_trace_info), as "a, b" ("a, b; c" when
+    points read different files); "" when none. Said whether or not a row was rejected: the report
+    and the command line's warning both take it from here."""
+    cells = points["trace_ignored_columns"] if "trace_ignored_columns" in points else pd.Series(dtype=object)
+    return "; ".join(dict.fromkeys(c for c in cells.dropna() if c))
 
 
 def kv_pool_line(ok: pd.DataFrame, base: SweepConfig) -> str:
