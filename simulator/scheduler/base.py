@@ -170,7 +170,7 @@ class Scheduler:
         plan = BatchPlan.from_columns(
             PlanColumns(ids, queries, contexts, prefills, emits, drafts, self.block_manager.block_tables(ids)), seqs,
             tuple(map(_REQUEST_ID, preempted)) if preempted else (), self.block_manager.num_used,
-            self._swap_in_tokens, self._swap_out_tokens, counts)
+            self._swap_in_tokens, self._swap_out_tokens, counts, len(getattr(entries, "decodes", ())))
         self._swap_in_tokens = self._swap_out_tokens = 0
         return plan
 
@@ -247,7 +247,24 @@ class Scheduler:
         seqs = plan.scheduled or [self._in_flight[rid] for rid in c.request_ids]
         self._end_flight(c.request_ids)
         if not self.config.split_n:  # no drafts: every emission is one token (the hot path)
-            for seq, q, emitted in zip(seqs, c.query_tokens, outcome.tokens_emitted):
+            emitted_each = outcome.tokens_emitted
+            k = plan.num_plain_decodes
+            if k and type(emitted_each) in (tuple, list) and emitted_each[:k].count(1) == k:  # plain decodes, 1 token each
+                for seq in seqs[:k]:  # the loop below with q = 1 and emitted = 1
+                    seq.num_computed_tokens += 1
+                    generated = seq.num_generated_tokens
+                    if not generated:
+                        seq.first_token_s = now_s
+                    seq.token_times_s.append(now_s)
+                    seq.num_generated_tokens = generated = generated + 1
+                    if generated >= seq.max_output_tokens:
+                        finished.append(self._finish(seq, now_s))
+                if k == len(seqs):
+                    return finished
+                rest = zip(seqs[k:], c.query_tokens[k:], emitted_each[k:])
+            else:
+                rest = zip(seqs, c.query_tokens, emitted_each)
+            for seq, q, emitted in rest:
                 seq.num_computed_tokens += q
                 if emitted:
                     generated = seq.num_generated_tokens
@@ -362,15 +379,26 @@ class Scheduler:
         used = bm.num_used  # before this window's growth and the finishes' frees
         finished = []
         caching = self.prefix_caching
+        # The plain pool's growth inline (`BlockManager.grow_to`): `decode_window` checked that
+        # the free blocks cover the window, and a decoding sequence always holds a table.
+        tables = bm._tables if type(bm) is BlockManager else None
+        free_blocks = bm._free
         running = list(self.running)
         for seq, held in zip(running, bm.blocks_held_each([seq.request_id for seq in running])):
             rid = seq.request_id
             computed = seq.num_computed_tokens
             room = held * size - computed  # tokens that fit before a new block
             if room < steps:
+                extra = 0
                 for j in range(room, steps, size):  # step j writes token computed + j + 1
                     new_blocks[j] += 1
-                bm.grow_to(rid, computed + steps)
+                    extra += 1
+                if tables is None:
+                    bm.grow_to(rid, computed + steps)
+                elif extra == 1:  # ceil((computed + steps) / size) - held new blocks
+                    tables[rid].append(free_blocks.popleft())
+                else:
+                    tables[rid].extend([free_blocks.popleft() for _ in range(extra)])
             if caching and seq.request.prefix_hash_ids:  # as each step's would (others: lazily)
                 bm.cache_blocks(rid, computed + steps, seq.request)
             seq.num_computed_tokens = computed + steps

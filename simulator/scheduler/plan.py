@@ -73,7 +73,7 @@ class BatchPlan:
     """
 
     __slots__ = ("_sequences", "_columns", "_arrays", "_counts", "preempted_ids", "kv_blocks_used",
-                 "swap_in_tokens", "swap_out_tokens", "scheduled")
+                 "swap_in_tokens", "swap_out_tokens", "scheduled", "num_plain_decodes")
 
     def __init__(self, sequences: tuple[ScheduledSequence, ...] = (), preempted_ids: tuple[int, ...] = (),
                  kv_blocks_used: int = 0, swap_in_tokens: int = 0, swap_out_tokens: int = 0):
@@ -86,15 +86,18 @@ class BatchPlan:
         self.swap_in_tokens = swap_in_tokens
         self.swap_out_tokens = swap_out_tokens
         self.scheduled: list | None = None  # the scheduler's own sequence objects, aligned (its fast path)
+        self.num_plain_decodes = 0  # leading entries that are plain decodes (q 1, no drafts), when known
 
     @classmethod
     def from_columns(cls, columns: PlanColumns, scheduled: list | None = None, preempted_ids: tuple[int, ...] = (),
                      kv_blocks_used: int = 0, swap_in_tokens: int = 0, swap_out_tokens: int = 0,
-                     counts: tuple[int, int, int] | None = None) -> "BatchPlan":
+                     counts: tuple[int, int, int] | None = None, num_plain_decodes: int = 0) -> "BatchPlan":
         """A plan from aligned lists the scheduler already holds (no per-sequence tuples); the
         other fields as the constructor's (`preempted_ids` already a tuple). `counts`: the
         plan's (num_prefill_tokens, num_prefill_seqs, num_draft_tokens) when the caller
-        counted them while building the columns (else they are counted on first use)."""
+        counted them while building the columns (else they are counted on first use).
+        `num_plain_decodes`: how many leading entries are running decodes of one query token
+        and no drafts (`scheduled` required; `Scheduler.complete_step` takes them in one pass)."""
         plan = cls.__new__(cls)  # the fields set directly: one plan per simulated step
         plan._sequences = None
         plan._columns = columns
@@ -105,6 +108,7 @@ class BatchPlan:
         plan.swap_in_tokens = swap_in_tokens
         plan.swap_out_tokens = swap_out_tokens
         plan.scheduled = scheduled
+        plan.num_plain_decodes = num_plain_decodes
         return plan
 
     @property
