@@ -268,6 +268,15 @@ def test_stats_refuses_an_existing_plot_file_unless_forced(tmp_path, trace_file,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling.png", "in.csv", "in.stats.png", "notes.png"]
 
 
+def test_stats_plot_to_alone_writes_the_plot(tmp_path, trace_file):
+    # --plot-to without --plot wrote nothing and said nothing.
+    code, out = run("stats", trace_file, "--plot-to", tmp_path / "alone.png")
+    assert code == 0 and f"wrote {tmp_path / 'alone.png'}" in out
+    assert (tmp_path / "alone.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, out = run("stats", trace_file)
+    assert code == 0 and "wrote" not in out and sorted(p.name for p in tmp_path.iterdir()) == ["alone.png", "in.csv"]
+
+
 def test_stats_writes_the_plot_whole_or_not_at_all(tmp_path, trace_file, monkeypatch):
     target = tmp_path / "plot.png"
     target.write_text("previous plot\n")

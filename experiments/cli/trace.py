@@ -37,7 +37,8 @@ def stats(
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1,
                                                 help="Count requests with prompt + output > N."),
     plot: bool = typer.Option(False, "--plot", help="Also write histograms of lengths and gaps as a PNG."),
-    plot_to: Optional[Path] = typer.Option(None, "--plot-to", help="PNG path (default: <FILE stem>.stats.png here)."),
+    plot_to: Optional[Path] = typer.Option(None, "--plot-to", help="Plot file, .png, .svg or .pdf (implies --plot; "
+                                                               "default: <FILE stem>.stats.png here)."),
     format: str = FormatOption,
     strict: bool = StrictOption,
     force: bool = typer.Option(False, "--force", help="Replace the plot file if it exists (else an existing "
@@ -49,7 +50,7 @@ def stats(
     renamed), never over FILE itself, nor over any existing file unless --force is given.
     """
     path = None
-    if plot:
+    if plot or plot_to is not None:  # --plot-to alone was ignored without a word
         path = _output_file("--plot-to", plot_to or Path(f"{file.stem}.stats.png"), file, _PLOT_SUFFIXES,
                             f"{file.stem}.stats.png", force)
     loaded = _read(file, format, strict)
