@@ -17,6 +17,7 @@ from experiments.deployment import (DTYPE_BYTES, build_link, build_outcome_fn, b
                                     build_schedulers, cluster_gpus)
 from profiler import CostModel, RooflineCostModel, get_device_spec, get_model_spec
 from simulator.disaggregated import Pool, simulate_disaggregated
+from simulator.gc_pause import paused_gc
 from simulator.metrics import goodput_count
 from simulator.records_stream import RecordFiles, write_frames
 from simulator.simulate import simulate
@@ -144,6 +145,7 @@ def cost_model_columns(point: SweepConfig, cost_model) -> dict:
     return columns
 
 
+@paused_gc()  # trace loading, the run and its summary without collector passes (simulator/gc_pause.py)
 def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0,
               records_dir: Path | None = None, temporary: bool = False) -> PointResult:
     """Simulate one point; the row holds its settings, summary metrics, SLO verdicts and goodput.

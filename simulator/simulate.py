@@ -17,6 +17,7 @@ from simulator.records import RequestRecords, requests_table
 from simulator.records_parquet import ParquetTokenTimes
 from simulator.records_stream import RecordFiles, RequestsStream, join_step_files, remove_step_parts, write_frames
 from simulator.data_parallel import DataParallelGroup
+from simulator.gc_pause import paused_gc
 from simulator.records_sketch import GapSketch
 from simulator.replica import Replica, wait_until
 from simulator.router import Router
@@ -121,7 +122,8 @@ def simulate(
     else:
         env.process(dispatch.replay(sorted(requests, key=lambda r: r.arrival_s)))  # stable for ties
     try:
-        env.run()  # ends when no event is left: all arrivals submitted, every replica idle
+        with paused_gc():  # no collector passes over the run's live objects (simulator/gc_pause.py)
+            env.run()  # ends when no event is left: all arrivals submitted, every replica idle
         sketch = None
         if not keep_token_times:
             sketch = GapSketch()

@@ -114,3 +114,46 @@ def test_gap_stats_itl_equals_tbt_without_multi_token_emissions_and_differs_with
     # A verify emitting 2 tokens at t = 4: TBT gaps 4 (0 -> 4 s), ITL 2 and 2 (one per token).
     out = _gap_stats(SeriesTokenTimes(pd.Series([[0.0, 4.0, 4.0]])), np.array([True]), 3)
     assert out["tbt_s_mean"] == 4.0 and out["itl_s_mean"] == 2.0
+
+
+def test_paused_gc_disables_the_collector_inside_and_restores_its_state():
+    import gc
+
+    from simulator.gc_pause import paused_gc
+
+    assert gc.isenabled()
+    with paused_gc():
+        assert not gc.isenabled()
+        with paused_gc():  # nested: the outer block's state stays
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(KeyError):
+        with paused_gc():
+            raise KeyError("the run failed")
+    assert gc.isenabled()  # restored on the way out of a failure too
+    gc.disable()
+    try:
+        with paused_gc():
+            pass
+        assert not gc.isenabled()  # a collector the caller turned off stays off
+    finally:
+        gc.enable()
+
+
+def test_run_point_and_simulate_run_with_the_collector_paused(monkeypatch):
+    import gc
+
+    import simpy
+
+    from experiments.config import SweepConfig
+    from experiments.point import run_point
+
+    seen = []
+    run = simpy.Environment.run
+    monkeypatch.setattr(simpy.Environment, "run", lambda self, *a: (seen.append(gc.isenabled()), run(self, *a))[1])
+    config = SweepConfig(trace={"kind": "synthetic", "num_requests": 20, "qps": 5.0, "seed": 0},
+                         engine={"scheduler": "sarathi", "chunk_size": 256}, cost_model="roofline")
+    row = run_point(config).row
+    assert seen == [False] and gc.isenabled()
+    assert row["num_requests"] == 20
