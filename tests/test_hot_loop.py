@@ -157,3 +157,24 @@ def test_run_point_and_simulate_run_with_the_collector_paused(monkeypatch):
     row = run_point(config).row
     assert seen == [False] and gc.isenabled()
     assert row["num_requests"] == 20
+
+
+def test_at2_many_equals_at2_value_by_value():
+    rng = np.random.default_rng(11)
+    m, k = np.array([1.0, 2, 8, 32, 128]), np.array([0.0, 16, 256, 4096])  # k has 0: log1p axis
+    frame = pd.DataFrame([(a, b) for a in m for b in k], columns=["m", "k"])
+    frame["time_s"] = 1e-6 * (1 + frame["m"]) ** 0.9 * (1 + frame["k"]) ** 0.6 * rng.uniform(0.9, 1.1, len(frame))
+    frame = frame.drop(index=[6])  # one unmeasured cell (m 2, k 256): filled and flagged
+    grid = LogGrid.from_frame(frame, ["m", "k"])
+    r = random.Random(2)
+    for x in [0.5, 1.0, 3.0, 40.0, 500.0]:  # below, on, inside, inside, above the first axis
+        runs = [[r.uniform(-1.0, 6000.0) for _ in range(40)],  # jumping between cells and out of range
+                [10.0 + step for step in range(300)],  # a window: one more token of context a step
+                [4000.0 + 7 * step for step in range(50)], []]
+        for ys in runs:
+            times, outs = grid.at2_many(x, ys)
+            expected = [grid.at2(x, y) for y in ys]
+            assert times == [t for t, _ in expected]
+            assert outs == [bool(o) for _, o in expected]
+    # by hand: the filled cell's corner flags the look-ups between k 16 and 4096 at m 2 only
+    assert grid.at2_many(2.0, [100.0, 1.0])[1] == [True, False]

@@ -525,12 +525,15 @@ class MeasuredCostModel:
         in_grid = token_out | seq_out | frozenset()  # the out-of-grid parts of a step whose attention is on the grid
         layers = self.model.num_layers
         rows = float(num_seqs)
-        at2 = grid.at2
+        # The mean context of each step, as `_price` forms the KV total, then one look-up pass.
+        points_kv = [float(total_context + j * num_seqs + num_seqs - rows) / rows + 1.0
+                     for j in range(first_step, first_step + num_steps)]
+        times, outs = grid.at2_many(rows, points_kv)
+        if not (in_grid or any(outs)):  # every step on the grid: counted at once
+            self.num_predictions += num_steps
+            return [parts_s + layers * t for t in times]
         durations = []
-        for j in range(first_step, first_step + num_steps):
-            kv = float(total_context + j * num_seqs + num_seqs - rows)  # as `_price` forms it
-            point_kv = kv / rows + 1.0
-            t, o = at2(rows, point_kv)
+        for point_kv, t, o in zip(points_kv, times, outs):
             if o:
                 out: set = set()
                 t = self._off_grid(grid, (rows, point_kv), self._decode_kv_roofline_s, t, out)

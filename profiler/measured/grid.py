@@ -151,6 +151,53 @@ class LogGrid:
         total = (1.0 - f) * ((1.0 - g) * flat[a] + g * flat[b]) + f * ((1.0 - g) * flat[c] + g * flat[d])
         return math.exp(total), out or out_y or filled[a] or filled[b] or filled[c] or filled[d]
 
+    def at2_many(self, x: float, ys: list[float]) -> tuple[list[float], list[bool]]:
+        """`at2(x, y)` for each y in `ys`, the same floats and flags, as two lists (times, out of
+        grid): the first axis's position once, and the second axis's cell and corners kept while
+        consecutive values stay in one cell (a decode window's mean contexts grow by one a step).
+        """
+        first = self._first_axis.get(x)
+        if first is None:
+            if len(self._first_axis) >= _FIRST_AXIS_CACHE:
+                self._first_axis.clear()
+            first = self._first_axis[x] = self._position(0, x)
+        i, f, out_x = first
+        coords = self._coords[1]
+        lower, upper, flat_below, log1p = self.lower[1], self.upper[1], self.flat_below[1], self._log1p[1]
+        last = len(coords) - 2
+        s0, s1 = self._strides
+        flat, filled = self._flat, self._filled_flat
+        exp, log, log_1p = math.exp, math.log, math.log1p
+        times, outs = [], []
+        cell_low = cell_high = 0.0  # u in [cell_low, cell_high): the cell `bisect_right` picks for it
+        j = -1
+        for y in ys:
+            if y < lower:
+                y, out_y = lower, not flat_below
+            elif y > upper:
+                y, out_y = upper, True
+            else:
+                out_y = False
+            u = log_1p(y) if log1p else log(y)
+            if j < 0 or not cell_low <= u < cell_high:  # `at2`'s clamped bisection, and the cell's corners
+                j = bisect_right(coords, u) - 1
+                if j > last:
+                    j = last
+                if j < 0:
+                    j = 0
+                cell_low = coords[j] if j > 0 else -math.inf
+                cell_high = coords[j + 1] if j < last else math.inf
+                a = i * s0 + j * s1
+                b, c = a + s1, a + s0
+                d = c + s1
+                va, vb, vc, vd = flat[a], flat[b], flat[c], flat[d]
+                cell_out = bool(out_x or filled[a] or filled[b] or filled[c] or filled[d])
+                cj, width = coords[j], coords[j + 1] - coords[j]
+            g = (u - cj) / width
+            times.append(exp((1.0 - f) * ((1.0 - g) * va + g * vb) + f * ((1.0 - g) * vc + g * vd)))
+            outs.append(out_y or cell_out)
+        return times, outs
+
     def __call__(self, *point: float) -> tuple[float, bool]:
         """(time_s at `point`, whether it is out of grid): clamped to the axes' ranges; the flag is
         True when a coordinate was clamped above its range (or below, on an axis not
