@@ -119,14 +119,17 @@ class LogGrid:
         i = max(min(bisect_right(coords, u) - 1, len(coords) - 2), 0)
         return i, (u - coords[i]) / (coords[i + 1] - coords[i]), out
 
+    def _cache_first_axis(self, x: float) -> tuple[int, float, bool]:
+        """`_position(0, x)`, kept for the next look-ups of x (`at2`, `at2_many`)."""
+        if len(self._first_axis) >= _FIRST_AXIS_CACHE:
+            self._first_axis.clear()
+        first = self._first_axis[x] = self._position(0, x)
+        return first
+
     def at2(self, x: float, y: float) -> tuple[float, bool]:
         """`self(x, y)` of a 2-D grid, the same floats: the first axis's position is cached per
         value and the corner sum written out (the simulator prices every step's attention here)."""
-        first = self._first_axis.get(x)
-        if first is None:
-            if len(self._first_axis) >= _FIRST_AXIS_CACHE:
-                self._first_axis.clear()
-            first = self._first_axis[x] = self._position(0, x)
+        first = self._first_axis.get(x) or self._cache_first_axis(x)  # a hit is a non-empty tuple
         i, f, out = first
         # `_position(1, y)` written out (the second axis is a fresh value nearly every call)
         coords = self._coords[1]
@@ -156,11 +159,7 @@ class LogGrid:
         grid): the first axis's position once, and the second axis's cell and corners kept while
         consecutive values stay in one cell (a decode window's mean contexts grow by one a step).
         """
-        first = self._first_axis.get(x)
-        if first is None:
-            if len(self._first_axis) >= _FIRST_AXIS_CACHE:
-                self._first_axis.clear()
-            first = self._first_axis[x] = self._position(0, x)
+        first = self._first_axis.get(x) or self._cache_first_axis(x)  # a hit is a non-empty tuple
         i, f, out_x = first
         coords = self._coords[1]
         lower, upper, flat_below, log1p = self.lower[1], self.upper[1], self.flat_below[1], self._log1p[1]
