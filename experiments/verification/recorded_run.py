@@ -237,6 +237,7 @@ def bundle_config(run: RecordedRun, trace_path: Path, overridden: frozenset[str]
     meta_path = run.directory / "vllm" / "meta.json"
     if not isinstance(kwargs, dict):
         raise ValueError(f"{meta_path}: no engine_kwargs object (the engine arguments of the run)")
+    _check_kwargs_handled(kwargs, meta_path)
     engine: dict = {"scheduler": "vllm_v1",
                     "tensor_parallel_size": _engine_int(kwargs, "tensor_parallel_size", meta_path) or 1,
                     "pipeline_parallel_size": _engine_int(kwargs, "pipeline_parallel_size", meta_path) or 1}
@@ -244,6 +245,7 @@ def bundle_config(run: RecordedRun, trace_path: Path, overridden: frozenset[str]
     if dp > 1 or kwargs.get("enable_expert_parallel"):  # simulator/data_parallel.py, profiler/moe_cost.py
         engine.update(data_parallel_size=dp, enable_expert_parallel=bool(kwargs.get("enable_expert_parallel")))
     _check_colocated(run)
+    _check_instance_tp(run, engine["tensor_parallel_size"], meta_path)
     gpus = _cluster_gpus(run)
     if gpus is not None:  # the cluster's GPU count must be the engine's DP × TP × PP
         engine["num_gpus"] = gpus
@@ -255,8 +257,7 @@ def bundle_config(run: RecordedRun, trace_path: Path, overridden: frozenset[str]
         value = _engine_int(kwargs, source, meta_path, minimum=0 if key == "seed" else 1)
         if value is not None and key not in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
             engine[key] = value
-    if kwargs.get("kv_cache_dtype") not in (None, "auto", "bfloat16", "bf16"):
-        engine["kv_cache_dtype"] = "fp8" if "fp8" in str(kwargs["kv_cache_dtype"]) else kwargs["kv_cache_dtype"]
+    engine.update(_dtype_and_switches(kwargs, meta_path))
     instance = _instance(run)
     mem_util = instance.get("npu_mem", {}).get("mem_util") if isinstance(instance.get("npu_mem"), dict) else None
     if mem_util is not None:
@@ -267,6 +268,7 @@ def bundle_config(run: RecordedRun, trace_path: Path, overridden: frozenset[str]
     config = {"name": f"{run.directory.name}-sim", "engine": engine,
               "trace": {"kind": "file", "path": str(trace_path), "format": "canonical"}}
     if "model" not in overridden:
+        _check_same_model(run.meta.get("model"), kwargs.get("model"), meta_path)
         config["model"] = _model(run.meta.get("model"), meta_path)
     if "device" not in overridden:
         config["device"] = _device(instance.get("hardware"), run.directory / "config.json",
@@ -277,7 +279,8 @@ def bundle_config(run: RecordedRun, trace_path: Path, overridden: frozenset[str]
 # The generated config's engine keys → the meta.json engine_kwargs each is read from.
 ENGINE_KWARGS = {"tensor_parallel_size": "tensor_parallel_size", "pipeline_parallel_size": "pipeline_parallel_size",
                  "data_parallel_size": "data_parallel_size", "max_num_seqs": "max_num_seqs",
-                 "chunk_size": "max_num_batched_tokens", "max_model_len": "max_model_len", "seed": "seed"}
+                 "chunk_size": "max_num_batched_tokens", "max_model_len": "max_model_len", "seed": "seed",
+                 "block_size": "block_size"}
 # ... and those read from config.json.
 CLUSTER_KEYS = {"gpu_memory_utilization": "nodes[0].instances[0].npu_mem.mem_util",
                 "num_gpus": "nodes[].instances[].num_npus"}
@@ -293,6 +296,101 @@ def _engine_int(kwargs: dict, key: str, meta_path: Path, minimum: int = 1) -> in
     if not whole or value < minimum:
         raise ValueError(f"{meta_path}: engine_kwargs.{key} is {_shown(value)}; expected a whole number >= {minimum}")
     return int(value)
+
+
+# engine_kwargs keys that `bundle_config` reads by their own rules (beside ENGINE_KWARGS's whole numbers):
+# `model` (checked against meta.json's `model`), `enable_expert_parallel`, `dtype`, `kv_cache_dtype`,
+# `enable_prefix_caching`, `enable_chunked_prefill` (`_dtype_and_switches`).
+MODELLED_KWARGS = frozenset(ENGINE_KWARGS.values()) | {"model", "enable_expert_parallel", "dtype", "kv_cache_dtype",
+                                                       "enable_prefix_caching", "enable_chunked_prefill"}
+# engine_kwargs keys known not to change a step's time or the scheduler's choices, so not simulated:
+# logging switches (vLLM's stat logger and request log write after the step; the stat logger is what
+# wrote timeseries.csv), and where/how the checkpoint is fetched or named (done before the first
+# request is queued; its shapes are the model's config, which `model` names).
+TIMING_FREE_KWARGS = frozenset({"disable_log_stats", "disable_log_requests", "enable_log_requests",
+                                "trust_remote_code", "download_dir", "served_model_name"})
+# vLLM's kv_cache_dtype values (vllm/config/cache.py CacheDType) the simulator prices: the model's
+# bf16 (`auto` is the model dtype, checked bf16) or a one-byte fp8 cache.
+KV_CACHE_DTYPES = {"auto": None, "bfloat16": None, "bf16": None, "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
+
+
+def _check_kwargs_handled(kwargs: dict, meta_path: Path) -> None:
+    """Every engine_kwargs key is modelled (`MODELLED_KWARGS`) or known timing-free
+    (`TIMING_FREE_KWARGS`): any other engine argument (speculative decoding, quantization,
+    enforce_eager, a misspelt key, ...) would be silently simulated as vLLM's default.
+
+    Raises:
+        ValueError: naming meta.json, the first such key and its value, and the supported keys.
+    """
+    for key, value in kwargs.items():
+        if key in MODELLED_KWARGS or key in TIMING_FREE_KWARGS or key == "speculative_config" and value is None:
+            continue
+        why = ("speculative decoding's acceptance is not in the recording: simulate it from a config with "
+               "engine.split_n, engine.draft and engine.acceptance" if key == "speculative_config"
+               else "--against-run does not model it (simulating vLLM's default in its place would be a silent guess)")
+        raise ValueError(f"{meta_path}: engine_kwargs.{key} is {_shown(value)}: {why}; supported engine_kwargs: "
+                         f"{', '.join(sorted(MODELLED_KWARGS))} (and, not affecting timing, "
+                         f"{', '.join(sorted(TIMING_FREE_KWARGS))}; speculative_config null)")
+
+
+def _dtype_and_switches(kwargs: dict, meta_path: Path) -> dict:
+    """The engine keys of engine_kwargs `dtype`, `kv_cache_dtype`, `enable_prefix_caching` and
+    `enable_chunked_prefill` (absent or null: vLLM's default, which is the simulator's).
+
+    dtype bfloat16 (or absent) is the simulator's bf16 model; kv_cache_dtype per `KV_CACHE_DTYPES`;
+    enable_prefix_caching true/false maps to the vllm_v1 scheduler's key of that name (on by default
+    in V1, vLLM tests/v1/engine/test_engine_args.py::test_prefix_caching_from_cli, as in the
+    simulator); enable_chunked_prefill must be true (vLLM V1 chunks long prefills, and so does the
+    simulated vllm_v1 scheduler).
+
+    Raises:
+        ValueError: any other value, naming meta.json, the key and value, and what is supported.
+    """
+    engine: dict = {}
+
+    def refuse(key: str, expected: str) -> ValueError:
+        return ValueError(f"{meta_path}: engine_kwargs.{key} is {_shown(kwargs[key])}; expected {expected}")
+
+    if kwargs.get("dtype") not in (None, "bfloat16", "bf16"):
+        raise refuse("dtype", "bfloat16 (the simulator prices bf16 weights and activations; 'auto' is the "
+                              "checkpoint's dtype, which the recording does not say)")
+    kv = kwargs.get("kv_cache_dtype")
+    if kv is not None:
+        if not isinstance(kv, str) or kv not in KV_CACHE_DTYPES:
+            raise refuse("kv_cache_dtype", f"one of {', '.join(KV_CACHE_DTYPES)}")
+        if KV_CACHE_DTYPES[kv]:
+            engine["kv_cache_dtype"] = KV_CACHE_DTYPES[kv]
+    for key in ("enable_prefix_caching", "enable_chunked_prefill"):
+        if kwargs.get(key) is not None and not isinstance(kwargs[key], bool):
+            raise refuse(key, "true, false or null")
+    if kwargs.get("enable_prefix_caching") is not None:
+        engine["enable_prefix_caching"] = kwargs["enable_prefix_caching"]
+    if kwargs.get("enable_chunked_prefill") is False:
+        raise refuse("enable_chunked_prefill", "true or null (the simulated vllm_v1 scheduler chunks long prefills "
+                                               "as vLLM V1 does by default)")
+    return engine
+
+
+def _check_same_model(meta_model, kwargs_model, meta_path: Path) -> None:
+    """meta.json's `model` and its engine_kwargs `model` (when given) name one checkpoint."""
+    if kwargs_model is not None and kwargs_model != meta_model:
+        raise ValueError(f"{meta_path}: engine_kwargs.model is {_shown(kwargs_model)} but model is "
+                         f"{_shown(meta_model)}; a recording is of one model")
+
+
+def _check_instance_tp(run: RecordedRun, tp: int, meta_path: Path) -> None:
+    """Every config.json instance's `tp_size` (LLMServingSim's per-instance TP degree), where
+    given, is the engine's tensor_parallel_size.
+
+    Raises:
+        ValueError: naming both files, the instance's key and both values.
+    """
+    for n, i, instance in _instances(run):
+        tp_size = instance.get("tp_size")
+        if tp_size is not None and tp_size != tp:
+            raise ValueError(f"{run.directory / 'config.json'}: nodes[{n}].instances[{i}].tp_size is {_shown(tp_size)} "
+                             f"but {meta_path}: engine_kwargs.tensor_parallel_size is {tp}; the recording must "
+                             "say one TP degree")
 
 
 def explain_config_error(run: RecordedRun, message: str, config_path: Path, overridden: frozenset[str]) -> str:
@@ -321,6 +419,16 @@ def explain_config_error(run: RecordedRun, message: str, config_path: Path, over
     return f"{run.directory}: the simulate config made from the recorded run does not load: {rest}"
 
 
+def _instances(run: RecordedRun) -> list[tuple[int, int, dict]]:
+    """(node index, instance index, instance) of every config.json instance that is a JSON object;
+    [] for a cluster without the nodes[].instances[] shape (which names no per-instance key)."""
+    try:
+        return [(n, i, instance) for n, node in enumerate(run.cluster.get("nodes") or [])
+                for i, instance in enumerate(node.get("instances") or []) if isinstance(instance, dict)]
+    except (AttributeError, TypeError):
+        return []
+
+
 def _check_colocated(run: RecordedRun) -> None:
     """Every instance of config.json is colocated: its `pd_type` is null or absent.
 
@@ -334,13 +442,8 @@ def _check_colocated(run: RecordedRun) -> None:
     Raises:
         ValueError: naming config.json, the instance's key and its pd_type.
     """
-    try:
-        instances = [(n, i, instance) for n, node in enumerate(run.cluster.get("nodes") or [])
-                     for i, instance in enumerate(node.get("instances") or [])]
-    except (AttributeError, TypeError):
-        return  # a cluster without that shape names no pd_type
-    for n, i, instance in instances:
-        pd_type = instance.get("pd_type") if isinstance(instance, dict) else None
+    for n, i, instance in _instances(run):
+        pd_type = instance.get("pd_type")
         if pd_type is not None:
             kind = (f"a disaggregated {pd_type} instance" if pd_type in ("prefill", "decode")
                     else "LLMServingSim's values are 'prefill', 'decode' or null")
