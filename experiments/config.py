@@ -41,6 +41,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from profiler import get_device_spec, get_model_spec
+from profiler.unknown_key import unknown_key_message
 from simulator.metrics import LATENCY_METRICS, PERCENTILES
 from simulator.scheduler import SCHEDULERS
 from traces import (ClosedLoopWorkload, LengthDistribution, Request, cut, length_distribution, lengths_with_arrivals,
@@ -1318,7 +1319,7 @@ def _validate(raw: dict, path: Path, root_node, where: str, line: int | None = N
             elif below:  # a mapping of the file that --set changed a key of
                 at = f" ({at.strip(' ()') + ', ' if at else ''}changed by --set {', '.join(below)})"
             if err["type"] == "extra_forbidden":
-                message = "unknown key"
+                message = unknown_key_message(SweepConfig, err["loc"])
             elif not isinstance(err.get("input"), (dict, list)) and "input" in err and ", got " not in message:
                 message += f" (got {err['input']!r})"
             lines.append(f"{path}: {where}{key or '<root>'}{at}: {message}")
@@ -1617,7 +1618,9 @@ def pool_point(point: SweepConfig, pool: str) -> SweepConfig:
     try:
         engine = EngineConfig(**keys)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'engine'}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'engine'}: " + (
+            unknown_key_message(EngineConfig, e["loc"], _POINT_ONLY_ENGINE_KEYS) if e["type"] == "extra_forbidden"
+            else e["msg"]) for e in exc.errors())
         raise ValueError(f"cluster.{pool}.engine: {problems}") from None
     # The pool's router, set after validation: `check_cluster` checks it under its own key.
     engine = engine.model_copy(update={"router": spec.router})

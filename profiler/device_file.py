@@ -32,10 +32,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, Mapping, get_args
+from typing import Any, Literal, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from profiler.unknown_key import unknown_key_message
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEVICES_DIR = DATA_DIR / "devices"
@@ -246,37 +248,11 @@ def _one_efficiency_branch(errors: list[dict], efficiency: Any) -> list[dict]:
     return kept + [said] if len(kept) < len(errors) else errors
 
 
-def _valid_keys(loc: tuple) -> list[str]:
-    """The keys of the model that holds the key at `loc` (a pydantic error location), e.g.
-    Efficiency's for ('efficiency', '<union tag>', 'gemm'); [] where it cannot be told."""
-    model: Any = DeviceFile
-    for part in loc[:-1]:
-        if not isinstance(part, str) or part.startswith(("function-", "literal[")):
-            continue  # a dict key (an all_reduce TP degree) or a union branch's tag
-        field = model.model_fields.get(part)
-        model = _model_in(field.annotation) if field is not None else None
-        if model is None:
-            return []
-    return list(model.model_fields)
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    """The pydantic model inside a field's annotation (`GemmTerms | None`, `dict[int, AllReduceTerms]`)."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
-
-
 def _error_line(where: str, err: dict) -> str:
     loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "literal[")))
     message = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        valid = _valid_keys(err["loc"])
-        message = f"unknown key; valid keys: {', '.join(valid)}" if valid else "unknown key"
+        message = unknown_key_message(DeviceFile, err["loc"])
     elif "input" in err and not isinstance(err["input"], (dict, list)):
         message += f" (got {err['input']!r})"
         if err["type"] == "float_type" and isinstance(err["input"], str):

@@ -67,10 +67,11 @@ def _message(efficiency) -> str:
 
 
 def test_an_unknown_efficiency_key_lists_the_valid_ones_and_nothing_about_fitted():
-    assert _message({"gemm": 1.5}) == ("device (inline): efficiency.gemm: unknown key; valid keys: gemm_flops, "
+    assert _message({"gemm": 1.5}) == ("device (inline): efficiency.gemm: unknown key (did you mean gemm_flops?); valid keys: gemm_flops, "
                                        "memory_bandwidth, kernel_latency_us, fp8_gemm, attention, all_reduce")
     assert _message({"attention": {"flops": 0.5, "memory_bandwidth": 0.5, "latency_us": 1.0, "per_seq_us": 1.0}}) == (
-        "device (inline): efficiency.attention.per_seq_us: unknown key; valid keys: flops, memory_bandwidth, "
+        "device (inline): efficiency.attention.per_seq_us: unknown key (did you mean per_sequence_us?); valid keys: "
+        "flops, memory_bandwidth, "
         "latency_us, per_sequence_us")
     assert _message({"all_reduce": {2: {"latency_us": 1.0, "link_bandwidth": 0.5, "bw": 1.0}}}) == (
         "device (inline): efficiency.all_reduce.2.bw: unknown key; valid keys: latency_us, link_bandwidth")

@@ -82,7 +82,7 @@ def test_device_link_is_the_device_interconnect():
     # A pool engine key that --set gave is named as --set, not as the file's line of that pool (breaker pass D).
     ("cluster.decode.engine={pipeline_parallel_size: 0}", "--set cluster.decode.engine.pipeline_parallel_size: Input "
      "should be greater than or equal to 1"),
-    ("cluster.prefill.engine={chunk_sise: 2}", "--set cluster.prefill.engine.chunk_sise: Extra inputs"),
+    ("cluster.prefill.engine={chunk_sise: 2}", "--set cluster.prefill.engine.chunk_sise: unknown key (did you mean chunk_size?)"),
     ("cluster.prefill.engine.chunk_size=100", "cluster.prefill.engine (line 9, changed by --set "
      "cluster.prefill.engine.chunk_size): max_num_seqs (128) must be <= chunk_size (100)"),
     ("cluster.decode.engine={kv_cache_dtype: fp8}", "kv_cache_dtype differ"),
