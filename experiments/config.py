@@ -700,6 +700,16 @@ class SweepConfig(_Strict):
                     raise
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_weight_beside_cluster(cls, data: Any) -> Any:
+        # Before `engine:` is validated: its own check would ask for engine.router: prefix_aware,
+        # which a cluster does not read either (a hint that led to a second error).
+        if isinstance(data, dict) and data.get("cluster") is not None and isinstance(data.get("engine"), dict) \
+                and "router_overlap_weight" in data["engine"]:
+            raise ValueError(f"engine.router_overlap_weight is not read with cluster: {_NO_POOL_WEIGHT}")
+        return data
+
     @model_validator(mode="after")
     def _cluster_pools(self) -> "SweepConfig":
         if self.cluster is not None:
@@ -1646,11 +1656,16 @@ def cluster_label(point: SweepConfig) -> str:
     return " ".join(parts)
 
 
+_NO_POOL_WEIGHT = ("it applies only to a colocated engine.router: prefix_aware; a pool's prefix_aware router picks "
+                   "the longest cached prefix, then the least outstanding, with no weight: remove it")
+
+
 def check_cluster(point: SweepConfig) -> None:
     """What `cluster:` must satisfy before anything runs (`SweepConfig._cluster_pools`).
 
     Raises:
-        ValueError: `engine.replicas` or `engine.router_overlap_weight` set beside `cluster:`, or
+        ValueError: `engine.replicas` set beside `cluster:` (`engine.router_overlap_weight` is refused
+            before validation, `SweepConfig._no_weight_beside_cluster`), or
             a pool engine's replicas, router, router_overlap_weight or num_gpus
             (`_POINT_ONLY_ENGINE_KEYS`: nothing reads them there); a pool's `session_affinity`
             router without a sessions trace; a pool engine that is invalid or data-parallel (not
@@ -1663,16 +1678,12 @@ def check_cluster(point: SweepConfig) -> None:
     if "replicas" in point.engine.model_fields_set:
         raise ValueError("engine.replicas is not read with cluster: set cluster.prefill.replicas and "
                          "cluster.decode.replicas")
-    no_weight = ("it applies only to a colocated engine.router: prefix_aware; a pool's prefix_aware router "
-                 "picks the longest cached prefix, then the least outstanding, with no weight")
-    if "router_overlap_weight" in point.engine.model_fields_set:
-        raise ValueError(f"engine.router_overlap_weight is not read with cluster: {no_weight}")
     for pool in POOLS:
         for key in _POINT_ONLY_ENGINE_KEYS:
             if key in getattr(point.cluster, pool).engine:
                 raise ValueError(f"cluster.{pool}.engine.{key} is not read: " + {
                     "replicas": f"set cluster.{pool}.replicas", "router": f"set cluster.{pool}.router",
-                    "router_overlap_weight": no_weight,
+                    "router_overlap_weight": _NO_POOL_WEIGHT,
                     "num_gpus": "engine.num_gpus checks the GPUs of the whole cluster (every pool's replicas × "
                                 "tensor_parallel_size × pipeline_parallel_size)"}[key])
     for pool in POOLS:

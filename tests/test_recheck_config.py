@@ -17,9 +17,14 @@ device: h100-sxm
 TRACE = "trace: {kind: synthetic, qps: 2.0, num_requests: 10, prompt_tokens: 512, output_tokens: 16, seed: 0}\n"
 
 
-def error_of(tmp_path, text: str, overrides=()) -> str:
+def _written(tmp_path, text: str):
     path = tmp_path / "c.yaml"
     path.write_text(textwrap.dedent(text))
+    return path
+
+
+def error_of(tmp_path, text: str, overrides=()) -> str:
+    path = _written(tmp_path, text)
     with pytest.raises(ConfigError) as info:
         load_config(path, list(overrides))
     return str(info.value).removeprefix(f"{path}: ")
@@ -78,3 +83,21 @@ def test_valid_keys_walks_fields_and_tagged_unions():
     # one valid key starting with the unknown one wins over difflib's ratio (gemm: fp8_gemm 0.67, gemm_flops 0.57)
     assert unknown_key_message(SweepConfig, ("engine", "enable_prefix")).startswith(
         "unknown key (did you mean enable_prefix_caching?); valid keys: scheduler, ")
+
+
+# ----- v08: router_overlap_weight beside cluster: a hint that leads to a valid config ----------
+
+CLUSTER = "cluster:\n  prefill: {replicas: 2, router: prefix_aware}\n  decode: {replicas: 1}\n"
+NOT_READ = ("engine.router_overlap_weight (line 5): engine.router_overlap_weight is not read with cluster: it applies "
+            "only to a colocated engine.router: prefix_aware; a pool's prefix_aware router picks the longest cached "
+            "prefix, then the least outstanding, with no weight: remove it")
+
+
+def test_a_weight_beside_cluster_says_remove_it_whatever_engine_router_is(tmp_path):
+    """Once the first error said "set engine.router: prefix_aware" and doing so gave this one."""
+    for router in ("", ", router: prefix_aware"):
+        engine = f"engine: {{scheduler: vllm_v1, chunk_size: 2048, router_overlap_weight: 3{router}}}\n"
+        assert error_of(tmp_path, HEAD + TRACE + engine + CLUSTER) == NOT_READ
+    _, points = load_config(_written(tmp_path, HEAD + TRACE + "engine: {scheduler: vllm_v1, chunk_size: 2048}\n"
+                                     + CLUSTER))  # the hint followed: it loads
+    assert [p["cluster"]["prefill"]["router"] for p in points] == ["prefix_aware"]
