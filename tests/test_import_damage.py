@@ -79,6 +79,34 @@ def test_corrupt_system_yaml_exits_2_naming_the_file(tmp_path):
         import_aiconfigurator(system)
 
 
+
+@pytest.mark.parametrize("text", ["", "gpu:\n", "data_dir: data/h100_sxm\n"])
+def test_system_yaml_without_gpu_figures_is_refused(tmp_path, text):
+    # Recheck v03: an empty system.yaml skipped the unit checks and the faster-than-datasheet filter.
+    system = _aic_system(tmp_path, _gemm([1, 2]))
+    (system / "system.yaml").write_text(text)
+    message = (f"{system / 'system.yaml'}: the file has no gpu figures (gpu.bfloat16_tc_flops in FLOP/s, gpu.mem_bw "
+               "in bytes/s): the importer checks the tables' latency unit and drops rows faster than the datasheet "
+               "against them; give AIConfigurator's system.yaml")
+    with pytest.raises(MeasuredTableError) as info:
+        import_aiconfigurator(system)
+    assert str(info.value) == message
+    result = _cli(system, "--from", "aiconfigurator", "--out", tmp_path / "out")
+    assert result.exit_code == 2 and message in " ".join(result.output.split())
+    assert not (tmp_path / "out").exists()
+
+
+def test_system_yaml_with_one_gpu_figure_says_which_checks_are_skipped(tmp_path):
+    system = _aic_system(tmp_path, _gemm([1, 2]))  # bfloat16_tc_flops only
+    skipped = ["no gpu.mem_bw: decode-attention latency-unit check and faster-than-datasheet filter not made"]
+    assert import_aiconfigurator(system).meta["datasheet_checks_skipped"] == skipped
+    result = _cli(system, "--from", "aiconfigurator", "--out", tmp_path / "out")
+    assert result.exit_code == 0 and f"note: {skipped[0]}" in " ".join(result.output.split())
+    assert json.loads((tmp_path / "out" / "measured.json").read_text())["datasheet_checks_skipped"] == skipped
+    (system / "system.yaml").write_text("gpu:\n  mem_bw: 3350000000000\n")
+    assert import_aiconfigurator(system).meta["datasheet_checks_skipped"] == [
+        "no gpu.bfloat16_tc_flops: GEMM latency-unit check and faster-than-datasheet filter not made"]
+
 def test_gemm_text_size_names_file_column_and_row(tmp_path):
     system = _aic_system(tmp_path, _gemm(["1", "big", "4"]))
     with pytest.raises(MeasuredTableError, match=r"gemm_perf.parquet: column 'm' row 2 is 'big', not a number"):

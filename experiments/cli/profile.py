@@ -135,4 +135,6 @@ def profile_import(
     console.print(f"wrote {out}: {tables.label}, licence {tables.meta['licence']}; rows: {rows}"
                   + (f"; dropped (NaN or non-positive time or size): {dropped}" if dropped else "")
                   + (f"; dropped (faster than the datasheet roofline): {too_fast}" if too_fast else ""), soft_wrap=True)
+    for skipped in tables.meta.get("datasheet_checks_skipped") or []:
+        console.print(f"note: {skipped}", soft_wrap=True)
     console.print(f"use it with `cost_model: measured:{out}`")

@@ -236,16 +236,22 @@ def import_aiconfigurator(system_dir: str | Path, device: str | None = None) -> 
         "datasheet": {"bf16_flops": gpu.get("bfloat16_tc_flops"), "mem_bandwidth_bytes_per_s": gpu.get("mem_bw")},
         "dropped_rows": dropped, "dropped_faster_than_datasheet": too_fast, "tables": origins,
     }
+    if _skipped_checks(gpu):
+        meta["datasheet_checks_skipped"] = _skipped_checks(gpu)
     return MeasuredTables(meta, tables)
 
 
 def _datasheet(system_yaml: Path) -> dict:
-    """system.yaml's `gpu` figures this importer reads (`bfloat16_tc_flops`, `mem_bw`), as numbers
-    where present.
+    """system.yaml's `gpu` figures this importer reads (`bfloat16_tc_flops`, `mem_bw`), as numbers.
+
+    The latency-unit checks and the faster-than-datasheet filter are made against them: a file
+    with neither (an empty system.yaml, or one without `gpu:`) is refused rather than imported
+    unchecked; with one missing, the checks that need it are skipped and said
+    (`_skipped_checks`, measured.json's `datasheet_checks_skipped`).
 
     Raises:
-        MeasuredTableError: not valid YAML, `gpu` not a mapping, or a figure that is not a number
-            > 0 (naming the file and key).
+        MeasuredTableError: not valid YAML, `gpu` not a mapping, no figure at all, or one that is
+            not a number > 0 (naming the file and key).
     """
     gpu = read_yaml_mapping(system_yaml).get("gpu") or {}
     if not isinstance(gpu, dict):
@@ -262,7 +268,21 @@ def _datasheet(system_yaml: Path) -> dict:
         if not number > 0 or math.isinf(number):
             raise MeasuredTableError(f"{system_yaml}: gpu.{key} is {value!r}; expected a number > 0")
         figures[key] = value if isinstance(value, (int, float)) else number  # as written, for measured.json
+    if not figures:
+        raise MeasuredTableError(f"{system_yaml}: the file has no gpu figures (gpu.bfloat16_tc_flops in FLOP/s, "
+                                 "gpu.mem_bw in bytes/s): the importer checks the tables' latency unit and drops rows "
+                                 "faster than the datasheet against them; give AIConfigurator's system.yaml")
     return figures
+
+
+def _skipped_checks(gpu: dict) -> list[str]:
+    """The datasheet checks `import_aiconfigurator` cannot make for a figure system.yaml lacks."""
+    skipped = []
+    if "bfloat16_tc_flops" not in gpu:
+        skipped.append("no gpu.bfloat16_tc_flops: GEMM latency-unit check and faster-than-datasheet filter not made")
+    if "mem_bw" not in gpu:
+        skipped.append("no gpu.mem_bw: decode-attention latency-unit check and faster-than-datasheet filter not made")
+    return skipped
 
 
 def faster_than_datasheet(name: str, table: pd.DataFrame, peak_flops: float, mem_bw: float) -> np.ndarray:
