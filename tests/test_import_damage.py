@@ -179,6 +179,50 @@ def test_llmservingsim_text_token_count_is_named_and_zero_is_dropped(tmp_path):
 STATS = ("min", "max", "mean", "median", "std")
 
 
+
+def _attention(root, rows) -> Path:
+    path = root / "tp1" / "attention.csv"
+    pd.DataFrame(rows, columns=["prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us"]).to_csv(
+        path, index=False)
+    return path
+
+
+def test_llmservingsim_attention_rows_of_no_size_are_dropped_and_counted(tmp_path):
+    # Recheck v05: rows that measure nothing (no chunk and no decodes; a prefill context without its
+    # chunk; a decode context without decodes) are dropped and counted as the other tables' size-0 rows.
+    root = _lss_profile(tmp_path)
+    _attention(root, [(16, 0, 0, 0, 40.0), (0, 0, 4, 100, 50.0), (0, 0, 0, 0, 7.0), (0, 64, 2, 10, 8.0),
+                      (16, 0, 0, 32, 9.0), (16, 0, 0, 0, 40.0)])  # the last repeats row 1 exactly: kept once
+    tables = import_llmservingsim(root, LLAMA_31_8B, 1)
+    mixed = tables.tables["mixed_attention"]
+    assert mixed[["prefill_tokens", "prefill_context_tokens", "num_decodes", "decode_context_tokens"]].values.tolist() \
+        == [[16, 0, 0, 0], [0, 0, 4, 100]]
+    assert mixed["time_s"].tolist() == pytest.approx([40e-6, 50e-6])
+    assert tables.meta["dropped_rows"] == {"attention.csv": 3}
+    _attention(root, [(0, 0, 0, 0, 7.0), (0, 64, 0, 0, 8.0)])
+    with pytest.raises(MeasuredTableError) as info:
+        import_llmservingsim(root, LLAMA_31_8B, 1)
+    assert str(info.value) == f"{root / 'tp1' / 'attention.csv'}: no row with a meaningful size (every row was dropped)"
+
+
+def test_llmservingsim_one_shape_with_two_times_is_refused_naming_the_rows(tmp_path):
+    # Recheck v05: prefill_chunk zeroed on every row made 1,068 keys with two times, imported silently.
+    root = _lss_profile(tmp_path)
+    path = _attention(root, [(0, 0, 1, 16, 9.3), (16, 0, 1, 16, 12.0), (0, 0, 1, 16, 9.3), (0, 0, 1, 16, 9.7)])
+    message = (f"{path}: rows 1 and 4 measure the same shape (prefill_chunk 0, kv_prefill 0, n_decode 1, kv_decode 16) "
+               "with different time_us (9.3 and 9.7); each shape must be measured once")
+    with pytest.raises(MeasuredTableError) as info:
+        import_llmservingsim(root, LLAMA_31_8B, 1)
+    assert str(info.value) == message
+    result = _cli(root, "--from", "llmservingsim", "--model", "llama-3.1-8b", "--out", tmp_path / "out")
+    assert result.exit_code == 2 and message in " ".join(result.output.split()) and not (tmp_path / "out").exists()
+    pd.DataFrame({"layer": ["qkv_proj", "o_proj", "qkv_proj"], "tokens": [1, 1, 1], "time_us": [10.0, 5.0, 11.0]}).to_csv(
+        root / "tp1" / "dense.csv", index=False)
+    with pytest.raises(MeasuredTableError) as info:
+        import_llmservingsim(root, LLAMA_31_8B, 1)
+    assert str(info.value) == (f"{root / 'tp1' / 'dense.csv'}: rows 1 and 3 measure the same shape (layer qkv_proj, "
+                               "tokens 1) with different time_us (10 and 11); each shape must be measured once")
+
 def _mlp(tokens=(1, 2, 4), tp=1) -> pd.DataFrame:
     """Llama-3.1-8B's shapes; op i's median is (i + 1) × num_tokens × 0.001 ms."""
     table = pd.DataFrame({"n_head": 32, "n_kv_head": 8, "n_embd": 4096, "n_expanded_embd": 14336,

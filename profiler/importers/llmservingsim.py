@@ -14,7 +14,10 @@ and **no all-reduce is in them**. Every `time_us` is **microseconds** per call.
 - `per_sequence.csv` (layer, sequences, time_us): `lm_head`, `sampler`. → sequence_ops.
 - `attention.csv` (prefill_chunk, kv_prefill, n_decode, kv_decode, time_us): one attention layer
   call over one prefill chunk of `prefill_chunk` tokens after `kv_prefill` cached tokens and
-  `n_decode` decodes of `kv_decode` cached tokens each. → mixed_attention.
+  `n_decode` decodes of `kv_decode` cached tokens each. → mixed_attention. A row that measures
+  nothing (`_empty_attention`) is dropped and counted like a size-0 row of the other tables.
+- In every file, one shape measured twice with different times is refused (naming the rows);
+  an exact repeat is kept once.
 - `moe.csv` (tokens, activated_experts, time_us), mixture-of-experts models only: the whole sparse
   block of one layer (router, native top-k and the fused experts: LLMServingSim
   `profiler/core/hooks/moe_hook.py` forces the routing so that exactly `activated_experts`
@@ -32,7 +35,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from profiler.importers.source_device import GPU_NAMES, recorded_device, resolve_device
-from profiler.importers.source_files import read_csv, read_yaml_mapping, usable_rows
+from profiler.importers.source_files import (drop_rows, read_csv, read_yaml_mapping, refuse_conflicting_duplicates,
+                                             usable_rows)
 from profiler.measured.tables import MeasuredTableError, MeasuredTables
 from profiler.model_spec import ModelSpec
 
@@ -56,12 +60,26 @@ _OVERRIDES = {"intermediate_size": "intermediate_size", "num_attention_heads": "
               "num_key_value_heads": "num_key_value_heads", "vocab_size": "vocab_size"}
 
 
-def _times(table: pd.DataFrame, path: Path, dropped: dict, positive: tuple[str, ...] = (),
-           non_negative: tuple[str, ...] = ()) -> pd.DataFrame:
-    """Rows with a finite time_us > 0 and the counts given usable (`source_files.usable_rows`;
-    others counted in `dropped`), time_us → time_s."""
+def _times(table: pd.DataFrame, path: Path, dropped: dict, keys: list[str], positive: tuple[str, ...] = (),
+           non_negative: tuple[str, ...] = (), meaningless=None) -> pd.DataFrame:
+    """Rows with a finite time_us > 0 and the counts given usable (`source_files.usable_rows`) and
+    not flagged by `meaningless(rows)` (others counted in `dropped`), one per `keys`
+    (`source_files.refuse_conflicting_duplicates`), time_us → time_s."""
     out = usable_rows(table, path, dropped, times=("time_us",), positive=positive, non_negative=non_negative)
+    if meaningless is not None:
+        out = drop_rows(out, meaningless(out), path, dropped)
+    out = refuse_conflicting_duplicates(out, keys, "time_us", path)
     return out.drop(columns=["time_us"]).assign(time_s=out["time_us"].to_numpy(dtype=np.float64) * US)
+
+
+def _empty_attention(table: pd.DataFrame) -> np.ndarray:
+    """attention.csv rows whose sizes measure nothing: no prefill chunk and no decodes, a prefill's
+    cached context without its chunk (kv_prefill > 0 at prefill_chunk 0), or decodes' context
+    without decodes (kv_decode > 0 at n_decode 0). LLMServingSim's profiles have none; a column
+    zeroed by damage makes them, and they would collide with the real decode-only rows."""
+    chunk, decodes = table["prefill_chunk"].to_numpy(), table["n_decode"].to_numpy()
+    return (((chunk == 0) & (decodes == 0)) | ((chunk == 0) & (table["kv_prefill"].to_numpy() > 0))
+            | ((decodes == 0) & (table["kv_decode"].to_numpy() > 0)))
 
 
 def _whole(value, key: str, path: Path) -> int:
@@ -148,7 +166,7 @@ def import_llmservingsim(model_dir: str | Path, model: ModelSpec, tensor_paralle
     tables, origins = {}, {}
     for file, (name, key, column) in _FILES.items():
         path = tp_dir / file
-        raw = _times(read_csv(path, ["layer", key, "time_us"]), path, dropped, positive=(key,))
+        raw = _times(read_csv(path, ["layer", key, "time_us"]), path, dropped, ["layer", key], positive=(key,))
         tables[name] = pd.DataFrame({"op": raw["layer"].astype(str).to_numpy(),
                                      column: raw[key].astype(np.int64).to_numpy(),
                                      "time_s": raw["time_s"].to_numpy()})
@@ -158,7 +176,8 @@ def import_llmservingsim(model_dir: str | Path, model: ModelSpec, tensor_paralle
         raise MeasuredTableError(f"{tp_dir / 'dense.csv'}: column 'layer' has unknown ops {unknown}; "
                                  f"known: {list(DENSE_OPS)}")
     path = tp_dir / "attention.csv"
-    raw = _times(read_csv(path, [*_ATTENTION, "time_us"]), path, dropped, non_negative=tuple(_ATTENTION))
+    raw = _times(read_csv(path, [*_ATTENTION, "time_us"]), path, dropped, list(_ATTENTION),
+                 non_negative=tuple(_ATTENTION), meaningless=_empty_attention)
     mixed = raw.rename(columns=_ATTENTION)[[*_ATTENTION.values(), "time_s"]]
     tables["mixed_attention"] = mixed.astype({c: np.int64 for c in _ATTENTION.values()}).reset_index(drop=True)
     origins["mixed_attention"] = {"from": str(path.relative_to(root.parent.parent.parent))}
@@ -167,7 +186,7 @@ def import_llmservingsim(model_dir: str | Path, model: ModelSpec, tensor_paralle
         if model.moe is None:
             raise MeasuredTableError(f"{path}: a mixture-of-experts table, but model {model.name!r} is dense")
         raw = _times(read_csv(path, ["tokens", "activated_experts", "time_us"]), path, dropped,
-                     positive=("tokens", "activated_experts"))
+                     ["tokens", "activated_experts"], positive=("tokens", "activated_experts"))
         tables["moe_block"] = pd.DataFrame({"num_tokens": raw["tokens"].astype(np.int64).to_numpy(),
                                             "active_experts": raw["activated_experts"].astype(np.int64).to_numpy(),
                                             "time_s": raw["time_s"].to_numpy()})

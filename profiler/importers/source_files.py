@@ -117,3 +117,46 @@ def usable_rows(table: pd.DataFrame, path: str | Path, dropped: dict, times: tup
         name = Path(path).name
         dropped[name] = dropped.get(name, 0) + int((~good).sum())
     return table.assign(**converted)[good]
+
+
+def drop_rows(table: pd.DataFrame, meaningless: np.ndarray, path: str | Path, dropped: dict) -> pd.DataFrame:
+    """`table` without the rows flagged `meaningless` (a shape that measures nothing), counted in
+    `dropped[file name]` as `usable_rows` counts its own.
+
+    Raises:
+        MeasuredTableError: every row flagged (naming `path`).
+    """
+    if meaningless.all():
+        raise MeasuredTableError(f"{path}: no row with a meaningful size (every row was dropped)")
+    if meaningless.any():
+        name = Path(path).name
+        dropped[name] = dropped.get(name, 0) + int(meaningless.sum())
+    return table[~meaningless]
+
+
+def refuse_conflicting_duplicates(table: pd.DataFrame, keys: list[str], time_column: str,
+                                  path: str | Path) -> pd.DataFrame:
+    """`table` with one row per `keys`: a row repeating an earlier one's keys and time is the same
+    measurement and kept once; a repeat with another time leaves the lookup two answers for one
+    shape (a column overwritten or mislabelled), so it is refused.
+
+    Rows are named as read (`table`'s index + 1, the module's row numbers).
+
+    Raises:
+        MeasuredTableError: naming `path`, the first two rows of one key with different times,
+            the key's values and both times.
+    """
+    repeated = table.duplicated(keys, keep=False).to_numpy()
+    if not repeated.any():
+        return table
+    groups = table[repeated].groupby(keys, sort=False)[time_column]
+    for key, times in groups:
+        if times.nunique() > 1:
+            first = times.index[0]
+            other = next(i for i in times.index if times[i] != times[first])
+            values = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"  # 16, not 16.0
+                               for k, v in zip(keys, key if isinstance(key, tuple) else (key,)))
+            raise MeasuredTableError(f"{path}: rows {first + 1} and {other + 1} measure the same shape ({values}) with "
+                                     f"different {time_column} ({times[first]:g} and {times[other]:g}); each shape "
+                                     "must be measured once")
+    return table.drop_duplicates(keys)
