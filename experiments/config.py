@@ -450,7 +450,7 @@ class EngineConfig(_Strict):
     router_overlap_weight: float = Field(default=1.0, ge=0, le=1e6)  # read by router prefix_aware only: weight of uncached prompt blocks against active blocks (simulator/router.py; Dynamo's --kv-overlap-score-weight)
     # vLLM's --data-parallel-size and --enable-expert-parallel (simulator/data_parallel.py,
     # profiler/moe_cost.py); expert_routing_skew: power-law exponent of expert popularity (0: uniform);
-    # num_gpus: optional check that data_parallel_size × tensor_parallel_size × pipeline_parallel_size match it
+    # num_gpus: optional check that replicas × data_parallel_size × tensor_parallel_size × pipeline_parallel_size match it
     # (with cluster:, every pool's replicas × tensor_parallel_size × pipeline_parallel_size together).
     data_parallel_size: int = Field(default=1, ge=1, le=1024)
     enable_expert_parallel: bool = False
@@ -890,8 +890,9 @@ def load_config(path: str | Path, overrides: list[str] = (),
         raw["variants"] = set_keys.pop("variants")
     base_tree = copy.deepcopy(raw)
     _apply_overrides(base_tree, {}, set_keys)
+    _check_layout_keys(base_tree, raw, set_keys, path, root_node)
     base = _validate(base_tree, path, root_node, where="", set_keys=set_keys)
-    layouts = _layouts_of(base, raw, set_keys, path, root_node, said.append)
+    layouts = _layouts_of(base, path, said.append)
     points = _expand(raw, set_keys, path, root_node, said.append, layouts)
     if set_keys and (raw.get("variants") or base.layouts is not None):  # the base records its points as run
         # (config.yaml loads again: `experiments.planning.sweep.config_as_run` drops the layouts they hold)
@@ -976,20 +977,21 @@ def _flatten(layer: dict, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _layouts_of(base: SweepConfig, raw: dict, set_keys: dict[str, Any], path: Path, root_node,
-                warn: Callable[[str], None]) -> list:
-    """The layouts `layouts:` crosses every point with (`experiments.planning.layouts`), as
-    dotted engine keys; [{}] without it (the points as the variants give them). Warns naming
-    each layout skipped and why (the reports list them too: `planning.report.layout_lines`).
+def _check_layout_keys(base_tree: dict, raw: dict, set_keys: dict[str, Any], path: Path, root_node) -> None:
+    """Before the base is validated (whose own checks of these keys, engine.num_gpus against
+    DP × TP × PP, would not say that layouts: sets them).
 
     Raises:
-        ConfigError: an engine key a layout sets (`LAYOUT_KEYS`) also set by the base, a variant
-            or a --set, naming where.
+        ConfigError: beside `layouts:`, an engine key a layout sets (`LAYOUT_KEYS`) also set by
+            the base, a variant or a --set, naming where.
     """
-    if base.layouts is None:
-        return [{}]
+    layouts = base_tree.get("layouts")
+    if not isinstance(layouts, dict):
+        return  # none, or not a mapping (said by _validate)
     from experiments.planning.layouts import LAYOUT_KEYS
 
+    gpus = layouts.get("gpus")
+    gpus = f" ({gpus} GPUs)" if isinstance(gpus, int) and not isinstance(gpus, bool) else ""
     owned = {f"engine.{key}" for key in LAYOUT_KEYS}
     engine = raw.get("engine") if isinstance(raw.get("engine"), dict) else {}
     clashes = [(f"engine.{k}", _line_of(root_node, ["engine", k])) for k in engine if f"engine.{k}" in owned]
@@ -1001,8 +1003,18 @@ def _layouts_of(base: SweepConfig, raw: dict, set_keys: dict[str, Any], path: Pa
     if clashes:
         key, line = clashes[0]
         raise ConfigError(f"{path}: {key}{f' (line {line})' if line else ''}: layouts: sets "
-                          f"{', '.join(sorted(owned))} of every point ({base.layouts.gpus} GPUs); drop it here, "
+                          f"{', '.join(sorted(owned))} of every point{gpus}; drop it here, "
                           "or drop layouts: and list the layouts as variants")
+
+
+def _layouts_of(base: SweepConfig, path: Path, warn: Callable[[str], None]) -> list:
+    """The layouts `layouts:` crosses every point with (`experiments.planning.layouts`), as
+    dotted engine keys; [{}] without it (the points as the variants give them). Warns naming
+    each layout skipped and why (the reports list them too: `planning.report.layout_lines`).
+    The engine keys a layout sets were checked unset (`_check_layout_keys`).
+    """
+    if base.layouts is None:
+        return [{}]
     try:
         valid, skipped = layouts_of(base)
     except ValueError as exc:
@@ -1462,6 +1474,13 @@ _LABELLED_KEYS = {"name", "variants", *(f"engine.{k}" for k in (
       for k in ("replicas", "engine.tensor_parallel_size", "engine.pipeline_parallel_size"))}
 
 
+def engine_gpus(e: EngineConfig) -> int:
+    """GPUs of a colocated engine: replicas × data_parallel_size × tensor_parallel_size ×
+    pipeline_parallel_size (what `engine.num_gpus` is checked against and points.csv's
+    `num_gpus` says, `experiments.deployment.cluster_gpus`; a cluster pool's, `pool_gpus`)."""
+    return e.replicas * e.data_parallel_size * e.tensor_parallel_size * e.pipeline_parallel_size
+
+
 def _check_parallel_layout(e: EngineConfig, model, check_num_gpus: bool = True) -> None:
     """Data / expert parallel settings the simulator can model (simulator/data_parallel.py).
     `check_num_gpus` False: `num_gpus` counts a cluster's pools (`check_cluster`), not this engine.
@@ -1471,10 +1490,10 @@ def _check_parallel_layout(e: EngineConfig, model, check_num_gpus: bool = True) 
             routing skew on a dense model; an EP degree above the number of experts (`profiler.moe_cost.MoELayout`); DP with
             pipeline parallelism or replicas (not modelled). Each names the key and what is valid.
     """
-    gpus = e.data_parallel_size * e.tensor_parallel_size * e.pipeline_parallel_size
+    gpus = engine_gpus(e)
     if check_num_gpus and e.num_gpus is not None and e.num_gpus != gpus:
-        raise ValueError(f"engine.num_gpus is {e.num_gpus} but data_parallel_size × tensor_parallel_size × "
-                         f"pipeline_parallel_size = {e.data_parallel_size} × {e.tensor_parallel_size} × "
+        raise ValueError(f"engine.num_gpus is {e.num_gpus} but replicas × data_parallel_size × tensor_parallel_size × "
+                         f"pipeline_parallel_size = {e.replicas} × {e.data_parallel_size} × {e.tensor_parallel_size} × "
                          f"{e.pipeline_parallel_size} = {gpus}; make them match")
     if model.moe is None:
         for key, value in (("enable_expert_parallel", e.enable_expert_parallel), ("expert_routing_skew", e.expert_routing_skew)):
@@ -1640,9 +1659,8 @@ def pool_point(point: SweepConfig, pool: str) -> SweepConfig:
 
 def pool_gpus(point: SweepConfig) -> dict[str, int]:
     """GPUs of each pool of a `cluster:` point: replicas × tensor_parallel_size ×
-    pipeline_parallel_size of its `pool_point` engine (a pool is never data-parallel)."""
-    return {pool: e.replicas * e.tensor_parallel_size * e.pipeline_parallel_size
-            for pool, e in ((pool, pool_point(point, pool).engine) for pool in POOLS)}
+    pipeline_parallel_size of its `pool_point` engine (`engine_gpus`; a pool is never data-parallel)."""
+    return {pool: engine_gpus(pool_point(point, pool).engine) for pool in POOLS}
 
 
 def cluster_label(point: SweepConfig) -> str:

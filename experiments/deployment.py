@@ -7,7 +7,7 @@ import dataclasses
 from typing import Callable
 
 from experiments.config import (CHUNKING_SCHEDULERS, POOLS, SCHEDULER_KEYS, AcceptanceFile, DraftModel, SweepConfig,
-                                pool_gpus, pool_point)
+                                engine_gpus, pool_gpus, pool_point)
 from profiler import RooflineCostModel, get_device_spec, get_model_spec, kv_pool_blocks
 from profiler.cost_model import CostModel
 from simulator.acceptance import EmpiricalAcceptance, PositionalAcceptance, speculative_outcome_fn
@@ -137,6 +137,5 @@ def build_link(point: SweepConfig) -> tuple[KvLink, float]:
 def cluster_gpus(point: SweepConfig) -> int:
     """GPUs of a point: replicas × TP × PP × DP, or, with `cluster:`, the sum over its pools."""
     if point.cluster is None:
-        e = point.engine
-        return e.replicas * e.tensor_parallel_size * e.pipeline_parallel_size * e.data_parallel_size
+        return engine_gpus(point.engine)  # the count engine.num_gpus is checked against
     return sum(pool_gpus(point).values())

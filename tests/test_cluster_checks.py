@@ -61,7 +61,7 @@ def test_a_pools_own_num_gpus_is_refused():
 
 def test_colocated_num_gpus_is_still_dp_tp_pp():
     assert point(engine={"num_gpus": 2, "tensor_parallel_size": 2}).engine.num_gpus == 2
-    assert "engine.num_gpus is 1 but data_parallel_size × tensor_parallel_size" in refused(
+    assert "engine.num_gpus is 1 but replicas × data_parallel_size × tensor_parallel_size" in refused(
         engine={"num_gpus": 1, "tensor_parallel_size": 2})
 
 

@@ -227,8 +227,8 @@ def test_variants_as_run_of_a_set_chunk_size(tmp_path):
 
 # ----- a check across keys points at the key it is about (breaker pass D) -----------------------
 @pytest.mark.parametrize("engine, overrides, expected", [
-    ("  num_gpus: 3\n", [], "engine.num_gpus (line 6): engine.num_gpus is 3 but data_parallel_size × "
-                            "tensor_parallel_size × pipeline_parallel_size = 1 × 1 × 1 = 1; make them match"),
+    ("  num_gpus: 3\n", [], "engine.num_gpus (line 6): engine.num_gpus is 3 but replicas × data_parallel_size × "
+                            "tensor_parallel_size × pipeline_parallel_size = 1 × 1 × 1 × 1 = 1; make them match"),
     ("  router: session_affinity\n", [], "engine.router (line 6): engine.router session_affinity sends a "
                                          "conversation's turns to one replica: it needs trace kind sessions"),
     ("  num_gpus: 3\n", ["engine.num_gpus=5"], "--set engine.num_gpus: engine.num_gpus is 5 but"),

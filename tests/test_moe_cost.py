@@ -128,8 +128,8 @@ def test_shipped_tables_price_the_built_in_moe_from_aiconfigurator():
 
 @pytest.mark.parametrize("engine, match", [
     ({"data_parallel_size": 256, "enable_expert_parallel": True}, r"256 must be from 1 to the model's 128 experts"),
-    ({"data_parallel_size": 2, "num_gpus": 4}, r"engine.num_gpus is 4 but data_parallel_size × tensor_parallel_size × "
-                                               r"pipeline_parallel_size = 2 × 1 × 1 = 2"),
+    ({"data_parallel_size": 2, "num_gpus": 4}, r"engine.num_gpus is 4 but replicas × data_parallel_size × "
+                                               r"tensor_parallel_size × pipeline_parallel_size = 1 × 2 × 1 × 1 = 2"),
     ({"data_parallel_size": 2, "pipeline_parallel_size": 2}, r"with pipeline_parallel_size > 1 is not modelled"),
 ])
 def test_bad_layouts_name_the_key(engine, match):

@@ -6,7 +6,9 @@ import textwrap
 
 import pytest
 
-from experiments.config import ConfigError, EngineConfig, LinkConfig, SweepConfig, SyntheticTrace, load_config
+from experiments.config import (ConfigError, EngineConfig, LinkConfig, SweepConfig, SyntheticTrace, engine_gpus,
+                                load_config)
+from experiments.deployment import cluster_gpus
 from profiler.unknown_key import unknown_key_message, valid_keys
 
 HEAD = """\
@@ -101,3 +103,41 @@ def test_a_weight_beside_cluster_says_remove_it_whatever_engine_router_is(tmp_pa
     _, points = load_config(_written(tmp_path, HEAD + TRACE + "engine: {scheduler: vllm_v1, chunk_size: 2048}\n"
                                      + CLUSTER))  # the hint followed: it loads
     assert [p["cluster"]["prefill"]["router"] for p in points] == ["prefix_aware"]
+
+
+# ----- v06: engine.num_gpus counts what points.csv's num_gpus counts --------------------------
+
+COLOCATED = "engine: {scheduler: vllm_v1, chunk_size: 2048, num_gpus: %d, replicas: 2, tensor_parallel_size: 2}\n"
+
+
+def test_colocated_num_gpus_is_replicas_times_tp(tmp_path):
+    """2 replicas × DP 1 × TP 2 × PP 1 = 4 GPUs: num_gpus 4 loads (and is points.csv's count,
+    `cluster_gpus`); num_gpus 2 (one replica's) was accepted and is refused."""
+    base, _ = load_config(_written(tmp_path, HEAD + TRACE + COLOCATED % 4))
+    assert engine_gpus(base.engine) == 4 and cluster_gpus(base) == 4
+    assert error_of(tmp_path, HEAD + TRACE + COLOCATED % 2) == (
+        "engine.num_gpus (line 5): engine.num_gpus is 2 but replicas × data_parallel_size × tensor_parallel_size × "
+        "pipeline_parallel_size = 2 × 1 × 2 × 1 = 4; make them match")
+
+
+LAYOUTS = """\
+name: l
+model: qwen3-30b-a3b
+device: h100-sxm
+""" + TRACE + "engine: {scheduler: vllm_v1, chunk_size: 2048, num_gpus: %d}\nlayouts: {gpus: 4}\n"
+LAYOUTS_SET = ("engine.num_gpus (line 5): layouts: sets engine.data_parallel_size, engine.enable_expert_parallel, "
+               "engine.num_gpus, engine.pipeline_parallel_size, engine.replicas, engine.tensor_parallel_size of every "
+               "point (4 GPUs); drop it here, or drop layouts: and list the layouts as variants")
+
+
+@pytest.mark.parametrize("num_gpus", [1, 4])
+def test_num_gpus_beside_layouts_says_layouts_sets_it(tmp_path, num_gpus):
+    """num_gpus 4 once got "DP × TP × PP = 1 × 1 × 1 = 1" from the base's check, which ran first."""
+    assert error_of(tmp_path, LAYOUTS % num_gpus) == LAYOUTS_SET
+
+
+def test_a_layout_key_beside_layouts_set_by_a_variant_or_set_is_named_there(tmp_path):
+    text = (LAYOUTS % 4).replace(", num_gpus: 4}", "}") + "variants:\n  - {engine.tensor_parallel_size: 3}\n"
+    assert error_of(tmp_path, text).startswith("variants[0] engine.tensor_parallel_size (line 8): layouts: sets ")
+    assert error_of(tmp_path, (LAYOUTS % 4).replace(", num_gpus: 4}", "}"), ["engine.num_gpus=4"]).startswith(
+        "--set engine.num_gpus: layouts: sets ")
