@@ -114,3 +114,18 @@ def test_every_engine_argument_of_the_shipped_bundles_is_handled():
                           "pipeline_parallel_size": 1, "num_gpus": 2, "max_num_seqs": 128, "chunk_size": 2048,
                           "seed": 42, "gpu_memory_utilization": 0.9,
                           **({"data_parallel_size": 2, "enable_expert_parallel": True} if "dp2" in bundle.name else {})}
+
+
+def test_a_mapped_kwarg_the_config_refuses_is_said_against_meta_json(tmp_path):
+    from typer.testing import CliRunner
+
+    from experiments.cli.main import app
+
+    bundle = _bundle(tmp_path / "bundle", {"block_size": 512})
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["verify", "--against-run", str(bundle), "--out", str(out),
+                                      "--set", "cost_model=roofline"])
+    assert result.exit_code != 0
+    assert (f"error: {bundle / 'vllm' / 'meta.json'}: engine_kwargs.block_size is 512: Input should be less than or "
+            "equal to 256 (got 512)") in " ".join(result.output.split())
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == []

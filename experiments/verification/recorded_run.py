@@ -298,11 +298,14 @@ def _engine_int(kwargs: dict, key: str, meta_path: Path, minimum: int = 1) -> in
     return int(value)
 
 
-# engine_kwargs keys that `bundle_config` reads by their own rules (beside ENGINE_KWARGS's whole numbers):
-# `model` (checked against meta.json's `model`), `enable_expert_parallel`, `dtype`, `kv_cache_dtype`,
-# `enable_prefix_caching`, `enable_chunked_prefill` (`_dtype_and_switches`).
-MODELLED_KWARGS = frozenset(ENGINE_KWARGS.values()) | {"model", "enable_expert_parallel", "dtype", "kv_cache_dtype",
-                                                       "enable_prefix_caching", "enable_chunked_prefill"}
+# The generated config's engine keys read by their own rules (beside ENGINE_KWARGS's whole numbers)
+# → their engine_kwargs (`_dtype_and_switches`): a config error on one names that key.
+ENGINE_SWITCHES = {"enable_expert_parallel": "enable_expert_parallel", "kv_cache_dtype": "kv_cache_dtype",
+                   "enable_prefix_caching": "enable_prefix_caching"}
+# Every engine_kwargs key `bundle_config` reads; `model` is checked against meta.json's `model`,
+# `dtype` and `enable_chunked_prefill` checked to be what the simulator models (`_dtype_and_switches`).
+MODELLED_KWARGS = (frozenset(ENGINE_KWARGS.values()) | frozenset(ENGINE_SWITCHES.values())
+                   | {"model", "dtype", "enable_chunked_prefill"})
 # engine_kwargs keys known not to change a step's time or the scheduler's choices, so not simulated:
 # logging switches (vLLM's stat logger and request log write after the step; the stat logger is what
 # wrote timeseries.csv), and where/how the checkpoint is fetched or named (done before the first
@@ -408,8 +411,8 @@ def explain_config_error(run: RecordedRun, message: str, config_path: Path, over
     key = where.split(" (line", 1)[0]
     if sep and key.startswith("engine.") and key not in overridden and "engine" not in overridden:
         name = key[len("engine."):]
-        if name in ENGINE_KWARGS:
-            source = ENGINE_KWARGS[name]
+        if name in ENGINE_KWARGS or name in ENGINE_SWITCHES:
+            source = {**ENGINE_KWARGS, **ENGINE_SWITCHES}[name]
             value = run.meta["engine_kwargs"].get(source)
             return f"{run.directory / 'vllm' / 'meta.json'}: engine_kwargs.{source} is {_shown(value)}: {detail}"
         if name in CLUSTER_KEYS:
