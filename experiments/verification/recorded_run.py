@@ -229,8 +229,11 @@ def bundle_config(run: RecordedRun, trace_path: Path, overridden: frozenset[str]
 
     Raises:
         ValueError: a deployment the simulator cannot reproduce (an unknown card or model; a DP × TP
-            × PP that is not the cluster's GPU count; a disaggregated instance, `_check_colocated`)
-            — naming the file and key, and the `--set` that would name it. Data and expert parallel runs map to `engine.data_parallel_size` /
+            × PP that is not the cluster's GPU count; a disaggregated instance, `_check_colocated`;
+            an instance `tp_size` other than engine_kwargs.tensor_parallel_size; an engine_kwargs key
+            neither modelled nor known timing-free, or a value of one the simulator does not model,
+            `_check_kwargs_handled`, `_dtype_and_switches`) — naming the file and key, and the
+            `--set` that would name it. Data and expert parallel runs map to `engine.data_parallel_size` /
             `enable_expert_parallel` (simulator/data_parallel.py).
     """
     kwargs = run.meta.get("engine_kwargs")
