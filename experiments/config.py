@@ -1591,11 +1591,19 @@ def _device_figures(points: list[SweepConfig], flat: list[dict[str, Any]]) -> li
 
 
 def _flat_settings(point: SweepConfig, explicit_only: bool = False) -> dict[str, Any]:
-    """The point's settings as dotted keys; engine keys only where its scheduler reads them.
+    """The point's settings as dotted keys; engine keys only where the point reads them: its
+    scheduler's (`EngineConfig.used_settings`), acceptance and draft only with split_n (the draft
+    proposes nothing without it), no engine.router or overlap weight beside `cluster:` (each
+    pool has its own router: `_POINT_ONLY_ENGINE_KEYS`). So a label names no default a point does not read
+    ('acceptance=0.7' of a point without drafts because another point set 0.6).
     `explicit_only`: only the keys the config set (not the defaults the schema filled in)."""
     tree = point.model_dump(mode="json", exclude_unset=explicit_only)
-    tree["engine"] = point.engine.model_dump(mode="json", include=set(point.engine.used_settings()),
-                                             exclude_unset=explicit_only)
+    read = set(point.engine.used_settings())
+    if not point.engine.split_n:
+        read -= {"acceptance", "draft"}
+    if point.cluster is not None:
+        read -= {"router", "router_overlap_weight"}
+    tree["engine"] = point.engine.model_dump(mode="json", include=read, exclude_unset=explicit_only)
     flat: dict[str, Any] = {}
 
     if "device" in tree:  # a built-in, file or inline device by its name (a file by its path's name)

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from experiments.config import (ConfigError, EngineConfig, LinkConfig, SweepConfig, SyntheticTrace, engine_gpus,
-                                load_config)
+                                load_config, point_labels)
 from experiments.deployment import cluster_gpus
 from profiler.unknown_key import unknown_key_message, valid_keys
 
@@ -141,3 +141,31 @@ def test_a_layout_key_beside_layouts_set_by_a_variant_or_set_is_named_there(tmp_
     assert error_of(tmp_path, text).startswith("variants[0] engine.tensor_parallel_size (line 8): layouts: sets ")
     assert error_of(tmp_path, (LAYOUTS % 4).replace(", num_gpus: 4}", "}"), ["engine.num_gpus=4"]).startswith(
         "--set engine.num_gpus: layouts: sets ")
+
+
+# ----- gen/run_label: a label names no default the point does not read ------------------------
+
+def test_labels_leave_out_acceptance_where_no_draft_reads_it():
+    """One point drafts with acceptance 0.6; the colocated and the cluster point without split_n
+    were labelled 'acceptance=0.7', a default neither reads."""
+    base = {"model": "llama-3-8b", "device": "h100-sxm", "cost_model": "roofline",
+            "trace": {"kind": "synthetic", "qps": 4.0, "num_requests": 6, "prompt_tokens": 256, "output_tokens": 4},
+            "engine": {"scheduler": "vllm_v1", "chunk_size": 1024}}
+    points = [SweepConfig.model_validate({**base, **extra}) for extra in (
+        {"engine": {**base["engine"], "replicas": 3, "router": "random", "split_n": 3, "acceptance": 0.6}},
+        {"engine": {**base["engine"], "replicas": 3, "router": "least_outstanding"}},
+        {"cluster": {"prefill": {"replicas": 2, "router": "random"}, "decode": {"replicas": 2, "router": "random"}}})]
+    assert point_labels(points) == [
+        "vllm_v1 chunk=1024 N=3 x=3 random acceptance=0.6",
+        "vllm_v1 chunk=1024 x=3 least_outstanding",
+        "vllm_v1 chunk=1024 2P2D cluster.decode.router=random cluster.prefill.router=random"]
+
+
+def test_labels_still_name_an_acceptance_that_differs_between_drafting_points():
+    """chunk_size is the schema's default, 512."""
+    base = {"model": "llama-3-8b", "device": "h100-sxm", "cost_model": "roofline",
+            "trace": {"kind": "synthetic", "qps": 4.0, "num_requests": 6, "prompt_tokens": 256, "output_tokens": 4}}
+    points = [SweepConfig.model_validate({**base, "engine": {"scheduler": "vllm_v1", "split_n": n, "acceptance": a}})
+              for n, a in ((2, 0.6), (2, 0.8), (0, 0.8))]
+    assert point_labels(points) == ["vllm_v1 chunk=512 N=2 acceptance=0.6", "vllm_v1 chunk=512 N=2 acceptance=0.8",
+                                    "vllm_v1 chunk=512"]
