@@ -8,8 +8,8 @@ SimPy replica and the real engine drive the same object.
 from __future__ import annotations
 
 from bisect import insort
-from itertools import compress, repeat
-from operator import add, attrgetter, ge, gt, lt, mod, sub
+from itertools import compress
+from operator import add, attrgetter, ge, gt, lt, sub
 
 import numpy as np
 
@@ -101,8 +101,6 @@ class Scheduler:
         self._swap_out_tokens = 0
         self._now_s = 0.0  # time of the schedule() call under way
         self._partial_prefill: Sequence | None = None  # a prompt the latest plan left unfinished (`decode_window`)
-        # (decodes, their computed tokens) as `_reserve_decodes` read them during this schedule()
-        self._decode_contexts: tuple[list[Sequence], list[int]] | None = None
 
     def _token_budget(self) -> int:
         c = self.config
@@ -161,7 +159,6 @@ class Scheduler:
         several micro-batches in flight) are not scheduled again until it is.
         """
         self._now_s = now_s  # admissions stamp first_scheduled_s with it (`_admit_head`)
-        self._decode_contexts = None
         entries, preempted = self._build_plan(now_s)
         if entries:
             seqs, queries, drafts, ids, contexts, prefills, emits, counts = self._plan_columns(entries)
@@ -213,12 +210,7 @@ class Scheduler:
         k = len(decodes)
         seqs = list(decodes)
         ids = [seq.request_id for seq in decodes]
-        known = self._decode_contexts
-        if known is not None and known[0] is decodes:  # read by `_reserve_decodes` in this schedule()
-            contexts = known[1]
-        else:
-            contexts = [seq.num_computed_tokens for seq in decodes]
-        self._decode_contexts = None
+        contexts = [seq.num_computed_tokens for seq in decodes]
         queries, drafts, prefills, emits = [1] * k, [0] * k, [False] * k, [True] * k
         split = self.config.split_n
         prefill_tokens = prefill_seqs = draft_tokens = 0
@@ -592,7 +584,6 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence, preempted: list[Sequence]) -> None:
         """Free `seq`'s blocks and return it to `waiting` (recompute, or swap to host)."""
-        self._decode_contexts = None  # its computed tokens change
         self.running.remove(seq)
         del self._in_flight[seq.request_id]
         self._free_kv(seq, resumes=self.config.preemption != "swap")
@@ -646,16 +637,12 @@ class Scheduler:
             The decodes that got their slot (each costs one budget token).
         """
         decodes = [seq for seq in self._idle_running_to_read() if seq.num_computed_tokens >= seq.prefill_target_tokens]
-        # Their KV contexts, read once: the plan's context column when none is preempted
-        # (`_decode_led_columns`; a preemption drops them, `_preempt`).
-        contexts = [seq.num_computed_tokens for seq in decodes]
-        self._decode_contexts = (decodes, contexts)
         # Blocks for the computed tokens are always held, so the next token's slot is held unless
         # it starts a new block: only those decodes ask the pool (and may preempt), in order.
         size = self.block_manager.block_size
-        if 0 not in map(mod, contexts, repeat(size)):
+        starting_a_block = [seq for seq in decodes if not seq.num_computed_tokens % size]
+        if not starting_a_block:
             return decodes
-        starting_a_block = [seq for seq, c in zip(decodes, contexts) if not c % size]
         in_flight = self._in_flight
         without_slot = set()
         for seq in starting_a_block:
@@ -663,7 +650,6 @@ class Scheduler:
                 without_slot.add(seq.request_id)  # preempted itself, or no victim left
         if preempted or without_slot:
             decodes = [seq for seq in decodes if seq.request_id in in_flight and seq.request_id not in without_slot]
-            self._decode_contexts = None
         return decodes
 
     def _grant_drafts(self, decodes: list[Sequence], budget: int) -> tuple[list[Entry], int]:
