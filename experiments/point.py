@@ -75,10 +75,14 @@ def _closed_loop_source(trace: ClosedLoopTrace, workload) -> str:
 def device_name(point: SweepConfig) -> str:
     """The `device` cell of a point's row: a built-in, file or inline device by its name
     (`profiler.get_device_spec(...).name`), so every row, failed points included, holds a string
-    (an inline mapping is unhashable for the report's grouping and no parquet column type).
+    (an inline mapping is unhashable for the report's grouping and no parquet column type). A
+    `cluster:` point's is its decode pool's, as every unprefixed column of its row is
+    (`simulate_cluster` gives `prefill_device` and `decode_device`).
 
     Raises:
         ValueError: an unknown device (a validated config has none)."""
+    if point.cluster is not None:
+        point = pool_point(point, "decode")
     return get_device_spec(point.device).name
 
 
@@ -182,10 +186,11 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0,
     write_files = _with_temporary_files if temporary else _with_record_files
     (result, sched_config, cost_model, cluster_row), files = write_files(records_dir, point_id, point.output.steps, run)
 
+    # A cluster's row is labelled by its decode pool (its device, KV pool and cost model too);
+    # prefill_* / decode_* columns hold each pool's own settings (simulate_cluster).
+    decode = pool_point(point, "decode") if point.cluster is not None else point
     row = {"point_id": point_id, "label": describe_point(point), "model": point.model, "device": device_name(point)}
-    # A cluster's row is labelled by its decode pool (its KV pool and cost model too); prefill_* /
-    # decode_* columns hold each pool's own settings (simulate_cluster).
-    row.update((pool_point(point, "decode").engine if point.cluster is not None else point.engine).used_settings())
+    row.update(decode.engine.used_settings())
     row.update(cluster_row)
     row.update(num_gpu_blocks=sched_config.num_gpu_blocks, max_model_len=sched_config.max_model_len,
                offered_qps=mean_rate_qps(result.requests["arrival_s"].to_numpy()), **info)
@@ -265,8 +270,10 @@ def simulate_cluster(point: SweepConfig, requests: list[Request], trim_fraction:
         (result, the decode pool's SchedulerConfig, its cost model, the row's cluster columns:
         `cluster` (`cluster_label`, e.g. "4P(TP1) 4D(TP2)"), `num_gpus`, and per pool
         `<pool>_<key>` for every engine setting the pool reads (`EngineConfig.used_settings` of
-        its `pool_point`: replicas, router, TP, PP, enable_prefix_caching, ...) and its KV blocks
-        (`<pool>_num_gpu_blocks`, as the memory model sized them)).
+        its `pool_point`: replicas, router, TP, PP, enable_prefix_caching, ...), its KV blocks
+        (`<pool>_num_gpu_blocks`, as the memory model sized them), its device (`<pool>_device`,
+        `device_name`) and what priced its steps (`<pool>_cost_model_label`,
+        `<pool>_cost_model_steps_out_of_range`: `cost_model_columns` of its cost model after the run)).
     """
     pools, row = {}, {"cluster": cluster_label(point), "num_gpus": cluster_gpus(point)}
     for name in POOLS:
@@ -278,11 +285,15 @@ def simulate_cluster(point: SweepConfig, requests: list[Request], trim_fraction:
         row.update({f"{name}_{key}": value for key, value in pool.engine.used_settings().items()
                     if key not in _CLUSTER_WIDE_COLUMNS})
         row[f"{name}_num_gpu_blocks"] = config.num_gpu_blocks
+        row[f"{name}_device"] = device_name(pool)
     link, kv_bytes_per_token = build_link(point)
     result = simulate_disaggregated(requests, pools["prefill"][0], pools["decode"][0], link, kv_bytes_per_token,
                                     outcome_fn=build_outcome_fn(pool_point(point, "decode")),
                                     seed=point.engine.seed, trim_fraction=trim_fraction,
                                     keep_token_times=point.output.token_times, keep_steps=point.output.steps)
+    for name in POOLS:  # after the run: a measured model counts the steps it priced off its grids
+        row.update({f"{name}_{key}": value for key, value in cost_model_columns(pool_point(point, name),
+                                                                                pools[name][2]).items()})
     return result, pools["decode"][1], pools["decode"][2], row
 
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import textwrap
 
+import pandas as pd
 import pytest
 
 from experiments.config import (ConfigError, EngineConfig, LinkConfig, SweepConfig, SyntheticTrace, engine_gpus,
                                 load_config, point_labels)
 from experiments.deployment import cluster_gpus
+from experiments.planning.report import cost_model_lines, deployment_line, device_lines
+from experiments.point import device_name, run_point
 from profiler.unknown_key import unknown_key_message, valid_keys
 
 HEAD = """\
@@ -169,3 +172,57 @@ def test_labels_still_name_an_acceptance_that_differs_between_drafting_points():
               for n, a in ((2, 0.6), (2, 0.8), (0, 0.8))]
     assert point_labels(points) == ["vllm_v1 chunk=512 N=2 acceptance=0.6", "vllm_v1 chunk=512 N=2 acceptance=0.8",
                                     "vllm_v1 chunk=512"]
+
+
+# ----- n01: a cluster whose pools run on different devices says each pool's -------------------
+
+def _pool_device_point(cost_model: str = "roofline") -> SweepConfig:
+    return SweepConfig.model_validate({
+        "name": "a", "model": "llama-3-8b", "device": "h100-sxm", "cost_model": cost_model,
+        "trace": {"kind": "synthetic", "qps": 4.0, "num_requests": 6, "prompt_tokens": 256, "output_tokens": 4},
+        "engine": {"scheduler": "vllm_v1", "chunk_size": 2048},
+        "cluster": {"prefill": {"engine": {"tensor_parallel_size": 2}}, "decode": {"device": "h200"}}})
+
+
+def test_points_csv_has_each_pools_device_and_cost_model_and_the_decode_pools_unprefixed():
+    """Prefill on the point's h100-sxm at TP 2, decode on h200: `device` said h100-sxm, though the
+    unprefixed columns are the decode pool's (README), and no column named the prefill pool's."""
+    row = run_point(_pool_device_point()).row
+    assert (row["device"], row["prefill_device"], row["decode_device"]) == ("h200", "h100-sxm", "h200")
+    roofline = "roofline"  # cost_model roofline: the label is the value, each pool's
+    assert (row["cost_model_label"], row["prefill_cost_model_label"], row["decode_cost_model_label"]) == (
+        roofline, roofline, roofline)
+    assert (row["prefill_cost_model_steps_out_of_range"], row["decode_cost_model_steps_out_of_range"]) == (0, 0)
+    assert (row["prefill_tensor_parallel_size"], row["decode_tensor_parallel_size"], row["num_gpus"]) == (2, 1, 3)
+    assert device_name(_pool_device_point()) == "h200"  # a failed point's row and a capacity row say the same
+
+
+def test_the_report_names_each_pools_device_and_cost_model():
+    measured = "measured (aiconfigurator vllm 0.19.0) on {}; roofline for layernorm"
+    points = pd.DataFrame({
+        "point_id": [0, 1], "label": ["1P1D", "1P1D chunk"], "model": ["llama-3-8b"] * 2, "device": ["h200"] * 2,
+        "prefill_device": ["h100-sxm"] * 2, "decode_device": ["h200"] * 2,
+        "cost_model_label": [measured.format("h200")] * 2, "decode_cost_model_label": [measured.format("h200")] * 2,
+        "prefill_cost_model_label": [measured.format("h100-sxm")] * 2,
+        "cost_model_steps_out_of_range": [0, 2], "prefill_cost_model_steps_out_of_range": [1, 0]})
+    base = _pool_device_point("auto")
+    assert deployment_line(points, base, "(below)") == (
+        "Model **llama-3-8b** on **h100-sxm** (prefill pool) and **h200** (decode pool); cost model **auto** (below).")
+    lines = cost_model_lines(points)
+    assert lines[0] == (f"Step times: prefill pool: {measured.format('h100-sxm')}; "
+                        f"decode pool: {measured.format('h200')}.")
+    assert lines[1].startswith("The parts named as priced by the roofline are estimates")
+    assert lines[2] == ("Steps outside the measured grids (priced by the roofline scaled from the grid's edge): "
+                        "1 at 1P1D, 2 at 1P1D chunk.")  # the prefill pool's step counted too
+    assert [line.split(":")[0] for line in device_lines(points, base)] == ["Device h100-sxm", "Device h200"]
+    assert device_lines(points, base)[1].startswith("Device h200: 141 GiB, 989.5 TFLOP/s dense BF16, 4800 GB/s")
+
+
+def test_a_cluster_on_one_device_reads_as_before():
+    points = pd.DataFrame({"point_id": [0], "label": ["1P1D"], "model": ["llama-3-8b"], "device": ["h100-sxm"],
+                           "prefill_device": ["h100-sxm"], "decode_device": ["h100-sxm"],
+                           "cost_model_label": ["roofline"], "prefill_cost_model_label": ["roofline"],
+                           "decode_cost_model_label": ["roofline"]})
+    base = _pool_device_point()
+    assert deployment_line(points, base, "(below)") == "Model **llama-3-8b** on **h100-sxm**; cost model **roofline** (below)."
+    assert cost_model_lines(points)[0] == "Step times: roofline."

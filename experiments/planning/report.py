@@ -318,16 +318,33 @@ def _slo_text(slo: dict[str, float]) -> str:
 
 
 def deployment_line(points: pd.DataFrame, base: SweepConfig, cost_note: str) -> str:
-    """'Model **m** on **d**' when every point shares them, else which points run what."""
-    if "model" in points and "device" in points and len(points) and \
-            points[["model", "device"]].drop_duplicates().shape[0] > 1:
-        groups = points.groupby(["model", "device"], sort=False)["point_id"]
-        where = "; ".join(f"**{m}** on **{d}** ({_point_list(ids)})" for (m, d), ids in groups)
-        return f"Models and devices differ by point (each label names them): {where}; cost model " \
-               f"**{base.cost_model}** {cost_note}."
-    model = points["model"].iloc[0] if "model" in points and len(points) else base.model
-    device = points["device"].iloc[0] if "device" in points and len(points) else device_name(base)
-    return f"Model **{model}** on **{device}**; cost model **{base.cost_model}** {cost_note}."
+    """'Model **m** on **d**' when every point shares them, else which points run what; a
+    cluster whose pools run on different devices names each pool's (`by_pool`)."""
+    if "model" in points and "device" in points and len(points):
+        devices = by_pool(points, "device", "**{value}**", "**{value}** ({pool} pool)", " and ")
+        shared = pd.DataFrame({"model": points["model"], "device": devices, "point_id": points["point_id"]})
+        if shared[["model", "device"]].drop_duplicates().shape[0] > 1:
+            groups = shared.groupby(["model", "device"], sort=False)["point_id"]
+            where = "; ".join(f"**{m}** on {d} ({_point_list(ids)})" for (m, d), ids in groups)
+            return f"Models and devices differ by point (each label names them): {where}; cost model " \
+                   f"**{base.cost_model}** {cost_note}."
+        return f"Model **{points['model'].iloc[0]}** on {devices.iloc[0]}; cost model **{base.cost_model}** {cost_note}."
+    return f"Model **{base.model}** on **{device_name(base)}**; cost model **{base.cost_model}** {cost_note}."
+
+
+def by_pool(points: pd.DataFrame, column: str, one: str = "{value}", each: str = "{pool} pool: {value}",
+            joined: str = "; ") -> pd.Series:
+    """Per point, `one` of its `column`; for a `cluster:` point whose pools differ in it
+    (`prefill_<column>` / `decode_<column>`, experiments.point.simulate_cluster), `each` of every
+    pool, `joined`: "prefill pool: A; decode pool: B". The unprefixed column is the decode pool's
+    alone, so a report that read only it named one pool for both."""
+    def text(row: pd.Series) -> str:
+        values = [row.get(f"{pool}_{column}") for pool in POOLS]
+        if any(_is_missing(v) for v in values) or values[0] == values[1]:
+            return one.format(value=row[column])
+        return joined.join(each.format(pool=pool, value=v) for pool, v in zip(POOLS, values))
+
+    return points.apply(text, axis=1) if len(points) else pd.Series(dtype=object)
 
 
 def _point_list(ids) -> str:
@@ -436,20 +453,24 @@ def cost_model_lines(points: pd.DataFrame) -> list[str]:
     if "cost_model_label" not in points or points["cost_model_label"].isna().all():
         return []
     points = points[points["cost_model_label"].notna()]
-    labels = points["cost_model_label"].astype(str)
+    labels = by_pool(points, "cost_model_label")  # a cluster's pools on different devices: each pool's
     if labels.nunique() == 1:
         lines = [f"Step times: {labels.iloc[0]}."]
     else:
         lines = ["Step times: " + "; ".join(f"{label} ({_point_list(ids)})"
                                             for label, ids in points.groupby(labels, sort=False)["point_id"]) + "."]
-    if any(label.startswith("roofline") for label in labels.unique()):
+    each = {str(v) for c in ("cost_model_label", "prefill_cost_model_label") if c in points
+            for v in points[c].dropna()}  # every pool's label, for the notes on what they mean
+    if any(label.startswith("roofline") for label in each):
         lines.append("Roofline step times are estimates from datasheet figures and efficiencies fitted to measured "
                      "kernel tables (see the device figures), not measurements of this model.")
-    elif any("roofline for" in label for label in labels.unique()):
+    elif any("roofline for" in label for label in each):
         lines.append("The parts named as priced by the roofline are estimates (datasheet figures and fitted "
                      "efficiencies, see the device figures); the rest interpolates measured kernel times.")
-    if "cost_model_steps_out_of_range" in points:
+    if "cost_model_steps_out_of_range" in points:  # a cluster's: the decode pool's, plus the prefill pool's
         out = points["cost_model_steps_out_of_range"].fillna(0).astype(int)
+        if "prefill_cost_model_steps_out_of_range" in points:
+            out = out + points["prefill_cost_model_steps_out_of_range"].fillna(0).astype(int)
         if out.gt(0).any():
             at = ", ".join(f"{n} at {label}" for label, n in zip(points["label"], out) if n > 0)
             lines.append(f"Steps outside the measured grids (priced by the roofline scaled from the grid's edge): {at}.")
@@ -458,16 +479,22 @@ def cost_model_lines(points: pd.DataFrame) -> list[str]:
 
 def device_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
     """The device figures the points were priced with (profiler device spec `describe()`): memory,
-    dense BF16 FLOP/s, bandwidth, GPU link and the efficiencies, with their sources."""
+    dense BF16 FLOP/s, bandwidth, GPU link and the efficiencies, with their sources; every
+    cluster pool's device (`prefill_device` beside `device`, the decode pool's)."""
     from profiler import get_device_spec
 
-    names = list(dict.fromkeys(points["device"].astype(str))) if "device" in points else [device_name(base)]
+    columns = [c for c in ("prefill_device", "device") if c in points]
+    names = list(dict.fromkeys(str(v) for c in columns for v in points[c].dropna())) or [device_name(base)]
+    # A file or inline device is found by its name among the base's and its pools' (else the base's).
+    own = [base.device] + [getattr(base.cluster, pool).device for pool in POOLS
+                           if base.cluster is not None and getattr(base.cluster, pool).device is not None]
     lines = []
     for name in names:
         try:  # a built-in by name, else the base point's own (file or inline) description
             spec = get_device_spec(name)
         except (ValueError, KeyError):
-            spec = get_device_spec(base.device)
+            specs = [get_device_spec(device) for device in own]
+            spec = next((s for s in specs if s.name == name), specs[0])
         d = spec.describe()
         link = d.get("gpu_link") or {}
         lines.append(f"Device {d['name']}: {d['memory_gib']:g} GiB, {d['dense_bf16_tflops']:g} TFLOP/s dense BF16, "
