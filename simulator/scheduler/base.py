@@ -385,7 +385,6 @@ class Scheduler:
         free_blocks = bm._free
         running = list(self.running)
         for seq, held in zip(running, bm.blocks_held_each([seq.request_id for seq in running])):
-            rid = seq.request_id
             computed = seq.num_computed_tokens
             room = held * size - computed  # tokens that fit before a new block
             if room < steps:
@@ -394,17 +393,17 @@ class Scheduler:
                     new_blocks[j] += 1
                     extra += 1
                 if tables is None:
-                    bm.grow_to(rid, computed + steps)
+                    bm.grow_to(seq.request_id, computed + steps)
                 elif extra == 1:  # ceil((computed + steps) / size) - held new blocks
-                    tables[rid].append(free_blocks.popleft())
+                    tables[seq.request_id].append(free_blocks.popleft())
                 else:
-                    tables[rid].extend([free_blocks.popleft() for _ in range(extra)])
+                    tables[seq.request_id].extend([free_blocks.popleft() for _ in range(extra)])
             if caching and seq.request.prefix_hash_ids:  # as each step's would (others: lazily)
-                bm.cache_blocks(rid, computed + steps, seq.request)
+                bm.cache_blocks(seq.request_id, computed + steps, seq.request)
             seq.num_computed_tokens = computed + steps
-            seq.num_generated_tokens += steps
+            seq.num_generated_tokens = generated = seq.num_generated_tokens + steps
             seq.token_times_s.extend(step_end_s)
-            if seq.num_generated_tokens >= seq.max_output_tokens:
+            if generated >= seq.max_output_tokens:
                 finished.append(self._finish(seq, step_end_s[-1]))
         kv_used = []
         for n in new_blocks:
