@@ -178,3 +178,56 @@ def test_at2_many_equals_at2_value_by_value():
             assert outs == [bool(o) for _, o in expected]
     # by hand: the filled cell's corner flags the look-ups between k 16 and 4096 at m 2 only
     assert grid.at2_many(2.0, [100.0, 1.0])[1] == [True, False]
+
+
+# -- scheduler fast paths: plain decodes in complete_step, a window's block growth ---------------
+
+def _decoding_sarathi(num_decodes: int, prompt_tokens: int = 20, output_tokens: int = 5):
+    """A sarathi scheduler whose `num_decodes` requests have finished their prompts (one step)."""
+    from simulator.scheduler import SchedulerConfig, StepOutcome, make_scheduler
+    from traces import Request
+
+    scheduler = make_scheduler("sarathi", SchedulerConfig(num_gpu_blocks=100, block_size=16, chunk_size=64))
+    for i in range(num_decodes):
+        scheduler.add_request(Request(i, 0.0, prompt_tokens, output_tokens))
+    plan = scheduler.schedule(0.0)
+    scheduler.complete_step(plan, StepOutcome.without_speculation(plan), 1.0)
+    return scheduler
+
+
+def test_plain_decodes_are_counted_in_the_plan_and_completed_in_one_pass():
+    from simulator.scheduler import StepOutcome
+    from traces import Request
+
+    scheduler = _decoding_sarathi(2)
+    scheduler.add_request(Request(2, 1.0, 30, 2))  # a prompt admitted behind the two decodes
+    plan = scheduler.schedule(1.0)
+    assert plan.columns.request_ids == [0, 1, 2] and plan.num_plain_decodes == 2
+    finished = scheduler.complete_step(plan, StepOutcome.without_speculation(plan), 2.0)
+    assert finished == []
+    by_id = {seq.request_id: seq for seq in scheduler.running}
+    assert [by_id[i].num_computed_tokens for i in (0, 1, 2)] == [21, 21, 30]  # 20 + 1 decode; the whole prompt
+    assert [by_id[i].token_times_s for i in (0, 1, 2)] == [[1.0, 2.0], [1.0, 2.0], [2.0]]
+    assert by_id[2].first_token_s == 2.0 and by_id[0].first_token_s == 1.0
+    # An outcome where a plain decode emits nothing takes the general pass: no token, no time.
+    plan = scheduler.schedule(2.0)
+    assert plan.num_plain_decodes == 3
+    scheduler.complete_step(plan, StepOutcome((0, 1, 1)), 3.0)
+    assert [by_id[i].num_generated_tokens for i in (0, 1, 2)] == [2, 3, 2]
+    assert by_id[0].token_times_s == [1.0, 2.0] and by_id[1].token_times_s == [1.0, 2.0, 3.0]
+    assert 2 not in {seq.request_id for seq in scheduler.running}  # its 2 tokens are out: finished
+
+
+def test_decode_window_grows_the_plain_pools_tables_by_hand():
+    scheduler = _decoding_sarathi(2, prompt_tokens=20, output_tokens=40)
+    bm = scheduler.block_manager
+    # Whole prompts reserved at admission: 20 tokens hold 2 blocks each; 4 of 100 in use.
+    assert bm.blocks_held_each([0, 1]) == [2, 2] and bm.num_used == 4
+    running, steps = scheduler.decode_window()
+    assert steps == 39  # 40 outputs, one already sampled
+    kv_used, finished = scheduler.advance_decodes([2.0 + j for j in range(14)])
+    # 14 steps write tokens 21..34 of each: tokens 33 and 34 need a third block (from step 12).
+    assert kv_used == [4] * 12 + [6, 6]
+    assert bm.blocks_held_each([0, 1]) == [3, 3] and bm.num_used == 6 and finished == []
+    assert [seq.num_computed_tokens for seq in running] == [34, 34]
+    assert [len(seq.token_times_s) for seq in running] == [15, 15]
