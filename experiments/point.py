@@ -188,9 +188,7 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0,
 
     # A cluster's row is labelled by its decode pool (its device, KV pool and cost model too);
     # prefill_* / decode_* columns hold each pool's own settings (simulate_cluster).
-    decode = pool_point(point, "decode") if point.cluster is not None else point
-    row = {"point_id": point_id, "label": describe_point(point), "model": point.model, "device": device_name(point)}
-    row.update(decode.engine.used_settings())
+    row = {"point_id": point_id, "label": describe_point(point), **settings_columns(point)}
     row.update(cluster_row)
     row.update(num_gpu_blocks=sched_config.num_gpu_blocks, max_model_len=sched_config.max_model_len,
                offered_qps=mean_rate_qps(result.requests["arrival_s"].to_numpy()), **info)
@@ -263,6 +261,46 @@ def _with_temporary_files(records_dir: Path | None, point_id: int, keep_steps: b
 _CLUSTER_WIDE_COLUMNS = ("num_gpus", "router_overlap_weight")
 
 
+def settings_columns(point: SweepConfig) -> dict:
+    """A row's `model`, `device` and engine settings (`EngineConfig.used_settings`); a `cluster:`
+    point's are its decode pool's (`pool_point`), as every unprefixed column of its row is
+    (README; `cluster_columns` gives each pool's)."""
+    engine = pool_point(point, "decode").engine if point.cluster is not None else point.engine
+    return {"model": point.model, "device": device_name(point), **engine.used_settings()}
+
+
+def cluster_columns(point: SweepConfig) -> dict:
+    """The settings columns `simulate_cluster` gives a `cluster:` point's row, without running it
+    (a capacity row, whose trials ran it): `cluster`, `num_gpus`, and per pool `<pool>_<key>`
+    for each engine setting it reads, `<pool>_num_gpu_blocks` and `<pool>_device`; {} for a
+    colocated point.
+
+    Raises:
+        ValueError: a pool whose weights do not fit its device (`build_scheduler_config`).
+    """
+    if point.cluster is None:
+        return {}
+    row = _cluster_head(point)
+    for name in POOLS:
+        pool = pool_point(point, name)
+        row.update(_pool_columns(name, pool, build_scheduler_config(pool)))
+    return row
+
+
+def _cluster_head(point: SweepConfig) -> dict:
+    return {"cluster": cluster_label(point), "num_gpus": cluster_gpus(point)}
+
+
+def _pool_columns(name: str, pool: SweepConfig, config) -> dict:
+    """One pool's columns: `<name>_<key>` for its engine settings (less `_CLUSTER_WIDE_COLUMNS`),
+    its KV blocks as `config` (its SchedulerConfig) sized them, and its device."""
+    columns = {f"{name}_{key}": value for key, value in pool.engine.used_settings().items()
+               if key not in _CLUSTER_WIDE_COLUMNS}
+    columns[f"{name}_num_gpu_blocks"] = config.num_gpu_blocks
+    columns[f"{name}_device"] = device_name(pool)
+    return columns
+
+
 def simulate_cluster(point: SweepConfig, requests: list[Request], trim_fraction: float):
     """A `cluster:` point (simulator/disaggregated.py): each pool built as `pool_point` makes it.
 
@@ -275,17 +313,14 @@ def simulate_cluster(point: SweepConfig, requests: list[Request], trim_fraction:
         `device_name`) and what priced its steps (`<pool>_cost_model_label`,
         `<pool>_cost_model_steps_out_of_range`: `cost_model_columns` of its cost model after the run)).
     """
-    pools, row = {}, {"cluster": cluster_label(point), "num_gpus": cluster_gpus(point)}
+    pools, row = {}, _cluster_head(point)
     for name in POOLS:
         pool = pool_point(point, name)
         config = build_scheduler_config(pool)
         cost_model = build_cost_model(pool)
         pools[name] = (Pool(build_schedulers(pool, config), build_pricer(pool, cost_model),
                             getattr(point.cluster, name).router), config, cost_model)
-        row.update({f"{name}_{key}": value for key, value in pool.engine.used_settings().items()
-                    if key not in _CLUSTER_WIDE_COLUMNS})
-        row[f"{name}_num_gpu_blocks"] = config.num_gpu_blocks
-        row[f"{name}_device"] = device_name(pool)
+        row.update(_pool_columns(name, pool, config))
     link, kv_bytes_per_token = build_link(point)
     result = simulate_disaggregated(requests, pools["prefill"][0], pools["decode"][0], link, kv_bytes_per_token,
                                     outcome_fn=build_outcome_fn(pool_point(point, "decode")),

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.planning.capacity import confidence_interval, default_slo, find_capacity
-from experiments.config import ClosedLoopTrace, FileTrace, SweepConfig
+from experiments.config import POOLS, ClosedLoopTrace, FileTrace, SweepConfig
 from experiments.deployment import cluster_gpus
 from experiments.point import run_point
 from profiler import get_model_spec
@@ -19,6 +19,10 @@ TRIAL_COLUMNS = ("point_id", "label", "seed", "trial_qps", "passed", "offered_qp
                  "ttft_s_p50", "ttft_s_p90", "ttft_s_p99", "tbt_s_p50", "tbt_s_p99", "tpot_s_p50",
                  "e2e_s_p50", "scheduling_delay_s_p50", "num_preemptions", "completed", "rejected",
                  "cost_model_label", "cost_model_steps_out_of_range")
+# A `cluster:` point's trials also keep each pool's cost model (`simulate_cluster`), for its
+# capacity row (`cost_model_summary`); a colocated point's trials have no such columns.
+POOL_COST_COLUMNS = tuple(f"{pool}_{key}" for pool in POOLS
+                          for key in ("cost_model_label", "cost_model_steps_out_of_range"))
 
 
 def search_slo(point: SweepConfig) -> dict[str, float]:
@@ -55,7 +59,8 @@ def search_capacity(point: SweepConfig, point_id: int, seed: int) -> tuple[float
     def passes(qps: float) -> bool:
         row = run_point(trial_config(point, qps, seed), point_id, trim_fraction=search.trim_fraction).row
         passed = bool(row["slo_met"])
-        rows.append({**{k: row.get(k, np.nan) for k in TRIAL_COLUMNS}, "seed": seed, "trial_qps": qps,
+        rows.append({**{k: row.get(k, np.nan) for k in TRIAL_COLUMNS},
+                     **{k: row[k] for k in POOL_COST_COLUMNS if k in row}, "seed": seed, "trial_qps": qps,
                      "passed": passed})
         served[qps] = row.get("throughput_rps", np.nan)
         return passed
@@ -78,12 +83,16 @@ def capacity_row(label: str, point_id: int, capacities: list[float], max_qps: fl
 def cost_model_summary(trials: list[dict]) -> dict:
     """A capacity row's cost model: the label its trials were priced with (one point has one cost
     model) and their steps outside the measured grids, summed; {} for trials cached before the
-    label was recorded."""
-    labels = [t.get("cost_model_label") for t in trials if isinstance(t.get("cost_model_label"), str)]
-    if not labels:
-        return {}
-    out = sum(int(t.get("cost_model_steps_out_of_range") or 0) for t in trials)
-    return {"cost_model_label": labels[0], "cost_model_steps_out_of_range": out}
+    label was recorded. A `cluster:` point's (the unprefixed ones its decode pool's) come with
+    each pool's, `prefill_` / `decode_` prefixed, where its trials recorded them."""
+    summary = {}
+    for prefix in ("", *(f"{pool}_" for pool in POOLS)):
+        label_key, out_key = f"{prefix}cost_model_label", f"{prefix}cost_model_steps_out_of_range"
+        labels = [t.get(label_key) for t in trials if isinstance(t.get(label_key), str)]
+        if labels:
+            summary[label_key] = labels[0]
+            summary[out_key] = sum(int(t.get(out_key) or 0) for t in trials)
+    return summary
 
 
 def per_gpu_row(point: SweepConfig, capacities: list[float]) -> dict:

@@ -29,7 +29,8 @@ from experiments.planning.layouts import LAYOUT_KEYS
 from experiments.config import SweepConfig, describe_point, point_labels
 from experiments.deployment import cluster_gpus
 from experiments.outputs import RunFolder, write_atomic, write_csv, write_parquet, write_text
-from experiments.point import PointResult, device_name, report_columns, run_point
+from experiments.point import (PointResult, cluster_columns, device_name, report_columns, run_point,
+                               settings_columns)
 from experiments.planning.results_cache import ResultsCache, cache_key
 from experiments.planning.search import (capacity_row, cost_model_summary, fleet_row, load_row, per_gpu_row,
                                          search_capacity, trial_config)
@@ -110,8 +111,9 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
     for i, config in enumerate(configs):
         outcomes = [done[(i, seed)] for seed in range(config.search.seeds)]
         errors = [o for o in outcomes if isinstance(o, str)]
-        row = {"point_id": ids[i], "label": labels[i], "model": config.model, "device": device_name(config),
-               **config.engine.used_settings(), "vllm_flags": vllm_serve_flags(config),
+        # A cluster's unprefixed settings are its decode pool's, prefill_* / decode_* each pool's, as in points.csv
+        row = {"point_id": ids[i], "label": labels[i], **settings_columns(config), **_cluster_columns(config),
+               "vllm_flags": vllm_serve_flags(config),
                "vllm_command": _vllm_command(config),
                "burstiness": getattr(config.trace, "burstiness", None) or 1.0}  # gamma shape; Poisson = 1
         if errors:
@@ -156,6 +158,15 @@ def _run_all(calls: dict[Any, tuple[Callable, tuple]], jobs: int, backend: str, 
         futures = {pool.submit(fn, *args): key for key, (fn, args) in calls.items()}
         for future in as_completed(futures):
             yield futures[future], future.result()
+
+
+def _cluster_columns(config: SweepConfig) -> dict:
+    """`cluster_columns` of a point, or its error text as `error` (a pool whose weights do not
+    fit: its trials failed too, with the same error)."""
+    try:
+        return cluster_columns(config)
+    except POINT_ERRORS as exc:
+        return {"error": _error_text(exc)}
 
 
 def _vllm_command(config: SweepConfig) -> str | None:
