@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.records import SCALAR_COLUMNS, records_frame
+from simulator.records import SCALAR_COLUMNS, records_frame, request_views
 from simulator.records_parquet import ROW_GROUP_ROWS, RowGroupWriter, concat_files, write_in_row_groups
 
 
@@ -125,8 +125,7 @@ class RequestsStream:
         self.tpot_s[ranks] = tpot_s
         self.replica_id[ranks] = replica_id
         if self.keep_token_times:
-            bounds = np.cumsum(tokens_per_request)[:-1]
-            self._tokens.update(zip(ranks.tolist(), np.split(token_times_s, bounds)))
+            self._tokens.update(zip(ranks.tolist(), request_views(token_times_s, tokens_per_request)))
         self._done[ranks] = True
         while self._ready < self.ids.size:  # the finished prefix grows; scan only past its end
             window = self._done[self._ready:self._ready + _SCAN]
