@@ -18,9 +18,10 @@ run went. When the caller names the files (`RecordFiles`), the run writes them a
 
 The TBT/ITL percentiles then read the token times back from the requests file
 (`simulator.records_parquet.ParquetTokenTimes`), in the same chunks as from a frame, so the
-summary is the same number for number (tests/test_records_stream.py). A workload whose request
-ids are not known up front (closed loop) or not unique is built in memory and written at the end
-(`write_frames`): the same files.
+summary is the same number for number (tests/test_records_stream.py). A closed loop is written
+the same way (its ids are 0..num_requests-1: `RequestsStream.ids_if_streamable`); only a trace
+whose request ids are not unique is built in memory and written at the end (`write_frames`):
+the same files.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import pandas as pd
 
 from simulator.records import SCALAR_COLUMNS, records_frame, request_views
 from simulator.records_parquet import ROW_GROUP_ROWS, RowGroupWriter, concat_files, write_in_row_groups
+from traces import ClosedLoopWorkload
 
 
 _SCAN = 1 << 16  # finished flags looked at per step of the prefix scan
@@ -102,8 +104,17 @@ class RequestsStream:
 
     @staticmethod
     def ids_if_streamable(requests) -> np.ndarray | None:
-        """The request ids of an open-loop trace (a list of `Request`), or None when the rows
-        cannot be filed by id up front: a closed loop (ids made as it runs) or repeated ids."""
+        """The request ids a run will finish, or None when its rows cannot be filed by id up
+        front (repeated ids): an open-loop trace's (a list of `Request`), or a closed loop's.
+
+        A closed loop's requests are made as it runs, but their ids are known up front: they are
+        0..num_requests-1 in issue order (`traces.ClosedLoopWorkload`, `SessionWorkload`), and
+        every request issued finishes (completed or rejected). So its rows are filed by id as an
+        open loop's are and the file has the same request_id order as the frame; with at most
+        `num_clients` outstanding, the rows waiting in memory are those finished while an
+        earlier one still runs. (A workload breaking that rule fails loudly in `add`/`close`.)"""
+        if isinstance(requests, ClosedLoopWorkload):
+            return np.arange(requests.num_requests, dtype=np.int64)
         if not isinstance(requests, list):
             return None
         ids = np.fromiter((r.request_id for r in requests), np.int64, len(requests))

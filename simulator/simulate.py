@@ -85,7 +85,8 @@ def simulate(
             (`simulator.data_parallel.DataParallelGroup`); a dense model's ranks run independently.
         router_overlap_weight: the `prefix_aware` router's weight of uncached prompt blocks.
         record_files: write the request and step records to these Parquet files, a row group at
-            a time as the run goes (`simulator.records_stream`; at the end for a closed loop):
+            a time as the run goes (`simulator.records_stream`, closed loops included; at the
+            end only for a trace with repeated request ids):
             the result's `requests` then has no `token_times_s` column and its `steps` no rows
             (they are in the files, with the same values); the summary is the same.
 
@@ -144,14 +145,14 @@ def simulate(
     del frames
     summary = summarize(req_frame, step_frame if keep_steps else stats, schedulers[0].config.num_gpu_blocks,
                         trim_fraction, gaps=sketch)
-    if record_files is not None:  # not streamable (closed loop): written now
+    if record_files is not None:  # not streamable (repeated request ids): written now
         write_frames(record_files, req_frame, step_frame if keep_steps else None)
         req_frame, step_frame = req_frame.drop(columns="token_times_s", errors="ignore"), step_frame.iloc[:0]
     return SimulationResult(req_frame, step_frame, summary)
 
 
 def _requests_stream(requests, keep_token_times: bool, files: RecordFiles | None) -> RequestsStream | None:
-    """The stream a run writes its requests file through, or None (no files, or ids unknown up front)."""
+    """The stream a run writes its requests file through, or None (no files, or repeated ids)."""
     ids = RequestsStream.ids_if_streamable(requests) if files is not None else None
     return None if ids is None else RequestsStream(files.requests_path, ids, keep_token_times, files.constants)
 

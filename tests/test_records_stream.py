@@ -101,20 +101,63 @@ def test_without_token_times_or_steps_the_files_hold_what_is_kept(tmp_path, smal
     assert [p.name for p in tmp_path.iterdir()] == ["requests.parquet"]
 
 
-def test_a_closed_loop_run_writes_the_same_files_at_its_end(tmp_path):
-    def workload():
-        return ClosedLoopWorkload(4, think_time_s=0.01, prompt=50, output=20, num_requests=40, seed=1)
+def closed_loops():
+    from traces.sessions import SessionWorkload
 
-    built = simulate(workload(), schedulers(1), COST)
-    files = RecordFiles(tmp_path / "r.parquet", tmp_path / "s.parquet", {"point_id": 3})
-    streamed = simulate(workload(), schedulers(1), COST, record_files=files)
+    return {"clients": lambda: ClosedLoopWorkload(6, think_time_s=0.01, prompt=[20, 900], output=[1, 120],
+                                                  num_requests=200, seed=1),
+            "sessions": lambda: SessionWorkload(30, 5, think_time_s=0.5, user_tokens=[20, 400], output_tokens=[5, 80],
+                                                shared_prefix_tokens=64, num_prefixes=2, seed=2, session_qps=20.0)}
+
+
+@pytest.mark.parametrize("kind", ["clients", "sessions"])
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_closed_loop_run_writes_its_files_as_it_goes(tmp_path, monkeypatch, small_groups, kind, replicas):
+    """A closed loop's ids are 0..num_requests-1 in issue order, so its rows are filed by id as
+    they finish: row groups leave while it runs, and the files equal the frames built at the end."""
+    workload = closed_loops()[kind]
+    built = simulate(workload(), schedulers(replicas), COST, router="round_robin")
+    files = RecordFiles(tmp_path / "requests.parquet", tmp_path / "steps.parquet", {"point_id": 3})
+    at_close, close = [], RequestsStream.close
+
+    def spy(self):
+        at_close.append(self._written)
+        return close(self)
+
+    monkeypatch.setattr(RequestsStream, "close", spy)
+    streamed = simulate(workload(), schedulers(replicas), COST, router="round_robin", record_files=files)
+    n = len(built.requests)
+    assert n == (200 if kind == "clients" else 150) and built.requests["request_id"].tolist() == list(range(n))
+    [written] = at_close
+    assert written >= n - 2 * 32  # all but the last row groups were written while the loop ran
     same_summary(streamed.summary, built.summary)
+    pd.testing.assert_frame_equal(streamed.requests, built.requests.drop(columns="token_times_s"))
+    assert len(streamed.steps) == 0
+    write_in_row_groups(with_constants(built.requests.copy(), {"point_id": 3}), tmp_path / "want_requests.parquet")
+    write_in_row_groups(with_constants(built.steps.copy(), {"point_id": 3}), tmp_path / "want_steps.parquet")
+    for name in ("requests", "steps"):
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / f"{name}.parquet"),
+                                      pd.read_parquet(tmp_path / f"want_{name}.parquet"))
     got = pd.read_parquet(files.requests_path)
-    assert len(got) == 40 and list(got.columns[:2]) == ["point_id", "request_id"]
     for times, want in zip(got["token_times_s"], built.requests["token_times_s"]):
         assert np.array_equal(times, want)
-    pd.testing.assert_frame_equal(pd.read_parquet(files.steps_path).drop(columns="point_id"), built.steps)
-    assert "token_times_s" not in streamed.requests and len(streamed.steps) == 0
+    assert pq.ParquetFile(files.requests_path).num_row_groups == math.ceil(n / 32)
+    assert sorted(p.name for p in tmp_path.iterdir() if "want" not in p.name) == ["requests.parquet", "steps.parquet"]
+
+
+def test_a_closed_loop_without_token_times_writes_its_scalar_rows(tmp_path, small_groups):
+    workload = closed_loops()["clients"]
+    built = simulate(workload(), schedulers(2), COST, keep_token_times=False, keep_steps=False)
+    files = RecordFiles(tmp_path / "requests.parquet", None, {"point_id": 0})
+    streamed = simulate(workload(), schedulers(2), COST, keep_token_times=False, keep_steps=False, record_files=files)
+    same_summary(streamed.summary, built.summary)
+    pd.testing.assert_frame_equal(pd.read_parquet(files.requests_path).drop(columns="point_id"), built.requests)
+
+
+def test_the_stream_files_a_closed_loop_by_its_issue_order_ids():
+    workload = ClosedLoopWorkload(3, num_requests=7)
+    assert RequestsStream.ids_if_streamable(workload).tolist() == [0, 1, 2, 3, 4, 5, 6]
+    assert RequestsStream.ids_if_streamable(ClosedLoopWorkload(3, num_requests=0)).tolist() == []
 
 
 def rows(ids, times_per_request):
