@@ -8,10 +8,18 @@ With `--write DIR` the point writes `requests.parquet` and `steps.parquet` into 
 row group at a time; `--at-end` builds the frames in memory and writes them after the run instead
 (the way before, for comparison).
 
+`--closed-loop CLIENTS` replaces the open-loop trace by a closed loop of N requests from CLIENTS
+clients (`--think-time-s`, prompts uniform 50-2,000 and outputs uniform 20-400 tokens).
+`--sweep OUT --cache DIR` runs the point as `sarathi-sim sweep` does (`run_sweep` with the results
+cache and records written as it runs, then `write_results`; no report): a first run computes and
+stores it, a second one serves it from the cache, so the two give the cost of a cached point.
+
 Run from the repo root:
     .venv/bin/python benchmarks/bench_scale.py                         # 1M requests, every record kept
     .venv/bin/python benchmarks/bench_scale.py 1000000 --no-token-times --no-steps
     .venv/bin/python benchmarks/bench_scale.py 100000 --write /tmp/scale   # also write requests/steps.parquet
+    .venv/bin/python benchmarks/bench_scale.py 200000 --closed-loop 48 --write /tmp/scale
+    .venv/bin/python benchmarks/bench_scale.py 200000 --sweep /tmp/sweep --cache /tmp/cache   # twice: computed, cached
 """
 from __future__ import annotations
 
@@ -33,13 +41,23 @@ def main() -> None:
     parser.add_argument("--no-steps", action="store_true", help="output.steps: false")
     parser.add_argument("--write", type=Path, help="write requests.parquet and steps.parquet into this folder")
     parser.add_argument("--at-end", action="store_true", help="with --write: build the frames, then write them")
+    parser.add_argument("--closed-loop", type=int, metavar="CLIENTS", help="a closed loop of CLIENTS clients")
+    parser.add_argument("--think-time-s", type=float, default=0.0, help="with --closed-loop: each client's think time")
+    parser.add_argument("--sweep", type=Path, help="run the point as a sweep does into this run folder")
+    parser.add_argument("--cache", type=Path, help="with --sweep: the results cache folder")
     args = parser.parse_args()
-    config = SweepConfig.model_validate({
-        "cost_model": "roofline",
-        "trace": {"kind": "profile", "name": "azure-conv", "qps": args.qps, "num_requests": args.requests, "seed": 0},
+    trace = {"kind": "profile", "name": "azure-conv", "qps": args.qps, "num_requests": args.requests, "seed": 0}
+    if args.closed_loop:
+        trace = {"kind": "closed_loop", "clients": args.closed_loop, "think_time_s": args.think_time_s,
+                 "num_requests": args.requests, "prompt_tokens": [50, 2000], "output_tokens": [20, 400], "seed": 0}
+    point = {
+        "cost_model": "roofline", "trace": trace,
         "engine": {"scheduler": "sarathi", "chunk_size": 512},
         "output": {"token_times": not args.no_token_times, "steps": not args.no_steps},
-    })
+    }
+    if args.sweep is not None:
+        return sweep(point, args.sweep, args.cache)
+    config = SweepConfig.model_validate(point)
     streamed = args.write is not None and not args.at_end
     start = time.process_time()
     result = run_point(config, records_dir=args.write if streamed else None)
@@ -61,6 +79,26 @@ def main() -> None:
           f"peak RSS {peak_mb:,.0f} MB "
           f"({peak_mb * 1024 / row['num_requests']:.2f} KB/request); P99 TBT {row['tbt_s_p99']:.4f} s, "
           f"P90 TTFT {row['ttft_s_p90']:.4f} s, completed {row['completed']:,}")
+
+
+def sweep(point: dict, out: Path, cache_dir: Path | None) -> None:
+    """The point through `run_sweep` and `write_results` (a sweep without its report)."""
+    from experiments.outputs import RunFolder
+    from experiments.planning.sweep import remove_point_files, run_sweep, write_results
+
+    start = time.process_time()
+    with RunFolder(out) as folder:
+        results = run_sweep([point], jobs=1, cache_dir=cache_dir, records_dir=folder.path)
+        try:
+            write_results(results, folder)
+        finally:
+            remove_point_files(results)
+    cpu_s = time.process_time() - start
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    row = results[0].row
+    print(f"sweep of one point of {row['num_requests']:,} requests ({'from the cache' if row.get('cached') else 'computed'}): "
+          f"{cpu_s:.1f} CPU-s, peak RSS {peak_mb:,.0f} MB ({peak_mb * 1024 / row['num_requests']:.2f} KB/request); "
+          f"P99 TBT {row['tbt_s_p99']:.4f} s, completed {row['completed']:,}")
 
 
 if __name__ == "__main__":

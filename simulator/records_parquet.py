@@ -103,6 +103,30 @@ def concat_files(sources: list, path: str | Path) -> None:
             writer.close()
 
 
+def copy_with_constants(source: str | Path, path: str | Path, constants: dict[str, int]) -> None:
+    """Write the rows of the Parquet file `source` into `path`, row group by row group, with
+    each column named in `constants` set to that value (of the column's type) in every row: a
+    cached point's records given the `point_id` of the sweep that reads them. The schema and
+    pandas metadata are the source's, so the file reads back as the source with those values.
+
+    Raises:
+        KeyError: a constant names no column; OSError: a file cannot be read or written.
+    """
+    file = pq.ParquetFile(source)
+    schema = file.schema_arrow
+    positions = {name: schema.get_field_index(name) for name in constants}
+    missing = [name for name, position in positions.items() if position < 0]
+    if missing:
+        raise KeyError(f"{source}: no column {', '.join(missing)} to set")
+    with pq.ParquetWriter(path, schema) as writer:
+        for i in range(max(1, file.num_row_groups)):
+            table = file.read_row_group(i) if file.num_row_groups else schema.empty_table()
+            for name, position in positions.items():
+                field = schema.field(position)
+                table = table.set_column(position, field, pa.array(np.full(table.num_rows, constants[name]), field.type))
+            writer.write_table(table, row_group_size=max(1, table.num_rows))
+
+
 def source_schema(source) -> pa.Schema:
     """The Arrow schema of a Parquet file, or of a frame as `write_in_row_groups` writes it."""
     return _schema(source) if isinstance(source, pd.DataFrame) else pq.read_schema(source)

@@ -172,6 +172,16 @@ def test_full_disk_on_requests_parquet_names_it_and_keeps_finished_points(tmp_pa
         return original(frame, path, *args, **kwargs)
 
     monkeypatch.setattr(pd.DataFrame, "to_parquet", full_disk_for_requests)
+    import experiments.planning.sweep as sweep_module  # cached points' files are joined, not written from frames
+    from simulator.records_parquet import source_schema
+    joined = sweep_module.concat_files
+
+    def full_disk_joining_requests(sources, path):
+        if "token_times_s" in source_schema(sources[0]).names:
+            _enospc_writer(Path(path))
+        return joined(sources, path)
+
+    monkeypatch.setattr(sweep_module, "concat_files", full_disk_joining_requests)
     result = runner.invoke(app, ["sweep", str(config), "--out", str(out), "--jobs", "1",
                                  "--set", "slo={tbt_p99_s: 0.5}"])
     assert result.exit_code == 1
@@ -186,6 +196,7 @@ def test_full_disk_on_requests_parquet_names_it_and_keeps_finished_points(tmp_pa
     assert "requests.parquet" not in outputs.read_manifest(out)
 
     monkeypatch.setattr(pd.DataFrame, "to_parquet", original)
+    monkeypatch.setattr(sweep_module, "concat_files", joined)
     again = runner.invoke(app, ["sweep", str(config), "--out", str(out), "--jobs", "1",
                                 "--set", "slo={tbt_p99_s: 0.5}"])
     assert again.exit_code == 0

@@ -245,7 +245,7 @@ def write_sweep(points, out, records: bool, cache_dir=None):
         results = run_sweep(points, jobs=1, cache_dir=cache_dir, records_dir=folder.path if records else None)
         if records:
             names = sorted(p.name for p in out.iterdir() if p.name.startswith(".tmp-sarathi-point-"))
-            assert len(names) == 2 * sum(not r.row.get("cached", False) for r in results)  # requests + steps each
+            assert len(names) == 2 * len(results)  # requests + steps each, computed or copied from the cache
         write_results(results, folder)
         requests = sweep_requests(results)
         remove_point_files(results)
@@ -272,7 +272,10 @@ def test_a_point_cached_from_its_files_reads_back_as_computed(tmp_path):
     first, _ = write_sweep(points, tmp_path / "first", records=True, cache_dir=cache)
     again, _ = write_sweep(points, tmp_path / "again", records=True, cache_dir=cache)
     assert [r.row["cached"] for r in first] == [False, False] and [r.row["cached"] for r in again] == [True, True]
-    assert not any(r.files for r in again)  # from the cache: frames
+    assert all(r.files for r in again)  # from the cache: its files copied, as a computed point leaves them
+    assert all("token_times_s" not in r.requests and len(r.steps) == 0 for r in again)
+    for fresh, cached in zip(first, again):
+        pd.testing.assert_frame_equal(cached.requests, fresh.requests)
     first_points = pd.read_csv(tmp_path / "first" / "points.csv").drop(columns="cached")
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "again" / "points.csv").drop(columns="cached"), first_points)
     for name in ("requests", "steps"):

@@ -18,6 +18,14 @@ value as JSON, tuples tagged) and, for a point's result, its `requests.parquet` 
 filesystem others write, `--out` shared with Ray workers), unlike the pickles older versions wrote
 (`KEY.pkl`: never read, replaced when the key is stored again). An entry that cannot be read or is
 not of the expected shape is recomputed with a note on stderr naming it.
+
+A sweep that writes its points' records as they run (`run_sweep(records_dir=)`) is served a
+cached point the same way (`get(records=...)`): its `requests.parquet` / `steps.parquet` are
+copied out of the entry a megabyte at a time into temporary files of the run folder (their
+`point_id` set to the point's), as a computed point leaves them, and only the requests' scalar
+columns are read into memory; never its token times or steps. A copy that fails leaves no file:
+an entry that turns out unreadable (a bad CRC, a file of the wrong rows) is recomputed, a run
+folder that cannot be written fails the point as it would fail a computed one.
 """
 from __future__ import annotations
 
@@ -26,8 +34,11 @@ import hashlib
 import importlib.util
 import io
 import json
+import os
 import sys
+import tempfile
 import zipfile
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
@@ -35,12 +46,14 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from experiments.config import SweepConfig
 from experiments.planning.config_inputs import input_digests
 from experiments.point import PointResult
-from profiler.atomic_write import OutputWriteError, write_whole
-from simulator.records_parquet import write_in_row_groups
+from profiler.atomic_write import TEMP_PREFIX, OutputWriteError, write_whole
+from simulator.records_parquet import copy_with_constants, write_in_row_groups
 
 ENTRY_SUFFIX = ".zip"
 LEGACY_SUFFIX = ".pkl"  # pickles of older versions: never unpickled
@@ -164,12 +177,33 @@ def encode_entry(value: Any, stream) -> None:
         archive.writestr(_JSON, json.dumps(head))
 
 
-def decode_entry(stream) -> Any:
+@dataclass(frozen=True)
+class RecordsFolder:
+    """Where a cached point's record files go (`decode_entry(records=)`): the run folder of a
+    sweep that writes its points' records as they run, and the point's `point_id` (the files'
+    leading column, as `run_point(point_id, records_dir, temporary=True)` writes it)."""
+
+    path: Path
+    point_id: int
+
+
+class _RecordsNotWritten(Exception):
+    """Carries an OSError of writing a record file into the run folder past the handlers that
+    take any OSError for an unreadable entry: the folder's failure is the point's, not the entry's."""
+
+
+def decode_entry(stream, records: RecordsFolder | None = None) -> Any:
     """The value `encode_entry` wrote to the binary `stream`.
+
+    A point's result comes with its frames in memory; with `records`, as a point that wrote its
+    records as it ran (`PointResult.files`): its files copied into temporary files of
+    `records.path` (`_point_with_files`), `requests` without `token_times_s`, `steps` no rows.
 
     Raises:
         CacheEntryError: not an entry of this format (garbage, truncated, a pickle, another
-            version's layout); the message says what is wrong.
+            version's layout, a bad CRC, record files of the wrong rows); the message says what
+            is wrong, and no record file is left.
+        _RecordsNotWritten: a record file could not be written (its OSError as the cause).
     """
     try:
         with zipfile.ZipFile(stream) as archive:
@@ -180,13 +214,91 @@ def decode_entry(stream) -> Any:
                 return _from_json(head["value"])
             if head.get("type") != "point_result" or not isinstance(head.get("row"), dict):
                 raise CacheEntryError(f"unknown entry type {head.get('type')!r}")
+            if records is not None:
+                return _point_with_files(archive, _from_json(head["row"]), records)
             frames = {name: pd.read_parquet(io.BytesIO(archive.read(f"{name}.parquet"))) for name in _FRAMES}
             return PointResult(_from_json(head["row"]), frames["requests"], frames["steps"])
-    except CacheEntryError:
+    except (CacheEntryError, _RecordsNotWritten):
         raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, KeyError, EOFError, OSError, ValueError,
             TypeError, RecursionError, pa.ArrowException) as exc:  # JSONDecodeError is a ValueError
         raise CacheEntryError(f"not a readable entry ({type(exc).__name__}: {exc})") from None
+
+
+_COPY_BYTES = 1 << 20
+
+
+def _point_with_files(archive: zipfile.ZipFile, row: dict, records: RecordsFolder) -> PointResult:
+    """A cached point as `run_point(records.point_id, records.path, temporary=True)` returns a
+    computed one: each record file copied out of the entry into a temporary file of the run
+    folder (named as that run names its own, so a killed run's are removed at the folder's next
+    claim), with `point_id` set to `records.point_id` (`copy_with_constants`: row group by row
+    group, only when the entry's differs); a step file of no rows (a point that kept no steps)
+    read as the frame. Every file is removed again when any step fails."""
+    files: dict[str, Path] = {}
+    try:
+        for name in _FRAMES:
+            files[name] = _copy_out(archive, f"{name}.parquet", records, name)
+            point_ids = pq.read_table(files[name], columns=["point_id"]).column(0)
+            if len(point_ids) and pc.min_max(point_ids).as_py() != {"min": records.point_id, "max": records.point_id}:
+                renumbered = _temporary_file(records, name)
+                try:
+                    _write_records(lambda: copy_with_constants(files[name], renumbered, {"point_id": records.point_id}))
+                except BaseException:
+                    renumbered.unlink(missing_ok=True)
+                    raise
+                files.pop(name).unlink()
+                files[name] = renumbered
+        steps_schema = pq.read_schema(files["steps"])
+        if pq.read_metadata(files["steps"]).num_rows:
+            steps = steps_schema.empty_table().to_pandas()
+        else:  # as a computed point that kept no steps has them: an empty frame, no file
+            steps = pd.read_parquet(files["steps"])
+            files.pop("steps").unlink()
+        schema = pq.read_schema(files["requests"])
+        requests = pd.read_parquet(files["requests"], columns=[c for c in schema.names if c != "token_times_s"])
+        if "num_requests" in row and len(requests) != row["num_requests"]:
+            raise CacheEntryError(f"its requests file holds {len(requests)} rows, its row says {row['num_requests']}")
+    except BaseException:
+        for path in files.values():
+            path.unlink(missing_ok=True)
+        raise
+    return PointResult(row, requests, steps, files)
+
+
+def _temporary_file(records: RecordsFolder, name: str) -> Path:
+    """A fresh temporary file of the run folder for the point's `name` records (as
+    `experiments.point._with_temporary_files` names them)."""
+    def create() -> Path:
+        Path(records.path).mkdir(parents=True, exist_ok=True)
+        fd, path = tempfile.mkstemp(dir=records.path, prefix=f"{TEMP_PREFIX}point-{records.point_id}-",
+                                    suffix=f"-{name}.parquet")
+        os.close(fd)
+        return Path(path)
+
+    return _write_records(create)
+
+
+def _write_records(write: Callable[[], Any]) -> Any:
+    """write(), its OSError (a full or read-only run folder) carried as `_RecordsNotWritten`."""
+    try:
+        return write()
+    except OSError as exc:
+        raise _RecordsNotWritten() from exc
+
+
+def _copy_out(archive: zipfile.ZipFile, member: str, records: RecordsFolder, name: str) -> Path:
+    """The archive's `member` copied into a new temporary file of the run folder, a megabyte at
+    a time (its CRC checked at its end by `zipfile`); removed when the copy fails."""
+    path = _temporary_file(records, name)
+    try:
+        with archive.open(member) as source, _write_records(lambda: open(path, "wb")) as target:
+            while chunk := source.read(_COPY_BYTES):
+                _write_records(lambda: target.write(chunk))
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return path
 
 
 def _to_json(value: Any) -> Any:
@@ -227,31 +339,42 @@ class ResultsCache:
         """The entry file of `key` (caching on)."""
         return self.directory / f"{key}{ENTRY_SUFFIX}"
 
-    def get(self, key: str, valid: Callable[[Any], bool] = lambda value: True) -> Any | None:
+    def get(self, key: str, valid: Callable[[Any], bool] = lambda value: True,
+            records: RecordsFolder | None = None) -> Any | None:
         """The stored value, or None when absent, unreadable, not `valid` (an entry of another
         shape, say from another version: recomputed, not trusted), or caching is off. An entry
-        that is there but not used is named in a note on stderr."""
+        that is there but not used is named in a note on stderr. `records`: a point's result
+        comes with its record files copied into that folder (`decode_entry`), removed again
+        when it is not used.
+
+        Raises:
+            OSError: a record file could not be written into `records.path`."""
         if self.directory is None:
             return None
         path = self.path(key)
         try:
             with path.open("rb") as f:
-                value = decode_entry(f)
+                value = decode_entry(f, records)
         except FileNotFoundError:
             return None
+        except _RecordsNotWritten as failed:
+            raise failed.__cause__ from None
         except OSError as exc:
             return _discarded(path, exc.strerror or str(exc))
         except CacheEntryError as exc:
             return _discarded(path, str(exc))
         if value is None or not valid(value):
+            for file in getattr(value, "files", {}).values():
+                Path(file).unlink(missing_ok=True)
             return _discarded(path, f"not a result of the expected shape (a {type(value).__name__})")
         return value
 
-    def get_or_compute(self, key: str, compute: Callable[[], Any],
-                       valid: Callable[[Any], bool] = lambda value: True) -> tuple[Any, bool]:
+    def get_or_compute(self, key: str, compute: Callable[[], Any], valid: Callable[[Any], bool] = lambda value: True,
+                       records: RecordsFolder | None = None) -> tuple[Any, bool]:
         """(the stored value, True), or (compute(), False) after storing it. An exception from
-        `compute` propagates and nothing is stored; a failed store only sets `write_error`."""
-        cached = self.get(key, valid)
+        `compute` propagates and nothing is stored; a failed store only sets `write_error`.
+        `records`: as `get`."""
+        cached = self.get(key, valid, records)
         if cached is not None:
             return cached, True
         value = compute()

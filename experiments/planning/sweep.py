@@ -31,7 +31,7 @@ from experiments.deployment import cluster_gpus
 from experiments.outputs import RunFolder, write_atomic, write_csv, write_parquet, write_text
 from experiments.point import (PointResult, cluster_columns, device_name, report_columns, run_point,
                                settings_columns)
-from experiments.planning.results_cache import ResultsCache, cache_key
+from experiments.planning.results_cache import RecordsFolder, ResultsCache, cache_key
 from experiments.planning.search import (capacity_row, cost_model_summary, fleet_row, load_row, per_gpu_row,
                                          search_capacity, trial_config)
 from experiments.planning.vllm_flags import vllm_serve_command, vllm_serve_flags
@@ -231,12 +231,14 @@ def simulate_cached(config: SweepConfig, point_id: int, trim_fraction: float = 0
     `goodput:` decide (and keyed without those keys: `results_cache.REPORT_ONLY`), which are then
     derived for `config` (`report_columns`), so a change of SLOs or goodput re-uses it. The row
     says whether it was `cached`, and `cache_error` when it could not be stored. `records_dir`:
-    a point computed writes its records there as it runs (`run_point(temporary=True)`); one
-    from the cache comes as frames."""
+    a point computed writes its records there as it runs (`run_point(temporary=True)`), and one
+    from the cache has its files copied there (`results_cache.RecordsFolder`), so either comes
+    back with `PointResult.files` and no token times or steps in memory."""
     bare = config.model_copy(update={"slo": {}, "goodput": {}})
     raw, cached = cache.get_or_compute(cache_key("point", config, trim_fraction),
                                        lambda: run_point(bare, point_id, trim_fraction, records_dir, temporary=True),
-                                       lambda value: isinstance(value, PointResult))
+                                       lambda value: isinstance(value, PointResult),
+                                       RecordsFolder(Path(records_dir), point_id) if records_dir is not None else None)
     derived = report_columns(raw.row, raw.requests, bare)
     row = {k: v for k, v in raw.row.items() if k not in derived}
     row.update(point_id=point_id, label=describe_point(config), num_gpus=cluster_gpus(config))  # every GPU of the point
