@@ -132,3 +132,69 @@ def test_a_second_run_reuses_the_cached_trials(tmp_path, monkeypatch):
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "run" / "disaggregation.csv"), first)
     result = invoke(tmp_path, *args, "--no-cache")
     assert result.exit_code == 1 and "simulated again" in result.output
+
+
+def test_seeds_give_the_mean_and_say_what_the_intervals_resolve(tmp_path):
+    """--seeds 2: each layout's capacity is the mean of its two seeds' (capacity_by_seed), the
+    report names the seeds and states the ranking's and the comparison's resolution."""
+    out = tmp_path / "run"
+    result = invoke(tmp_path, "--gpus", "2", "--tp", "1", "--qps", "2,8", "--num-requests", "40", "--seeds", "2",
+                    "--out", str(out))
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out / "disaggregation.csv")
+    assert (table["seeds"] == 2).all()
+    for _, row in table.iterrows():
+        by_seed = [float(c) for c in row["capacity_by_seed"].split(", ")]
+        assert row["capacity_qps"] == pytest.approx(sum(by_seed) / 2, rel=1e-3)  # by_seed is printed to 4 digits
+    text = (out / "disaggregation.md").read_text()
+    assert "2 seeds (trace seeds 0–1, engine seeds 0–1)" in text
+    # The statements follow the table's intervals (per GPU, [ci_low, ci_high]) of the two layouts.
+    first, second = table.iloc[0], table.iloc[1]
+    overlap = (first["goodput_per_gpu_ci_low"] <= second["goodput_per_gpu_ci_high"]
+               and second["goodput_per_gpu_ci_low"] <= first["goodput_per_gpu_ci_high"])
+    assert second["vs_best"] == ("not resolved" if overlap else "below")
+    output = " ".join(result.output.split())
+    if overlap:
+        assert f"overlaps those of 1 other layout ({second['label']})" in output
+        assert "their 95 % intervals overlap: the difference is not resolved at 2 seeds" in output
+    else:
+        assert f"{first['label']} leads: its 95 % interval over 2 seeds lies above every other layout's" in output
+        assert "their 95 % intervals do not overlap" in output
+
+
+def test_search_seeds_is_the_default_and_the_option_overrides_it(tmp_path):
+    text = CONFIG + "search: {qps: [2, 8], num_requests: 40, seeds: 2}\n"
+    result = invoke(tmp_path, "--gpus", "2", "--tp", "1", "--out", str(tmp_path / "a"), text=text)
+    assert result.exit_code == 0, result.output
+    assert (pd.read_csv(tmp_path / "a" / "disaggregation.csv")["seeds"] == 2).all()
+    result = invoke(tmp_path, "--gpus", "2", "--tp", "1", "--seeds", "1", "--out", str(tmp_path / "b"), text=text)
+    assert result.exit_code == 0, result.output
+    assert (pd.read_csv(tmp_path / "b" / "disaggregation.csv")["seeds"] == 1).all()
+    assert "one seed per layout: no confidence intervals" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--seeds", "0"], "--seeds: seeds 0: expected a whole number from 1 to 20"),
+    (["--seeds", "21"], "--seeds: seeds 21: expected a whole number from 1 to 20"),
+    (["--backend", "slurm"], "--backend 'slurm': valid values are local, ray"),
+    (["--ray-address", "auto"], "--ray-address is only used with --backend ray"),
+])
+def test_bad_seeds_and_backends_are_exit_2(tmp_path, args, message):
+    out = tmp_path / "run"
+    result = invoke(tmp_path, "--gpus", "2", *args, "--out", str(out))
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert not out.exists()
+
+
+def test_backend_ray_without_ray_is_a_clear_error(tmp_path, monkeypatch):
+    """Ray not importable (as on a machine without the extra): exit 2 naming the extra to
+    install, before any folder or output is made."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    out = tmp_path / "run"
+    result = invoke(tmp_path, "--gpus", "2", "--backend", "ray", "--out", str(out))
+    assert result.exit_code == 2, result.output
+    assert "--backend ray needs Ray: pip install 'sarathi-sim[ray]'" in " ".join(result.output.split())
+    assert "Traceback" not in result.output and not out.exists()

@@ -103,3 +103,233 @@ def test_trials_keep_the_trace_seed_unless_given_one(monkeypatch):
         with pytest.raises(ValueError, match="stop"):
             module.layout_capacity(layout, base.goodput, qps=(1.5, 4.0), num_requests=50, seed=seed)
         assert seen.pop() == (1.5, 50, expected)
+
+
+def test_a_repetition_offsets_the_trace_and_engine_seeds(monkeypatch):
+    """search's repetition k (`seed_offset=k`) runs the trace's seed + k and the engine's + k:
+    trace seed 3, engine seed 10, k = 2 -> 5 and 12; k = 0 is the point as configured."""
+    import experiments.planning.disaggregation as module
+
+    seen = []
+
+    def fake_run_point(point, point_id=0, trim_fraction=0.0):
+        seen.append((point.trace.seed, point.engine.seed))
+        raise ValueError("stop after the first trial")
+
+    monkeypatch.setattr(module, "run_point", fake_run_point)
+    base = SweepConfig.model_validate({**BASE, "trace": {**BASE["trace"], "seed": 3},
+                                       "engine": {**BASE["engine"], "seed": 10}})
+    layout = layouts(base, 2, (1,))[0]
+    for offset, expected in ((0, (3, 10)), (2, (5, 12))):
+        with pytest.raises(ValueError, match="stop"):
+            module.layout_capacity(layout, base.goodput, qps=(1.5, 4.0), num_requests=50, seed_offset=offset)
+        assert seen.pop() == expected
+
+
+# A bracket where every layout's bisection fails somewhere and the two seeds differ (88 vs 96,
+# 44 vs 52 req/s), so the interval is not degenerate.
+TWO_SEEDS = {"qps": (2.0, 8.0), "num_requests": 80, "max_trials": 10, "precision": 0.1}
+T_975_ONE_DOF = 12.706204736  # Student-t 97.5 % quantile, 1 degree of freedom (two seeds)
+
+
+def test_two_seeds_are_the_mean_of_two_single_seed_searches():
+    """seeds=2 is exactly the searches of the point (seeds 0) and of the point with trace and
+    engine seed 1, each alone: capacity = their mean, interval = confidence_interval of the
+    two (by hand: mean ± t(0.975, 1) · |c0 − c1| / 2), trials summed, capacity_by_seed both."""
+    from experiments.planning.capacity import confidence_interval
+
+    base = SweepConfig.model_validate(BASE)
+    shifted = SweepConfig.model_validate({**BASE, "trace": {**BASE["trace"], "seed": 1},
+                                          "engine": {**BASE["engine"], "seed": 1}})
+    two = search(base, 2, (1,), seeds=2, **TWO_SEEDS).set_index("label")
+    alone = [search(point, 2, (1,), seeds=1, **TWO_SEEDS).set_index("label") for point in (base, shifted)]
+    assert sorted(two.index) == ["1P(TP1) 1D(TP1)", "colocated 2x TP1"]
+    for label, row in two.iterrows():
+        c0, c1 = (frame.loc[label, "capacity_qps"] for frame in alone)
+        assert c0 != c1  # the seeds differ: the interval is not zero-width by construction
+        assert row["capacity_qps"] == (c0 + c1) / 2
+        assert (row["capacity_ci_low"], row["capacity_ci_high"]) == confidence_interval([c0, c1])[1:]
+        assert row["capacity_ci_high"] == pytest.approx((c0 + c1) / 2 + T_975_ONE_DOF * abs(c0 - c1) / 2)
+        assert row["capacity_ci_low"] == pytest.approx(max(0.0, (c0 + c1) / 2 - T_975_ONE_DOF * abs(c0 - c1) / 2))
+        assert row["goodput_per_gpu_qps"] == row["capacity_qps"] / 2
+        assert row["trials"] == sum(frame.loc[label, "trials"] for frame in alone)
+        assert row["capacity_by_seed"] == f"{c0:.4g}, {c1:.4g}"
+        assert row["seeds"] == 2 and row["error"] is None
+    assert all(frame["vs_best"].tolist()[1:] == ["no interval (one seed)"] for frame in alone)
+
+
+T_975_TWO_DOF = 4.302652729749464  # Student-t 97.5 % quantile, 2 degrees of freedom (three seeds)
+
+
+def _bisection(capacity_qps: float, failed_at_qps: float):
+    """A CapacityResult that passed at 1 req/s and at `capacity_qps`, and failed just above."""
+    from experiments.planning.capacity import CapacityResult
+
+    return CapacityResult(capacity_qps, [(1.0, True), (capacity_qps, True), (failed_at_qps, False)])
+
+
+def _four_gpu_rows():
+    """Three layouts of 4 GPUs with hand-worked intervals over seeds c − 1, c, c + 1 (mean c,
+    standard error 1/√3, half-width 4.3027/√3 = 2.48414), the top over the failed rates:
+      1P(TP1) 3D(TP1): c 5,  failed +0.2 -> [2.51586, 7.68414] req/s, per GPU [0.62897, 1.92103]
+      colocated 2x TP2: c 10, failed +0.5 -> [7.51586, 12.98414],     per GPU [1.87897, 3.24603]
+      colocated 4x TP1: c 21, failed +0.5 -> [18.51586, 23.98414],    per GPU [4.62897, 5.99603]
+    and 2P(TP1) 2D(TP1), which could not run."""
+    from experiments.planning.disaggregation import layout_row
+
+    found = {layout.label: layout for layout in layouts(SweepConfig.model_validate(BASE), 4, (1, 2))}
+    spec = {"1P(TP1) 3D(TP1)": (5, 0.2), "colocated 2x TP2": (10, 0.5), "colocated 4x TP1": (21, 0.5)}
+    rows = {label: layout_row(found[label], [_bisection(c + d, c + d + gap) for d in (-1, 0, 1)])
+            for label, (c, gap) in spec.items()}
+    rows["2P(TP1) 2D(TP1)"] = layout_row(found["2P(TP1) 2D(TP1)"], ["ValueError: does not fit"] * 3)
+    return rows
+
+
+def test_layout_rows_have_the_hand_worked_intervals():
+    rows = _four_gpu_rows()
+    half = T_975_TWO_DOF / math.sqrt(3)
+    a = rows["1P(TP1) 3D(TP1)"]
+    assert a["capacity_qps"] == 5.0 and a["capacity_by_seed"] == "4, 5, 6" and a["trials"] == 9
+    assert a["capacity_ci_low"] == pytest.approx(5 - half) and a["capacity_ci_high"] == pytest.approx(5 + half)
+    assert a["capacity_ci_high_bracket"] == pytest.approx(5.2 + half)
+    assert (a["goodput_per_gpu_qps"], a["goodput_per_gpu_ci_low"], a["goodput_per_gpu_ci_high"]) == pytest.approx(
+        (1.25, 0.628966, 1.921034), abs=1e-6)
+    assert not a["capacity_at_bound"] and a["seeds_below_lowest_rate"] == 0 and a["error"] is None
+    failed = rows["2P(TP1) 2D(TP1)"]
+    assert failed["error"] == "ValueError: does not fit" and math.isnan(failed["goodput_per_gpu_qps"])
+
+
+def test_a_seed_below_the_bracket_counts_zero_and_one_that_never_failed_is_a_lower_bound():
+    """Seeds failing at the lowest rate (2 req/s) and passing at 4: mean (0 + 4) / 2 = 2, not
+    4 (dropping the failed seed would over-claim); its top over the failed rates 2.0 and 4.4:
+    3.2 + 12.7062 · 1.2. Every seed below: capacity NaN, goodput 0. A seed that never failed:
+    a lower bound, its interval open above."""
+    from experiments.planning.capacity import CapacityResult
+    from experiments.planning.disaggregation import layout_row
+
+    layout = layouts(SweepConfig.model_validate(BASE), 2, (1,))[0]
+    below = CapacityResult(math.nan, [(2.0, False)])
+    row = layout_row(layout, [below, _bisection(4.0, 4.4)])
+    assert row["capacity_qps"] == 2.0 and row["seeds_below_lowest_rate"] == 1
+    assert row["capacity_by_seed"] == "below, 4"
+    assert row["capacity_ci_high_bracket"] == pytest.approx(3.2 + T_975_ONE_DOF * 1.2)
+    none = layout_row(layout, [below, below])
+    assert math.isnan(none["capacity_qps"]) and none["goodput_per_gpu_qps"] == 0.0
+    open_top = layout_row(layout, [CapacityResult(64.0, [(1.0, True), (64.0, True)]), _bisection(4.0, 4.4)])
+    assert open_top["capacity_at_bound"] and open_top["goodput_per_gpu_ci_high"] == math.inf
+
+
+def test_ranking_and_comparison_say_when_the_intervals_overlap(tmp_path):
+    """All four layouts: colocated 4x TP1 leads, its interval [4.63, 6.00] per GPU above
+    colocated 2x TP2's [1.88, 3.25] (resolved); best disaggregated 1P3D [0.63, 1.92] against it:
+    colocated is ahead. Without the leader, colocated 2x TP2 leads, but its interval overlaps
+    1P3D's (1.879 ≤ 1.921): not resolved, and the comparison says so."""
+    from experiments.planning.disaggregation import ranked, ranking
+
+    rows = _four_gpu_rows()
+    frame = ranked(list(rows.values()))
+    assert list(frame["label"]) == ["colocated 4x TP1", "colocated 2x TP2", "1P(TP1) 3D(TP1)", "2P(TP1) 2D(TP1)"]
+    assert frame["vs_best"].tolist()[:3] == ["best", "below", "below"] and pd.isna(frame["vs_best"].iloc[3])
+    assert ranking(frame) == ("colocated 4x TP1 leads: its 95 % interval over 3 seeds lies above every other "
+                              "layout's (resolved)")
+    assert comparison(frame) == ("best disaggregated 1P(TP1) 3D(TP1): 1.250 [0.629, 1.921] req/s per GPU; best "
+                                 "colocated colocated 4x TP1: 5.250 [4.629, 5.996] req/s per GPU; ratio 0.24×; "
+                                 "their 95 % intervals do not overlap: colocated is ahead at 3 seeds")
+    close = ranked([rows["colocated 2x TP2"], rows["1P(TP1) 3D(TP1)"]])
+    assert close["vs_best"].tolist() == ["best", "not resolved"]
+    assert ranking(close) == ("colocated 2x TP2 has the highest mean, but its 95 % interval over 3 seeds overlaps "
+                              "those of 1 other layout (1P(TP1) 3D(TP1)): their order is not resolved at 3 seeds "
+                              "(more seeds or longer trials may resolve it)")
+    assert comparison(close).endswith("ratio 0.50×; their 95 % intervals overlap: the difference is not resolved "
+                                      "at 3 seeds")
+    write_report(frame, SweepConfig.model_validate(BASE), tmp_path, 0.9)
+    text = (tmp_path / "disaggregation.md").read_text()
+    assert "| colocated 4x TP1 | colocated | 21.000 [18.516, 23.984] | 5.250 [4.629, 5.996] | best | 20, 21, 22 | 9 |" \
+        in text
+    assert "3 seeds (trace seeds 0–2, engine seeds 0–2)" in text and "Ranking: colocated 4x TP1 leads" in text
+    table = pd.read_csv(tmp_path / "disaggregation.csv")
+    assert table["vs_best"].tolist()[:3] == ["best", "below", "below"]
+
+
+def test_one_seed_resolves_nothing():
+    from experiments.planning.disaggregation import layout_row, ranked, ranking
+
+    found = layouts(SweepConfig.model_validate(BASE), 2, (1,))
+    frame = ranked([layout_row(found[0], [_bisection(10.0, 11.0)]), layout_row(found[1], [_bisection(4.0, 4.4)])])
+    assert frame["vs_best"].tolist() == ["best", "no interval (one seed)"]
+    assert ranking(frame).startswith("one seed per layout: no confidence intervals, so no difference")
+    assert comparison(frame).endswith("ratio 0.40×; one seed: no interval, so whether this difference is real is "
+                                      "not known (--seeds ≥ 2 gives one)")
+
+
+@pytest.mark.parametrize(("seeds", "trace_seed", "message"), [
+    (0, 0, "seeds 0: expected a whole number from 1 to 20"),
+    (21, 0, "seeds 21: expected a whole number from 1 to 20"),
+    (2, 2**32 - 1, "trace.seed 4294967295 \\+ 1 .* exceeds 4294967295"),
+])
+def test_bad_seeds_are_errors(seeds, trace_seed, message):
+    base = SweepConfig.model_validate({**BASE, "trace": {**BASE["trace"], "seed": trace_seed}})
+    with pytest.raises(ValueError, match=message):
+        search(base, 2, (1,), seeds=seeds)
+
+
+class InlinePool:
+    """A stand-in for `make_pool`'s executors: runs each call at submit, after a pickle round
+    trip of the call and its result (what a worker process or a Ray task does to them)."""
+
+    made: list = []
+    submitted: list = []
+
+    def __init__(self, backend, jobs, ray_address=None):
+        InlinePool.made.append((backend, jobs, ray_address))
+
+    def submit(self, fn, *args):
+        import pickle
+        from concurrent.futures import Future
+
+        InlinePool.submitted.append(args[2]["seed_offset"])
+        fn, args = pickle.loads(pickle.dumps((fn, args)))
+        future = Future()
+        future.set_result(pickle.loads(pickle.dumps(fn(*args))))
+        return future
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return False
+
+
+def test_a_pool_gives_the_local_table_and_caches_the_trials(tmp_path, monkeypatch):
+    """The same search inline and through the sweep's pool (here `InlinePool` as the Ray
+    backend, at address auto): the same table, value for value; the pool's trials went into the
+    cache, so a local rerun with the simulator broken still gives that table."""
+    import experiments.planning.disaggregation as disaggregation
+    import experiments.planning.sweep as sweep
+
+    base = SweepConfig.model_validate(BASE)
+    local = search(base, 2, (1,), seeds=2, **TWO_SEEDS)
+    monkeypatch.setattr(sweep, "make_pool", InlinePool)
+    InlinePool.made.clear()
+    InlinePool.submitted.clear()
+    cache = tmp_path / "cache"
+    pooled = search(base, 2, (1,), seeds=2, backend="ray", ray_address="auto", cache_dir=cache, **TWO_SEEDS)
+    assert InlinePool.made == [("ray", 1, "auto")]
+    assert sorted(InlinePool.submitted) == [0, 0, 1, 1]  # 2 layouts x 2 seeds, one task each
+    pd.testing.assert_frame_equal(local, pooled)
+
+    def broken(*_, **__):
+        raise RuntimeError("simulated again")
+
+    monkeypatch.setattr(sweep, "run_point", broken)
+    monkeypatch.setattr(disaggregation, "run_point", broken)
+    pd.testing.assert_frame_equal(search(base, 2, (1,), seeds=2, cache_dir=cache, **TWO_SEEDS), local)
+
+
+def test_ray_gives_the_local_table(tmp_path):
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'sarathi-sim[ray]'): the Ray backend "
+                                      "is checked with a stand-in pool in the test above")
+    base = SweepConfig.model_validate(BASE)
+    local = search(base, 2, (1,), seeds=2, **TWO_SEEDS)
+    on_ray = search(base, 2, (1,), seeds=2, backend="ray", cache_dir=tmp_path / "cache", **TWO_SEEDS)
+    pd.testing.assert_frame_equal(local, on_ray)

@@ -18,6 +18,7 @@ from rich.table import Table
 from experiments.planning.backends import BackendError, check_available
 from experiments.cli.console import fail
 from experiments.cli.lazy import LazyGroup
+from experiments.cli.options import BackendOption, RayAddressOption
 from experiments.outputs import CACHE_DIR, OutputFolderError, RunFolder
 
 if TYPE_CHECKING:  # pandas, the config models and the planning code load when a command runs
@@ -84,12 +85,8 @@ def sweep(
     jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Worker processes (default: CPUs)."),
     no_cache: bool = typer.Option(False, "--no-cache",
                                   help="Recompute every point instead of reusing finished ones from OUT/.cache."),
-    backend: str = typer.Option("local", "--backend",
-                                help="Where points run: local (worker processes) or ray (a Ray cluster; "
-                                     "pip install 'sarathi-sim\\[ray]')."),  # \\[: literal bracket in rich help
-    ray_address: Optional[str] = typer.Option(None, "--ray-address",
-                                              help="Ray cluster to join (e.g. auto, ray://head:10001); "
-                                                   "default: start Ray on this machine."),
+    backend: str = BackendOption,
+    ray_address: Optional[str] = RayAddressOption,
 ) -> None:
     """Simulate every point of CONFIG in parallel; write tables and a report.
 

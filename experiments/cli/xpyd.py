@@ -2,7 +2,9 @@
 
 Every prefill/decode split and per-pool TP degree of N GPUs, and every colocated layout of them,
 searched for the highest rate meeting the config's `goodput:` SLOs on `--attainment` of the
-requests; the table (best goodput per GPU first), the comparison of the best of each kind and a
+requests, once per seed (`--seeds`, else `search.seeds`: the mean and a 95 % interval per
+layout), on local processes or Ray (`--backend`, as `sweep`'s); the table (best mean goodput per
+GPU first, and what the intervals resolve), the comparison of the best of each kind and a
 plot go into a run folder claimed as `sweep`'s is (`experiments.outputs.RunFolder`: only our
 files, one run at a time, every file whole). Registered on the main app in `experiments/cli/main.py`.
 """
@@ -18,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from experiments.cli.console import fail
+from experiments.cli.options import BackendOption, RayAddressOption
 
 console = Console(width=120)
 err_console = Console(stderr=True, width=120)
@@ -46,23 +49,34 @@ def search_xpyd(
     set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a config key: --set trace.seed=1 "
                                                                  "(repeatable)."),
     point: int = typer.Option(0, "--point", min=0, help="Which point of the config's variants to search from."),
-    jobs: int = typer.Option(1, "--jobs", min=1, help="Worker processes searching layouts side by side."),
+    seeds: Optional[int] = typer.Option(None, "--seeds", help="Searches per layout, the trace's and engine's seeds + 0, "
+                                                          "1, ... (default: search.seeds, else 3); 1 to 20."),
+    jobs: int = typer.Option(1, "--jobs", min=1, help="Worker processes searching layouts (x seeds) side by side."),
+    backend: str = BackendOption,
+    ray_address: Optional[str] = RayAddressOption,
     no_cache: bool = typer.Option(False, "--no-cache",
                                   help="Simulate every trial instead of reusing those in OUT/.cache."),
 ) -> None:
     """Search every xPyD split and colocated layout of --gpus GPUs by goodput per GPU; write the table and a plot.
 
     Goodput is DistServe's: the highest request rate at which --attainment of the requests meet
-    every `goodput:` threshold, here per GPU. The bisection's precision, trim and trial cap come
-    from the config's `search:` when it has one. Each trial's simulation is cached in OUT/.cache
-    (as `sweep`'s), so the same command after an interruption resumes. Exit status: 0 when every layout ran, 1 when a
+    every `goodput:` threshold, here per GPU, as the mean over --seeds searches with its 95 %
+    interval; layouts whose intervals overlap are reported as not resolved. The bisection's
+    precision, trim, trial cap and seeds come from the config's `search:` when it has one. Each
+    trial's simulation is cached in OUT/.cache (as `sweep`'s, by the workers on Ray too), so the
+    same command after an interruption resumes; local and Ray give the same table. Exit status: 0 when every layout ran, 1 when a
     layout failed (its error is in the table; the others are written) or an output could not be
     written, 2 for a bad config or option, 130 when interrupted.
     """
     from experiments.config import ConfigError, SweepConfig, load_config
     from experiments.outputs import CACHE_DIR, RunFolder
-    from experiments.planning.disaggregation import comparison, search, write_report
+    from experiments.planning.backends import BackendError, check_available
+    from experiments.planning.disaggregation import DEFAULT_SEEDS, check_seeds, comparison, ranking, search, write_report
 
+    try:
+        check_available(backend, ray_address)
+    except BackendError as exc:
+        fail(str(exc))
     try:
         base, points = load_config(config, set_ or [], on_warning=lambda text: err_console.print(
             f"[yellow]warning:[/yellow] {escape(text)}", highlight=False))
@@ -74,6 +88,11 @@ def search_xpyd(
     tps, pps = _degrees("--tp", tp), _degrees("--pp", pp)
     bracket = _bracket(qps, start)
     search_keys = start.search
+    seeds = seeds if seeds is not None else (search_keys.seeds if search_keys else DEFAULT_SEEDS)
+    try:
+        check_seeds(start, seeds)
+    except ValueError as exc:
+        fail(f"--seeds: {exc}")
     # search.qps bounds the search as in `sweep` (its top is the cap); --qps is a starting bracket.
     kwargs = {"attainment": attainment, "qps": bracket,
               "max_qps": bracket[1] if qps is None and search_keys is not None else None,
@@ -82,18 +101,20 @@ def search_xpyd(
               "trim_fraction": search_keys.trim_fraction if search_keys else 0.1,
               "max_trials": search_keys.max_trials if search_keys else DEFAULT_MAX_TRIALS}
     out_dir = out or Path("runs") / f"{base.name}-xpyd"
-    kwargs["cache_dir"] = None if no_cache else out_dir / CACHE_DIR
+    # Absolute: Ray workers may run in another working directory.
+    kwargs["cache_dir"] = None if no_cache else (out_dir / CACHE_DIR).resolve()
     started = time.perf_counter()
     done = []
     try:
         with RunFolder(out_dir, inputs=[config]) as folder:
             frame = search(start, gpus, tps, jobs=jobs, on_done=lambda row: _progress(done, row),
-                           pipeline_parallel_sizes=pps, **kwargs)
+                           pipeline_parallel_sizes=pps, seeds=seeds, backend=backend, ray_address=ray_address,
+                           **kwargs)
             folder.attempt(write_report, frame, start, folder.path, attainment,
                            outputs=("disaggregation.csv", "disaggregation.md", "disaggregation.png"))
             folder.attempt(folder.remove_stale)
             message = folder.failure_message()
-    except (ConfigError, ValueError) as exc:  # OutputFolderError is a ValueError: the folder's message
+    except (ConfigError, ValueError, BackendError) as exc:  # OutputFolderError is a ValueError: the folder's message
         fail(str(exc))
     except KeyboardInterrupt:
         kept = "--no-cache: nothing was kept" if no_cache else (
@@ -102,6 +123,7 @@ def search_xpyd(
                           "plot were not written.", highlight=False)
         raise typer.Exit(128 + signal.SIGINT)
     _print(frame)
+    console.print(f"ranking: {ranking(frame)}", highlight=False)
     console.print(comparison(frame), highlight=False)
     if message is not None:
         err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False)
@@ -140,9 +162,12 @@ def _bracket(qps: Optional[str], point) -> tuple[float, float]:
 
 
 def _progress(done: list, row: dict) -> None:
+    from experiments.planning.disaggregation import per_gpu_text
+
     done.append(row)
     state = (f"failed: {row['error']}" if row.get("error") else
-             f"{row['capacity_qps']:.3g} req/s, {row['goodput_per_gpu_qps']:.3g} per GPU, {row['trials']} trials")
+             f"{per_gpu_text(row)} req/s per GPU over {row['seeds']} seed{'s' if row['seeds'] > 1 else ''} "
+             f"(capacity by seed {row['capacity_by_seed']}), {row['trials']} trials")
     err_console.print(f"[dim]{len(done)}. {escape(row['label'])}: {escape(state)}[/dim]", highlight=False)
 
 
@@ -150,20 +175,25 @@ def _print(frame) -> None:
     from rich import box
     from rich.table import Table
 
-    table = Table(title="xPyD search: goodput per GPU, best first", box=box.SIMPLE_HEAD, title_justify="left")
-    for name in ("layout", "kind", "capacity (req/s)", "goodput per GPU (req/s)", "trials"):
-        table.add_column(name, justify="left" if name in ("layout", "kind") else "right")
-    for i, r in frame.iterrows():
+    from experiments.planning.disaggregation import BEST, per_gpu_text
+
+    table = Table(title="xPyD search: mean goodput per GPU [95 % interval], best first", box=box.SIMPLE_HEAD,
+                  title_justify="left")
+    for name in ("layout", "kind", "capacity (req/s)", "goodput per GPU (req/s)", "vs the best", "trials"):
+        table.add_column(name, justify="left" if name in ("layout", "kind", "vs the best") else "right")
+    for _, r in frame.iterrows():
         if isinstance(r["error"], str):
-            table.add_row(escape(r["label"]), r["kind"], "[red]failed[/red]", "", "")
+            table.add_row(escape(r["label"]), r["kind"], "[red]failed[/red]", "", "", "")
         else:
-            best = i == 0 and r["goodput_per_gpu_qps"] > 0
+            best = r["vs_best"] == BEST and r["goodput_per_gpu_qps"] > 0
             bound = " [yellow](at bound)[/yellow]" if r.get("capacity_at_bound") else ""
-            table.add_row(escape(r["label"]) + (" ★" if best else ""), r["kind"], f"{r['capacity_qps']:.3f}{bound}",
-                          f"{r['goodput_per_gpu_qps']:.3f}", str(r["trials"]))
+            capacity = "below lowest rate" if r["capacity_qps"] != r["capacity_qps"] else f"{r['capacity_qps']:.3f}"
+            table.add_row(escape(r["label"]) + (" ★" if best else ""), r["kind"], f"{capacity}{bound}",
+                          escape(per_gpu_text(r)), r["vs_best"], str(r["trials"]))
     console.print(table)
     if frame["capacity_at_bound"].any():
-        err_console.print("[yellow]warning:[/yellow] a layout marked (at bound) met the SLOs at the search's top rate: "
-                          "its capacity is only a lower bound; raise --qps (or search.qps)", highlight=False)
+        err_console.print("[yellow]warning:[/yellow] a layout marked (at bound) met the SLOs at every rate a seed tried "
+                          "(the search's top rate, or its trial cap while doubling): its capacity is only a lower "
+                          "bound; raise --qps (or search.qps, search.max_trials)", highlight=False)
     for _, r in frame[frame["error"].notna()].iterrows():
         err_console.print(f"[red]{escape(r['label'])} failed:[/red] {escape(str(r['error']))}", highlight=False)

@@ -9,13 +9,23 @@ thresholds (`ttft_s`, `tpot_s`; `e2e_s` too if set), the rate is found by the pr
 bisection (`experiments.planning.capacity.find_capacity`) on trials of `num_requests` with warm-up
 and drain trimmed, and a rejected request counts as missing its SLOs.
 
+Each layout's search is repeated for `seeds` seeds (as the colocated capacity search's
+`search.seeds`): repetition k runs the point with its trace's and engine's seeds + k, so one
+seed is exactly the point as configured. A layout's capacity is the mean over its seeds with a
+Student-t 95 % interval (`experiments.planning.capacity.confidence_interval`, shared with the
+capacity search); the ranking and the best-of-each-kind comparison say where two intervals
+overlap (the difference is not resolved at these seeds) instead of ranking on the means alone.
+
 Run (experiments/cli/xpyd.py):
-    .venv/bin/sarathi-sim search-xpyd CONFIG.yaml --gpus 8 [--tp 1,2] [--out DIR] [--jobs N]
+    .venv/bin/sarathi-sim search-xpyd CONFIG.yaml --gpus 8 [--tp 1,2] [--seeds 3] [--out DIR] [--jobs N]
+                                      [--backend local|ray [--ray-address ADDR]]
 
 writes, into a run folder (`experiments.outputs.RunFolder`, every file whole),
-`disaggregation.csv` (one row per layout: kind, label, GPUs, capacity, goodput per GPU, trials,
-error), `disaggregation.md` (the table, best first, and the best disaggregated layout against
-the best colocated one) and `disaggregation.png` (goodput per GPU of every layout).
+`disaggregation.csv` (one row per layout: kind, label, GPUs, capacity and goodput per GPU with
+their intervals, capacity by seed, how it stands against the best, trials, error),
+`disaggregation.md` (the table, best first, what the intervals resolve, and the best
+disaggregated layout against the best colocated one) and `disaggregation.png` (goodput per GPU
+of every layout, with its interval).
 """
 from __future__ import annotations
 
@@ -27,13 +37,16 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from experiments.config import SweepConfig, cluster_label, describe_point
-from experiments.planning.capacity import find_capacity
+from experiments.config import _MAX_SEED, SearchConfig, SweepConfig, cluster_label, describe_point
+from experiments.planning.capacity import confidence_interval, find_capacity
 from experiments.planning.layouts import tp_pp_problem
 from experiments.point import run_point
 from profiler import get_model_spec
 
 DEFAULT_ATTAINMENT = 0.9  # DistServe's SLO attainment target
+# Seeds per layout: the capacity search's `search.seeds`, its default and bound.
+DEFAULT_SEEDS = SearchConfig.model_fields["seeds"].default
+MAX_SEEDS = next(m.le for m in SearchConfig.model_fields["seeds"].metadata if getattr(m, "le", None) is not None)
 
 
 @dataclass
@@ -131,13 +144,15 @@ def slo_attainment(requests: pd.DataFrame, thresholds_s: dict[str, float], trim_
 def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: float = DEFAULT_ATTAINMENT,
                     qps: tuple[float, float] = (0.5, 8.0), num_requests: int = 1000, seed: int | None = None,
                     precision: float = 0.05, trim_fraction: float = 0.1, max_trials: int = 16,
-                    max_qps: float | None = None, cache_dir: Path | None = None):
+                    max_qps: float | None = None, cache_dir: Path | None = None, seed_offset: int = 0):
     """Highest QPS at which `layout` meets `attainment` (`slo_attainment`), by bisection from the
     bracket `qps`, whose top is doubled while it passes up to `max_qps` (default 64 × qps[1]).
     Each trial is the point's trace at that rate, `num_requests` long, seeded by `seed` (None:
-    the trace's own `seed`). With `cache_dir`, each trial's simulation goes through the sweep's
-    results cache there (`experiments.planning.sweep.simulate_cached`: keyed by the trial's
-    config without its SLOs), so a search run again, e.g. after an interruption, reuses it.
+    the trace's own `seed`) + `seed_offset`; the engine's `seed` (random routers, speculative
+    acceptance) gets `seed_offset` added too (`search`'s repetition k). With `cache_dir`, each
+    trial's simulation goes through the sweep's results cache there
+    (`experiments.planning.sweep.simulate_cached`: keyed by the trial's config without its
+    SLOs), so a search run again, e.g. after an interruption, reuses it.
 
     Returns:
         `experiments.planning.capacity.CapacityResult` (capacity NaN when even qps[0] fails,
@@ -146,11 +161,13 @@ def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: 
     trace = layout.point.trace
     fields = type(trace).model_fields
     size = {"num_requests" if "num_requests" in fields else "max_requests": num_requests}
-    if "seed" in fields and seed is not None:
-        size["seed"] = seed
+    if "seed" in fields:
+        size["seed"] = (trace.seed if seed is None else seed) + seed_offset
+    engine = layout.point.engine.model_copy(update={"seed": layout.point.engine.seed + seed_offset})
 
     def at(rate: float) -> SweepConfig:  # a file trace is time-scaled to the rate, cut to num_requests
-        return layout.point.model_copy(update={"trace": trace.model_copy(update={"qps": rate, **size})})
+        return layout.point.model_copy(update={"trace": trace.model_copy(update={"qps": rate, **size}),
+                                               "engine": engine})
 
     run = run_point
     if cache_dir is not None:
@@ -174,52 +191,132 @@ def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: 
 
 
 def search(base: SweepConfig, gpus: int, tensor_parallel_sizes=(1, 2, 4, 8), jobs: int = 1,
-           on_done: Callable[[dict], None] | None = None, pipeline_parallel_sizes=(1,),
-           **capacity_kwargs) -> pd.DataFrame:
-    """Capacity and goodput per GPU of every layout (`layouts` of the TP and PP degrees), best first; `jobs` worker
-    processes search layouts side by side (the results do not depend on it); `on_done(row)` is
-    called as each layout's search ends.
+           on_done: Callable[[dict], None] | None = None, pipeline_parallel_sizes=(1,), seeds: int = DEFAULT_SEEDS,
+           backend: str = "local", ray_address: str | None = None, **capacity_kwargs) -> pd.DataFrame:
+    """Capacity and goodput per GPU of every layout (`layouts` of the TP and PP degrees), each
+    searched `seeds` times (repetition k: the trace's and engine's seeds + k, `layout_capacity`'s
+    `seed_offset`), best mean first. Every layout × seed is one task of the sweep's runner
+    (`experiments.planning.sweep._run_all`): inline for one local job, else `jobs` worker
+    processes, or Ray tasks with `backend="ray"` (`experiments.planning.backends.make_pool`);
+    the results do not depend on where they ran. `on_done(row)` is called as each layout's last
+    seed ends.
 
-    Columns: kind, label, point, gpus, capacity_qps, goodput_per_gpu_qps (capacity / GPUs; 0
-    when even the lowest rate fails; NaN for a layout that could not run), capacity_at_bound
-    (it passed at the search's top rate: a lower bound only), trials, error (the reason a layout
-    could not run, e.g. a model that does not fit its TP degree; None else). Failed layouts
-    sort last; the others still finish.
+    Columns (capacities in req/s, goodput per GPU = capacity / GPUs):
+        kind, label, point, gpus, seeds;
+        capacity_qps: mean over seeds, a seed that met the SLOs at no tested rate counting 0
+            (its capacity is below the bracket: 0 understates it, never overstates), NaN when
+            no seed did; capacity_ci_low, capacity_ci_high: the Student-t 95 % interval of the
+            per-seed capacities (`confidence_interval`, as the capacity search's; NaN with one
+            seed); capacity_ci_high_bracket: the same interval's top for the rates each seed's
+            bisection failed at (the true capacity lies below that rate: with a 5 % precision
+            several seeds often land on the same passing rate, a zero-width interval that alone
+            would over-claim), +inf where a seed never failed; capacity_by_seed;
+        goodput_per_gpu_qps, goodput_per_gpu_ci_low, goodput_per_gpu_ci_high (= the capacity
+            columns / GPUs, the high from capacity_ci_high_bracket): the interval the ranking
+            compares;
+        vs_best (`standing`); capacity_at_bound (a seed's search failed no trial: it passed at
+        the search's top rate, or ran out of trials while doubling; a lower bound only);
+        seeds_below_lowest_rate; trials (over all seeds); error (the reason a layout
+        could not run, e.g. a model that does not fit its TP degree; None else). Failed layouts
+        sort last; the others still finish.
 
     Raises:
         ValueError: `base` has no `goodput:` thresholds (the SLOs the search meets), a
-            closed-loop trace (its load is a number of clients, not a rate), or `layouts`'.
+            closed-loop trace (its load is a number of clients, not a rate), seeds outside 1..20
+            (`check_seeds`), or `layouts`'.
+        experiments.planning.backends.BackendError: the backend cannot start (Ray missing or
+            unreachable).
     """
     from experiments.config import ClosedLoopTrace
-    from experiments.planning.sweep import _run_all  # the sweep's runner: inline, or a process pool
+    from experiments.planning.sweep import _run_all  # the sweep's runner: inline, a process pool, or Ray
 
     if not base.goodput:
         raise ValueError("the xPyD search meets the goodput: thresholds (ttft_s, tpot_s); the config sets none")
     if isinstance(base.trace, ClosedLoopTrace):
         raise ValueError(f"the xPyD search sets a request rate; a {base.trace.kind} trace is sized by its clients "
                          "instead: use an open-loop trace (profile, synthetic, poisson, file)")
-    bracket = capacity_kwargs.get("qps", (0.5, 8.0))
-    capacity_kwargs = {**capacity_kwargs, "max_qps": capacity_kwargs.get("max_qps") or 64 * bracket[1]}
+    check_seeds(base, seeds)
     found = layouts(base, gpus, tensor_parallel_sizes, pipeline_parallel_sizes)
-    calls = {i: (_safe_layout_capacity, (layout, base.goodput, capacity_kwargs)) for i, layout in enumerate(found)}
+    calls = {(i, k): (_safe_layout_capacity, (layout, base.goodput, {**capacity_kwargs, "seed_offset": k}))
+             for i, layout in enumerate(found) for k in range(seeds)}
+    outcomes: dict[int, dict[int, object]] = {i: {} for i in range(len(found))}
     rows: dict[int, dict] = {}
-    for i, outcome in _run_all(calls, max(1, min(jobs, len(calls))), "local", None):
-        layout = found[i]
-        row = {"kind": layout.kind, "label": layout.label, "point": describe_point(layout.point), "gpus": gpus}
-        if isinstance(outcome, str):
-            row.update(capacity_qps=math.nan, goodput_per_gpu_qps=math.nan, capacity_at_bound=False, trials=0,
-                       error=outcome)
-        else:
-            capacity = outcome.capacity_qps
-            row.update(capacity_qps=capacity, goodput_per_gpu_qps=0.0 if math.isnan(capacity) else capacity / gpus,
-                       capacity_at_bound=bool(capacity >= capacity_kwargs["max_qps"]), trials=len(outcome.trials),
-                       error=None)
-        rows[i] = row
-        if on_done is not None:
-            on_done(row)
-    frame = pd.DataFrame([rows[i] for i in range(len(found))])
-    return frame.sort_values(["goodput_per_gpu_qps", "kind"], ascending=[False, True], ignore_index=True,
-                             na_position="last")
+    for (i, k), outcome in _run_all(calls, max(1, min(jobs, len(calls))), backend, ray_address):
+        outcomes[i][k] = outcome
+        if len(outcomes[i]) == seeds:
+            rows[i] = layout_row(found[i], [outcomes[i][k] for k in range(seeds)])
+            if on_done is not None:
+                on_done(rows[i])
+    return ranked([rows[i] for i in range(len(found))])
+
+
+def ranked(rows: list[dict]) -> pd.DataFrame:
+    """`layout_row`s as `search`'s frame: best mean goodput per GPU first (colocated before
+    disaggregated on a tie, failed layouts last), with `vs_best` (`standing`)."""
+    frame = pd.DataFrame(rows).sort_values(["goodput_per_gpu_qps", "kind"], ascending=[False, True],
+                                           ignore_index=True, na_position="last")
+    frame["vs_best"] = standing(frame)
+    return frame
+
+
+def check_seeds(base: SweepConfig, seeds: int) -> None:
+    """`seeds` as `search.seeds` takes it (1..20), and every repetition's seed a valid one.
+
+    Raises:
+        ValueError: seeds not a whole number in 1..20, or trace/engine seed + seeds − 1 above
+            2**32 − 1 (numpy's legacy RandomState, `experiments.config._MAX_SEED`).
+    """
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= MAX_SEEDS:
+        raise ValueError(f"seeds {seeds!r}: expected a whole number from 1 to {MAX_SEEDS} (as search.seeds); "
+                         "each layout's search runs once per seed")
+    for key, seed in (("trace.seed", getattr(base.trace, "seed", 0)), ("engine.seed", base.engine.seed)):
+        if seed + seeds - 1 > _MAX_SEED:
+            raise ValueError(f"{key} {seed} + {seeds - 1} (repetition k uses seed + k) exceeds {_MAX_SEED}, the "
+                             f"largest seed: lower {key} or the seeds")
+
+
+def layout_row(layout: Layout, outcomes: list) -> dict:
+    """A layout's row of `search` from its per-seed outcomes (`CapacityResult`, or the error
+    text of a seed that could not run: the whole layout is then failed, with the first error)."""
+    row = {"kind": layout.kind, "label": layout.label, "point": describe_point(layout.point), "gpus": layout.gpus,
+           "seeds": len(outcomes)}
+    errors = [o for o in outcomes if isinstance(o, str)]
+    if errors:
+        row.update(dict.fromkeys(_STAT_COLUMNS, math.nan), capacity_by_seed=None, capacity_at_bound=False,
+                   seeds_below_lowest_rate=0, trials=sum(len(o.trials) for o in outcomes if not isinstance(o, str)),
+                   error=errors[0])
+        return row
+    capacities = [o.capacity_qps for o in outcomes]
+    below = sum(math.isnan(c) for c in capacities)
+    mean, low, high = confidence_interval([0.0 if math.isnan(c) else c for c in capacities])
+    failed_at = [_failed_at(o) for o in outcomes]
+    if len(outcomes) < 2:
+        bracket_high = math.nan
+    elif math.inf in failed_at:  # a seed that never failed: no upper end
+        bracket_high = math.inf
+    else:
+        bracket_high = confidence_interval(failed_at)[2]
+    capacity = math.nan if below == len(capacities) else mean
+    row.update(capacity_qps=capacity, capacity_ci_low=low, capacity_ci_high=high,
+               capacity_ci_high_bracket=bracket_high,
+               capacity_by_seed=", ".join("below" if math.isnan(c) else f"{c:.4g}" for c in capacities),
+               goodput_per_gpu_qps=mean / layout.gpus, goodput_per_gpu_ci_low=low / layout.gpus,
+               goodput_per_gpu_ci_high=bracket_high / layout.gpus,
+               capacity_at_bound=math.inf in failed_at, seeds_below_lowest_rate=below,
+               trials=sum(len(o.trials) for o in outcomes), error=None)
+    return row
+
+
+_STAT_COLUMNS = ("capacity_qps", "capacity_ci_low", "capacity_ci_high", "capacity_ci_high_bracket",
+                 "goodput_per_gpu_qps", "goodput_per_gpu_ci_low", "goodput_per_gpu_ci_high")
+
+
+def _failed_at(result) -> float:
+    """The lowest rate above a bisection's capacity at which its trial failed (the capacity lies
+    below it), the lowest rate tried when even that failed, +inf when no trial failed."""
+    capacity = 0.0 if math.isnan(result.capacity_qps) else result.capacity_qps
+    failed = [qps for qps, ok in result.trials if not ok and qps > capacity]
+    return min(failed) if failed else math.inf
 
 
 def _safe_layout_capacity(layout: Layout, thresholds_s: dict[str, float], capacity_kwargs: dict):
@@ -233,9 +330,63 @@ def _safe_layout_capacity(layout: Layout, thresholds_s: dict[str, float], capaci
         return _error_text(exc)
 
 
+# How a layout stands against the best (first) one, `search`'s vs_best column.
+BEST, UNRESOLVED, BELOW, NO_INTERVAL = "best", "not resolved", "below", "no interval (one seed)"
+
+
+def intervals_overlap(a, b) -> bool:
+    """Whether two rows' goodput-per-GPU intervals ([ci_low, ci_high], bounds included) overlap:
+    their difference is then not resolved at these seeds. False when either has none (NaN)."""
+    return bool(a["goodput_per_gpu_ci_low"] <= b["goodput_per_gpu_ci_high"]
+                and b["goodput_per_gpu_ci_low"] <= a["goodput_per_gpu_ci_high"])
+
+
+def standing(frame: pd.DataFrame) -> list[str | None]:
+    """For each row of a sorted `search` frame: `best` (the first layout that ran), `not
+    resolved` (its interval overlaps the best's), `below` (its interval lies wholly below the
+    best's), `no interval (one seed)`, or None for a layout that could not run."""
+    ran = frame["error"].isna()
+    if not ran.any():
+        return [None] * len(frame)
+    first = frame.index[ran][0]
+    best = frame.loc[first]
+    labels = []
+    for (i, row), ok in zip(frame.iterrows(), ran):
+        if not ok:
+            labels.append(None)
+        elif i == first:
+            labels.append(BEST)
+        elif row["seeds"] < 2:
+            labels.append(NO_INTERVAL)
+        else:
+            labels.append(UNRESOLVED if intervals_overlap(row, best) else BELOW)
+    return labels
+
+
+def ranking(frame: pd.DataFrame) -> str:
+    """One sentence: what the intervals resolve about the first place of a `search` frame."""
+    ran = frame[frame["error"].isna()]
+    if ran.empty:
+        return "no layout ran"
+    best, seeds = ran.iloc[0], int(ran.iloc[0]["seeds"])
+    if len(ran) == 1:
+        return f"only {best['label']} ran"
+    if seeds < 2:
+        return ("one seed per layout: no confidence intervals, so no difference in this ranking is resolved "
+                "(--seeds ≥ 2, or search.seeds, gives 95 % intervals)")
+    tied = ran[ran["vs_best"] == UNRESOLVED]
+    if tied.empty:
+        return (f"{best['label']} leads: its 95 % interval over {seeds} seeds lies above every other layout's "
+                "(resolved)")
+    names = ", ".join(tied["label"].iloc[:4]) + (", …" if len(tied) > 4 else "")
+    return (f"{best['label']} has the highest mean, but its 95 % interval over {seeds} seeds overlaps those of "
+            f"{len(tied)} other layout{'s' if len(tied) > 1 else ''} ({names}): their order is not resolved at "
+            f"{seeds} seeds (more seeds or longer trials may resolve it)")
+
+
 def comparison(frame: pd.DataFrame) -> str:
     """One sentence: the best disaggregated layout against the best colocated one (among the
-    layouts that ran)."""
+    layouts that ran), by mean goodput per GPU, and whether their intervals resolve it."""
     ran = frame[frame["error"].isna()] if "error" in frame else frame
     best = {kind: ran[ran["kind"] == kind].iloc[0] for kind in ("disaggregated", "colocated")
             if (ran["kind"] == kind).any()}
@@ -246,8 +397,41 @@ def comparison(frame: pd.DataFrame) -> str:
         ratio = f"{d['goodput_per_gpu_qps'] / c['goodput_per_gpu_qps']:.2f}×"
     else:
         ratio = "∞ (colocated meets the SLOs at no tested rate)"
-    return (f"best disaggregated {d['label']}: {d['goodput_per_gpu_qps']:.3f} req/s per GPU; best colocated "
-            f"{c['label']}: {c['goodput_per_gpu_qps']:.3f} req/s per GPU; ratio {ratio}")
+    seeds = int(min(d["seeds"], c["seeds"]))
+    if seeds < 2:
+        verdict = "one seed: no interval, so whether this difference is real is not known (--seeds ≥ 2 gives one)"
+    elif intervals_overlap(d, c):
+        verdict = f"their 95 % intervals overlap: the difference is not resolved at {seeds} seeds"
+    else:
+        ahead = "disaggregated" if d["goodput_per_gpu_qps"] > c["goodput_per_gpu_qps"] else "colocated"
+        verdict = f"their 95 % intervals do not overlap: {ahead} is ahead at {seeds} seeds"
+    return (f"best disaggregated {d['label']}: {per_gpu_text(d)} req/s per GPU; best colocated "
+            f"{c['label']}: {per_gpu_text(c)} req/s per GPU; ratio {ratio}; {verdict}")
+
+
+def per_gpu_text(row) -> str:
+    """Mean goodput per GPU, with its interval where it has one: `1.234 [1.100, 1.300]`."""
+    text = f"{row['goodput_per_gpu_qps']:.3f}"
+    if row["seeds"] >= 2:
+        text += f" [{_bound(row['goodput_per_gpu_ci_low'])}, {_bound(row['goodput_per_gpu_ci_high'])}]"
+    return text
+
+
+def _bound(value: float) -> str:
+    return "∞" if value == math.inf else f"{value:.3f}"
+
+
+def seeds_note(base: SweepConfig, seeds: int) -> str:
+    """Which seeds the repetitions ran, and what they vary."""
+    trace_seed = getattr(base.trace, "seed", None)
+    engine = f"engine seeds {base.engine.seed}–{base.engine.seed + seeds - 1}" if seeds > 1 else \
+        f"engine seed {base.engine.seed}"
+    if trace_seed is None:
+        varied = ("; the trace is a file, replayed the same for every seed: the seeds vary only the engine's random "
+                  "draws (speculative acceptance, random routers)") if seeds > 1 else ""
+        return f"{seeds} seed{'s' if seeds > 1 else ''} ({engine}){varied}"
+    trace = f"trace seeds {trace_seed}–{trace_seed + seeds - 1}" if seeds > 1 else f"trace seed {trace_seed}"
+    return f"{seeds} seed{'s' if seeds > 1 else ''} ({trace}, {engine})"
 
 
 def write_report(frame: pd.DataFrame, base: SweepConfig, out: Path, attainment: float) -> list[Path]:
@@ -262,23 +446,38 @@ def write_report(frame: pd.DataFrame, base: SweepConfig, out: Path, attainment: 
 
     out.mkdir(parents=True, exist_ok=True)
     slos = ", ".join(f"{k} ≤ {v:g} s" for k, v in base.goodput.items())
+    seeds = int(frame["seeds"].iloc[0])
     lines = [f"# xPyD search: {base.model} on {frame['gpus'].iloc[0]} GPUs", "",
              f"Goodput = the highest rate at which ≥ {attainment:.0%} of requests meet {slos} "
-             "(DistServe's definition), per GPU.", "", comparison(frame), "",
-             "| layout | kind | capacity (req/s) | goodput per GPU (req/s) | trials |", "|---|---|---|---|---|"]
-    failed = frame["error"].notna() if "error" in frame else pd.Series(False, index=frame.index)
+             "(DistServe's definition), per GPU.", "",
+             f"Each layout searched with {seeds_note(base, seeds)}: the mean, and the Student-t 95 % interval over "
+             "the seeds (experiments.planning.capacity.confidence_interval), its top taken over the rates each "
+             "seed's bisection failed at (the capacity lies below them); a seed that met the SLOs at no tested "
+             "rate counts as 0. Layouts whose intervals overlap are not told apart.", "",
+             f"Ranking: {ranking(frame)}.", "", f"{comparison(frame)}.", "",
+             "| layout | kind | capacity (req/s) | goodput per GPU (req/s) | vs the best | capacity by seed | trials |",
+             "|---|---|---|---|---|---|---|"]
+    failed = frame["error"].notna()
     for (_, r), bad in zip(frame.iterrows(), failed):
         if bad:
-            lines.append(f"| {r['label']} | {r['kind']} | failed: {_cell(r['error'])} | | |")
+            lines.append(f"| {r['label']} | {r['kind']} | failed: {_cell(r['error'])} | | | | |")
         else:
-            bound = " (at the search's top rate: a lower bound)" if r.get("capacity_at_bound") else ""
-            lines.append(f"| {r['label']} | {r['kind']} | {r['capacity_qps']:.3f}{bound} | "
-                         f"{r['goodput_per_gpu_qps']:.3f} | {r['trials']} |")
+            bound = " (a seed failed no trial: a lower bound)" if r.get("capacity_at_bound") else ""
+            capacity = "below the lowest rate" if math.isnan(r["capacity_qps"]) else f"{r['capacity_qps']:.3f}"
+            if seeds >= 2 and not math.isnan(r["capacity_qps"]):
+                capacity += f" [{_bound(r['capacity_ci_low'])}, {_bound(r['capacity_ci_high_bracket'])}]"
+            lines.append(f"| {r['label']} | {r['kind']} | {capacity}{bound} | {per_gpu_text(r)} | {r['vs_best']} | "
+                         f"{r['capacity_by_seed']} | {r['trials']} |")
     ran = frame[~failed]
     fig, ax = plt.subplots(figsize=(8, 0.35 * max(len(ran), 1) + 1.2))
     colours = ["tab:blue" if k == "disaggregated" else "tab:orange" for k in ran["kind"]]
-    ax.barh(ran["label"][::-1], ran["goodput_per_gpu_qps"][::-1], color=colours[::-1])
-    ax.set_xlabel(f"goodput per GPU (req/s at {attainment:.0%} SLO attainment)")
+    mean = ran["goodput_per_gpu_qps"].to_numpy()
+    # Error bars to the interval's ends (none for one seed; an unbounded top drawn to the mean).
+    low = np.nan_to_num(mean - ran["goodput_per_gpu_ci_low"].to_numpy(), nan=0.0)
+    high = np.nan_to_num(ran["goodput_per_gpu_ci_high"].to_numpy() - mean, nan=0.0, posinf=0.0)
+    ax.barh(ran["label"][::-1], mean[::-1], xerr=[low[::-1], high[::-1]], color=colours[::-1], capsize=3)
+    ax.set_xlabel(f"goodput per GPU (req/s at {attainment:.0%} SLO attainment; 95 % interval over {seeds} seeds)"
+                  if seeds >= 2 else f"goodput per GPU (req/s at {attainment:.0%} SLO attainment; one seed)")
     ax.set_title("xPyD (blue) vs colocated (orange)")
     fig.tight_layout()
     written = [write_csv(out / "disaggregation.csv", frame),
