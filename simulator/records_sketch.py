@@ -41,8 +41,9 @@ def gaps_of_flat(times_s: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, 
         lengths: int, tokens per request (sum = times_s.size).
 
     Returns:
-        (tbt_s, tokens, itl_s): the gaps in request order, the tokens each gap delivered, and
-        the per-token ITL samples (each gap / its tokens, repeated that many times).
+        (tbt_s, tokens, itl_s): the gaps in request order, the tokens each gap delivered (a
+        read-only array), and the per-token ITL samples (each gap / its tokens, repeated that
+        many times; `tbt_s` itself when every gap delivered one token).
     """
     if times_s.size == 0:
         return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0)
@@ -52,7 +53,8 @@ def gaps_of_flat(times_s: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, 
     within[ends[(ends > 0) & (ends < times_s.size)] - 1] = False
     gaps = steps[within]
     if gaps.all():  # no emission of several tokens: every token is an emission (the usual case)
-        return gaps, np.ones(gaps.size, dtype=np.int64), gaps
+        # one token per gap: a read-only view of a single 1, not an array of millions of them
+        return gaps, np.broadcast_to(np.ones(1, dtype=np.int64), gaps.shape), gaps
     owner = np.repeat(np.arange(lengths.size), lengths)  # request index of each token
     first_of_request = np.r_[True, owner[1:] != owner[:-1]]
     starts = np.flatnonzero(first_of_request | np.r_[True, np.diff(times_s) != 0])  # emission starts

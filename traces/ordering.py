@@ -5,7 +5,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from traces.request import Request
+from traces.request import Request, requests_from_columns
 
 
 def requests_in_arrival_order(
@@ -39,9 +39,4 @@ def requests_in_arrival_order(
     hashes = [()] * order.size if prefix_hash_ids is None else [prefix_hash_ids[i] for i in order]
     sizes = ([512] * order.size if prefix_block_tokens is None
              else np.asarray(prefix_block_tokens, dtype=np.int64)[order].tolist())
-    return [
-        Request(request_id, arrival, prompt, output, prio, hash_ids, size)
-        for request_id, (arrival, prompt, output, prio, hash_ids, size) in enumerate(
-            zip(arrivals, prompts, outputs, priorities, hashes, sizes)
-        )
-    ]
+    return requests_from_columns(range(order.size), arrivals, prompts, outputs, priorities, hashes, sizes)

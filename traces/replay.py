@@ -8,11 +8,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from operator import attrgetter
 
 import numpy as np
 
 from traces.arrivals import check_count, check_positive
-from traces.request import Request
+from traces.request import Request, requests_from_columns
 from traces.time_bounds import MAX_SPAN_S, short_number
 from traces.trace_stats import mean_rate_qps
 
@@ -29,15 +30,19 @@ def time_scale(requests: Sequence[Request], factor: float) -> list[Request]:
             (`traces.time_bounds`; slowing a 1-hour trace 1e300 times would make its arrivals inf).
     """
     check_positive(factor, "factor")
-    start_s = min((request.arrival_s for request in requests), default=0.0)
-    span_s = max((request.arrival_s for request in requests), default=0.0) - start_s
+    arrivals_s = [request.arrival_s for request in requests]
+    start_s = min(arrivals_s, default=0.0)
+    span_s = max(arrivals_s, default=0.0) - start_s
     if span_s / factor > MAX_SPAN_S:
         raise ValueError(f"time-scaling by {factor!r} would stretch the trace's {span_s:.6g} s to {span_s / factor:.3g} s, "
                          f"more than the {short_number(MAX_SPAN_S)} s (31.7 years) a trace may span")
-    # The constructor with every field, not dataclasses.replace (which reads the fields' list per
-    # request): the same Requests, at a third of the cost on a 19k-request trace.
-    return [Request(r.request_id, (r.arrival_s - start_s) / factor, r.prompt_tokens, r.output_tokens, r.priority,
-                    r.prefix_hash_ids, r.prefix_block_tokens) for r in requests]
+    # Every field given, not dataclasses.replace (which reads the fields' list per request), and
+    # the slots set directly (`requests_from_columns`): the same Requests, at a fifth of replace's
+    # cost on a 19k-request trace.
+    return requests_from_columns(map(attrgetter("request_id"), requests), [(a - start_s) / factor for a in arrivals_s],
+                                 map(attrgetter("prompt_tokens"), requests), map(attrgetter("output_tokens"), requests),
+                                 map(attrgetter("priority"), requests), map(attrgetter("prefix_hash_ids"), requests),
+                                 map(attrgetter("prefix_block_tokens"), requests))
 
 
 def scale_to_qps(requests: Sequence[Request], qps: float) -> list[Request]:

@@ -1,7 +1,7 @@
 """The unit of work that arrives at a serving system."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,3 +55,43 @@ def _check_prefix_ids(request: Request) -> None:
     ids = request.prefix_hash_ids
     if not isinstance(ids, tuple) or any(isinstance(h, bool) or not hasattr(type(h), "__index__") for h in ids):
         raise ValueError(f"request {request.request_id}: prefix_hash_ids must be a tuple of integers, got {ids!r}")
+
+
+# The slot of each field, in declaration order: `requests_from_columns` sets them directly.
+_FIELDS = tuple(f.name for f in fields(Request))
+_SLOT_SETTERS = tuple(Request.__dict__[name].__set__ for name in _FIELDS)
+assert _FIELDS == ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "priority", "prefix_hash_ids",
+                   "prefix_block_tokens"), "a new Request field: add it to requests_from_columns"
+
+
+def requests_from_columns(request_id, arrival_s, prompt_tokens, output_tokens, priority, prefix_hash_ids,
+                          prefix_block_tokens) -> list[Request]:
+    """`[Request(*row) for row in zip(request_id, arrival_s, ...)]`: one iterable per field, in
+    the order of `Request`'s fields, of equal length (the shortest ends the list, as `zip`).
+
+    The same objects as the constructor's (every field the value given, prefix ids checked as
+    `__post_init__` checks them), at about two thirds of its cost: each slot is set by its
+    descriptor instead of the frozen dataclass's `object.__setattr__` per field (a trace of
+    millions of requests is built this way twice: read, then time-scaled).
+
+    Raises:
+        ValueError: as `Request`.
+    """
+    new = object.__new__
+    set_id, set_arrival, set_prompt, set_output, set_priority, set_hashes, set_block = _SLOT_SETTERS
+    out = []
+    append = out.append
+    for rid, arrival, prompt, output, prio, hashes, block in zip(request_id, arrival_s, prompt_tokens, output_tokens,
+                                                                   priority, prefix_hash_ids, prefix_block_tokens):
+        request = new(Request)
+        set_id(request, rid)
+        set_arrival(request, arrival)
+        set_prompt(request, prompt)
+        set_output(request, output)
+        set_priority(request, prio)
+        set_hashes(request, hashes)
+        set_block(request, block)
+        if hashes:
+            _check_prefix_ids(request)
+        append(request)
+    return out

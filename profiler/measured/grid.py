@@ -254,13 +254,15 @@ def _fill_proportional(times: np.ndarray, axis_values: np.ndarray, axis: int,
         x_rows = np.broadcast_to(np.maximum(axis_values, 1.0), flat.shape)
     else:
         x_rows = np.moveaxis(scale, axis, -1).reshape(-1, moved.shape[-1])
-    for row, x in zip(flat, x_rows):
-        missing = np.flatnonzero(~np.isfinite(row))
-        present = np.flatnonzero(np.isfinite(row))
-        if missing.size == 0 or present.size == 0:
-            continue
-        for j in missing:
-            lower = present[present < j]
-            ref = lower[-1] if lower.size else present[present > j][0]
-            row[j] = row[ref] * x[j] / x[ref]
+    # Every line at once: each cell's nearest measured cell at or below it along the line (its
+    # index, -1 if none), else the nearest above (the line's length if none: a line with no
+    # measured cell stays NaN). Measured values only are read, so a filled cell never feeds another.
+    measured = np.isfinite(flat)
+    index = np.arange(flat.shape[1])
+    below = np.maximum.accumulate(np.where(measured, index, -1), axis=1)
+    above = np.minimum.accumulate(np.where(measured, index, flat.shape[1])[:, ::-1], axis=1)[:, ::-1]
+    ref = np.where(below >= 0, below, above)
+    rows, cols = np.nonzero(~measured & (ref < flat.shape[1]))
+    refs = ref[rows, cols]
+    flat[rows, cols] = flat[rows, refs] * x_rows[rows, cols] / x_rows[rows, refs]  # t' · x / x', elementwise as before
     return np.moveaxis(flat.reshape(moved.shape), -1, axis)
