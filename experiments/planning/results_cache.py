@@ -34,9 +34,7 @@ import hashlib
 import importlib.util
 import io
 import json
-import os
 import sys
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from importlib import metadata
@@ -51,8 +49,9 @@ import pyarrow.parquet as pq
 
 from experiments.config import SweepConfig
 from experiments.planning.config_inputs import input_digests
+from experiments.planning.records_spool import temporary_record_file
 from experiments.point import PointResult
-from profiler.atomic_write import TEMP_PREFIX, OutputWriteError, write_whole
+from profiler.atomic_write import OutputWriteError, write_whole
 from simulator.records_parquet import copy_with_constants, write_in_row_groups
 
 ENTRY_SUFFIX = ".zip"
@@ -267,16 +266,8 @@ def _point_with_files(archive: zipfile.ZipFile, row: dict, records: RecordsFolde
 
 
 def _temporary_file(records: RecordsFolder, name: str) -> Path:
-    """A fresh temporary file of the run folder for the point's `name` records (as
-    `experiments.point._with_temporary_files` names them)."""
-    def create() -> Path:
-        Path(records.path).mkdir(parents=True, exist_ok=True)
-        fd, path = tempfile.mkstemp(dir=records.path, prefix=f"{TEMP_PREFIX}point-{records.point_id}-",
-                                    suffix=f"-{name}.parquet")
-        os.close(fd)
-        return Path(path)
-
-    return _write_records(create)
+    """A fresh temporary file of the run folder for the point's `name` records."""
+    return _write_records(lambda: temporary_record_file(records.path, records.point_id, name))
 
 
 def _write_records(write: Callable[[], Any]) -> Any:

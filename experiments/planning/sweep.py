@@ -31,6 +31,7 @@ from experiments.deployment import cluster_gpus
 from experiments.outputs import RunFolder, write_atomic, write_csv, write_parquet, write_text
 from experiments.point import (PointResult, cluster_columns, device_name, report_columns, run_point,
                                settings_columns)
+from experiments.planning.records_spool import RecordsSpool, Shipped, land, records_spool, ship
 from experiments.planning.results_cache import RecordsFolder, ResultsCache, cache_key
 from experiments.planning.search import (capacity_row, cost_model_summary, fleet_row, load_row, per_gpu_row,
                                          search_capacity, trial_config)
@@ -53,22 +54,24 @@ def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
         backend, ray_address: where points run (`experiments.planning.backends.make_pool`).
         point_ids: each point's number in its config (rows, requests, steps); default 0, 1, ...
             (`simulate --point K` runs point K alone and numbers it K).
-        records_dir: with the local backend, each point computed writes its requests and steps
-            there as it runs, under temporary names (`run_point(temporary=True)`,
-            `PointResult.files`), so its token times and steps leave memory as it goes and are
-            not sent back from the worker; `write_results` joins the files, `remove_point_files`
-            removes them. (Ray workers may not see the folder: there the frames come back.)
+        records_dir: each point writes its requests and steps there as it runs, under
+            temporary names (`run_point(temporary=True)`, `PointResult.files`; a cached one
+            has them copied from its entry), so its token times and steps leave memory as it
+            goes and are not sent back from the worker; `write_results` joins the files,
+            `remove_point_files` removes them. A Ray worker that cannot see the folder sends
+            its files back as bytes, which land there as the point arrives
+            (`experiments.planning.records_spool`).
     """
     configs = [SweepConfig.model_validate(p) for p in points]
     ids = list(range(len(configs))) if point_ids is None else list(point_ids)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs)))
     results: dict[int, PointResult] = {}
-    spool = records_dir if backend == "local" else None
-    calls = {i: (_safe_run, (config, ids[i], cache_dir, spool)) for i, config in enumerate(configs)}
-    for i, result in _run_all(calls, jobs, backend, ray_address):
-        results[i] = result
-        if on_done:
-            on_done(i, result.row)
+    with records_spool(records_dir, backend) as spool:
+        calls = {i: (_safe_run, (config, ids[i], cache_dir, spool)) for i, config in enumerate(configs)}
+        for i, value in _run_all(calls, jobs, backend, ray_address):
+            results[i] = result = _landed(value, configs[i], ids[i], records_dir)
+            if on_done:
+                on_done(i, result.row)
     ordered = [results[i] for i in range(len(configs))]
     for result, label in zip(ordered, point_labels(configs)):
         result.row["label"] = label
@@ -157,7 +160,7 @@ def _run_all(calls: dict[Any, tuple[Callable, tuple]], jobs: int, backend: str, 
     with make_pool(backend, jobs, ray_address) as pool:
         futures = {pool.submit(fn, *args): key for key, (fn, args) in calls.items()}
         for future in as_completed(futures):
-            yield futures[future], future.result()
+            yield futures.pop(future), future.result()  # popped: a result is not kept once handed over
 
 
 def _cluster_columns(config: SweepConfig) -> dict:
@@ -261,13 +264,37 @@ def _unique_labels(rows: list[dict]) -> None:
 
 
 def _safe_run(config: SweepConfig, point_id: int, cache_dir: Path | None = None,
-              records_dir: Path | None = None) -> PointResult:
+              spool: RecordsSpool | None = None) -> PointResult | Shipped:
+    """A point in a worker: its result, or its error row; with `spool`, its records written
+    into the run folder, or shipped back as bytes when this worker cannot see it
+    (`records_spool.ship`)."""
+    folder = spool.visible_path() if spool is not None else None
+    if spool is not None and folder is None:
+        return ship(partial(_point_or_error, config, point_id, cache_dir))
+    return _point_or_error(config, point_id, cache_dir, folder)
+
+
+def _point_or_error(config: SweepConfig, point_id: int, cache_dir: Path | None,
+                    records_dir: Path | None) -> PointResult:
     try:
         return simulate_cached(config, point_id, cache=ResultsCache(cache_dir), records_dir=records_dir)
     except POINT_ERRORS as exc:
-        row = {"point_id": point_id, "label": describe_point(config), "model": config.model,
-               "device": device_name(config), "error": _error_text(exc)}
-        return PointResult(row, pd.DataFrame({"point_id": []}), pd.DataFrame({"point_id": []}))
+        return _failed_point(config, point_id, exc)
+
+
+def _failed_point(config: SweepConfig, point_id: int, exc: Exception) -> PointResult:
+    row = {"point_id": point_id, "label": describe_point(config), "model": config.model,
+           "device": device_name(config), "error": _error_text(exc)}
+    return PointResult(row, pd.DataFrame({"point_id": []}), pd.DataFrame({"point_id": []}))
+
+
+def _landed(value: PointResult | Shipped, config: SweepConfig, point_id: int, records_dir: Path | None) -> PointResult:
+    """A worker's result in the driver (`records_spool.land`); a point whose shipped files
+    cannot be written into the run folder fails with that error, as in a worker."""
+    try:
+        return land(value, records_dir, point_id)
+    except OSError as exc:
+        return _failed_point(config, point_id, exc)
 
 
 def rows_frame(rows: list[dict]) -> pd.DataFrame:
