@@ -451,7 +451,7 @@ class EngineConfig(_Strict):
     # vLLM's --data-parallel-size and --enable-expert-parallel (simulator/data_parallel.py,
     # profiler/moe_cost.py); expert_routing_skew: power-law exponent of expert popularity (0: uniform);
     # num_gpus: optional check that replicas × data_parallel_size × tensor_parallel_size × pipeline_parallel_size match it
-    # (with cluster:, every pool's replicas × tensor_parallel_size × pipeline_parallel_size together).
+    # (with cluster:, every pool's replicas × data_parallel_size × tensor_parallel_size × pipeline_parallel_size together).
     data_parallel_size: int = Field(default=1, ge=1, le=1024)
     enable_expert_parallel: bool = False
     expert_routing_skew: float = Field(default=0.0, ge=0, le=4)
@@ -628,13 +628,18 @@ class PoolConfig(_Strict):
     device and router, and the `engine:` keys that differ for it (merged over the point's
     `engine:`, then checked as `engine:` is; errors name `cluster.<pool>.engine`). A pool's
     router is checked as a colocated one over the pool's engine (prefix_aware needs vllm_v1 with
-    prefix caching); `engine.num_gpus` counts every pool's GPUs (replicas × TP × PP)."""
+    prefix caching); `engine.num_gpus` counts every pool's GPUs (replicas × DP × TP × PP). With
+    `engine.data_parallel_size` D > 1 each instance is one vLLM engine of D DP ranks (with
+    `enable_expert_parallel`, a wide-EP mixture of experts), requests spread over its ranks by
+    vLLM's DP balancer as a colocated DP engine's are (simulator/disaggregated.py); DP with PP, and
+    a mixture of experts' DP with swap or a draft model, are refused as colocated; router
+    prefix_aware over DP instances is refused (the balancer reads no prefix cache)."""
 
     replicas: int = Field(default=1, ge=1, le=_MAX_REPLICAS)  # instances in the pool
     device: str | dict[str, Any] | None = None  # default: the point's device
     router: Literal["round_robin", "least_outstanding", "random", "prefix_aware",  # prefix_aware: cache hit first; session_affinity: a conversation's turns to one instance
                     "session_affinity"] = "least_outstanding"
-    engine: dict[str, Any] = {}  # e.g. {tensor_parallel_size: 2, chunk_size: 2048}; data_parallel_size must stay 1; not replicas, router, router_overlap_weight, num_gpus
+    engine: dict[str, Any] = {}  # e.g. {tensor_parallel_size: 2, chunk_size: 2048} or {data_parallel_size: 4, enable_expert_parallel: true}; not replicas, router, router_overlap_weight, num_gpus
 
 
 class LinkConfig(_Strict):
@@ -1455,13 +1460,19 @@ def _describe_parts(point: SweepConfig) -> list[tuple[str, str]]:
         parts.append(("gamma", f"gamma={point.trace.burstiness:g}"))
     if e.preemption != "recompute":
         parts.append(("preemption", e.preemption))
-    if point.cluster is not None:  # disaggregated: "2P3D", with each pool's TP (PP) when one is > 1
+    if point.cluster is not None:  # disaggregated: "2P3D", with each pool's TP (PP, DP, EP) when one is > 1
         pools = [(spec.replicas, spec.engine.get("tensor_parallel_size", e.tensor_parallel_size),
-                  spec.engine.get("pipeline_parallel_size", e.pipeline_parallel_size))
+                  spec.engine.get("pipeline_parallel_size", e.pipeline_parallel_size),
+                  spec.engine.get("data_parallel_size", e.data_parallel_size),
+                  spec.engine.get("enable_expert_parallel", e.enable_expert_parallel))
                  for spec in (point.cluster.prefill, point.cluster.decode)]
-        tp = f" tp={pools[0][1]}/{pools[1][1]}" if any(t > 1 for _, t, _ in pools) else ""
-        pp = f" pp={pools[0][2]}/{pools[1][2]}" if any(p > 1 for _, _, p in pools) else ""
-        parts.append(("cluster", f"{pools[0][0]}P{pools[1][0]}D{tp}{pp}"))
+        label = f"{pools[0][0]}P{pools[1][0]}D"
+        for index, short in ((1, "tp"), (2, "pp"), (3, "dp")):
+            if any(pool[index] > 1 for pool in pools):
+                label += f" {short}={pools[0][index]}/{pools[1][index]}"
+        if any(pool[4] for pool in pools):  # EP degree = DP × TP where on, 1 where off
+            label += " ep=" + "/".join(str(dp * tp if ep else 1) for _, tp, _, dp, ep in pools)
+        parts.append(("cluster", label))
     return parts
 
 
@@ -1471,7 +1482,8 @@ _LABELLED_KEYS = {"name", "variants", *(f"engine.{k}" for k in (
     "pipeline_parallel_size", "replicas", "router", "router_overlap_weight", "policy", "preemption", "data_parallel_size",
     "enable_expert_parallel")), "trace.burstiness",
     *(f"cluster.{p}.{k}" for p in ("prefill", "decode")
-      for k in ("replicas", "engine.tensor_parallel_size", "engine.pipeline_parallel_size"))}
+      for k in ("replicas", "engine.tensor_parallel_size", "engine.pipeline_parallel_size",
+                "engine.data_parallel_size", "engine.enable_expert_parallel"))}
 
 
 def engine_gpus(e: EngineConfig) -> int:
@@ -1481,14 +1493,17 @@ def engine_gpus(e: EngineConfig) -> int:
     return e.replicas * e.data_parallel_size * e.tensor_parallel_size * e.pipeline_parallel_size
 
 
-def _check_parallel_layout(e: EngineConfig, model, check_num_gpus: bool = True) -> None:
+def _check_parallel_layout(e: EngineConfig, model, check_num_gpus: bool = True, key: str = "engine",
+                           pool: bool = False) -> None:
     """Data / expert parallel settings the simulator can model (simulator/data_parallel.py).
     `check_num_gpus` False: `num_gpus` counts a cluster's pools (`check_cluster`), not this engine.
+    `key` names the engine in the errors; `pool`: a cluster pool's merged engine, whose replicas
+    may each be a DP engine (`cluster.<pool>.replicas`, simulator/disaggregated.py).
 
     Raises:
         ValueError: num_gpus not DP × TP × PP (with `check_num_gpus`); expert parallelism or
             routing skew on a dense model; an EP degree above the number of experts (`profiler.moe_cost.MoELayout`); DP with
-            pipeline parallelism or replicas (not modelled). Each names the key and what is valid.
+            pipeline parallelism, or with replicas outside a pool (not modelled). Each names the key and what is valid.
     """
     gpus = engine_gpus(e)
     if check_num_gpus and e.num_gpus is not None and e.num_gpus != gpus:
@@ -1496,21 +1511,26 @@ def _check_parallel_layout(e: EngineConfig, model, check_num_gpus: bool = True) 
                          f"pipeline_parallel_size = {e.replicas} × {e.data_parallel_size} × {e.tensor_parallel_size} × "
                          f"{e.pipeline_parallel_size} = {gpus}; make them match")
     if model.moe is None:
-        for key, value in (("enable_expert_parallel", e.enable_expert_parallel), ("expert_routing_skew", e.expert_routing_skew)):
+        for name, value in (("enable_expert_parallel", e.enable_expert_parallel), ("expert_routing_skew", e.expert_routing_skew)):
             if value:
-                raise ValueError(f"engine.{key}: {model.name} is a dense model (no experts); only a mixture of "
+                raise ValueError(f"{key}.{name}: {model.name} is a dense model (no experts); only a mixture of "
                                  "experts reads it")
     else:
         from profiler.moe_cost import MoELayout
 
-        MoELayout(model.moe, e.tensor_parallel_size, e.data_parallel_size, e.enable_expert_parallel)
+        try:
+            MoELayout(model.moe, e.tensor_parallel_size, e.data_parallel_size, e.enable_expert_parallel)
+        except ValueError as exc:  # its messages name engine.<key>: a pool's are cluster.<pool>.engine.<key>
+            if key == "engine":
+                raise
+            raise ValueError(str(exc).replace("engine.", f"{key}.")) from None
     if e.data_parallel_size > 1 and e.pipeline_parallel_size > 1:
-        raise ValueError("engine.data_parallel_size > 1 with pipeline_parallel_size > 1 is not modelled; "
+        raise ValueError(f"{key}.data_parallel_size > 1 with pipeline_parallel_size > 1 is not modelled; "
                          "set one of them to 1")
     if e.data_parallel_size > 1 and model.moe is not None and (e.preemption == "swap" or isinstance(e.draft, DraftModel)):
-        raise ValueError("engine.data_parallel_size > 1 of a mixture of experts with preemption: swap or a draft model "
+        raise ValueError(f"{key}.data_parallel_size > 1 of a mixture of experts with preemption: swap or a draft model "
                          "is not modelled; use preemption: recompute and draft: ngram")
-    if e.data_parallel_size > 1 and e.replicas > 1:
+    if e.data_parallel_size > 1 and e.replicas > 1 and not pool:
         raise ValueError("engine.data_parallel_size > 1 with replicas > 1 is not modelled; use one data-parallel "
                          "group (replicas: 1)")
 
@@ -1666,19 +1686,22 @@ def pool_point(point: SweepConfig, pool: str) -> SweepConfig:
 
 
 def pool_gpus(point: SweepConfig) -> dict[str, int]:
-    """GPUs of each pool of a `cluster:` point: replicas × tensor_parallel_size ×
-    pipeline_parallel_size of its `pool_point` engine (`engine_gpus`; a pool is never data-parallel)."""
+    """GPUs of each pool of a `cluster:` point: replicas × data_parallel_size × tensor_parallel_size
+    × pipeline_parallel_size of its `pool_point` engine (`engine_gpus`: every DP rank's GPUs)."""
     return {pool: engine_gpus(pool_point(point, pool).engine) for pool in POOLS}
 
 
 def cluster_label(point: SweepConfig) -> str:
     """The pools of a `cluster:` point by replicas and parallelism: "2P(TP1) 3D(TP2)", a pool's
-    pipeline stages when > 1 ("1P(TP2 PP2) 2D(TP1)")."""
+    pipeline stages when > 1 ("1P(TP2 PP2) 2D(TP1)"), its DP ranks per instance and EP degree
+    when > 1 ("1P(TP2) 2D(TP1 DP4 EP4)": two DP4 engines with expert parallelism)."""
     parts = []
     for pool in POOLS:
         e = pool_point(point, pool).engine
         pp = f" PP{e.pipeline_parallel_size}" if e.pipeline_parallel_size > 1 else ""
-        parts.append(f"{e.replicas}{pool[0].upper()}(TP{e.tensor_parallel_size}{pp})")
+        dp = f" DP{e.data_parallel_size}" if e.data_parallel_size > 1 else ""
+        ep = f" EP{e.data_parallel_size * e.tensor_parallel_size}" if e.enable_expert_parallel else ""
+        parts.append(f"{e.replicas}{pool[0].upper()}(TP{e.tensor_parallel_size}{pp}{dp}{ep})")
     return " ".join(parts)
 
 
@@ -1694,8 +1717,9 @@ def check_cluster(point: SweepConfig) -> None:
             before validation, `SweepConfig._no_weight_beside_cluster`), or
             a pool engine's replicas, router, router_overlap_weight or num_gpus
             (`_POINT_ONLY_ENGINE_KEYS`: nothing reads them there); a pool's `session_affinity`
-            router without a sessions trace; a pool engine that is invalid or data-parallel (not
-            modelled in a pool), a TP degree the model's heads do not split into or a PP degree
+            router without a sessions trace; a pool engine that is invalid, or whose data / expert
+            parallel settings are not modelled (`_check_parallel_layout`: DP with PP, EP on a dense
+            model, ...; router prefix_aware over DP instances), a TP degree the model's heads do not split into or a PP degree
             above its layers (`experiments.planning.layouts.tp_pp_problem`), an unknown pool
             device; a pool's router the pool's engine cannot serve (`check_router`, as colocated:
             prefix_aware needs vllm_v1 with prefix caching); pools whose KV cache dtypes differ; `engine.num_gpus` other than every pool's GPUs together (`pool_gpus`).
@@ -1711,7 +1735,7 @@ def check_cluster(point: SweepConfig) -> None:
                     "replicas": f"set cluster.{pool}.replicas", "router": f"set cluster.{pool}.router",
                     "router_overlap_weight": _NO_POOL_WEIGHT,
                     "num_gpus": "engine.num_gpus checks the GPUs of the whole cluster (every pool's replicas × "
-                                "tensor_parallel_size × pipeline_parallel_size)"}[key])
+                                "data_parallel_size × tensor_parallel_size × pipeline_parallel_size)"}[key])
     for pool in POOLS:
         if getattr(point.cluster, pool).router == "session_affinity" and not isinstance(point.trace, SessionsTrace):
             raise ValueError(f"cluster.{pool}.router session_affinity sends a conversation's turns to one instance: "
@@ -1721,9 +1745,13 @@ def check_cluster(point: SweepConfig) -> None:
     model = get_model_spec(point.model)
     for pool in POOLS:
         e = pool_point(point, pool).engine
-        if e.data_parallel_size != 1:
-            raise ValueError(f"cluster.{pool}.engine: data_parallel_size must be 1 in a disaggregated pool "
-                             f"(its instances are replicas behind the pool's router: set cluster.{pool}.replicas)")
+        # A pool's instance may be a DP engine (`cluster.<pool>.engine.data_parallel_size`), checked as a
+        # colocated one is, less the one-engine rule: the pool's replicas are its instances.
+        _check_parallel_layout(e, model, check_num_gpus=False, key=f"cluster.{pool}.engine", pool=True)
+        if e.data_parallel_size > 1 and e.router == "prefix_aware":
+            raise ValueError(f"cluster.{pool}.router prefix_aware with cluster.{pool}.engine.data_parallel_size "
+                             f"{e.data_parallel_size} is not modelled: vLLM's DP balancer places a request on a rank "
+                             "without reading its prefix cache; use least_outstanding, round_robin or random")
         problem = tp_pp_problem(model, e.tensor_parallel_size, e.pipeline_parallel_size)
         if problem is not None:
             raise ValueError(f"cluster.{pool}.engine.{problem[0]}: {model.name}: {problem[1]}")
@@ -1741,7 +1769,9 @@ def check_cluster(point: SweepConfig) -> None:
     num_gpus = point.engine.num_gpus
     gpus = pool_gpus(point)
     if num_gpus is not None and num_gpus != sum(gpus.values()):
-        shapes = " + ".join(f"{pool} {e.replicas} × {e.tensor_parallel_size} × {e.pipeline_parallel_size}"
+        shapes = " + ".join(f"{pool} {e.replicas} × {e.data_parallel_size} × {e.tensor_parallel_size} × "
+                            f"{e.pipeline_parallel_size}"
                             for pool, e in ((pool, pool_point(point, pool).engine) for pool in POOLS))
         raise ValueError(f"engine.num_gpus is {num_gpus} but the cluster's pools hold {sum(gpus.values())} GPUs "
-                         f"(replicas × tensor_parallel_size × pipeline_parallel_size: {shapes}); make them match")
+                         f"(replicas × data_parallel_size × tensor_parallel_size × pipeline_parallel_size: {shapes}); "
+                         "make them match")

@@ -60,9 +60,11 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
 
 
 def build_schedulers(point: SweepConfig, config: SchedulerConfig) -> list[Scheduler]:
-    """One scheduler (with its own KV pool) per replica, or per DP rank (`data_parallel_size`)."""
-    count = point.engine.data_parallel_size if point.engine.data_parallel_size > 1 else point.engine.replicas
-    return [make_scheduler(point.engine.scheduler, config) for _ in range(count)]
+    """One scheduler (with its own KV pool) per DP rank of each replica: replicas ×
+    `data_parallel_size`, replica by replica (a colocated DP engine is one replica; a cluster
+    pool's instances may each be a DP engine, `simulator.disaggregated.Pool`)."""
+    e = point.engine
+    return [make_scheduler(e.scheduler, config) for _ in range(e.replicas * e.data_parallel_size)]
 
 
 def build_pricer(point: SweepConfig, cost_model: CostModel) -> StepPricer:
@@ -107,7 +109,9 @@ def build_outcome_fn(point: SweepConfig) -> Callable[[BatchPlan], StepOutcome]:
 # ----- prefill/decode disaggregation (`cluster:`, simulator/disaggregated.py) -------------------
 def build_link(point: SweepConfig) -> tuple[KvLink, float]:
     """The cluster's KV link and the bytes of one prompt token's KV that one link moves: each
-    rank's shard crosses on its own link, so the busiest rank of either side bounds it: per pool,
+    rank's shard crosses on its own link, so the busiest rank of either side bounds it (a DP
+    rank's: each DP rank holds the whole KV of its own requests, sharded over its TP ranks, and
+    pulls it over its own links, simulator/disaggregated.py): per pool,
     `ModelSpec.kv_bytes_per_token(kv dtype, TP)` of its ceil(layers / PP) layers (vLLM's
     pipeline stages take layers / PP, the first ones one more when it does not divide;
     `vllm.distributed.utils.get_pp_indices`); the larger of the two pools' bytes. With PP 1
@@ -135,7 +139,8 @@ def build_link(point: SweepConfig) -> tuple[KvLink, float]:
 
 
 def cluster_gpus(point: SweepConfig) -> int:
-    """GPUs of a point: replicas × TP × PP × DP, or, with `cluster:`, the sum over its pools."""
+    """GPUs of a point: replicas × TP × PP × DP, or, with `cluster:`, the sum over its pools
+    (`pool_gpus`: each pool's replicas × DP × TP × PP)."""
     if point.cluster is None:
         return engine_gpus(point.engine)  # the count engine.num_gpus is checked against
     return sum(pool_gpus(point).values())

@@ -319,7 +319,7 @@ def simulate_cluster(point: SweepConfig, requests: list[Request], trim_fraction:
         config = build_scheduler_config(pool)
         cost_model = build_cost_model(pool)
         pools[name] = (Pool(build_schedulers(pool, config), build_pricer(pool, cost_model),
-                            getattr(point.cluster, name).router), config, cost_model)
+                            getattr(point.cluster, name).router, pool.engine.data_parallel_size), config, cost_model)
         row.update(_pool_columns(name, pool, config))
     link, kv_bytes_per_token = build_link(point)
     result = simulate_disaggregated(requests, pools["prefill"][0], pools["decode"][0], link, kv_bytes_per_token,

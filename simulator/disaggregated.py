@@ -48,6 +48,29 @@ instance's running decodes taking, in the step a transfer ends, blocks vLLM woul
 for it (the hold is released when the request joins the decode scheduler's `waiting`); with
 prefix caching in the prefill pool, the held copy takes fresh blocks (the finished request's
 cached blocks stay cached but evictable, where vLLM pins them).
+
+Data parallelism inside a pool (`Pool.data_parallel_size` D > 1: each instance one vLLM engine
+of D DP ranks, `--data-parallel-size`, e.g. a wide-EP MoE decode pool), modelled as a colocated
+DP engine is (`simulator.data_parallel`): the pool's router picks an instance, and the instance's
+DP load balancer picks a rank (`DPLBAsyncMPClient.get_core_engine_for_request`,
+vllm/v1/engine/core_client.py: the request's `data_parallel_rank` is unset, so the balancer
+chooses): the lowest 4 × waiting + running, the first rank on ties (`simulator.router`'s
+`vllm_dp`). The decode request the proxy sends after the prefill is an ordinary request to the
+decode engine's API server, so it goes through that same balancer; a decode rank's waiting count
+includes the requests whose KV it is waiting for or pulling (vLLM keeps WAITING_FOR_REMOTE_KVS
+requests in the scheduler's `waiting` queue: `Scheduler.schedule` re-queues them via
+`skipped_waiting_requests`). Each DP rank is an engine core with its own scheduler, KV cache
+and KV connector: `NixlConnectorScheduler.__init__` listens on
+`VLLM_NIXL_SIDE_CHANNEL_PORT + data_parallel_rank`, and its `request_finished` returns that port
+(and the rank's `engine_id`) in the prefill's `kv_transfer_params`, so the decode rank pulls the
+KV from the very prefill rank that computed it, over that rank's own links. Here each rank holds
+its own KV blocks (transfer holds included), has its own inbound link and transfer queue, and
+moves `kv_bytes_per_token` per token (its TP shard). A mixture-of-experts instance (a cost model
+with `dp_step_s`) steps its ranks in lockstep (`simulator.data_parallel.DataParallelGroup`: the
+slowest rank's step, a dummy batch on a rank without work); a dense model's ranks run as
+independent instances behind the balancer. Not modelled (beside what `simulator.data_parallel`
+leaves out): the dummy steps vLLM runs while a rank's only request waits for its KV (the wave
+keeps running, `_has_global_unfinished_reqs`); here the group idles until the KV arrives.
 """
 from __future__ import annotations
 
@@ -61,6 +84,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
+from simulator.data_parallel import DataParallelGroup, DataParallelRank
 from simulator.metrics import percentile_stats, summarize
 from simulator.pricing import StepPricer
 from simulator.records import RequestRecords, requests_table
@@ -120,24 +144,46 @@ class KvLink:
 
 @dataclass
 class Pool:
-    """One pool's replicas: a scheduler each (same config), a pricer, a router policy.
+    """One pool's instances: a scheduler per instance, or per DP rank (same config), a pricer,
+    a router policy.
 
     A pricer with `pipeline_stages` P > 1 makes each instance a pipeline of P stages, run as a
     colocated replica runs one (`simulator.replica.Replica`: up to P micro-batches in flight).
+    `data_parallel_size` D > 1 makes each instance a DP engine of D ranks (module docstring):
+    `schedulers` then holds instances × D, instance by instance (ranks 0..D-1 of the first,
+    then of the second, ...); with a cost model that has `dp_step_s` (a mixture of experts) an
+    instance's ranks step in lockstep, priced by it.
 
     Raises:
-        ValueError: no schedulers, an unknown router.
+        ValueError: no schedulers, an unknown router, a scheduler count that is not a multiple of
+            `data_parallel_size`, DP with pipeline stages or with the `prefix_aware` router (vLLM's
+            DP balancer places a request on a rank without reading its prefix cache).
     """
 
     schedulers: list[Scheduler]
     pricer: StepPricer
     router: str = "round_robin"
+    data_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         if not self.schedulers:
             raise ValueError("a pool needs at least one replica")
         if self.router not in POOL_ROUTERS:
             raise ValueError(f"unknown router {self.router!r}; valid: {', '.join(POOL_ROUTERS)}")
+        d = self.data_parallel_size
+        if d < 1 or len(self.schedulers) % d:
+            raise ValueError(f"a pool of data_parallel_size {d} needs a multiple of {d} schedulers "
+                             f"(instances × DP ranks), got {len(self.schedulers)}")
+        if d > 1 and self.pricer.pipeline_stages > 1:
+            raise ValueError("a data-parallel pool with pipeline stages is not modelled")
+        if d > 1 and self.router == "prefix_aware":
+            raise ValueError("router prefix_aware over data-parallel instances is not modelled: vLLM's DP "
+                             "balancer places a request on a rank without reading its prefix cache")
+
+    @property
+    def lockstep(self) -> bool:
+        """Whether an instance's DP ranks step together (a mixture of experts' cost model)."""
+        return self.data_parallel_size > 1 and hasattr(self.pricer.cost_model, "dp_step_s")
 
 
 class _PoolScheduler:
@@ -281,6 +327,59 @@ class PoolReplica(Replica):
             self.process.interrupt("transfer")
 
 
+class _LockstepRank(DataParallelRank):
+    """A DP rank of a lockstep pool instance, as the cluster sees a `PoolReplica`: `submit`,
+    `num_outstanding`, `replica_id`, records and steps, plus `wake` (a released hold) and
+    `end_window` (nothing to end: the group takes its steps one at a time)."""
+
+    def __init__(self, group: "_LockstepInstance", scheduler: "_PoolScheduler", replica_id: int,
+                 records: RequestRecords, steps: StepLog, on_finish: Callable[[FinishedRequest], None]):
+        super().__init__(group, scheduler, replica_id, records, steps)
+        self.on_finish = on_finish
+
+    def wake(self) -> None:
+        self.group.signal()
+
+    def end_window(self, sent_at_s: float) -> None:
+        pass
+
+
+class _LockstepInstance(DataParallelGroup):
+    """A pool instance that is one MoE DP engine: `DataParallelGroup`'s lockstep loop over the
+    ranks' `_PoolScheduler`s (their holds and transfer hooks), each rank with its own replica id
+    and finish callback (a prefill rank's names the rank whose blocks the transfer reads)."""
+
+    def __init__(self, env: simpy.Environment, schedulers: list["_PoolScheduler"], cost_model, outcome_fn,
+                 replica_ids: list[int], on_finish: list[Callable[[FinishedRequest], None]],
+                 records: list[RequestRecords], steps: list[StepLog]):
+        super().__init__(env, schedulers, cost_model, outcome_fn, None, records, steps)
+        self.ranks = [_LockstepRank(self, *rank) for rank in zip(schedulers, replica_ids, records, steps, on_finish)]
+
+    def record(self, rank: _LockstepRank, finished: list[FinishedRequest]) -> None:
+        rank.records.add(finished)
+        for f in finished:
+            rank.on_finish(f)
+
+
+class _Instance:
+    """One instance of a pool as its router sees it: its DP ranks' members (replicas, or decode
+    inboxes), outstanding requests summed over them (one member without DP)."""
+
+    def __init__(self, members: list):
+        self.members = members
+
+    @property
+    def num_outstanding(self) -> int:
+        return sum(m.num_outstanding for m in self.members)
+
+
+def _vllm_dp_rank(loads: list[tuple[int, int]]) -> int:
+    """vLLM's DP balancer over one instance's ranks (`DPLBAsyncMPClient.get_core_engine_for_request`,
+    the rule `simulator.router.Router` applies as `vllm_dp`): the lowest 4 × waiting + running of
+    each rank's (waiting, running), the first rank on ties."""
+    return min(range(len(loads)), key=lambda i: 4 * loads[i][0] + loads[i][1])
+
+
 @dataclass
 class _Transfer:
     request: Request
@@ -315,7 +414,12 @@ class _DecodeInbox:
     @property
     def num_outstanding(self) -> int:
         """Requests routed here and not finished (the least-outstanding router reads it)."""
-        return self.target.replica.num_outstanding + len(self.queue) + (self.in_flight_end_s < math.inf)
+        return self.target.replica.num_outstanding + self.num_transfers
+
+    @property
+    def num_transfers(self) -> int:
+        """Requests whose KV is queued for or crossing this link (in vLLM, waiting for remote KV)."""
+        return len(self.queue) + (self.in_flight_end_s < math.inf)
 
     def put(self, transfer: _Transfer) -> None:
         self.queue.append(transfer)
@@ -382,9 +486,10 @@ class DisaggregatedResult(SimulationResult):
 
     `requests` has, besides the usual columns, `prefill_replica_id`, `kv_transfer_start_s`,
     `kv_transfer_end_s` and `decode_replica_id` (NaN / -1 for requests that never crossed the
-    link: rejected, or done after one token); `replica_id` is the replica that finished the
-    request (prefill ids 0..P-1, decode ids P..P+D-1; -1 for rejections and one-token requests,
-    recorded by the cluster). `steps` holds both pools' steps under those replica ids.
+    link: rejected, or done after one token); `replica_id` is the replica (the DP rank, in a
+    data-parallel pool) that finished the request (prefill ids 0..P-1, decode ids P..P+D-1 over
+    the pools' ranks, instance by instance; -1 for rejections and one-token requests, recorded by
+    the cluster). `steps` holds both pools' steps under those replica ids.
     `summary` adds the keys of `pool_summary`.
     """
 
@@ -412,10 +517,12 @@ def simulate_disaggregated(
             `simulator.simulate.simulate` drives one: a client's next request (a conversation's
             next turn) is sent `think_time_s` after its previous one ends, which is its last
             token in the decode pool (or its one token in the prefill pool, or its rejection).
-        prefill, decode: the pools (`Pool`); replica ids are 0..P-1 and P..P+D-1.
+        prefill, decode: the pools (`Pool`); replica ids are 0..P-1 and P..P+D-1, one per
+            scheduler (an instance, or a DP rank of one).
         link: the KV link into each decode instance.
         kv_bytes_per_token: bytes of one prompt token's KV that one link moves
-            (`ModelSpec.kv_bytes_per_token(kv dtype bytes, min(TP_prefill, TP_decode))`).
+            (`ModelSpec.kv_bytes_per_token(kv dtype bytes, min(TP_prefill, TP_decode))`, the TP
+            of a rank in a data-parallel pool).
         outcome_fn: tokens emitted per decode step (speculative acceptance); the prefill pool
             always emits one token per final chunk.
         seed: seeds the `random` routers.
@@ -465,29 +572,33 @@ class _Cluster:
         self.window_s = window_s
         self.transfers = _TransferLog()
         self.first_gaps = GapSketch()  # keep_token_times=False: each request's prefill → decode gap
-        self.num_prefill = len(prefill.schedulers)
+        self.num_prefill = len(prefill.schedulers)  # prefill ranks: replica ids 0..num_prefill-1
         self.cluster_records = RequestRecords(-1, keep_token_times, window_s)
         self.prefill_pool = [_PoolScheduler(s, env) for s in prefill.schedulers]
         self.decode_pool = [_PoolScheduler(s, env) for s in decode.schedulers]
-        self.prefill_replicas = []
-        for i, s in enumerate(self.prefill_pool):
+        self.prefill_replicas, self.decode_replicas, self.inboxes = [], [], []
+        dp, n = prefill.data_parallel_size, self.num_prefill
+        for k in range(0, n, dp):  # instance by instance, each of its DP ranks (one without DP)
             # Prefill requests never decode: no decode windows (next_arrival_s None).
-            s.replica = PoolReplica(env, s, prefill.pricer, StepOutcome.without_speculation, i,
-                                    lambda f, i=i: self._prefilled(f, i), None, records=RequestRecords(i, False),
-                                    steps=StepLog(keep=keep_steps))
-            self.prefill_replicas.append(s.replica)
-        self.inboxes: list[_DecodeInbox] = []
-        self.decode_replicas = []
-        for j, s in enumerate(self.decode_pool):
-            inbox = _DecodeInbox(env, s, link, self.transfers)
-            s.replica = PoolReplica(env, s, decode.pricer, outcome_fn, self.num_prefill + j, self._decoded,
-                                    (lambda inbox=inbox: inbox.in_flight_end_s) if fast_forward else None,
-                                    records=RequestRecords(self.num_prefill + j, keep_token_times, window_s),
-                                    steps=StepLog(keep=keep_steps))
-            self.inboxes.append(inbox)
-            self.decode_replicas.append(s.replica)
-        self.prefill_router = _PoolRouter(prefill.router, self.prefill_replicas, self.prefill_pool, seed, session_of)
-        self.decode_router = _PoolRouter(decode.router, self.inboxes, self.decode_pool, seed + 1, session_of)
+            self.prefill_replicas += _instance_ranks(
+                env, prefill, self.prefill_pool[k:k + dp], list(range(k, k + dp)), StepOutcome.without_speculation,
+                [lambda f, i=i: self._prefilled(f, i) for i in range(k, k + dp)], [None] * dp,
+                [RequestRecords(i, False) for i in range(k, k + dp)], [StepLog(keep=keep_steps) for _ in range(dp)])
+        dp = decode.data_parallel_size
+        for k in range(0, len(self.decode_pool), dp):
+            ids = list(range(n + k, n + k + dp))
+            inboxes = [_DecodeInbox(env, s, link, self.transfers) for s in self.decode_pool[k:k + dp]]
+            self.decode_replicas += _instance_ranks(
+                env, decode, self.decode_pool[k:k + dp], ids, outcome_fn, [self._decoded] * dp,
+                [(lambda inbox=inbox: inbox.in_flight_end_s) if fast_forward else None for inbox in inboxes],
+                [RequestRecords(i, keep_token_times, window_s) for i in ids], [StepLog(keep=keep_steps) for _ in ids])
+            self.inboxes += inboxes
+        self.prefill_instances = _instances(self.prefill_replicas, prefill.data_parallel_size)
+        self.decode_instances = _instances(self.inboxes, decode.data_parallel_size)
+        self.prefill_router = _PoolRouter(prefill.router, self.prefill_instances,
+                                          self.prefill_pool[::prefill.data_parallel_size], seed, session_of)
+        self.decode_router = _PoolRouter(decode.router, self.decode_instances,
+                                         self.decode_pool[::decode.data_parallel_size], seed + 1, session_of)
         self.originals: dict[int, Request] = {}  # in the prefill pool: the request as it arrived
 
     def submit(self, request: Request, sent_at_s: float = -math.inf) -> None:
@@ -503,8 +614,20 @@ class _Cluster:
                                                         request.output_tokens, reason))
                 return
         self.originals[request.request_id] = request
-        index = self.prefill_router.pick(request)
+        index = self._rank(self.prefill_instances, self.prefill_router.pick(request), self.prefill_pool)
         self.prefill_replicas[index].submit(dataclasses.replace(request, output_tokens=1))
+
+    def _rank(self, instances: list[_Instance], instance: int, schedulers: list[_PoolScheduler]) -> int:
+        """The flat rank index of the request the pool's router sent to `instance`: its DP
+        balancer's pick (`_vllm_dp_rank`) over the instance's ranks, counting a decode rank's
+        queued and in-flight transfers as waiting (vLLM's WAITING_FOR_REMOTE_KVS requests)."""
+        members = instances[instance].members
+        first = instance * len(members)
+        if len(members) == 1:
+            return first
+        loads = [(len(schedulers[first + r].waiting) + getattr(m, "num_transfers", 0),
+                  len(schedulers[first + r].running)) for r, m in enumerate(members)]
+        return first + _vllm_dp_rank(loads)
 
     def _prefilled(self, finished: FinishedRequest, index: int) -> None:
         """A prefill ended in prefill replica `index` (first token), or that replica rejected the prompt."""
@@ -517,7 +640,7 @@ class _Cluster:
             return
         source = self.prefill_pool[index]
         source.hold(request.request_id, request.prompt_tokens)  # vLLM's delay_free_blocks
-        index = self.decode_router.pick(request)
+        index = self._rank(self.decode_instances, self.decode_router.pick(request), self.decode_pool)
         self.inboxes[index].put(_Transfer(request, finished, request.prompt_tokens * self.kv_bytes_per_token, source,
                                           source.last_step_start_s))
 
@@ -569,6 +692,28 @@ class _Cluster:
         return DisaggregatedResult(frame, steps, summary, self.num_prefill)
 
 
+def _instance_ranks(env: simpy.Environment, pool: Pool, schedulers: list[_PoolScheduler], replica_ids: list[int],
+                    outcome_fn, on_finish: list, next_arrival_s: list, records: list[RequestRecords],
+                    steps: list[StepLog]) -> list:
+    """The ranks of one instance of `pool`, each set as its scheduler's `replica`: a
+    `PoolReplica` per rank (one without DP; a dense model's independent DP ranks), or the
+    `_LockstepRank`s of one `_LockstepInstance` (a mixture of experts' DP ranks)."""
+    if pool.lockstep:
+        ranks = _LockstepInstance(env, schedulers, pool.pricer.cost_model, outcome_fn, replica_ids, on_finish,
+                                  records, steps).ranks
+    else:
+        ranks = [PoolReplica(env, s, pool.pricer, outcome_fn, i, f, nxt, records=rec, steps=st)
+                 for s, i, f, nxt, rec, st in zip(schedulers, replica_ids, on_finish, next_arrival_s, records, steps)]
+    for s, rank in zip(schedulers, ranks):
+        s.replica = rank
+    return ranks
+
+
+def _instances(members: list, data_parallel_size: int) -> list[_Instance]:
+    """The pool's instances over its per-rank members (replicas or inboxes), in rank order."""
+    return [_Instance(members[k:k + data_parallel_size]) for k in range(0, len(members), data_parallel_size)]
+
+
 def _never_fits(scheduler: Scheduler, request: Request) -> str | None:
     """The decode pool's own admission-time rejection of the whole request (too long for
     max_model_len, or more KV than its pool holds alone), checked at arrival so no prefill is
@@ -603,9 +748,9 @@ def _with_transfers(frame: pd.DataFrame, transfers: pd.DataFrame) -> pd.DataFram
 def pool_summary(requests: pd.DataFrame, steps: pd.DataFrame | None, cluster: _Cluster, makespan_s: float) -> dict:
     """Per-pool and transfer metrics of a disaggregated run.
 
-    Keys: `prefill_utilization`, `decode_utilization` (busy step time / (replicas × makespan);
-    NaN without the step table); `prefill_kv_usage_mean/_max`, `decode_kv_usage_mean/_max`
-    (blocks in use, transfer holds included, over each pool's blocks, per step);
+    Keys: `prefill_utilization`, `decode_utilization` (busy step time / (ranks × makespan), a
+    rank's dummy steps in a lockstep DP instance not counted; NaN without the step table); `prefill_kv_usage_mean/_max`, `decode_kv_usage_mean/_max`
+    (blocks in use, transfer holds included, over each rank's blocks, per step);
     `kv_transfer_s_*` (link time per request: latency + bytes / bandwidth, seconds),
     `kv_transfer_queue_s_*` (from the first token to the transfer's start: waiting for the link
     and for room in the decode pool; 0 for a layer-pipelined transfer that streamed); percentiles
@@ -643,10 +788,11 @@ def pool_summary(requests: pd.DataFrame, steps: pd.DataFrame | None, cluster: _C
 
 
 class _PoolRouter:
-    """`simulator.router.Router` over a pool, plus `prefix_aware`: the instance whose prefix cache
-    holds the longest prefix of the request (`PrefixCachingBlockManager.lookup`), the least
-    outstanding among equals (llm-d's and Dynamo's KV-aware routing, reduced to its core: cache
-    hit first, then load)."""
+    """`simulator.router.Router` over a pool's instances (`_Instance`: a DP engine's ranks
+    together), plus `prefix_aware`: the instance whose prefix cache holds the longest prefix of
+    the request (`PrefixCachingBlockManager.lookup`), the least outstanding among equals (llm-d's
+    and Dynamo's KV-aware routing, reduced to its core: cache hit first, then load). `schedulers`:
+    each instance's first rank's, which `prefix_aware` reads (`Pool` refuses it with DP)."""
 
     def __init__(self, policy: str, members: list, schedulers: list[_PoolScheduler], seed: int,
                  session_of: Callable[[int], int] | None = None):

@@ -78,7 +78,9 @@ def test_device_link_is_the_device_interconnect():
     ("cluster.link.latency_s=-1", "cluster.link.latency_s"),
     ("engine.replicas=2", "engine.replicas is not read with cluster"),
     ("cluster.decode.engine={tensor_parallel_size: 3}", "cluster.decode.engine.tensor_parallel_size"),
-    ("cluster.prefill.engine={data_parallel_size: 2}", "cluster.prefill.engine"),
+    # A DP pool is modelled (tests/test_disaggregated_dp.py); DP with PP is not, as colocated.
+    ("cluster.prefill.engine={data_parallel_size: 2, pipeline_parallel_size: 2}",
+     "cluster.prefill.engine.data_parallel_size > 1 with pipeline_parallel_size > 1 is not modelled"),
     # A pool engine key that --set gave is named as --set, not as the file's line of that pool (breaker pass D).
     ("cluster.decode.engine={pipeline_parallel_size: 0}", "--set cluster.decode.engine.pipeline_parallel_size: Input "
      "should be greater than or equal to 1"),

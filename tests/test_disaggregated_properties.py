@@ -20,11 +20,24 @@ class LinearCost:
         return 0.005 + 0.0001 * float(np.sum(query_tokens)) + 1e-7 * float(np.sum(context_tokens))
 
 
-def _pool(num_replicas: int, scheduler: str, num_gpu_blocks: int, router: str, stages: int = 1) -> Pool:
+class LockstepCost(LinearCost):
+    """A mixture of experts' DP step: the slowest rank's dense part (an idle rank's dummy batch:
+    one token) plus 0.05 ms per token over every rank (its MoE layers)."""
+
+    def dp_step_s(self, batches) -> float:
+        dense = max(self.predict_step_s(q, c, p) if len(q) else self.predict_step_s([1], [0], [False])
+                    for q, c, p in batches)
+        return dense + 5e-5 * sum(float(np.sum(q)) for q, _, _ in batches)
+
+
+def _pool(num_replicas: int, scheduler: str, num_gpu_blocks: int, router: str, stages: int = 1,
+          data_parallel_size: int = 1, lockstep: bool = False) -> Pool:
+    """`num_replicas` instances, each of `data_parallel_size` ranks (in lockstep with `lockstep`)."""
     config = SchedulerConfig(num_gpu_blocks=num_gpu_blocks, block_size=16, max_model_len=2048, chunk_size=256,
                              max_num_seqs=8)
-    return Pool([make_scheduler(scheduler, config) for _ in range(num_replicas)],
-                StepPricer(LinearCost(), pipeline_stages=stages), router)
+    return Pool([make_scheduler(scheduler, config) for _ in range(num_replicas * data_parallel_size)],
+                StepPricer(LockstepCost() if lockstep else LinearCost(), pipeline_stages=stages), router,
+                data_parallel_size)
 
 
 requests_strategy = st.lists(
@@ -44,16 +57,44 @@ def test_requests_and_tokens_are_conserved(rows, num_prefill, num_decode, prefil
                                            prefill_blocks, decode_blocks, router, bandwidth, keep_token_times,
                                            pipelined, stages):
     """`stages`: pipeline stages of the prefill and the decode instances."""
+    _check_conservation(rows, (num_prefill, prefill_scheduler, prefill_blocks, router, stages[0]),
+                        (num_decode, decode_scheduler, decode_blocks, router, stages[1]), bandwidth, keep_token_times,
+                        pipelined)
+
+
+@settings(deadline=None, max_examples=40)
+@given(rows=requests_strategy,
+       num_prefill=st.integers(1, 2), num_decode=st.integers(1, 2),
+       dp=st.sampled_from([(1, 2), (2, 1), (2, 2), (1, 3)]), lockstep=st.tuples(st.booleans(), st.booleans()),
+       prefill_scheduler=st.sampled_from(["sarathi", "vllm_v1"]),
+       decode_scheduler=st.sampled_from(["sarathi", "vllm_v1"]),
+       prefill_blocks=st.integers(8, 80), decode_blocks=st.integers(8, 80),
+       router=st.sampled_from(["round_robin", "least_outstanding", "random"]),
+       bandwidth=st.floats(1e5, 1e9), keep_token_times=st.booleans(), pipelined=st.booleans())
+def test_requests_and_tokens_are_conserved_with_data_parallel_pools(rows, num_prefill, num_decode, dp, lockstep,
+                                                                    prefill_scheduler, decode_scheduler,
+                                                                    prefill_blocks, decode_blocks, router, bandwidth,
+                                                                    keep_token_times, pipelined):
+    """The same, with instances that are DP engines (`dp`: ranks per prefill and decode instance;
+    `lockstep`: whether each pool's cost model steps its ranks together, a mixture of experts)."""
+    _check_conservation(rows, (num_prefill, prefill_scheduler, prefill_blocks, router, 1, dp[0], lockstep[0]),
+                        (num_decode, decode_scheduler, decode_blocks, router, 1, dp[1], lockstep[1]), bandwidth,
+                        keep_token_times, pipelined)
+
+
+def _check_conservation(rows, prefill_args: tuple, decode_args: tuple, bandwidth: float, keep_token_times: bool,
+                        pipelined: bool) -> None:
+    """Run `rows` through pools `_pool(*prefill_args)` and `_pool(*decode_args)`, with and
+    without decode windows, and check the module docstring's properties."""
     requests = [Request(i, t, p, o) for i, (t, p, o) in enumerate(rows)]
-    prefill = _pool(num_prefill, prefill_scheduler, prefill_blocks, router, stages[0])
-    decode = _pool(num_decode, decode_scheduler, decode_blocks, router, stages[1])
+    prefill, decode = _pool(*prefill_args), _pool(*decode_args)
+    num_prefill = len(prefill.schedulers)  # prefill ranks: replica ids 0..num_prefill-1
     link = KvLink(bandwidth, 0.001, pipelined, 32)
     result = simulate_disaggregated(requests, prefill, decode, link, kv_bytes_per_token=2048,
                                     keep_token_times=keep_token_times)
     r = result.requests.set_index("request_id").sort_index()
     # Decode windows (the fast path) change nothing.
-    slow = simulate_disaggregated(requests, _pool(num_prefill, prefill_scheduler, prefill_blocks, router, stages[0]),
-                                  _pool(num_decode, decode_scheduler, decode_blocks, router, stages[1]), link,
+    slow = simulate_disaggregated(requests, _pool(*prefill_args), _pool(*decode_args), link,
                                   kv_bytes_per_token=2048, keep_token_times=keep_token_times, fast_forward=False)
     scalars = [c for c in r.columns if c != "token_times_s"]
     pd.testing.assert_frame_equal(slow.requests.set_index("request_id").sort_index()[scalars], r[scalars])
