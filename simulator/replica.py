@@ -66,6 +66,8 @@ class Replica:
         self.scheduler = scheduler
         self.pricer = pricer
         self.outcome_fn = outcome_fn
+        # The default outcome is left to `complete_step` (outcome=None): no StepOutcome a step.
+        self._default_outcome = outcome_fn == StepOutcome.without_speculation
         self.replica_id = replica_id
         self.on_finish = on_finish
         self.next_arrival_s = next_arrival_s
@@ -108,7 +110,8 @@ class Replica:
 
     def _complete(self, plan: BatchPlan) -> None:
         self.records.note_step_end(self.env.now)  # the time its tokens get (before they are recorded)
-        finished = self.scheduler.complete_step(plan, self.outcome_fn(plan), self.env.now)
+        finished = self.scheduler.complete_step(plan, None if self._default_outcome else self.outcome_fn(plan),
+                                                self.env.now)
         if finished:  # most steps finish nothing
             self.num_outstanding -= len(finished)
             self._record(finished)

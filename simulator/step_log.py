@@ -2,7 +2,6 @@
 and a run of millions of steps holds 88 bytes a step, not 11 Python lists."""
 from __future__ import annotations
 
-from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -28,6 +27,7 @@ STEP_COLUMNS = (
 )
 _FLOAT_COLUMNS = ("start_s", "duration_s")
 _FLUSH_STEPS = 8192  # steps staged as tuples before they become typed rows
+_COLUMN = {name: j for j, name in enumerate(STEP_COLUMNS)}
 
 
 class StepStats(NamedTuple):
@@ -62,7 +62,13 @@ class StepLog:
 
     def __init__(self, keep: bool = True, path=None, constants: dict[str, int] | None = None) -> None:
         self.keep = keep
-        self._staged: list[tuple] = []
+        self._staged: list[tuple] = []  # scheduled steps' rows
+        # Decode windows' rows as columns: (scheduled rows staged before it, steps, batch size,
+        # replica id) per window, and its steps' starts, durations and KV blocks one after another.
+        self._windows: list[tuple[int, int, int, int]] = []
+        self._window_starts_s: list[float] = []
+        self._window_durations_s: list[float] = []
+        self._window_kv_blocks_used: list[int] = []
         self._columns = {name: GrowableArray(np.float64 if name in _FLOAT_COLUMNS else np.int64)
                          for name in STEP_COLUMNS}
         self._stats = StepStats(0, 0, 0)
@@ -71,7 +77,7 @@ class StepLog:
         self._kv_blocks_used = GrowableArray(np.int64)  # with a file: the one column kept
 
     def __len__(self) -> int:
-        return self._stats.num_steps + len(self._staged)
+        return self._stats.num_steps + len(self._staged) + len(self._window_starts_s)
 
     def append(self, start_s: float, duration_s: float, plan: BatchPlan, replica_id: int = 0) -> None:
         prefill_tokens = plan.num_prefill_tokens
@@ -84,19 +90,49 @@ class StepLog:
 
     def extend_decodes(self, starts_s: list[float], durations_s: list[float], batch_size: int,
                        kv_blocks_used: list[int], replica_id: int = 0) -> None:
-        """Rows for a run of plain decode steps of `batch_size` sequences (a decode window)."""
-        self._staged.extend(zip(repeat(replica_id), starts_s, durations_s, repeat(0), repeat(batch_size), repeat(0),
-                                repeat(batch_size), repeat(0), kv_blocks_used, repeat(0), repeat(0)))
-        if len(self._staged) >= _FLUSH_STEPS:
+        """Rows for a run of plain decode steps of `batch_size` sequences (a decode window):
+        staged as columns (three list extends), not one row tuple a step."""
+        self._windows.append((len(self._staged), len(starts_s), batch_size, replica_id))
+        self._window_starts_s.extend(starts_s)
+        self._window_durations_s.extend(durations_s)
+        self._window_kv_blocks_used.extend(kv_blocks_used)
+        if len(self._window_starts_s) >= _FLUSH_STEPS:
             self._flush()
 
-    def _flush(self) -> None:
+    def _staged_rows(self) -> np.ndarray:
+        """The staged rows, in step order, as one float64 array (num_rows, len(STEP_COLUMNS)):
+        the scheduled steps' tuples and the decode windows' columns interleaved where they
+        were logged. Counts are far below 2**53, so exact as floats."""
         staged, self._staged = self._staged, []
-        if not staged:
+        windows, self._windows = self._windows, []
+        if not windows:
+            return np.array(staged, dtype=np.float64).reshape(len(staged), len(STEP_COLUMNS))
+        before, steps, batch, replica = (np.array(column, dtype=np.int64) for column in zip(*windows))
+        num_window_rows = int(steps.sum())
+        rows = np.empty((len(staged) + num_window_rows, len(STEP_COLUMNS)), dtype=np.float64)
+        # A window's t-th row lands after the scheduled rows staged before it and every earlier
+        # window row: at (scheduled rows before it) + (window rows before it).
+        at = np.repeat(before, steps) + np.arange(num_window_rows)
+        scheduled = np.ones(rows.shape[0], dtype=bool)
+        scheduled[at] = False
+        if staged:
+            rows[scheduled] = np.array(staged, dtype=np.float64)
+        window_rows = np.zeros((num_window_rows, len(STEP_COLUMNS)), dtype=np.float64)
+        window_rows[:, _COLUMN["replica_id"]] = np.repeat(replica, steps)
+        window_rows[:, _COLUMN["start_s"]] = self._window_starts_s
+        window_rows[:, _COLUMN["duration_s"]] = self._window_durations_s
+        window_rows[:, _COLUMN["num_decode_tokens"]] = window_rows[:, _COLUMN["batch_size"]] = np.repeat(batch, steps)
+        window_rows[:, _COLUMN["kv_blocks_used"]] = self._window_kv_blocks_used
+        rows[at] = window_rows
+        self._window_starts_s, self._window_durations_s, self._window_kv_blocks_used = [], [], []
+        return rows
+
+    def _flush(self) -> None:
+        if not (self._staged or self._windows):
             return
-        rows = np.array(staged, dtype=np.float64)  # counts are far below 2**53: exact as floats
-        kv_blocks_used = rows[:, STEP_COLUMNS.index("kv_blocks_used")].astype(np.int64)
-        self._add_stats(len(staged), kv_blocks_used)
+        rows = self._staged_rows()
+        kv_blocks_used = rows[:, _COLUMN["kv_blocks_used"]].astype(np.int64)
+        self._add_stats(len(rows), kv_blocks_used)
         if self.keep:
             for j, (name, column) in enumerate(self._columns.items()):
                 column.extend(rows[:, j])

@@ -231,3 +231,77 @@ def test_decode_window_grows_the_plain_pools_tables_by_hand():
     assert bm.blocks_held_each([0, 1]) == [3, 3] and bm.num_used == 6 and finished == []
     assert [seq.num_computed_tokens for seq in running] == [34, 34]
     assert [len(seq.token_times_s) for seq in running] == [15, 15]
+
+
+# -- fifth pass: the default outcome, the step log's windows, lazy block tables ---------------------
+
+def test_complete_step_without_an_outcome_is_one_token_per_emitting_sequence():
+    from simulator.scheduler import StepOutcome
+    from traces import Request
+
+    def two_steps(outcome_of):
+        scheduler = _decoding_sarathi(2)
+        scheduler.add_request(Request(2, 1.0, 30, 3))
+        scheduler.add_request(Request(3, 1.0, 90, 2))  # a first chunk of 64 - 2 - 30 = 32 of its 90
+        done = []
+        for now in (1.0, 2.0):
+            plan = scheduler.schedule(now)
+            done += scheduler.complete_step(plan, outcome_of(plan), now + 1.0)
+        seqs = sorted(scheduler.running, key=lambda s: s.request_id)
+        return ([(s.request_id, s.num_computed_tokens, s.num_generated_tokens, s.token_times_s) for s in seqs],
+                [(f.request_id, f.token_times_s) for f in done])
+
+    running, done = two_steps(lambda plan: None)
+    # Decodes 0, 1: 20 + 2 computed, 1 + 2 tokens at 1.0 (their prefill), 2.0 and 3.0; request 2:
+    # its prompt at step 1 (token at 2.0), a decode at step 2 (3.0); request 3: 32, then the
+    # other 58 of its 90 within the 64 - 3 left (its first token at 3.0).
+    assert running == [(0, 22, 3, [1.0, 2.0, 3.0]), (1, 22, 3, [1.0, 2.0, 3.0]), (2, 31, 2, [2.0, 3.0]),
+                       (3, 90, 1, [3.0])] and done == []
+    assert two_steps(StepOutcome.without_speculation) == (running, done)
+
+
+def test_step_log_interleaves_decode_windows_with_scheduled_steps_in_order():
+    from simulator.scheduler.plan import BatchPlan, PlanColumns
+    from simulator.step_log import StepLog
+
+    def plan(kv_blocks_used):  # one prefill chunk of 7 tokens and 2 decodes
+        return BatchPlan.from_columns(PlanColumns([0, 1, 2], [7, 1, 1], [0, 5, 9], [True, False, False],
+                                                  [False, True, True], [0, 0, 0], [[], [], []]),
+                                      kv_blocks_used=kv_blocks_used)
+
+    log = StepLog()
+    log.extend_decodes([0.0, 0.5], [0.5, 0.5], 3, [10, 11], replica_id=4)
+    log.append(1.0, 0.25, plan(12), replica_id=4)
+    log.append(1.25, 0.25, plan(13), replica_id=4)
+    log.extend_decodes([1.5], [0.75], 2, [14], replica_id=4)
+    log.append(2.25, 0.5, plan(15), replica_id=4)
+    assert len(log) == 6
+    frame = log.to_frame()
+    assert frame["start_s"].tolist() == [0.0, 0.5, 1.0, 1.25, 1.5, 2.25]
+    assert frame["duration_s"].tolist() == [0.5, 0.5, 0.25, 0.25, 0.75, 0.5]
+    assert frame["kv_blocks_used"].tolist() == [10, 11, 12, 13, 14, 15]
+    assert frame["batch_size"].tolist() == [3, 3, 3, 3, 2, 3]
+    assert frame["num_prefill_tokens"].tolist() == [0, 0, 7, 7, 0, 7]
+    assert frame["num_decode_tokens"].tolist() == [3, 3, 2, 2, 2, 2]
+    assert frame["num_prefill_seqs"].tolist() == [0, 0, 1, 1, 0, 1]
+    assert (frame["replica_id"] == 4).all() and (frame["num_preempted"] == 0).all()
+    assert frame["kv_blocks_used"].dtype == np.int64 and frame["start_s"].dtype == np.float64
+
+
+def test_block_tables_are_looked_up_when_read_and_pinned_before_a_table_is_dropped():
+    from traces import Request
+
+    scheduler = _decoding_sarathi(2, prompt_tokens=20, output_tokens=2)  # each has 1 token to go
+    bm = scheduler.block_manager
+    plan = scheduler.schedule(1.0)
+    tables = [list(t) for t in (bm.block_table(0), bm.block_table(1))]
+    assert len(tables[0]) == 2 and len(tables[1]) == 2  # 20 + 1 tokens in 2 blocks each
+    scheduler.complete_step(plan, None, 2.0)  # both finish: their tables leave the manager
+    assert bm.block_table(0) == [] and bm.num_used == 0
+    # The plan still answers with the tables it was scheduled with (pinned before the frees).
+    assert list(plan.columns.block_tables) == tables and plan.columns.block_tables == tables
+    assert [s.block_table for s in plan.sequences] == tables
+    # A plan read at once gives the live lists, as before.
+    scheduler.add_request(Request(5, 2.0, 40, 3))
+    plan = scheduler.schedule(2.0)
+    assert plan.columns.block_tables[0] is bm.block_table(5) and len(bm.block_table(5)) == 3

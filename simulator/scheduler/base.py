@@ -168,7 +168,7 @@ class Scheduler:
             self._in_flight_plans.append(ids)
             self._executing_ids = None
         plan = BatchPlan.from_columns(
-            PlanColumns(ids, queries, contexts, prefills, emits, drafts, self.block_manager.block_tables(ids)), seqs,
+            PlanColumns(ids, queries, contexts, prefills, emits, drafts, self.block_manager.block_tables_column(ids)), seqs,
             tuple(map(_REQUEST_ID, preempted)) if preempted else (), self.block_manager.num_used,
             self._swap_in_tokens, self._swap_out_tokens, counts, len(getattr(entries, "decodes", ())))
         self._swap_in_tokens = self._swap_out_tokens = 0
@@ -236,20 +236,26 @@ class Scheduler:
         return seqs, queries, drafts, ids, contexts, prefills, emits, (prefill_tokens, prefill_seqs,
                                                                        draft_tokens if split else 0)
 
-    def complete_step(self, plan: BatchPlan, outcome: StepOutcome, now_s: float) -> list[FinishedRequest]:
+    def complete_step(self, plan: BatchPlan, outcome: StepOutcome | None, now_s: float) -> list[FinishedRequest]:
         """Apply a step's outcome at its end time `now_s`; return the requests that finished.
 
         A verify that emitted k tokens accepted k - 1 of its drafts; the KV slots of the
-        rejected drafts are released.
+        rejected drafts are released. `outcome=None` is `StepOutcome.without_speculation(plan)`
+        (one token per emitting sequence) without building it: the simulator's default.
         """
         finished = []
         c = plan.columns
         seqs = plan.scheduled or [self._in_flight[rid] for rid in c.request_ids]
         self._end_flight(c.request_ids)
         if not self.config.split_n:  # no drafts: every emission is one token (the hot path)
-            emitted_each = outcome.tokens_emitted
             k = plan.num_plain_decodes
-            if k and type(emitted_each) in (tuple, list) and emitted_each[:k].count(1) == k:  # plain decodes, 1 token each
+            if outcome is None:  # every emitting entry emits one token; plain decodes all emit
+                emitted_each = c.emits_token
+                plain = k
+            else:
+                emitted_each = outcome.tokens_emitted
+                plain = k and type(emitted_each) in (tuple, list) and emitted_each[:k].count(1) == k
+            if plain:  # plain decodes, 1 token each
                 for seq in seqs[:k]:  # the loop below with q = 1 and emitted = 1
                     seq.num_computed_tokens += 1
                     generated = seq.num_generated_tokens
@@ -275,6 +281,8 @@ class Scheduler:
                     if generated >= seq.max_output_tokens:
                         finished.append(self._finish(seq, now_s))
             return finished
+        if outcome is None:
+            outcome = StepOutcome.without_speculation(plan)
         for seq, q, drafts, emitted in zip(seqs, c.query_tokens, c.draft_tokens, outcome.tokens_emitted):
             if drafts:
                 rejected = drafts - max(0, emitted - 1)

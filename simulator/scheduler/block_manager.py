@@ -16,6 +16,43 @@ def blocks_for(num_tokens: int, block_size: int) -> int:
     return -(-num_tokens // block_size)
 
 
+class BlockTables:
+    """The block tables of a plan's request ids (a `PlanColumns.block_tables` column), looked
+    up when first read rather than every step: the simulator never reads them, the engine
+    does. The tables are the manager's live lists, so a late look-up gives the same lists as
+    an early one until a request's table is dropped; the manager pins (looks up) the latest
+    column before it drops any table (`BlockManager.free`), so reading it before the next
+    `schedule()` call gives what an eager look-up gave. A read-only sequence of lists."""
+
+    __slots__ = ("_tables", "_ids", "_lists")
+
+    def __init__(self, tables: dict[int, list[int]], request_ids: list[int]):
+        self._tables, self._ids, self._lists = tables, request_ids, None
+
+    def pin(self) -> list[list[int]]:
+        """The tables as a list, looked up now if not yet."""
+        if self._lists is None:
+            self._lists = list(map(self._tables.get, self._ids, repeat(_EMPTY)))
+        return self._lists
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __iter__(self):
+        return iter(self.pin())
+
+    def __getitem__(self, index):
+        return self.pin()[index]
+
+    def __eq__(self, other: object) -> bool:
+        return self.pin() == (other.pin() if isinstance(other, BlockTables) else other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return repr(self.pin())
+
+
 class BlockManager:
     """Owns the KV pool of one replica: `num_blocks` physical blocks of `block_size` tokens.
 
@@ -37,6 +74,7 @@ class BlockManager:
         self.watermark_blocks = int(watermark_fraction * num_blocks)
         self._free: deque[int] = deque(range(num_blocks))
         self._tables: dict[int, list[int]] = {}
+        self._unpinned: BlockTables | None = None  # the latest `block_tables_column`, not looked up yet
 
     @property
     def num_free(self) -> int:
@@ -65,6 +103,17 @@ class BlockManager:
     def block_tables(self, request_ids: list[int]) -> list[list[int]]:
         """`block_table` of each request id, in order (one call per step instead of one per sequence)."""
         return list(map(self._tables.get, request_ids, repeat(_EMPTY)))
+
+    def block_tables_column(self, request_ids: list[int]) -> BlockTables:
+        """`block_tables(request_ids)`, looked up when first read (`BlockTables`); the
+        previous column is no longer pinned (read a plan's tables before the next one)."""
+        column = self._unpinned = BlockTables(self._tables, request_ids)
+        return column
+
+    def _pin_tables(self) -> None:
+        """Look up the latest column's tables before a table is dropped (`BlockTables`)."""
+        self._unpinned.pin()
+        self._unpinned = None
 
     def try_grow_to(self, request_id: int, num_tokens: int) -> bool:
         """Reserve blocks so `request_id` holds `num_tokens`; False (nothing changed) if too few are free.
@@ -121,6 +170,8 @@ class BlockManager:
 
     def free(self, request_id: int) -> None:
         """Return all blocks of `request_id` to the pool (finish or preemption)."""
+        if self._unpinned is not None:
+            self._pin_tables()
         self._free.extend(self._tables.pop(request_id, ()))
 
     def _extra_blocks(self, request_id: int, num_tokens: int) -> int:

@@ -44,7 +44,9 @@ class ScheduledSequence(NamedTuple):
 class PlanColumns(NamedTuple):
     """A plan's sequences as aligned lists (one entry per scheduled sequence, in order): the
     `ScheduledSequence` fields column-wise. The simulator's hot loop reads these; building one
-    tuple per sequence per step only happens when something asks for `BatchPlan.sequences`."""
+    tuple per sequence per step only happens when something asks for `BatchPlan.sequences`.
+    A scheduler's `block_tables` is a `simulator.scheduler.block_manager.BlockTables` (a
+    read-only sequence of lists, looked up when first read)."""
 
     request_ids: list[int]
     query_tokens: list[int]
