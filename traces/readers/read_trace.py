@@ -6,6 +6,7 @@ import os
 from traces.ordering import requests_in_arrival_order
 from traces.readers.load_result import TraceLoadResult
 from traces.readers.parse_file import RowFilter, parse_file
+from traces.readers.read_cache import read_through
 
 
 def read_trace(
@@ -57,6 +58,22 @@ def read_trace(
             `where` column the file lacks, or a file that is not UTF-8 text.
         ValueError: an unknown `format` name.
     """
+    # The same file read again (a sweep's points, a search's trials): a copy of the last result
+    # when its bytes are the same (traces/readers/read_cache.py).
+    return read_through(path, _options_key(format, strict, where), lambda: _read_trace(path, format, strict, where))
+
+
+def _options_key(format: str, strict: bool, where: RowFilter | None) -> tuple | None:
+    """The reader's options as a key of `read_through`; None (not kept) for a filter whose values
+    are not plain lists or tuples of strings (a generator would be used up by the key)."""
+    if where is None:
+        return format, bool(strict), None
+    if not all(isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v) for v in where.values()):
+        return None
+    return format, bool(strict), tuple((str(k), tuple(v)) for k, v in where.items())
+
+
+def _read_trace(path, format: str, strict: bool, where: RowFilter | None) -> TraceLoadResult:
     parsed = parse_file(path, format, strict, where, need_arrivals=True)
     columns = parsed.columns
     requests = requests_in_arrival_order(
