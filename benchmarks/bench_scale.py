@@ -12,7 +12,9 @@ row group at a time; `--at-end` builds the frames in memory and writes them afte
 clients (`--think-time-s`, prompts uniform 50-2,000 and outputs uniform 20-400 tokens).
 `--sweep OUT --cache DIR` runs the point as `sarathi-sim sweep` does (`run_sweep` with the results
 cache and records written as it runs, then `write_results`; no report): a first run computes and
-stores it, a second one serves it from the cache, so the two give the cost of a cached point.
+stores it, a second one serves it from the cache, so the two give the cost of a cached point;
+`--points K` sweeps K such points (trace seeds 0..K-1), `--backend ray` on Ray (the peak RSS is
+then the driver's: the points run in Ray's worker processes).
 
 Run from the repo root:
     .venv/bin/python benchmarks/bench_scale.py                         # 1M requests, every record kept
@@ -20,6 +22,7 @@ Run from the repo root:
     .venv/bin/python benchmarks/bench_scale.py 100000 --write /tmp/scale   # also write requests/steps.parquet
     .venv/bin/python benchmarks/bench_scale.py 200000 --closed-loop 48 --write /tmp/scale
     .venv/bin/python benchmarks/bench_scale.py 200000 --sweep /tmp/sweep --cache /tmp/cache   # twice: computed, cached
+    .venv/bin/python benchmarks/bench_scale.py 100000 --sweep /tmp/sweep --points 4 --backend ray   # needs Ray
 """
 from __future__ import annotations
 
@@ -45,6 +48,8 @@ def main() -> None:
     parser.add_argument("--think-time-s", type=float, default=0.0, help="with --closed-loop: each client's think time")
     parser.add_argument("--sweep", type=Path, help="run the point as a sweep does into this run folder")
     parser.add_argument("--cache", type=Path, help="with --sweep: the results cache folder")
+    parser.add_argument("--points", type=int, default=1, help="with --sweep: this many points (trace seeds 0, 1, ...)")
+    parser.add_argument("--backend", default="local", help="with --sweep: local or ray (peak RSS: the driver's)")
     args = parser.parse_args()
     trace = {"kind": "profile", "name": "azure-conv", "qps": args.qps, "num_requests": args.requests, "seed": 0}
     if args.closed_loop:
@@ -56,7 +61,8 @@ def main() -> None:
         "output": {"token_times": not args.no_token_times, "steps": not args.no_steps},
     }
     if args.sweep is not None:
-        return sweep(point, args.sweep, args.cache)
+        points = [{**point, "trace": {**trace, "seed": seed}} for seed in range(args.points)]
+        return sweep(points, args.sweep, args.cache, args.backend)
     config = SweepConfig.model_validate(point)
     streamed = args.write is not None and not args.at_end
     start = time.process_time()
@@ -81,14 +87,15 @@ def main() -> None:
           f"P90 TTFT {row['ttft_s_p90']:.4f} s, completed {row['completed']:,}")
 
 
-def sweep(point: dict, out: Path, cache_dir: Path | None) -> None:
-    """The point through `run_sweep` and `write_results` (a sweep without its report)."""
+def sweep(points: list[dict], out: Path, cache_dir: Path | None, backend: str) -> None:
+    """The points through `run_sweep` and `write_results` (a sweep without its report), one
+    worker at a time (inline with the local backend)."""
     from experiments.outputs import RunFolder
     from experiments.planning.sweep import remove_point_files, run_sweep, write_results
 
     start = time.process_time()
     with RunFolder(out) as folder:
-        results = run_sweep([point], jobs=1, cache_dir=cache_dir, records_dir=folder.path)
+        results = run_sweep(points, jobs=1, cache_dir=cache_dir, records_dir=folder.path, backend=backend)
         try:
             write_results(results, folder)
         finally:
@@ -96,9 +103,11 @@ def sweep(point: dict, out: Path, cache_dir: Path | None) -> None:
     cpu_s = time.process_time() - start
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     row = results[0].row
-    print(f"sweep of one point of {row['num_requests']:,} requests ({'from the cache' if row.get('cached') else 'computed'}): "
-          f"{cpu_s:.1f} CPU-s, peak RSS {peak_mb:,.0f} MB ({peak_mb * 1024 / row['num_requests']:.2f} KB/request); "
-          f"P99 TBT {row['tbt_s_p99']:.4f} s, completed {row['completed']:,}")
+    cached = sum(bool(r.row.get("cached")) for r in results)
+    print(f"sweep of {len(results)} point(s) of {row['num_requests']:,} requests on {backend} ({cached} from the cache): "
+          f"{cpu_s:.1f} CPU-s in this process, its peak RSS {peak_mb:,.0f} MB "
+          f"({peak_mb * 1024 / row['num_requests']:.2f} KB/request of a point); "
+          f"first point's P99 TBT {row['tbt_s_p99']:.4f} s, completed {row['completed']:,}")
 
 
 if __name__ == "__main__":
