@@ -198,3 +198,28 @@ def test_backend_ray_without_ray_is_a_clear_error(tmp_path, monkeypatch):
     assert result.exit_code == 2, result.output
     assert "--backend ray needs Ray: pip install 'sarathi-sim[ray]'" in " ".join(result.output.split())
     assert "Traceback" not in result.output and not out.exists()
+
+
+def test_backend_ray_writes_the_local_table_and_its_cache(tmp_path, monkeypatch):
+    """On Ray (a local instance) the table is the local one, byte for byte, and the trials the
+    Ray workers ran are in OUT/.cache: a local rerun into the folder, the simulator broken,
+    writes the same table."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'sarathi-sim[ray]'); the no-Ray error "
+                                      "and a stand-in pool are tested without it")
+    import experiments.planning.disaggregation as disaggregation
+    import experiments.planning.sweep as sweep
+
+    args = ("--gpus", "2", "--tp", "1", "--qps", "2,8", "--num-requests", "40", "--seeds", "2")
+    assert invoke(tmp_path, *args, "--out", str(tmp_path / "local")).exit_code == 0
+    result = invoke(tmp_path, *args, "--out", str(tmp_path / "ray"), "--backend", "ray")
+    assert result.exit_code == 0, result.output
+    local = (tmp_path / "local" / "disaggregation.csv").read_bytes()
+    assert (tmp_path / "ray" / "disaggregation.csv").read_bytes() == local
+
+    def broken(*_, **__):
+        raise RuntimeError("simulated again")
+
+    monkeypatch.setattr(sweep, "run_point", broken)
+    monkeypatch.setattr(disaggregation, "run_point", broken)
+    assert invoke(tmp_path, *args, "--out", str(tmp_path / "ray")).exit_code == 0
+    assert (tmp_path / "ray" / "disaggregation.csv").read_bytes() == local
