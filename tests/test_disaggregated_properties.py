@@ -191,3 +191,28 @@ def test_closed_loop_transfer_on_a_window_step_boundary():
     assert slow.loc[8, "completion_s"] == pytest.approx(0.3076933)
     assert fast.loc[8, "completion_s"] == pytest.approx(slow.loc[8, "completion_s"])
     assert fast.loc[8, "kv_transfer_start_s"] == slow.loc[8, "kv_transfer_start_s"] == pytest.approx(0.2595065)
+
+
+def test_closed_loop_through_data_parallel_pools():
+    """A closed loop through a DP2 MoE prefill instance and two DP2 MoE decode instances (ranks in
+    lockstep, vLLM's balancer): every request ends once, each client's next request arrives
+    think_time_s after its previous one ended; decode windows (none in a lockstep group) change
+    nothing."""
+    from traces import ClosedLoopWorkload
+
+    frames = []
+    for fast in (True, False):
+        workload = ClosedLoopWorkload(4, 0.01, 300, 20, 30)
+        r = simulate_disaggregated(workload, _pool(1, "vllm_v1", 80, "least_outstanding", 1, 2, True),
+                                   _pool(2, "sarathi", 40, "round_robin", 1, 2, True), KvLink(1e8, 0.001),
+                                   kv_bytes_per_token=2048, fast_forward=fast).requests
+        r = r.sort_values("request_id").reset_index(drop=True)
+        assert list(r["request_id"]) == list(range(30)) and (r["finish_reason"] == "completed").all()
+        assert sorted(r["decode_replica_id"].unique()) == [2, 3, 4, 5]  # every decode rank used
+        last_end: dict[int, float] = {}
+        for rid, arrival, end in zip(r["request_id"], r["arrival_s"], r["completion_s"]):
+            client = workload.client_of(int(rid))
+            assert arrival == pytest.approx(last_end[client] + 0.01 if client in last_end else 0.0, rel=1e-15, abs=0)
+            last_end[client] = end
+        frames.append(r.drop(columns="token_times_s"))
+    pd.testing.assert_frame_equal(frames[0], frames[1])
