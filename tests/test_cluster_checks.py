@@ -42,8 +42,9 @@ def test_num_gpus_of_a_1p1d_cluster_is_two():
     ok = point(engine={"num_gpus": 2}, prefill={"replicas": 1}, decode={"replicas": 1})
     assert pool_gpus(ok) == {"prefill": 1, "decode": 1} and cluster_gpus(ok) == 2
     message = refused(engine={"num_gpus": 1}, prefill={"replicas": 1}, decode={"replicas": 1})
-    assert ("engine.num_gpus is 1 but the cluster's pools hold 2 GPUs (replicas × tensor_parallel_size × "
-            "pipeline_parallel_size: prefill 1 × 1 × 1 + decode 1 × 1 × 1); make them match") in message
+    assert ("engine.num_gpus is 1 but the cluster's pools hold 2 GPUs (replicas × data_parallel_size × "
+            "tensor_parallel_size × pipeline_parallel_size: prefill 1 × 1 × 1 × 1 + decode 1 × 1 × 1 × 1); "
+            "make them match") in message
 
 
 def test_num_gpus_counts_each_pools_tp_and_pp():
