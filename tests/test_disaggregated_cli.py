@@ -82,7 +82,7 @@ def test_bad_input_is_exit_2_with_the_reason(tmp_path, args, text, message):
     result = invoke(tmp_path, *args, "--out", str(out), text=text)
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
-    assert not (out / "disaggregation.csv").exists()
+    assert not out.exists()  # checked before the run folder is claimed
 
 
 def test_a_folder_holding_other_files_is_refused(tmp_path):
@@ -174,6 +174,9 @@ def test_search_seeds_is_the_default_and_the_option_overrides_it(tmp_path):
 
 
 @pytest.mark.parametrize(("args", "message"), [
+    (["--dp", "0"], "--dp '0': expected degrees >= 1"),
+    (["--ep", "maybe"], "--ep 'maybe': expected off, on or off,on"),
+    (["--ep", "on"], "expert parallelism (--ep on): llama-3-8b is a dense model (no experts)"),
     (["--seeds", "0"], "--seeds: seeds 0: expected a whole number from 1 to 20"),
     (["--seeds", "21"], "--seeds: seeds 21: expected a whole number from 1 to 20"),
     (["--backend", "slurm"], "--backend 'slurm': valid values are local, ray"),

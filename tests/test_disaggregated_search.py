@@ -333,3 +333,44 @@ def test_ray_gives_the_local_table(tmp_path):
     local = search(base, 2, (1,), seeds=2, **TWO_SEEDS)
     on_ray = search(base, 2, (1,), seeds=2, backend="ray", cache_dir=tmp_path / "cache", **TWO_SEEDS)
     pd.testing.assert_frame_equal(local, on_ray)
+
+
+def test_layouts_with_data_parallel_instances():
+    """llama-3-8b, TP1 with DP 1 and 2 on 4 GPUs: instance shapes of 1 GPU and of 2 (one DP2
+    engine). Colocated: 4x TP1 only (replicas of a DP group are not modelled). xPyD with
+    x·a + y·b = 4: (1, 1) x = 1..3 (3), (1, 2) x = 2 (1), (2, 1) x = 1 (1), (2, 2) x = 1 (1)."""
+    found = layouts(SweepConfig.model_validate(BASE), 4, (1,), (1,), (1, 2))
+    assert [layout.label for layout in found] == [
+        "colocated 4x TP1", "1P(TP1) 3D(TP1)", "2P(TP1) 2D(TP1)", "3P(TP1) 1D(TP1)", "2P(TP1) 1D(TP1 DP2)",
+        "1P(TP1 DP2) 2D(TP1)", "1P(TP1 DP2) 1D(TP1 DP2)"]
+    decode = found[-1].point.cluster.decode
+    assert decode.replicas == 1 and decode.engine["data_parallel_size"] == 2
+    assert all(cluster_gpus(layout.point) == 4 for layout in found)
+    with pytest.raises(ValueError, match="llama-3-8b is a dense model"):
+        layouts(SweepConfig.model_validate(BASE), 4, (1,), (1,), (1, 2), (False, True))
+
+
+def test_layouts_of_a_mixture_of_experts_with_dp_and_ep():
+    """qwen3-30b-a3b, TP 1, 2 × DP 1, 2 × EP off/on on 4 GPUs: shapes TP1 (EP 1 is none), TP1 DP2
+    off/on, TP2 off/on (2 GPUs), TP2 DP2 off/on (4). Colocated: 4x TP1, 2x TP2 off/on, 1x TP2 DP2
+    off/on = 5 (2x TP1 DP2 is not modelled). xPyD: 1+1 GPUs x = 1..3 (3), 1 GPU + a 2-GPU shape
+    x = 2 (4), a 2-GPU shape + 1 GPU x = 1 (4), two 2-GPU shapes (4 × 4 = 16): 27; 32 in all."""
+    moe = SweepConfig.model_validate({**BASE, "model": "qwen3-30b-a3b"})
+    found = layouts(moe, 4, (1, 2), (1,), (1, 2), (False, True))
+    labels = [layout.label for layout in found]
+    assert labels[:5] == ["colocated 4x TP1", "colocated 2x TP2", "colocated 2x TP2 EP2", "colocated 1x TP2 DP2",
+                          "colocated 1x TP2 DP2 EP4"]
+    assert len(found) == 32 and len(set(labels)) == 32
+    assert {"1P(TP1 DP2 EP2) 1D(TP2)", "2P(TP1) 1D(TP1 DP2 EP2)", "1P(TP2 EP2) 1D(TP2 EP2)"} <= set(labels)
+    assert all(cluster_gpus(layout.point) == 4 for layout in found)
+
+
+def test_a_dense_dp_engine_searches_as_replicas_do():
+    """A dense model's DP ranks are independent engines (vLLM run_engine_core): colocated 1x TP1
+    DP2 has the capacity of 2x TP1 replicas (its balancer and the router both pick the least
+    loaded), and the search runs the DP pool beside them."""
+    frame = search(SweepConfig.model_validate(BASE), 2, (1,), data_parallel_sizes=(1, 2), seeds=1,
+                   **TWO_SEEDS).set_index("label")
+    assert sorted(frame.index) == ["1P(TP1) 1D(TP1)", "colocated 1x TP1 DP2", "colocated 2x TP1"]
+    assert frame["error"].isna().all()
+    assert frame.loc["colocated 1x TP1 DP2", "capacity_qps"] == frame.loc["colocated 2x TP1", "capacity_qps"]

@@ -1,6 +1,6 @@
 """`sarathi-sim search-xpyd CONFIG --gpus N`: the xPyD search (experiments/planning/disaggregation.py).
 
-Every prefill/decode split and per-pool TP degree of N GPUs, and every colocated layout of them,
+Every prefill/decode split and per-pool TP (PP, DP, EP) degree of N GPUs, and every colocated layout of them,
 searched for the highest rate meeting the config's `goodput:` SLOs on `--attainment` of the
 requests, once per seed (`--seeds`, else `search.seeds`: the mean and a 95 % interval per
 layout), on local processes or Ray (`--backend`, as `sweep`'s); the table (best mean goodput per
@@ -39,6 +39,12 @@ def search_xpyd(
     tp: str = typer.Option("1,2,4,8", "--tp", help="Tensor-parallel degrees to try, comma-separated."),
     pp: str = typer.Option("1", "--pp", help="Pipeline-parallel degrees to try, comma-separated (an instance is "
                                              "TP x PP GPUs)."),
+    dp: str = typer.Option("1", "--dp", help="Data-parallel degrees of an instance to try, comma-separated (an "
+                                             "instance is TP x PP x DP GPUs, DP only at PP 1; a pool's instance is "
+                                             "then one vLLM DP engine)."),
+    ep: Optional[str] = typer.Option(None, "--ep", help="Expert parallelism of a mixture of experts' instances: off, "
+                                                        "on or off,on (default: the config's "
+                                                        "engine.enable_expert_parallel)."),
     attainment: float = typer.Option(0.9, "--attainment", min=0.0, max=1.0,
                                      help="Share of requests that must meet every goodput SLO (DistServe: 0.9)."),
     qps: Optional[str] = typer.Option(None, "--qps", help="Starting bracket LOW,HIGH in req/s (default: search.qps, "
@@ -71,7 +77,8 @@ def search_xpyd(
     from experiments.config import ConfigError, SweepConfig, load_config
     from experiments.outputs import CACHE_DIR, RunFolder
     from experiments.planning.backends import BackendError, check_available
-    from experiments.planning.disaggregation import DEFAULT_SEEDS, check_seeds, comparison, ranking, search, write_report
+    from experiments.planning.disaggregation import (DEFAULT_SEEDS, check_seeds, comparison, plan, ranking, search,
+                                                      write_report)
 
     try:
         check_available(backend, ray_address)
@@ -85,7 +92,7 @@ def search_xpyd(
     if point >= len(points):
         fail(f"--point {point} is out of range; this config has {len(points)} points")
     start = SweepConfig.model_validate(points[point])
-    tps, pps = _degrees("--tp", tp), _degrees("--pp", pp)
+    tps, pps, dps, eps = _degrees("--tp", tp), _degrees("--pp", pp), _degrees("--dp", dp), _expert_parallel(ep)
     bracket = _bracket(qps, start)
     search_keys = start.search
     seeds = seeds if seeds is not None else (search_keys.seeds if search_keys else DEFAULT_SEEDS)
@@ -93,6 +100,10 @@ def search_xpyd(
         check_seeds(start, seeds)
     except ValueError as exc:
         fail(f"--seeds: {exc}")
+    try:  # before the run folder is claimed: bad input leaves nothing behind
+        plan(start, gpus, tps, pps, dps, eps, seeds)
+    except ValueError as exc:
+        fail(str(exc))
     # search.qps bounds the search as in `sweep` (its top is the cap); --qps is a starting bracket.
     kwargs = {"attainment": attainment, "qps": bracket,
               "max_qps": bracket[1] if qps is None and search_keys is not None else None,
@@ -108,7 +119,8 @@ def search_xpyd(
     try:
         with RunFolder(out_dir, inputs=[config]) as folder:
             frame = search(start, gpus, tps, jobs=jobs, on_done=lambda row: _progress(done, row),
-                           pipeline_parallel_sizes=pps, seeds=seeds, backend=backend, ray_address=ray_address,
+                           pipeline_parallel_sizes=pps, data_parallel_sizes=dps, expert_parallel=eps, seeds=seeds,
+                           backend=backend, ray_address=ray_address,
                            **kwargs)
             folder.attempt(write_report, frame, start, folder.path, attainment,
                            outputs=("disaggregation.csv", "disaggregation.md", "disaggregation.png"))
@@ -146,6 +158,17 @@ def _degrees(option: str, text: str) -> tuple[int, ...]:
     if not degrees or min(degrees) < 1:
         fail(f"{option} {text!r}: expected degrees >= 1 separated by commas, e.g. 1,2,4")
     return degrees
+
+
+def _expert_parallel(text: Optional[str]) -> Optional[tuple[bool, ...]]:
+    """--ep off | on | off,on as enable_expert_parallel values; None: the config's."""
+    if text is None:
+        return None
+    values = {"off": False, "on": True}
+    words = [w.strip() for w in text.split(",")]
+    if not words or any(w not in values for w in words):
+        fail(f"--ep {text!r}: expected off, on or off,on")
+    return tuple(values[w] for w in words)
 
 
 def _bracket(qps: Optional[str], point) -> tuple[float, float]:

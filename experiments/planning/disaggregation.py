@@ -17,8 +17,8 @@ capacity search); the ranking and the best-of-each-kind comparison say where two
 overlap (the difference is not resolved at these seeds) instead of ranking on the means alone.
 
 Run (experiments/cli/xpyd.py):
-    .venv/bin/sarathi-sim search-xpyd CONFIG.yaml --gpus 8 [--tp 1,2] [--seeds 3] [--out DIR] [--jobs N]
-                                      [--backend local|ray [--ray-address ADDR]]
+    .venv/bin/sarathi-sim search-xpyd CONFIG.yaml --gpus 8 [--tp 1,2] [--pp 1,2] [--dp 1,2] [--ep off,on]
+                                      [--seeds 3] [--out DIR] [--jobs N] [--backend local|ray [--ray-address ADDR]]
 
 writes, into a run folder (`experiments.outputs.RunFolder`, every file whole),
 `disaggregation.csv` (one row per layout: kind, label, GPUs, capacity and goodput per GPU with
@@ -39,7 +39,8 @@ import pandas as pd
 
 from experiments.config import _MAX_SEED, SearchConfig, SweepConfig, cluster_label, describe_point
 from experiments.planning.capacity import confidence_interval, find_capacity
-from experiments.planning.layouts import tp_pp_problem
+from experiments.planning.layouts import Layout as ParallelLayout
+from experiments.planning.layouts import layout_problem
 from experiments.point import run_point
 from profiler import get_model_spec
 
@@ -59,30 +60,72 @@ class Layout:
 
     @property
     def label(self) -> str:
+        """'colocated 2x TP2', 'colocated 1x TP2 DP2 EP4', or the pools' (`cluster_label`)."""
         if self.kind == "colocated":
             e = self.point.engine
             pp = f" PP{e.pipeline_parallel_size}" if e.pipeline_parallel_size > 1 else ""
-            return f"colocated {e.replicas}x TP{e.tensor_parallel_size}{pp}"
+            dp = f" DP{e.data_parallel_size}" if e.data_parallel_size > 1 else ""
+            ep = f" EP{e.data_parallel_size * e.tensor_parallel_size}" if e.enable_expert_parallel else ""
+            return f"colocated {e.replicas}x TP{e.tensor_parallel_size}{pp}{dp}{ep}"
         return cluster_label(self.point)
 
 
-def layouts(base: SweepConfig, gpus: int, tensor_parallel_sizes: tuple[int, ...] = (1, 2, 4, 8),
-            pipeline_parallel_sizes: tuple[int, ...] = (1,)) -> list[Layout]:
-    """Every layout of exactly `gpus` GPUs, an instance being TP × PP GPUs (each (TP, PP) of the
-    two lists): colocated replicas of one instance shape, and xPyD with x·(TP_p·PP_p) +
-    y·(TP_d·PP_d) = gpus (x, y >= 1). The pools keep the base's `cluster:` settings (link, chunk
-    sizes, ...) if it has one, else a prefill pool with the base engine and a decode pool the
-    same. TP degrees the model's heads do not split into, and PP degrees above its layers, are
-    skipped.
+def instance_shapes(model, gpus: int, tensor_parallel_sizes=(1, 2, 4, 8), pipeline_parallel_sizes=(1,),
+                    data_parallel_sizes=(1,), expert_parallel=(False,)) -> list[ParallelLayout]:
+    """The instance shapes (one engine, replicas 1) of at most `gpus` GPUs crossing the degrees,
+    by TP, then PP, DP, EP: TP × PP × DP GPUs, DP > 1 only without PP (not modelled together,
+    `experiments.config._check_parallel_layout`), EP only for a mixture of experts and only
+    where DP × TP > 1 (EP 1 is no expert parallelism: that shape once, EP off). Shapes the model
+    cannot take (`experiments.planning.layouts.layout_problem`: TP not splitting its heads, PP
+    above its layers, an MoE's EP above its experts or TP not dividing its expert width) are
+    left out.
 
     Raises:
-        ValueError: gpus < 1, or no valid layout (e.g. only TP degrees the model cannot use).
+        ValueError: expert parallelism asked of a dense model.
+    """
+    if any(expert_parallel) and model.moe is None:
+        raise ValueError(f"expert parallelism (--ep on): {model.name} is a dense model (no experts)")
+    shapes: list[ParallelLayout] = []
+    for tp in sorted(set(tensor_parallel_sizes)):
+        for pp in sorted(set(pipeline_parallel_sizes)):
+            for dp in sorted(set(data_parallel_sizes)):
+                if tp * pp * dp > gpus or (dp > 1 and pp > 1):
+                    continue
+                for ep in sorted(set(expert_parallel)):
+                    shape = ParallelLayout(tp, pp, dp, bool(ep) and dp * tp > 1)
+                    if shape not in shapes and layout_problem(model, shape) is None:
+                        shapes.append(shape)
+    return shapes
+
+
+def layouts(base: SweepConfig, gpus: int, tensor_parallel_sizes: tuple[int, ...] = (1, 2, 4, 8),
+            pipeline_parallel_sizes: tuple[int, ...] = (1,), data_parallel_sizes: tuple[int, ...] = (1,),
+            expert_parallel: tuple[bool, ...] | None = None) -> list[Layout]:
+    """Every layout of exactly `gpus` GPUs, an instance being one of `instance_shapes` (TP × PP ×
+    DP GPUs; `expert_parallel` None: the base engine's `enable_expert_parallel`): colocated
+    replicas of one instance shape (a DP engine only alone: replicas of a DP group are not
+    modelled), and xPyD with x·size_p + y·size_d = gpus (x, y >= 1), each pool's instances one
+    vLLM engine of that shape (a DP instance: its ranks behind vLLM's DP balancer,
+    simulator/disaggregated.py). The pools keep the base's `cluster:` settings (link, chunk
+    sizes, ...) if it has one, else a prefill pool with the base engine and a decode pool the
+    same; the layout sets their parallel keys.
+
+    For a dense model a DP instance's ranks are independent engines (vLLM
+    vllm/v1/engine/core.py `run_engine_core`), so DP D of a dense model is close to D replicas
+    and differs only by vLLM's balancer against the pool's router; for a mixture of experts the
+    ranks share the MoE layers and step in lockstep, a layout of its own.
+
+    Raises:
+        ValueError: gpus < 1, expert parallelism for a dense model, or no valid layout (e.g.
+            only TP degrees the model cannot use).
     """
     if gpus < 1:
         raise ValueError(f"gpus must be >= 1, got {gpus}")
     model = get_model_spec(base.model)
-    shapes = [(tp, pp) for tp in sorted(set(tensor_parallel_sizes)) for pp in sorted(set(pipeline_parallel_sizes))
-              if tp * pp <= gpus and pp >= 1 and tp_pp_problem(model, tp, pp) is None]
+    if expert_parallel is None:
+        expert_parallel = (base.engine.enable_expert_parallel,)
+    shapes = instance_shapes(model, gpus, tensor_parallel_sizes, pipeline_parallel_sizes, data_parallel_sizes,
+                             expert_parallel)
     tree = base.model_dump(exclude_unset=True)
     tree.pop("variants", None)
     engine = dict(tree.get("engine", {}))
@@ -92,31 +135,37 @@ def layouts(base: SweepConfig, gpus: int, tensor_parallel_sizes: tuple[int, ...]
     # check_cluster` refuses one beside cluster:): the colocated engine's stay out of the xPyD points.
     pool_engine = {k: v for k, v in engine.items() if k not in ("router", "router_overlap_weight")}
     found = []
-    for tp, pp in shapes:
-        if gpus % (tp * pp) == 0:
-            colocated = {**tree, "engine": {**engine, "tensor_parallel_size": tp, "pipeline_parallel_size": pp,
-                                            "replicas": gpus // (tp * pp),
+    for shape in shapes:
+        replicas = gpus // shape.gpus
+        if gpus % shape.gpus == 0 and (shape.data_parallel_size == 1 or replicas == 1):
+            colocated = {**tree, "engine": {**engine, **_parallel_keys(shape), "replicas": replicas,
                                             "router": engine.get("router", "least_outstanding")}}
             found.append(Layout("colocated", SweepConfig.model_validate(colocated), gpus))
     for shape_p in shapes:
         for shape_d in shapes:
-            size_p, size_d = shape_p[0] * shape_p[1], shape_d[0] * shape_d[1]
-            for x in range(1, gpus // size_p + 1):
-                rest = gpus - x * size_p
-                if rest < size_d or rest % size_d:
+            for x in range(1, gpus // shape_p.gpus + 1):
+                rest = gpus - x * shape_p.gpus
+                if rest < shape_d.gpus or rest % shape_d.gpus:
                     continue
                 pools = {}
-                for name, replicas, (tp, pp) in (("prefill", x, shape_p), ("decode", rest // size_d, shape_d)):
+                for name, replicas, shape in (("prefill", x, shape_p), ("decode", rest // shape_d.gpus, shape_d)):
                     spec = dict(cluster.get(name, {}))
                     spec["replicas"] = replicas
-                    spec["engine"] = {**spec.get("engine", {}), "tensor_parallel_size": tp, "pipeline_parallel_size": pp}
+                    spec["engine"] = {**spec.get("engine", {}), **_parallel_keys(shape)}
                     pools[name] = spec
                 point = {**tree, "engine": pool_engine, "cluster": {**cluster, **pools}}
                 found.append(Layout("disaggregated", SweepConfig.model_validate(point), gpus))
     if not found:
-        raise ValueError(f"no layout of {gpus} GPUs with tensor_parallel_size in {tensor_parallel_sizes} and "
-                         f"pipeline_parallel_size in {pipeline_parallel_sizes} for {model.name}")
+        raise ValueError(f"no layout of {gpus} GPUs with tensor_parallel_size in {tensor_parallel_sizes}, "
+                         f"pipeline_parallel_size in {pipeline_parallel_sizes} and data_parallel_size in "
+                         f"{data_parallel_sizes} for {model.name}")
     return found
+
+
+def _parallel_keys(shape: ParallelLayout) -> dict:
+    """An instance shape as the engine keys that set it."""
+    return {"tensor_parallel_size": shape.tensor_parallel_size, "pipeline_parallel_size": shape.pipeline_parallel_size,
+            "data_parallel_size": shape.data_parallel_size, "enable_expert_parallel": shape.enable_expert_parallel}
 
 
 def slo_attainment(requests: pd.DataFrame, thresholds_s: dict[str, float], trim_fraction: float) -> float:
@@ -192,8 +241,10 @@ def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: 
 
 def search(base: SweepConfig, gpus: int, tensor_parallel_sizes=(1, 2, 4, 8), jobs: int = 1,
            on_done: Callable[[dict], None] | None = None, pipeline_parallel_sizes=(1,), seeds: int = DEFAULT_SEEDS,
-           backend: str = "local", ray_address: str | None = None, **capacity_kwargs) -> pd.DataFrame:
-    """Capacity and goodput per GPU of every layout (`layouts` of the TP and PP degrees), each
+           backend: str = "local", ray_address: str | None = None, data_parallel_sizes=(1,),
+           expert_parallel: tuple[bool, ...] | None = None, **capacity_kwargs) -> pd.DataFrame:
+    """Capacity and goodput per GPU of every layout (`layouts` of the TP, PP and DP degrees and
+    expert parallelism off/on), each
     searched `seeds` times (repetition k: the trace's and engine's seeds + k, `layout_capacity`'s
     `seed_offset`), best mean first. Every layout × seed is one task of the sweep's runner
     (`experiments.planning.sweep._run_all`): inline for one local job, else `jobs` worker
@@ -227,16 +278,10 @@ def search(base: SweepConfig, gpus: int, tensor_parallel_sizes=(1, 2, 4, 8), job
         experiments.planning.backends.BackendError: the backend cannot start (Ray missing or
             unreachable).
     """
-    from experiments.config import ClosedLoopTrace
     from experiments.planning.sweep import _run_all  # the sweep's runner: inline, a process pool, or Ray
 
-    if not base.goodput:
-        raise ValueError("the xPyD search meets the goodput: thresholds (ttft_s, tpot_s); the config sets none")
-    if isinstance(base.trace, ClosedLoopTrace):
-        raise ValueError(f"the xPyD search sets a request rate; a {base.trace.kind} trace is sized by its clients "
-                         "instead: use an open-loop trace (profile, synthetic, poisson, file)")
-    check_seeds(base, seeds)
-    found = layouts(base, gpus, tensor_parallel_sizes, pipeline_parallel_sizes)
+    found = plan(base, gpus, tensor_parallel_sizes, pipeline_parallel_sizes, data_parallel_sizes, expert_parallel,
+                 seeds)
     calls = {(i, k): (_safe_layout_capacity, (layout, base.goodput, {**capacity_kwargs, "seed_offset": k}))
              for i, layout in enumerate(found) for k in range(seeds)}
     outcomes: dict[int, dict[int, object]] = {i: {} for i in range(len(found))}
@@ -257,6 +302,27 @@ def ranked(rows: list[dict]) -> pd.DataFrame:
                                            ignore_index=True, na_position="last")
     frame["vs_best"] = standing(frame)
     return frame
+
+
+def plan(base: SweepConfig, gpus: int, tensor_parallel_sizes=(1, 2, 4, 8), pipeline_parallel_sizes=(1,),
+         data_parallel_sizes=(1,), expert_parallel: tuple[bool, ...] | None = None,
+         seeds: int = DEFAULT_SEEDS) -> list[Layout]:
+    """The layouts `search` would run, after its checks (the CLI calls it before claiming a run
+    folder, so bad input leaves nothing behind).
+
+    Raises:
+        ValueError: no `goodput:` thresholds, a closed-loop trace, bad seeds (`check_seeds`),
+            or `layouts`'.
+    """
+    from experiments.config import ClosedLoopTrace
+
+    if not base.goodput:
+        raise ValueError("the xPyD search meets the goodput: thresholds (ttft_s, tpot_s); the config sets none")
+    if isinstance(base.trace, ClosedLoopTrace):
+        raise ValueError(f"the xPyD search sets a request rate; a {base.trace.kind} trace is sized by its clients "
+                         "instead: use an open-loop trace (profile, synthetic, poisson, file)")
+    check_seeds(base, seeds)
+    return layouts(base, gpus, tensor_parallel_sizes, pipeline_parallel_sizes, data_parallel_sizes, expert_parallel)
 
 
 def check_seeds(base: SweepConfig, seeds: int) -> None:
