@@ -7,17 +7,23 @@ pinned on the benchmark's own model and device (llama-2-13b on a100-80gb, roofli
 - The disaggregated decode pool: a request that lands from the KV link should join the running
   decodes' next step (DistServe's decoding instance, vLLM V1's unified step); under the `vllm`
   (v0) policy it runs alone in a step and stalls them (fixed: it now joins them).
+- The benchmark's DistServe prices (its artifact's measured fits plus its simulator's Ray overhead),
+  vLLM 0.2.3's padded prompt batches, the prompt length that misses the TTFT SLO alone, and
+  DistServe's goodput rule, by hand.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from benchmarks.bench_distserve import (DISTSERVE_RATES_PER_GPU, DISTSERVE_VLLM_ATTAINMENT, DistServeFit,
+                                        distserve_prices, find_intersection, lone_ttft_misses)
+from experiments import point as point_module
 from experiments.config import SweepConfig
 from experiments.point import build_cost_model, run_point
 from simulator.disaggregated import KvLink, Pool, simulate_disaggregated
 from simulator.pricing import StepPricer
-from simulator.scheduler import SchedulerConfig, make_scheduler
+from simulator.scheduler import SCHEDULERS, SchedulerConfig, VllmV0Scheduler, make_scheduler
 from traces import Request
 
 
@@ -93,3 +99,67 @@ def test_request_from_the_link_joins_the_running_decodes_under_v0():
     (a 20.3 ms gap: one stalled step)."""
     result = decode_pool_run("vllm")
     assert decode_steps(result) == [(0.02, 1), (0.0301, 1), (0.0402, 1), (0.0503, 1), (0.0604, 2), (0.0706, 1)]
+
+
+def test_distserve_fit_prices_by_hand():
+    """vLLM 0.2.3, TP1 (ms): a lone 1,400-token prompt 22.0522 + 0.140509·1400 + 8.07658e-6·1400²
+    + Ray 2 + 0.0001·1400 = 22.0522 + 196.7129 + 15.8301 + 2.14 = 236.735; prompts 1,000 and 800
+    unpadded 22.0522 + 0.140509·1800 + 8.07658e-6·(1000² + 800²) + 2.18 = 290.394, padded to 1,000
+    each 22.0522 + 0.140509·2000 + 8.07658e-6·2·1000² + 2.18 = 321.404; two decodes at contexts
+    100 and 200 (Σ context + 1 = 302) 23.4750 + 0.000592934·302 + 0.0607269·2 + 2 + 0.0302 = 25.806;
+    95 decodes take the large-batch triple: 20.2064 + 0.000490773·95·11 + 0.120003·95 + 2 + 0.1045."""
+    fit = DistServeFit("vllm", 1)
+    assert fit.lone_prefill_s(1400) == pytest.approx(0.236735, abs=1e-6)
+    assert fit.predict_step_s([1000, 800], [0, 0], [True, True]) == pytest.approx(0.290394, abs=1e-6)
+    padded = DistServeFit("vllm", 1, padded=True)
+    assert padded.predict_step_s([1000, 800], [0, 0], [True, True]) == pytest.approx(0.321404, abs=1e-6)
+    assert fit.predict_step_s([1, 1], [100, 200], [False, False]) == pytest.approx(0.025806, abs=1e-6)
+    large_ms = 20.206356173691958 + 0.0004907727036234946 * 95 * 11 + 0.1200031385587413 * 95 + 2 + 1e-4 * 95 * 11
+    assert fit.predict_step_s([1] * 95, [10] * 95, [False] * 95) == pytest.approx(large_ms / 1e3, rel=1e-12)
+    assert fit.mixed_steps == 0
+    # DistServe's context instance at TP2: 14.7430 + 96.0081 (0.0685772·1400) + 4.8012 (2.44957e-6·1400²) + 2.14
+    assert DistServeFit("distserve", 2).lone_prefill_s(1400) == pytest.approx(0.117692, abs=1e-6)
+    with pytest.raises(KeyError):
+        DistServeFit("vllm", 2)  # DistServe measured vLLM at TP1, 2 and 4; only TP1 is carried
+
+
+def test_prompts_of_1481_tokens_miss_the_ttft_slo_alone_under_vllm_023():
+    """c·P² + b·P + a = 250 ms with a = 24.0522, b = 0.140609, c = 8.07658e-6: P = 1480.94, so
+    1,480 tokens take 249.845 ms and 1,481 take 250.009 ms (roofline: 1,932, BENCHMARKS.md)."""
+    fit = DistServeFit("vllm", 1)
+    assert fit.lone_prefill_s(1480) == pytest.approx(0.249845, abs=1e-6)
+    assert lone_ttft_misses(np.array([100, 1480, 1481, 2000]), fit.lone_prefill_s) == (0.5, 1481)
+
+
+def test_distserve_goodput_rule_on_its_own_vllm_curve():
+    """DistServe's measured vLLM curve (90, 90, 85, ... %) first crosses 90 % on the segment
+    0.5 → 1 req/s, at 0.5 (its 0.50 and 4.6x = 2.30 / 0.50); a curve that never crosses gives the
+    first rate; (1, 95 %) → (2, 85 %) crosses at 1.5."""
+    assert find_intersection(DISTSERVE_RATES_PER_GPU, DISTSERVE_VLLM_ATTAINMENT, 0.9) == pytest.approx(0.5)
+    assert find_intersection(DISTSERVE_RATES_PER_GPU, [0.8] * 8, 0.9) == 0.25
+    assert find_intersection([1, 2], [0.95, 0.85], 0.9) == pytest.approx(1.5)
+
+
+def test_vllm_023_pads_prompt_batches_and_caps_the_padding(tmp_path):
+    """Prompts of 1,000, 800 and 700 tokens waiting at once. vLLM 0.2.3: 1,000 + 800 pad 200 <= 256
+    and run as 2 × 1,000 (321.404 ms); adding 700 would pad 500, so it runs next, alone (22.0522 +
+    98.3565 + 3.9575 + 2.07 = 126.436 ms): TTFTs 0.321404, 0.321404, 0.447840 s. The project's
+    `vllm` runs all three in one unpadded step: 22.0522 + 0.140509·2500 + 8.07658e-6·2,130,000 +
+    2.25 = 392.779 ms for each."""
+    trace = tmp_path / "three.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,1000,2\n0.0,800,2\n0.0,700,2\n")
+    point = SweepConfig.model_validate({"model": "llama-2-13b", "device": "a100-80gb",
+                                        "trace": {"kind": "file", "path": str(trace)},
+                                        "engine": {"scheduler": "vllm", "max_num_batched_tokens": 16384}})
+    original_build = point_module.build_cost_model
+    with distserve_prices("vllm", padded=True):
+        padded = run_point(point)
+    assert SCHEDULERS["vllm"] is VllmV0Scheduler and point_module.build_cost_model is original_build
+    steps = padded.steps[padded.steps["num_prefill_tokens"] > 0]
+    assert list(steps["num_prefill_tokens"]) == [1800, 700]
+    ttft = padded.requests.sort_values("request_id")["ttft_s"].to_numpy()
+    np.testing.assert_allclose(ttft, [0.321404, 0.321404, 0.447840], atol=1e-6)
+    with distserve_prices("vllm"):
+        whole = run_point(point)
+    assert list(whole.steps["num_prefill_tokens"][whole.steps["num_prefill_tokens"] > 0]) == [2500]
+    np.testing.assert_allclose(whole.requests["ttft_s"].to_numpy(), [0.392779] * 3, atol=1e-6)
