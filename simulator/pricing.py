@@ -34,6 +34,10 @@ class StepPricer:
     pipeline_stages: int = 1
     p2p_s_per_token: float = 0.0
 
+    def __post_init__(self) -> None:
+        # A cost model that prices a scheduler's plan from its counts (the measured tables').
+        self._predict_scheduled = getattr(self.cost_model, "predict_scheduled_step_s", None)
+
     def step_s(self, plan: BatchPlan) -> float:
         """Whole-step time (one pass through every stage), seconds."""
         return self.stage_s(plan) * self.pipeline_stages
@@ -41,7 +45,13 @@ class StepPricer:
     def stage_s(self, plan: BatchPlan) -> float:
         """Time one micro-batch spends in one pipeline stage, seconds (= step time when P = 1)."""
         columns = plan.columns  # lists: the roofline sums a step's few dozen entries in plain Python
-        compute_s = self.cost_model.predict_step_s(columns.query_tokens, columns.context_tokens, columns.is_prefill)
+        counts = plan.counts
+        if counts is not None and self._predict_scheduled is not None:  # the scheduler's plan, counted
+            compute_s = self._predict_scheduled(columns.query_tokens, columns.context_tokens, columns.is_prefill,
+                                                counts[3], counts[1], plan.num_plain_decodes)
+        else:
+            compute_s = self.cost_model.predict_step_s(columns.query_tokens, columns.context_tokens,
+                                                       columns.is_prefill)
         if self.draft_cost_model is not None and plan.num_draft_tokens:
             compute_s += self._draft_s(plan)
         swap_s = (plan.swap_in_tokens + plan.swap_out_tokens) * self.swap_s_per_token

@@ -80,11 +80,15 @@ class StepLog:
         return self._stats.num_steps + len(self._staged) + len(self._window_starts_s)
 
     def append(self, start_s: float, duration_s: float, plan: BatchPlan, replica_id: int = 0) -> None:
-        prefill_tokens = plan.num_prefill_tokens
-        self._staged.append((replica_id, start_s, duration_s, prefill_tokens,
-                             sum(plan.columns.query_tokens) - prefill_tokens, plan.num_draft_tokens, len(plan),
-                             plan.num_prefill_seqs, plan.kv_blocks_used, len(plan.preempted_ids),
-                             plan.swap_in_tokens + plan.swap_out_tokens))
+        counts = plan.counts
+        if counts is not None:  # counted by the scheduler (every simulated step): no property calls
+            prefill_tokens, prefill_seqs, draft_tokens, num_tokens = counts
+        else:
+            prefill_tokens, prefill_seqs, draft_tokens = plan.num_prefill_tokens, plan.num_prefill_seqs, plan.num_draft_tokens
+            num_tokens = plan.num_tokens
+        self._staged.append((replica_id, start_s, duration_s, prefill_tokens, num_tokens - prefill_tokens,
+                             draft_tokens, len(plan.columns.request_ids), prefill_seqs, plan.kv_blocks_used,
+                             len(plan.preempted_ids), plan.swap_in_tokens + plan.swap_out_tokens))
         if len(self._staged) >= _FLUSH_STEPS:
             self._flush()
 

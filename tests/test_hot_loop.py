@@ -305,3 +305,29 @@ def test_block_tables_are_looked_up_when_read_and_pinned_before_a_table_is_dropp
     scheduler.add_request(Request(5, 2.0, 40, 3))
     plan = scheduler.schedule(2.0)
     assert plan.columns.block_tables[0] is bm.block_table(5) and len(bm.block_table(5)) == 3
+
+
+@pytest.mark.parametrize("model_name, device_name, tp", [("llama-3-8b", "h100-sxm", 1), ("qwen3-32b", "rtx-pro-6000", 2)])
+def test_scheduled_step_price_equals_predict_step_s_float_for_float_and_count_for_count(model_name, device_name, tp):
+    from profiler.device_spec import get_device_spec
+    from profiler.measured.shipped import build_measured
+    from profiler.model_spec import get_model_spec
+
+    def fresh():
+        return build_measured("auto", get_model_spec(model_name), get_device_spec(device_name), tp)
+
+    plain, counted = fresh(), fresh()
+    r = random.Random(11)
+    for _ in range(400):
+        k = r.randint(0, 60)  # leading plain decodes, then a few chunks / one-token prefills / decodes
+        q, c, p = [1] * k, [r.randint(1, 300_000) for _ in range(k)], [False] * k
+        for _ in range(r.randint(0, 3)):
+            prefill = r.random() < 0.8
+            q.append(r.choice([1, r.randint(2, 9_000)]) if prefill else 1)
+            c.append(r.randint(0, 120_000))
+            p.append(prefill)
+        expected = plain.predict_step_s(q, c, p)
+        assert counted.predict_scheduled_step_s(q, c, p, sum(q), sum(p), k) == expected
+    assert (counted.num_predictions, counted.out_of_grid_steps, counted.out_of_range) == (
+        plain.num_predictions, plain.out_of_grid_steps, plain.out_of_range)
+    assert plain.num_predictions == 400 and plain.out_of_grid_steps > 0  # contexts past the tables counted

@@ -566,6 +566,31 @@ class MeasuredCostModel:
             return 0.0, frozenset()
         num_tokens = int(sum(q))
         prefill_index = [i for i in compress(range(len(p)), p) if q[i] > 1] if any(p) else []  # C-level filter
+        return self._price_indexed(q, c, num_tokens, prefill_index)
+
+    def predict_scheduled_step_s(self, query_tokens: list[int], context_tokens: list[int], is_prefill: list[bool],
+                                 num_tokens: int, num_prefill_seqs: int, first_prefill: int) -> float:
+        """`predict_step_s` of a scheduler's plan (the same float, counted the same way), from
+        aligned lists and the counts the scheduler took while building them: `num_tokens` =
+        sum(query_tokens), `num_prefill_seqs` = sum(is_prefill), and no prefill before index
+        `first_prefill` (a plan's leading plain decodes), so the lists are not scanned again."""
+        q, p = query_tokens, is_prefill
+        if not q:
+            total, out = 0.0, _IN_GRID
+        else:
+            prefill_index = ([i for i in compress(range(first_prefill, len(p)), p[first_prefill:]) if q[i] > 1]
+                             if num_prefill_seqs else [])
+            total, out = self._price_indexed(q, context_tokens, num_tokens, prefill_index)
+        if out:
+            self._count(out)
+        else:
+            self.num_predictions += 1
+        return total
+
+    def _price_indexed(self, q: list[int], c: list[int], num_tokens: int,
+                       prefill_index: list[int]) -> tuple[float, frozenset]:
+        """`_price` of aligned lists whose token total is `num_tokens` and whose chunks priced
+        as prefills (prefill entries of more than one query token) sit at `prefill_index`."""
         prefills = []
         prefill_q = prefill_c = 0
         for i in prefill_index:  # a step's one or two chunks

@@ -163,7 +163,7 @@ class Scheduler:
         if entries:
             seqs, queries, drafts, ids, contexts, prefills, emits, counts = self._plan_columns(entries)
         else:
-            seqs, queries, drafts, ids, contexts, prefills, emits, counts = [], [], [], [], [], [], [], (0, 0, 0)
+            seqs, queries, drafts, ids, contexts, prefills, emits, counts = [], [], [], [], [], [], [], (0, 0, 0, 0)
         if ids:
             self._in_flight_plans.append(ids)
             self._executing_ids = None
@@ -176,7 +176,7 @@ class Scheduler:
 
     def _plan_columns(self, entries: list[Entry]) -> tuple[list, ...]:
         """(seqs, queries, drafts, ids, contexts, prefills, emits, (prefill tokens, prefill
-        sequences, draft tokens)) of non-empty `entries`: column-wise with C-level maps, as this
+        sequences, draft tokens, query tokens)) of non-empty `entries`: column-wise with C-level maps, as this
         runs once per step over every scheduled sequence; `PlainDecodeEntries` by
         `_decode_led_columns`."""
         decodes = getattr(entries, "decodes", None)
@@ -200,7 +200,8 @@ class Scheduler:
         # A prefill chunk that does not sample leaves its prompt unfinished: `decode_window`
         # checks that sequence first (every plan's running set has at most a few prefills).
         self._partial_prefill = next(compress(seqs, map(gt, prefills, emits)), None)
-        counts = (sum(compress(queries, prefills)), sum(prefills), sum(drafts) if self.config.split_n else 0)
+        counts = (sum(compress(queries, prefills)), sum(prefills), sum(drafts) if self.config.split_n else 0,
+                  sum(queries))
         return seqs, queries, drafts, ids, contexts, prefills, emits, counts
 
     def _decode_led_columns(self, entries: list[Entry], decodes: list[Sequence]) -> tuple[list, ...]:
@@ -214,6 +215,7 @@ class Scheduler:
         queries, drafts, prefills, emits = [1] * k, [0] * k, [False] * k, [True] * k
         split = self.config.split_n
         prefill_tokens = prefill_seqs = draft_tokens = 0
+        num_tokens = k
         partial = None
         for seq, q, d in entries[k:]:
             computed, target = seq.num_computed_tokens, seq.prefill_target_tokens
@@ -226,6 +228,7 @@ class Scheduler:
             drafts.append(d)
             prefills.append(prefill)
             emits.append(emit)
+            num_tokens += q
             if prefill:
                 prefill_tokens += q
                 prefill_seqs += 1
@@ -234,7 +237,7 @@ class Scheduler:
             draft_tokens += d
         self._partial_prefill = partial
         return seqs, queries, drafts, ids, contexts, prefills, emits, (prefill_tokens, prefill_seqs,
-                                                                       draft_tokens if split else 0)
+                                                                       draft_tokens if split else 0, num_tokens)
 
     def complete_step(self, plan: BatchPlan, outcome: StepOutcome | None, now_s: float) -> list[FinishedRequest]:
         """Apply a step's outcome at its end time `now_s`; return the requests that finished.
@@ -381,6 +384,7 @@ class Scheduler:
             the last step).
         """
         bm = self.block_manager
+        bm.forget_block_tables()  # the last plan completed before the window: its tables were read
         size = bm.block_size
         steps = len(step_end_s)
         new_blocks = [0] * steps  # blocks first needed at each step
@@ -652,8 +656,20 @@ class Scheduler:
             return decodes
         in_flight = self._in_flight
         without_slot = set()
+        bm = self.block_manager
+        # The plain pool's one-block growth inline (`try_grow_to` when the table is exactly full
+        # and a block is free); anything else asks `_ensure_kv`, which may preempt.
+        tables = bm._tables if type(bm) is BlockManager else None
+        free_blocks = bm._free
         for seq in starting_a_block:
-            if seq.request_id in in_flight and not self._ensure_kv(seq, seq.num_computed_tokens + 1, preempted):
+            if seq.request_id not in in_flight:
+                continue
+            if tables is not None and free_blocks:
+                table = tables.get(seq.request_id)
+                if table is not None and len(table) * size == seq.num_computed_tokens:
+                    table.append(free_blocks.popleft())
+                    continue
+            if not self._ensure_kv(seq, seq.num_computed_tokens + 1, preempted):
                 without_slot.add(seq.request_id)  # preempted itself, or no victim left
         if preempted or without_slot:
             decodes = [seq for seq in decodes if seq.request_id in in_flight and seq.request_id not in without_slot]

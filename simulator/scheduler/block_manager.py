@@ -110,6 +110,11 @@ class BlockManager:
         column = self._unpinned = BlockTables(self._tables, request_ids)
         return column
 
+    def forget_block_tables(self) -> None:
+        """The latest `block_tables_column` will not be read again: no need to pin it (a decode
+        window, which runs only after the last plan completed)."""
+        self._unpinned = None
+
     def _pin_tables(self) -> None:
         """Look up the latest column's tables before a table is dropped (`BlockTables`)."""
         self._unpinned.pin()

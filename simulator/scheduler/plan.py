@@ -74,7 +74,7 @@ class BatchPlan:
     view is derived from the other on first use. Treat a plan as immutable.
     """
 
-    __slots__ = ("_sequences", "_columns", "_arrays", "_counts", "preempted_ids", "kv_blocks_used",
+    __slots__ = ("_sequences", "_columns", "_arrays", "counts", "preempted_ids", "kv_blocks_used",
                  "swap_in_tokens", "swap_out_tokens", "scheduled", "num_plain_decodes")
 
     def __init__(self, sequences: tuple[ScheduledSequence, ...] = (), preempted_ids: tuple[int, ...] = (),
@@ -82,7 +82,8 @@ class BatchPlan:
         self._sequences = tuple(sequences)
         self._columns: PlanColumns | None = None
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._counts: tuple[int, int, int] | None = None  # (prefill tokens, prefill seqs, draft tokens) when known
+        # (prefill tokens, prefill seqs, draft tokens, all query tokens) when the scheduler counted them
+        self.counts: tuple[int, int, int, int] | None = None
         self.preempted_ids = tuple(preempted_ids)
         self.kv_blocks_used = kv_blocks_used
         self.swap_in_tokens = swap_in_tokens
@@ -93,18 +94,18 @@ class BatchPlan:
     @classmethod
     def from_columns(cls, columns: PlanColumns, scheduled: list | None = None, preempted_ids: tuple[int, ...] = (),
                      kv_blocks_used: int = 0, swap_in_tokens: int = 0, swap_out_tokens: int = 0,
-                     counts: tuple[int, int, int] | None = None, num_plain_decodes: int = 0) -> "BatchPlan":
+                     counts: tuple[int, int, int, int] | None = None, num_plain_decodes: int = 0) -> "BatchPlan":
         """A plan from aligned lists the scheduler already holds (no per-sequence tuples); the
         other fields as the constructor's (`preempted_ids` already a tuple). `counts`: the
-        plan's (num_prefill_tokens, num_prefill_seqs, num_draft_tokens) when the caller
-        counted them while building the columns (else they are counted on first use).
+        plan's (num_prefill_tokens, num_prefill_seqs, num_draft_tokens, num_tokens) when the
+        caller counted them while building the columns (else they are counted on first use).
         `num_plain_decodes`: how many leading entries are running decodes of one query token
         and no drafts (`scheduled` required; `Scheduler.complete_step` takes them in one pass)."""
         plan = cls.__new__(cls)  # the fields set directly: one plan per simulated step
         plan._sequences = None
         plan._columns = columns
         plan._arrays = None
-        plan._counts = counts
+        plan.counts = counts
         plan.preempted_ids = preempted_ids
         plan.kv_blocks_used = kv_blocks_used
         plan.swap_in_tokens = swap_in_tokens
@@ -172,25 +173,32 @@ class BatchPlan:
 
     @property
     def num_prefill_tokens(self) -> int:
-        if self._counts is not None:  # counted by the scheduler: the step log reads this every step
-            return self._counts[0]
+        if self.counts is not None:  # counted by the scheduler: the step log reads this every step
+            return self.counts[0]
         c = self.columns
         return sum(compress(c.query_tokens, c.is_prefill))
 
     @property
+    def num_tokens(self) -> int:
+        """Query tokens of every sequence (the step's token count)."""
+        if self.counts is not None:
+            return self.counts[3]
+        return sum(self.columns.query_tokens)
+
+    @property
     def num_decode_tokens(self) -> int:
-        return sum(self.columns.query_tokens) - self.num_prefill_tokens
+        return self.num_tokens - self.num_prefill_tokens
 
     @property
     def num_prefill_seqs(self) -> int:
-        if self._counts is not None:
-            return self._counts[1]
+        if self.counts is not None:
+            return self.counts[1]
         return sum(self.columns.is_prefill)
 
     @property
     def num_draft_tokens(self) -> int:
-        if self._counts is not None:
-            return self._counts[2]
+        if self.counts is not None:
+            return self.counts[2]
         return sum(self.columns.draft_tokens)
 
 
