@@ -17,6 +17,7 @@ gated MLP has 212M parameters a layer to OPT's 210M), a100-80gb, lengths from th
 drops prompt + output >= 2048, OPT-13B's context; Poisson arrivals), NVLink between the instances
 (`bandwidth_gb_s: device`). Two step-price sources (`PRICES`):
 - `roofline`: the project's roofline cost model;
+- `auto`: the shipped measured kernel tables (vLLM 0.14 kernels on the A100);
 - `distserve`: DistServe's own measured step times of OPT-13B on A100-80GB, the fits its simulator
   uses (`DISTSERVE_FITS`, below) plus that simulator's Ray overhead per step. vLLM 0.2.3's fit
   prices the colocated vLLM layouts, DistServe's engine's fit its prefill and decode instances.
@@ -35,12 +36,15 @@ Layouts:
 
 For each layout the capacity (bisection, 1,000-request trials, 10 % warm-up/drain trimmed), the
 per-GPU goodput and, at the capacity, the share of requests meeting TTFT alone and TPOT alone
-(which SLO binds); and, for the trace, the share of prompts whose TTFT alone (an idle instance)
-already exceeds the 0.25 s SLO under the layout's prices.
+(which SLO binds); its attainment at DistServe's eight per-GPU rates and DistServe's goodput rule
+on them; and, for the trace, the share of prompts whose TTFT alone (an idle instance) already
+exceeds the 0.25 s SLO under the layout's prices. Under `distserve` prices, `distserve_style` then
+repeats DistServe's own measuring procedure over 20 samples of the workload.
 
 Run from the repo root (a few CPU-seconds a layout):
     .venv/bin/python benchmarks/bench_distserve.py 1000                 # NUM_REQUESTS per trial, roofline
     .venv/bin/python benchmarks/bench_distserve.py 1000 256             # ... only outputs <= 256 tokens
+    .venv/bin/python benchmarks/bench_distserve.py 1000 0 auto          # the shipped measured kernel tables
     .venv/bin/python benchmarks/bench_distserve.py 1000 0 distserve     # DistServe's measured step times
     .venv/bin/python benchmarks/bench_distserve.py 1000 256 distserve
 """
@@ -319,13 +323,16 @@ def main(num_requests: int = 1000, max_output_tokens: int | None = None, prices:
         per_gpu = result.capacity_qps / gpus
         by_rule = find_intersection(DISTSERVE_RATES_PER_GPU, [both for both, _, _ in curve], 0.9)
         baseline = baseline or (per_gpu, by_rule)
-        print(f"{row.name}: capacity {result.capacity_qps:.3f} req/s on {gpus} GPU(s) = {per_gpu:.3f} per GPU "
-              f"({per_gpu / baseline[0]:.2f}x the first row); there TTFT met {at_capacity[1]:.1%}, TPOT met "
-              f"{at_capacity[2]:.1%}\n  both SLOs met at DistServe's per-GPU rates "
+        capacity = (f"capacity {result.capacity_qps:.3f} req/s on {gpus} GPU(s) = {per_gpu:.3f} per GPU "
+                    f"({per_gpu / baseline[0]:.2f}x the first row); there TTFT met {at_capacity[1]:.1%}, "
+                    f"TPOT met {at_capacity[2]:.1%}" if np.isfinite(per_gpu) else
+                    "capacity below 0.05 req/s (the search's floor fails)")
+        print(f"{row.name}: {capacity}\n  both SLOs met at DistServe's per-GPU rates "
               + " / ".join(f"{both:.0%}" for both, _, _ in curve)
               + f" -> DistServe's rule {by_rule:.2f} req/s per GPU ({by_rule / baseline[1]:.2f}x)"
-              f"\n  prompts >= {shortest} tokens ({share:.1%} of the trace) miss TTFT alone (prefill instance's prices)"
-              f"{f'; {mixed} mixed steps' if mixed else ''} ({len(result.trials)} trials, "
+              + (f"\n  prompts >= {shortest} tokens ({share:.1%} of the trace) miss TTFT alone" if shortest else
+                 "\n  no prompt under 2,048 tokens misses TTFT alone") + " (the prefill instance's prices)"
+              + f"{f'; {mixed} mixed steps' if mixed else ''} ({len(result.trials)} trials, "
               f"{time.process_time() - start:.0f} CPU-s)")
 
 
