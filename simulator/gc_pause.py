@@ -14,8 +14,8 @@ def paused_gc():
     running sequences, every imported module): on the full Azure conv trace (19,366 requests,
     `benchmarks/bench_full_trace.py`) about 0.15–0.2 CPU-s of a 2.5–3 CPU-s point, two full
     passes of ~0.05 s each among them (timed with `gc.callbacks`). A run makes almost no cyclic
-    garbage (~1,000 objects over that trace; `Sequence.decode_entry`, its one cycle, is broken
-    when the request finishes), and reference counting still frees everything else at once, so
+    garbage (~1,000 objects over that trace; a `Sequence` holds no reference to itself), and
+    reference counting still frees everything else at once, so
     memory is unchanged; what cyclic garbage there is waits for the first collection after the
     block. Nested blocks keep the outermost state. Results never depend on it.
     """

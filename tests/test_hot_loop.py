@@ -331,3 +331,19 @@ def test_scheduled_step_price_equals_predict_step_s_float_for_float_and_count_fo
     assert (counted.num_predictions, counted.out_of_grid_steps, counted.out_of_range) == (
         plain.num_predictions, plain.out_of_grid_steps, plain.out_of_range)
     assert plain.num_predictions == 400 and plain.out_of_grid_steps > 0  # contexts past the tables counted
+
+
+def test_plain_decode_entries_store_only_what_follows_the_decodes_but_read_as_every_entry():
+    from simulator.scheduler.base import PlainDecodeEntries
+    from simulator.scheduler.sequence import Sequence
+    from traces import Request
+
+    a, b, c = (Sequence(Request(i, 0.0, 10, 5)) for i in range(3))
+    entries = PlainDecodeEntries([a, b])
+    assert len(entries) == 2 and entries and list(entries) == [(a, 1, 0), (b, 1, 0)]
+    entries.append((c, 7, 0))  # a chunk after them
+    assert len(entries) == 3 and entries[2] == (c, 7, 0) and entries[-3] == (a, 1, 0)
+    assert entries.tail == [(c, 7, 0)] and list(zip(*entries))[1] == (1, 1, 7)
+    assert entries == [(a, 1, 0), (b, 1, 0), (c, 7, 0)]
+    empty = PlainDecodeEntries([])
+    assert not empty and len(empty) == 0 and list(empty) == []

@@ -39,13 +39,40 @@ class PlainDecodeEntries(list):
     """Entries that start with plain decodes: (seq, 1, 0) for each of `decodes` (running decodes
     with their token slot reserved, no drafts), in order; a policy may append entries after them
     but never removes or reorders these. `schedule` then fills their columns by list repetition
-    (a plain decode is not a prefill and always samples) instead of reading each sequence."""
+    (a plain decode is not a prefill and always samples) instead of reading each sequence.
+
+    Only the appended entries are stored as the list's items (`tail`), so the decodes' entries
+    are not built every step; iterating, `len`, truthiness and indexing see every entry."""
 
     __slots__ = ("decodes",)
 
     def __init__(self, decodes: list[Sequence]):
-        super().__init__([seq.decode_entry for seq in decodes])
+        super().__init__()
         self.decodes = decodes
+
+    @property
+    def tail(self) -> list[Entry]:
+        """The entries after the decodes' (a copy)."""
+        return list(list.__iter__(self))
+
+    def __iter__(self):
+        yield from ((seq, 1, 0) for seq in self.decodes)
+        yield from list.__iter__(self)
+
+    def __len__(self) -> int:
+        return len(self.decodes) + list.__len__(self)
+
+    def __bool__(self) -> bool:
+        return bool(self.decodes) or list.__len__(self) > 0
+
+    def __getitem__(self, index):
+        return list(self)[index]
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, list) else NotImplemented
+
+    __hash__ = None
+
 
 _REQUEST_ID = attrgetter("request_id")
 
@@ -217,7 +244,7 @@ class Scheduler:
         prefill_tokens = prefill_seqs = draft_tokens = 0
         num_tokens = k
         partial = None
-        for seq, q, d in entries[k:]:
+        for seq, q, d in list.__iter__(entries):  # the entries after the decodes (`PlainDecodeEntries.tail`)
             computed, target = seq.num_computed_tokens, seq.prefill_target_tokens
             prefill = computed < target
             emit = (q + computed - d if split else q + computed) >= target  # as `_plan_columns`
@@ -706,7 +733,6 @@ class Scheduler:
         return drafts
 
     def _finish(self, seq: Sequence, now_s: float) -> FinishedRequest:
-        seq.decode_entry = None  # the sequence refers to itself there: let it be freed at once
         self.running.remove(seq)
         del self._in_flight[seq.request_id]
         self._free_kv(seq, resumes=False)

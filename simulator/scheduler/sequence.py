@@ -41,12 +41,8 @@ class Sequence:
     num_cached_tokens: int = -1
     resumed_cached_tokens: int = 0
     token_times_s: list[float] = field(default_factory=list)
-    # Its plan entry as a plain decode, (self, 1 query token, 0 drafts), made once instead of
-    # once per step (`PlainDecodeEntries`); dropped when it finishes, which ends the cycle.
-    decode_entry: tuple | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.decode_entry = (self, 1, 0)
         self.request_id = self.request.request_id
         self.prefill_target_tokens = self.request.prompt_tokens
         self.max_output_tokens = self.max_output_tokens or self.request.output_tokens
