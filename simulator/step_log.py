@@ -2,6 +2,7 @@
 and a run of millions of steps holds 88 bytes a step, not 11 Python lists."""
 from __future__ import annotations
 
+from itertools import chain
 from typing import NamedTuple
 
 import numpy as np
@@ -110,7 +111,7 @@ class StepLog:
         staged, self._staged = self._staged, []
         windows, self._windows = self._windows, []
         if not windows:
-            return np.array(staged, dtype=np.float64).reshape(len(staged), len(STEP_COLUMNS))
+            return _rows_array(staged)
         before, steps, batch, replica = (np.array(column, dtype=np.int64) for column in zip(*windows))
         num_window_rows = int(steps.sum())
         rows = np.empty((len(staged) + num_window_rows, len(STEP_COLUMNS)), dtype=np.float64)
@@ -120,7 +121,7 @@ class StepLog:
         scheduled = np.ones(rows.shape[0], dtype=bool)
         scheduled[at] = False
         if staged:
-            rows[scheduled] = np.array(staged, dtype=np.float64)
+            rows[scheduled] = _rows_array(staged)
         window_rows = np.zeros((num_window_rows, len(STEP_COLUMNS)), dtype=np.float64)
         window_rows[:, _COLUMN["replica_id"]] = np.repeat(replica, steps)
         window_rows[:, _COLUMN["start_s"]] = self._window_starts_s
@@ -182,6 +183,13 @@ class StepLog:
         hands its columns to the frame and is empty afterwards."""
         self._flush()
         return _frame({name: column.release() for name, column in self._columns.items()})
+
+
+def _rows_array(rows: list[tuple]) -> np.ndarray:
+    """Row tuples of `STEP_COLUMNS` as one float64 array (len(rows), columns), by one C-level
+    pass over their values (faster than `np.array` of the tuples)."""
+    width = len(STEP_COLUMNS)
+    return np.fromiter(chain.from_iterable(rows), np.float64, len(rows) * width).reshape(len(rows), width)
 
 
 def _frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:

@@ -347,3 +347,13 @@ def test_plain_decode_entries_store_only_what_follows_the_decodes_but_read_as_ev
     assert entries == [(a, 1, 0), (b, 1, 0), (c, 7, 0)]
     empty = PlainDecodeEntries([])
     assert not empty and len(empty) == 0 and list(empty) == []
+
+
+def test_step_rows_array_is_the_rows_as_floats_in_order():
+    from simulator.step_log import STEP_COLUMNS, _rows_array
+
+    rows = [tuple(range(j, j + len(STEP_COLUMNS))) for j in (0, 100)]
+    array = _rows_array(rows)
+    assert array.shape == (2, len(STEP_COLUMNS)) and array.dtype == np.float64
+    assert array.tolist() == [[float(v) for v in row] for row in rows]
+    assert _rows_array([]).shape == (0, len(STEP_COLUMNS))

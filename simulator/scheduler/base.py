@@ -116,6 +116,7 @@ class Scheduler:
         manager = PrefixCachingBlockManager if self.prefix_caching else BlockManager
         self.block_manager = manager(config.num_gpu_blocks, config.block_size, watermark)
         self.waiting = WaitingQueue(config.policy)
+        self._waiting_items = self.waiting.items  # its container, head first (per-step checks)
         self.running: list[Sequence] = []  # ordered by policy: oldest / most important first
         self._in_flight: dict[int, Sequence] = {}  # running sequences by request id
         # Request ids of each plan scheduled and not yet completed (pipeline parallelism keeps
@@ -165,7 +166,7 @@ class Scheduler:
         return request.output_tokens
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self._waiting_items or self.running)
 
     @property
     def num_executing(self) -> int:
@@ -361,7 +362,7 @@ class Scheduler:
         number of `schedule`/`complete_step` calls would, bar which physical block ids are used.
         """
         running = self.running
-        if (self.waiting or self._in_flight_plans or not running or self.config.split_n
+        if (self._waiting_items or self._in_flight_plans or not running or self.config.split_n
                 or not self._decodes_all_run(len(running))):
             return running, 0
         partial = self._partial_prefill
@@ -563,9 +564,9 @@ class Scheduler:
         Returns the admitted sequence, or None (nothing changed) if the pool cannot hold its
         admission reservation above the watermark or `max_num_seqs` is reached.
         """
-        if not self.waiting or not self._can_admit_more():
+        if not self._waiting_items or not self._can_admit_more():
             return None
-        seq = self.waiting.head()
+        seq = self._waiting_items[0]
         bm = self.block_manager
         hit_tokens = len(hit_blocks) * bm.block_size if hit_blocks else 0
         reserve = self._admission_tokens(seq, num_query_tokens) + hit_tokens
@@ -603,8 +604,9 @@ class Scheduler:
         """Pass C of Sarathi-Serve: admit from the head of `waiting`, strictly in order, each
         with its first chunk min(pending, budget, max_chunk), until the budget, `max_num_seqs` or
         the KV pool stops it. Returns the budget left."""
-        while budget > 0 and self.waiting:
-            n = min(self.waiting.head().num_pending_tokens, budget, max_chunk or budget)
+        waiting = self._waiting_items
+        while budget > 0 and waiting:
+            n = min(waiting[0].num_pending_tokens, budget, max_chunk or budget)
             seq = self._admit_head(n)
             if seq is None:
                 break

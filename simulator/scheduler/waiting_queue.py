@@ -29,6 +29,9 @@ class WaitingQueue:
         self.policy = policy
         self.key = priority_key if policy == "priority" else fcfs_key
         self._items: deque[Sequence] | list[Sequence] = deque() if policy == "fcfs" else []
+        # The same container, head first, for the scheduler's per-step checks (C-level
+        # truthiness and `[0]` instead of this class's methods); read it, never modify it.
+        self.items = self._items
 
     def __len__(self) -> int:
         return len(self._items)
