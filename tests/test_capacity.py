@@ -175,3 +175,39 @@ def test_saturation_guess_narrows_the_bracket_without_changing_the_answer(true_c
         assert [q for q, _ in guided.trials[:4]] == [2.0, 40.0, pytest.approx(19.95), pytest.approx(23.1)]
         assert len(guided.trials) <= len(plain.trials) - 3
     assert len(guided.trials) <= len(plain.trials) + 2
+
+
+def test_a_seed_below_the_searched_range_counts_zero_in_the_capacity_row():
+    """Seeds 8, 10 and one whose lowest rate failed (NaN): mean (8 + 10 + 0) / 3 = 6, the
+    interval over [8, 10, 0] (t(0.975, 2) = 4.303, s = 5.292: 6 ± 13.15, low clipped at 0);
+    dropping the failed seed reported 9 as if all three had met the SLOs."""
+    import math
+
+    from experiments.planning.search import capacity_row
+
+    row = capacity_row("p", 0, [8.0, 10.0, math.nan], max_qps=64.0)
+    assert row["capacity_qps"] == 6.0 and row["seeds_below_lowest_rate"] == 1
+    assert row["capacity_by_seed"] == "8, 10, below"
+    assert row["capacity_ci_low"] == 0.0 and abs(row["capacity_ci_high"] - (6 + 4.3027 * 5.2915 / 3 ** 0.5)) < 1e-3
+    every = capacity_row("p", 0, [math.nan, math.nan], max_qps=64.0)
+    assert math.isnan(every["capacity_qps"]) and every["seeds_below_lowest_rate"] == 2
+
+
+def test_the_capacity_report_warns_of_seeds_below_the_searched_range():
+    """A point with one of three seeds below the range: the report says it counts 0 in the mean."""
+    import math
+
+    import pandas as pd
+
+    from experiments.config import SweepConfig
+    from experiments.planning.report import capacity_summary
+    from experiments.planning.search import capacity_row
+
+    base = SweepConfig.model_validate({"trace": {"kind": "poisson", "qps": 1},
+                                       "search": {"qps": [1, 32], "num_requests": 100, "seeds": 3}})
+    row = {**capacity_row("p0", 0, [8.0, 10.0, math.nan], 32.0), "model": "llama-3-8b", "device": "h100-sxm",
+           "scheduler": "sarathi", "vllm_flags": "--x", "vllm_command": "vllm serve m"}
+    summary = capacity_summary(pd.DataFrame([row]), base, {"tbt_p99_s": 0.1})
+    assert "Some seeds met the SLOs at no load searched (not even 1 QPS) and count 0 in the mean: p0 (1 of 3); " \
+           "lower search.qps to measure them." in summary.warnings
+    assert summary.best_id == 0

@@ -105,7 +105,10 @@ def test_fleet_sizing_of_a_cluster_counts_whole_clusters_and_all_their_gpus(tmp_
     row = fleet_row(point, 12.5, trials)
     assert row["fleet_replicas"] == 4 and row["fleet_gpus"] == 32
     assert row["usd_per_million_output_tokens"] == pytest.approx(96 / (40 * 200 * 3600) * 1e6)
-    assert per_gpu_row(point, [12.0, 13.0, float("nan")]) == {"num_gpus": 8, "capacity_per_gpu_qps": 12.5 / 8}
+    # A seed below the searched range counts 0 (dropping it overstated the capacity: 12.5 / 8).
+    assert per_gpu_row(point, [12.0, 13.0, float("nan")]) == {"num_gpus": 8, "capacity_per_gpu_qps": 25.0 / 3 / 8}
+    assert per_gpu_row(point, [float("nan")] * 2)["capacity_per_gpu_qps"] != per_gpu_row(point, [0.0])[
+        "capacity_per_gpu_qps"]  # every seed below: NaN, not 0
 
 
 def test_fleet_sizing_counts_every_gpu_of_a_colocated_point():

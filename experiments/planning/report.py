@@ -749,6 +749,13 @@ def capacity_summary(points: pd.DataFrame, base: SweepConfig, slo: dict[str, flo
     if len(never):
         warnings.append(f"Meets the SLOs at no load searched (not even {s.qps[0]:g} QPS): "
                         + ", ".join(never["label"]) + ".")
+    if "seeds_below_lowest_rate" in ok:  # counted 0 in the mean (experiments.planning.search.capacity_row)
+        some = ok[ok["capacity_qps"].notna() & (ok["seeds_below_lowest_rate"].fillna(0) > 0)]
+        if len(some):
+            warnings.append(f"Some seeds met the SLOs at no load searched (not even {s.qps[0]:g} QPS) and count 0 in "
+                            "the mean: " + ", ".join(f"{r['label']} ({int(r['seeds_below_lowest_rate'])} of "
+                                                     f"{s.seeds})" for _, r in some.iterrows())
+                            + "; lower search.qps to measure them.")
     ranked = ok[ok["capacity_qps"].notna()].sort_values(["capacity_qps", "point_id"], ascending=[False, True])
     if ranked.empty:
         return CapacitySummary(header, ["No point meets the SLOs even at the lowest load searched."], warnings,

@@ -73,11 +73,26 @@ def search_capacity(point: SweepConfig, point_id: int, seed: int) -> tuple[float
 
 def capacity_row(label: str, point_id: int, capacities: list[float], max_qps: float) -> dict:
     """Mean capacity over seeds with its 95 % Student-t interval; `capacity_at_bound` when a seed
-    passed at the top of the searched range (the true capacity may be higher)."""
-    mean, low, high = confidence_interval(capacities)
-    return {"point_id": point_id, "label": label, "capacity_qps": mean, "capacity_ci_low": low,
-            "capacity_ci_high": high, "capacity_by_seed": ", ".join(f"{c:.4g}" for c in capacities),
-            "capacity_at_bound": any(c >= max_qps for c in capacities)}
+    passed at the top of the searched range (the true capacity may be higher).
+
+    A seed whose lowest rate already failed (capacity NaN: below the searched range) counts 0 in
+    the mean and the interval, which understates the capacity and never overstates it (dropping
+    it would report the other seeds' mean as if every seed had met the SLOs);
+    `seeds_below_lowest_rate` counts them and `capacity_by_seed` names them "below". The capacity
+    is NaN only when every seed is below the range."""
+    below = sum(math.isnan(c) for c in capacities)
+    mean, low, high = confidence_interval(_below_as_zero(capacities))
+    return {"point_id": point_id, "label": label, "capacity_qps": math.nan if below == len(capacities) else mean,
+            "capacity_ci_low": low, "capacity_ci_high": high,
+            "capacity_by_seed": ", ".join("below" if math.isnan(c) else f"{c:.4g}" for c in capacities),
+            "capacity_at_bound": any(c >= max_qps for c in capacities), "seeds_below_lowest_rate": below}
+
+
+def _below_as_zero(capacities: list[float]) -> list[float]:
+    """Seeds below the searched range as 0 (see `capacity_row`), unless every seed is."""
+    if all(math.isnan(c) for c in capacities):
+        return list(capacities)
+    return [0.0 if math.isnan(c) else c for c in capacities]
 
 
 def cost_model_summary(trials: list[dict]) -> dict:
@@ -100,10 +115,12 @@ def per_gpu_row(point: SweepConfig, capacities: list[float]) -> dict:
     cluster against one TP2 replica): `num_gpus` (`cluster_gpus`: replicas × TP × PP × DP, or
     the pools' sum) and `capacity_per_gpu_qps`: mean capacity over seeds / GPUs, DistServe's
     "goodput per GPU" (Zhong et al., OSDI'24 §2.1) with the search's percentile SLOs as the bar
-    (NaN when no seed passed a trial)."""
+    (NaN when no seed passed a trial; a seed below the searched range counts 0, as in
+    `capacity_row`)."""
     gpus = cluster_gpus(point)
-    valid = [c for c in capacities if not math.isnan(c)]
-    return {"num_gpus": gpus, "capacity_per_gpu_qps": float(np.mean(valid)) / gpus if valid else math.nan}
+    if all(math.isnan(c) for c in capacities):
+        return {"num_gpus": gpus, "capacity_per_gpu_qps": math.nan}
+    return {"num_gpus": gpus, "capacity_per_gpu_qps": float(np.mean(_below_as_zero(capacities))) / gpus}
 
 
 def fleet_row(point: SweepConfig, capacity_qps: float, trials: list[dict]) -> dict:
