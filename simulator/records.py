@@ -209,7 +209,10 @@ class RequestRecords:
         starts = np.cumsum(lengths) - lengths
         emitted = lengths > 0
         first = np.searchsorted(ends, times[starts[emitted]])
-        steps = np.repeat(first - starts[emitted], lengths[emitted]) + np.arange(times.size)
+        # int32 as stored (`token_steps`): half the memory traffic of the 4-byte-a-token passes
+        index = np.int32 if max(times.size, ends.size) < 2**31 else np.int64
+        steps = np.repeat((first - starts[emitted]).astype(index), lengths[emitted])
+        steps += np.arange(times.size, dtype=index)
         np.minimum(steps, ends.size - 1, out=steps)
         missed = np.flatnonzero(ends[steps] != times)
         if missed.size:

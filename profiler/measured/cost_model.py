@@ -526,8 +526,10 @@ class MeasuredCostModel:
         layers = self.model.num_layers
         rows = float(num_seqs)
         # The mean context of each step, as `_price` forms the KV total, then one look-up pass.
-        points_kv = [float(total_context + j * num_seqs + num_seqs - rows) / rows + 1.0
-                     for j in range(first_step, first_step + num_steps)]
+        # (sum(c) + (j + 1) n − rows) / rows + 1 for each step j: the ints by a range, the float
+        # operations as written out per step (int − float, /, +), so the same floats.
+        first_total = total_context + (first_step + 1) * num_seqs
+        points_kv = [(i - rows) / rows + 1.0 for i in range(first_total, first_total + num_steps * num_seqs, num_seqs)]
         times, outs = grid.at2_many(rows, points_kv)
         if not (in_grid or any(outs)):  # every step on the grid: counted at once
             self.num_predictions += num_steps
