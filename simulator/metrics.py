@@ -17,7 +17,7 @@ import pandas as pd
 
 from simulator.records import RequestRecords, requests_table
 from simulator.records_parquet import ParquetTokenTimes, SeriesTokenTimes
-from simulator.records_percentiles import streamed_percentiles_of
+from simulator.records_percentiles import percentiles_of_sorted, streamed_percentiles_of
 from simulator.records_sketch import GapSketch, gaps_of_flat
 from simulator.scheduler import COMPLETED, FINISH_REASONS, FinishedRequest
 from simulator.step_log import StepStats
@@ -107,19 +107,26 @@ def requests_frame(finished: list[FinishedRequest]) -> pd.DataFrame:
 def percentile_stats(name: str, values: np.ndarray, scratch: bool = False) -> dict[str, float]:
     """{name}_mean and {name}_p50 … _p99.9 of the non-NaN values; NaN for an empty sample.
 
-    `scratch`: `values` is the caller's own array, which may be left reordered: the percentiles
-    partially sort it in place instead of a copy (`numpy.percentile(overwrite_input=True)`, the
-    same values: the order statistics do not depend on the input's order). The mean is taken
-    before, over the values in their order (the same float sum)."""
+    `scratch`: `values` is the caller's own array, which may be left reordered: it is sorted in
+    place instead of copied and partially sorted, and the percentiles read from it
+    (`records_percentiles.percentiles_of_sorted`: numpy's interpolation, the same floats; numpy's
+    vectorised sort of 4M samples takes half the time of its 12-rank partition). The order
+    statistics do not depend on how the array was ordered, except for the sign of a zero among
+    +0.0 and -0.0, so an array with a sign bit set goes through `numpy.percentile` (in place).
+    The mean is taken before, over the values in their order (the same float sum)."""
     values = np.asarray(values, dtype=float)
     nan = np.isnan(values)
     if nan.any():  # a copy without them (then ours to reorder); none: the samples as they are
         values, scratch = values[~nan], True
     del nan
     out = {f"{name}_mean": float(values.mean()) if values.size else float("nan")}
-    # One call for every percentile: one partial sort of the (millions of) samples, not five.
-    found = (np.percentile(values, PERCENTILES, overwrite_input=scratch).tolist() if values.size
-             else [float("nan")] * len(PERCENTILES))
+    if not values.size:
+        found = [float("nan")] * len(PERCENTILES)
+    elif scratch and not np.signbit(values).any():
+        values.sort()
+        found = percentiles_of_sorted(values, PERCENTILES)
+    else:  # one call for every percentile: one partial sort of the (millions of) samples, not five
+        found = np.percentile(values, PERCENTILES, overwrite_input=scratch).tolist()
     for p, value in zip(PERCENTILES, found):
         out[f"{name}_p{p:g}"] = float(value)
     return out

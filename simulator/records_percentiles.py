@@ -47,12 +47,8 @@ def streamed_percentiles_of(chunks: Chunks, num_samples: int, percentiles) -> li
         if n == 0:
             plans.append(None)
             continue
-        virtual = (n - 1) * q  # numpy's "linear" method
-        previous = np.floor(virtual)
-        above = virtual >= n - 1
-        low = np.where(above, n - 1, previous).astype(np.int64)
-        high = np.where(above, n - 1, previous + 1).astype(np.int64)
-        plans.append((low, high, virtual - previous))
+        low, high, gamma = _linear_ranks(n, q)
+        plans.append((low, high, gamma))
         cumulative = np.cumsum(bins)
         for r in set(low.tolist()) | set(high.tolist()):
             i = int(np.searchsorted(cumulative, r, side="right"))  # the bin holding rank r
@@ -68,6 +64,29 @@ def streamed_percentiles_of(chunks: Chunks, num_samples: int, percentiles) -> li
         n, total = moments[s]
         results.append((n, total / n, _lerp(a, b, gamma).tolist()))
     return results
+
+
+def percentiles_of_sorted(values: np.ndarray, percentiles) -> list[float]:
+    """`numpy.percentile(values, percentiles)` (its default "linear" method) of a sorted, NaN-free
+    1-D array, read at the order statistics it needs, with the same floating-point operations
+    (module docstring): the value at each rank is the same order statistic however the array
+    was brought in order. Empty: NaN each."""
+    n = values.size
+    if n == 0:
+        return [float("nan")] * len(percentiles)
+    low, high, gamma = _linear_ranks(n, np.true_divide(np.asanyarray(percentiles, dtype=np.float64), 100))
+    return _lerp(values[low], values[high], gamma).tolist()
+
+
+def _linear_ranks(n: int, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lower rank, upper rank, weight of the upper) of each quantile `q` of n values, as
+    numpy's "linear" method: virtual index (n − 1)·q, both ranks the last one at or above it."""
+    virtual = (n - 1) * q
+    previous = np.floor(virtual)
+    above = virtual >= n - 1
+    low = np.where(above, n - 1, previous).astype(np.int64)
+    high = np.where(above, n - 1, previous + 1).astype(np.int64)
+    return low, high, virtual - previous
 
 
 def _ordered_keys(values: np.ndarray) -> np.ndarray:

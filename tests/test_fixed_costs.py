@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from profiler.measured.grid import _fill_proportional
-from simulator.metrics import percentile_stats
+from simulator.metrics import PERCENTILES, percentile_stats
+from simulator.records_percentiles import percentiles_of_sorted
 from simulator.records_sketch import GapSketch, gaps_of_flat
 from traces.replay import time_scale
 from traces.request import Request, requests_from_columns
@@ -32,6 +33,28 @@ def test_percentile_stats_in_place_by_hand_and_equal_to_the_copying_path():
     assert sorted(scratch.tolist()) == sorted(samples.tolist())  # reordered, nothing lost
     empty = percentile_stats("y_s", np.array([math.nan]), scratch=True)
     assert all(math.isnan(v) for v in empty.values())
+
+
+def test_percentiles_of_sorted_by_hand_and_bit_for_bit_numpys():
+    # Four values: p50 at virtual index 1.5 → 2 + 0.5 · (3 − 2); p99.9 at 2.997 → 3 + 0.997 · (4 − 3).
+    assert percentiles_of_sorted(np.array([1.0, 2.0, 3.0, 4.0]), (50, 99.9, 100, 0)) == [2.5, pytest.approx(3.997), 4.0, 1.0]
+    assert percentiles_of_sorted(np.array([7.0]), PERCENTILES) == [7.0] * 5
+    assert all(math.isnan(v) for v in percentiles_of_sorted(np.zeros(0), PERCENTILES))
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 3, 5, 10, 1001, 20_000):
+        for values in (rng.exponential(0.02, n), np.round(rng.exponential(0.02, n), 3), rng.normal(0, 1, n)):
+            want = np.percentile(values, PERCENTILES)
+            assert np.array(percentiles_of_sorted(np.sort(values), PERCENTILES)).tobytes() == want.tobytes()
+            assert np.array([percentile_stats("x_s", values.copy(), scratch=True)[f"x_s_p{p:g}"]
+                             for p in PERCENTILES]).tobytes() == want.tobytes()
+
+
+def test_signed_zeros_keep_numpys_pick():
+    # -0.0 and 0.0 are equal, so which lands at a rank depends on the algorithm: with a sign bit
+    # set, the in-place path is numpy.percentile's own, whose pick the copying path gives too.
+    values = np.array([0.0, -0.0, 0.0, -0.0, 1.0, -0.0])
+    got = percentile_stats("x_s", values.copy(), scratch=True)
+    assert np.array([got[f"x_s_p{p:g}"] for p in PERCENTILES]).tobytes() == np.percentile(values, PERCENTILES).tobytes()
 
 
 def test_fill_proportional_by_hand():
