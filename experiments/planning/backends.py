@@ -99,8 +99,10 @@ class RayPool:
 
     Every node needs sarathi-sim installed at the same version as the driver (the results
     cache key includes the version). The results cache folder is written by the workers, so on a
-    multi-node cluster put `--out` on a shared filesystem for an interrupted sweep to resume;
-    results themselves always come back to the driver.
+    multi-node cluster put `--out` on a shared filesystem for an interrupted sweep to resume.
+    A point's row comes back to the driver; its record files are written into the run folder
+    by a worker that sees it, else sent back as Parquet bytes that the driver writes there
+    (`experiments.planning.records_spool`).
     """
 
     def __init__(self, address: str | None = None):
