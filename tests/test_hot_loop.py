@@ -357,3 +357,21 @@ def test_step_rows_array_is_the_rows_as_floats_in_order():
     assert array.shape == (2, len(STEP_COLUMNS)) and array.dtype == np.float64
     assert array.tolist() == [[float(v) for v in row] for row in rows]
     assert _rows_array([]).shape == (0, len(STEP_COLUMNS))
+
+
+@pytest.mark.parametrize("policy, expected", [("fcfs", [0, 1, 2]), ("priority", [1, 2, 0])])
+def test_an_admission_joins_running_at_its_policy_place(policy, expected):
+    from simulator.scheduler import SchedulerConfig, make_scheduler
+    from traces import Request
+
+    scheduler = make_scheduler("sarathi", SchedulerConfig(num_gpu_blocks=100, block_size=16, chunk_size=64,
+                                                         policy=policy))
+    now = 0.0
+    # One admission a step (prompts of 60 fill the budget): request 0 (priority 5), then 1
+    # (priority 1), then 2 (priority 3). FCFS keeps arrival order; priority puts 1 before 2 before 0.
+    for rid, priority in ((0, 5), (1, 1), (2, 3)):
+        scheduler.add_request(Request(rid, now, 60, 9, priority=priority))
+        plan = scheduler.schedule(now)
+        now += 1.0
+        scheduler.complete_step(plan, None, now)
+    assert [seq.request_id for seq in scheduler.running] == expected

@@ -590,10 +590,15 @@ class Scheduler:
                 bm.cache_blocks(seq.request_id, min(reserve, seq.num_tokens), seq.request)
         elif seq.dropped_tokens:
             seq.record_admission(0)
+        running = self.running
         if self.running_in_admission_order:
-            self.running.append(seq)
+            running.append(seq)
         else:
-            insort(self.running, seq, key=self.waiting.key)
+            key = self.waiting.key  # `running` is sorted by it
+            if not running or key(running[-1]) <= key(seq):  # the newest (FCFS admits in order): insort's place
+                running.append(seq)
+            else:
+                insort(running, seq, key=key)
         self._in_flight[seq.request_id] = seq
         if seq.swapped_tokens:
             self._swap_in_tokens += seq.swapped_tokens
