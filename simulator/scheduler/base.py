@@ -8,7 +8,7 @@ SimPy replica and the real engine drive the same object.
 from __future__ import annotations
 
 from bisect import insort
-from itertools import compress
+from itertools import compress, repeat, starmap
 from operator import add, attrgetter, ge, gt, lt, sub
 
 import numpy as np
@@ -428,16 +428,20 @@ class Scheduler:
             computed = seq.num_computed_tokens
             room = held * size - computed  # tokens that fit before a new block
             if room < steps:
-                extra = 0
-                for j in range(room, steps, size):  # step j writes token computed + j + 1
-                    new_blocks[j] += 1
-                    extra += 1
+                if room + size >= steps:  # one new block, first written at step `room` (the usual case)
+                    new_blocks[room] += 1
+                    extra = 1
+                else:
+                    first_needed = range(room, steps, size)  # step j writes token computed + j + 1
+                    extra = len(first_needed)
+                    for j in first_needed:
+                        new_blocks[j] += 1
                 if tables is None:
                     bm.grow_to(seq.request_id, computed + steps)
                 elif extra == 1:  # ceil((computed + steps) / size) - held new blocks
                     tables[seq.request_id].append(free_blocks.popleft())
                 else:
-                    tables[seq.request_id].extend([free_blocks.popleft() for _ in range(extra)])
+                    tables[seq.request_id].extend(starmap(free_blocks.popleft, repeat((), extra)))
             if caching and seq.request.prefix_hash_ids:  # as each step's would (others: lazily)
                 bm.cache_blocks(seq.request_id, computed + steps, seq.request)
             seq.num_computed_tokens = computed + steps

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import deque
-from itertools import repeat
+from itertools import repeat, starmap
 
 _EMPTY: list[int] = []
 
@@ -164,7 +164,7 @@ class BlockManager:
         if extra == 1:  # a decode's next block: the common case
             table.append(free.popleft())
         else:
-            table.extend([free.popleft() for _ in range(extra)])
+            table.extend(starmap(free.popleft, repeat((), extra)))  # `extra` poplefts at C level
 
     def shrink_to(self, request_id: int, num_tokens: int) -> None:
         """Release blocks beyond ceil(num_tokens / block_size) (rejected speculative slots)."""
