@@ -19,7 +19,7 @@ from profiler import CostModel, RooflineCostModel, get_device_spec, get_model_sp
 from simulator.disaggregated import Pool, simulate_disaggregated
 from simulator.gc_pause import paused_gc
 from simulator.metrics import goodput_count
-from simulator.records_stream import RecordFiles, write_frames
+from simulator.records_stream import RecordFiles
 from simulator.simulate import simulate
 from traces.trace_stats import mean_rate_qps
 from traces import Request
@@ -167,12 +167,7 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0,
 
     def run(files: RecordFiles | None):
         if point.cluster is not None:  # prefill/decode disaggregation: the decode pool's pool and cost model label the row
-            result, sched_config, cost_model, cluster_row = simulate_cluster(point, requests, trim_fraction)
-            if files is not None:  # not streamed: written from the frames
-                write_frames(files, result.requests, result.steps if point.output.steps else None)
-                result.requests = result.requests.drop(columns="token_times_s", errors="ignore")
-                result.steps = result.steps.iloc[:0]
-            return result, sched_config, cost_model, cluster_row
+            return simulate_cluster(point, requests, trim_fraction, files)  # files written as it runs
         sched_config = build_scheduler_config(point)
         cost_model = build_cost_model(point)
         result = simulate(requests, build_schedulers(point, sched_config), build_pricer(point, cost_model),
@@ -301,8 +296,10 @@ def _pool_columns(name: str, pool: SweepConfig, config) -> dict:
     return columns
 
 
-def simulate_cluster(point: SweepConfig, requests: list[Request], trim_fraction: float):
-    """A `cluster:` point (simulator/disaggregated.py): each pool built as `pool_point` makes it.
+def simulate_cluster(point: SweepConfig, requests: list[Request], trim_fraction: float,
+                     record_files: RecordFiles | None = None):
+    """A `cluster:` point (simulator/disaggregated.py): each pool built as `pool_point` makes it;
+    `record_files`: its records written there as it runs (`simulate_disaggregated(record_files=)`).
 
     Returns:
         (result, the decode pool's SchedulerConfig, its cost model, the row's cluster columns:
@@ -325,7 +322,8 @@ def simulate_cluster(point: SweepConfig, requests: list[Request], trim_fraction:
     result = simulate_disaggregated(requests, pools["prefill"][0], pools["decode"][0], link, kv_bytes_per_token,
                                     outcome_fn=build_outcome_fn(pool_point(point, "decode")),
                                     seed=point.engine.seed, trim_fraction=trim_fraction,
-                                    keep_token_times=point.output.token_times, keep_steps=point.output.steps)
+                                    keep_token_times=point.output.token_times, keep_steps=point.output.steps,
+                                    record_files=record_files)
     for name in POOLS:  # after the run: a measured model counts the steps it priced off its grids
         row.update({f"{name}_{key}": value for key, value in cost_model_columns(pool_point(point, name),
                                                                                 pools[name][2]).items()})

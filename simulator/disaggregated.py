@@ -82,13 +82,16 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import simpy
 
 from simulator.data_parallel import DataParallelGroup, DataParallelRank
 from simulator.metrics import percentile_stats, summarize
 from simulator.pricing import StepPricer
 from simulator.records import RequestRecords, requests_table
+from simulator.records_parquet import ParquetTokenTimes
 from simulator.records_sketch import GapSketch
+from simulator.records_stream import RecordFiles, RequestsStream, join_step_files, remove_step_parts
 from simulator.replica import Replica, wait_until
 from simulator.router import ROUTERS, Router
 from simulator.scheduler import COMPLETED, BatchPlan, FinishedRequest, Scheduler, StepOutcome
@@ -463,12 +466,22 @@ class _DecodeInbox:
             self.target.replica.submit(transfer.request, sent_at_s=start_s)
 
 
+_TRANSFER_COLUMNS = {"request_id": np.int64, "prefill_replica_id": np.int64, "prefill_end_s": np.float64,
+                     "kv_transfer_start_s": np.float64, "kv_transfer_end_s": np.float64, "decode_replica_id": np.int64}
+
+
 class _TransferLog:
     """Per transferred request: prefill replica, prefill end (= first token), transfer start and
-    end, decode replica; in typed columns at the end."""
+    end, decode replica; in typed columns at the end (`frame`), or taken as they come by a run
+    that writes its records as it goes (`take`, `_ClusterRequestsStream`)."""
 
     def __init__(self) -> None:
         self.rows: list[tuple[int, int, float, float, float, int]] = []
+
+    def take(self) -> list[tuple[int, int, float, float, float, int]]:
+        """The rows logged since the last `take`, removed from the log."""
+        rows, self.rows = self.rows, []
+        return rows
 
     def add(self, transfer: _Transfer, start_s: float, end_s: float, decode_replica: int) -> None:
         prefill = transfer.prefill
@@ -476,8 +489,54 @@ class _TransferLog:
                           start_s, end_s, decode_replica))
 
     def frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.rows, columns=["request_id", "prefill_replica_id", "prefill_end_s",
-                                                "kv_transfer_start_s", "kv_transfer_end_s", "decode_replica_id"])
+        if not self.rows:  # typed even when no request crossed the link (pandas would make them object)
+            return pd.DataFrame({name: np.empty(0, dtype) for name, dtype in _TRANSFER_COLUMNS.items()})
+        return pd.DataFrame(self.rows, columns=list(_TRANSFER_COLUMNS))
+
+
+class _ClusterRequestsStream(RequestsStream):
+    """A cluster's requests file written as the run goes (`simulator.records_stream`): each row
+    group, and the scalar frame `close` returns, as `_merge_first_tokens` and `_with_transfers`
+    make the in-memory frame's rows (the prefill's first token in front of a decoded request's
+    token times, its TPOT over every token, and the transfer columns), value for value.
+
+    A row is written once its request finished, in the decode pool or in the cluster; its
+    transfer ended before its decode began, so its transfer columns are filed (by rank, from
+    `transfers`, taken before each write) by then. Transfer columns take 32 bytes a request.
+
+    Raises (besides `RequestsStream`'s): RuntimeError: a transfer of a request id not in the
+    run's (a bug: the records would be wrong).
+    """
+
+    def __init__(self, path, request_ids, keep_token_times: bool, constants: dict[str, int],
+                 num_prefill: int, transfers: _TransferLog) -> None:
+        super().__init__(path, request_ids, keep_token_times, constants)
+        self.num_prefill, self.transfers = num_prefill, transfers
+        n = self.ids.size
+        self.transfer_columns = {"prefill_replica_id": np.full(n, -1, np.int64),
+                                 "kv_transfer_start_s": np.full(n, np.nan),
+                                 "kv_transfer_end_s": np.full(n, np.nan),
+                                 "decode_replica_id": np.full(n, -1, np.int64)}
+
+    def _file_transfers(self) -> None:
+        rows = self.transfers.take()
+        if not rows:
+            return
+        columns = dict(zip(_TRANSFER_COLUMNS, (np.array(c, dtype=dtype)
+                                               for c, dtype in zip(zip(*rows), _TRANSFER_COLUMNS.values()))))
+        ids = columns["request_id"]
+        ranks = np.searchsorted(self.ids, ids)
+        if (ranks >= self.ids.size).any() or (self.ids[np.minimum(ranks, self.ids.size - 1)] != ids).any():
+            raise RuntimeError("a KV transfer's request id is not one of the run's: its records would be wrong")
+        for name, column in self.transfer_columns.items():
+            column[ranks] = columns[name]
+
+    def rows_frame(self, start: int, end: int, tokens: pd.Series | None) -> pd.DataFrame:
+        self._file_transfers()
+        part = _merge_first_tokens(super().rows_frame(start, end, tokens), self.num_prefill)
+        for name, column in self.transfer_columns.items():  # `_with_transfers`' columns, in its order
+            part[name] = column[start:end]
+        return part
 
 
 @dataclass
@@ -508,6 +567,7 @@ def simulate_disaggregated(
     keep_token_times: bool = True,
     keep_steps: bool = True,
     fast_forward: bool = True,
+    record_files: RecordFiles | None = None,
 ) -> DisaggregatedResult:
     """Run a trace through a prefill pool and a decode pool (module docstring).
 
@@ -530,6 +590,11 @@ def simulate_disaggregated(
             (decode windows in the decode pool; the records are the same either way).
         The pools' `session_affinity` router sends every turn of a conversation to the instance
         that served its first (a sessions workload only).
+        record_files: write the request and step records to these Parquet files a row group at
+            a time as the run goes, as `simulate(record_files=)` does (closed loops included):
+            the same files as the frames would give (`_ClusterRequestsStream`; each rank's step log its own part file, joined
+            in replica order). The result's `requests` then has no `token_times_s` column and
+            its `steps` no rows; the summary is the same.
 
     Returns:
         A `DisaggregatedResult`. Every request ends with one finish reason: rejected when it
@@ -538,16 +603,18 @@ def simulate_disaggregated(
         in the prefill pool when it asks for one token.
 
     Raises:
-        ValueError: kv_bytes_per_token < 0; keep_token_times=False with trim_fraction > 0 on a
+        ValueError: kv_bytes_per_token < 0; a request id repeated in the trace; keep_token_times=False with trim_fraction > 0 on a
             closed-loop workload (`simulate`'s rule); `session_affinity` without sessions.
     """
     if not (kv_bytes_per_token >= 0 and math.isfinite(kv_bytes_per_token)):
         raise ValueError(f"kv_bytes_per_token must be >= 0 and finite, got {kv_bytes_per_token!r}")
     closed_loop = requests if isinstance(requests, ClosedLoopWorkload) else None
     env = simpy.Environment()
+    request_ids = _unique_request_ids(requests)
     cluster = _Cluster(env, prefill, decode, link, kv_bytes_per_token, outcome_fn or StepOutcome.without_speculation,
                        seed, _sketch_window_s(requests, closed_loop, keep_token_times, trim_fraction),
-                       keep_token_times, keep_steps, fast_forward, getattr(closed_loop, "session_of", None))
+                       keep_token_times, keep_steps, fast_forward, getattr(closed_loop, "session_of", None),
+                       record_files, request_ids)
     # The cluster is the one front door the dispatcher knows: it routes within its pools itself.
     dispatch = _Dispatcher(env, [cluster], router=None)
     if closed_loop:
@@ -555,8 +622,33 @@ def simulate_disaggregated(
         dispatch.start_closed_loop(closed_loop)
     else:
         env.process(dispatch.replay(sorted(requests, key=lambda r: r.arrival_s)))  # stable for ties
-    env.run()
-    return cluster.result(trim_fraction)
+    if cluster.stream is None:
+        env.run()
+        return cluster.result(trim_fraction)
+    try:
+        env.run()
+        return cluster.streamed_result(trim_fraction)
+    except BaseException:  # the caller removes its own files
+        remove_step_parts(record_files, cluster.num_replicas)
+        raise
+
+
+def _unique_request_ids(requests) -> np.ndarray:
+    """The request ids a run will finish: a closed loop's 0..num_requests-1
+    (`RequestsStream.ids_if_streamable`), a trace's own.
+
+    Raises:
+        ValueError: a trace repeating a request id (a cluster tracks a request across its pools
+            by its id: its prefill's record, KV holds and transfer row would be mixed up)."""
+    if isinstance(requests, ClosedLoopWorkload):
+        return RequestsStream.ids_if_streamable(requests)
+    ids = np.fromiter((r.request_id for r in requests), np.int64, len(requests))
+    unique, counts = np.unique(ids, return_counts=True)
+    if unique.size != ids.size:
+        raise ValueError(f"request id {int(unique[counts > 1][0])} appears {int(counts[counts > 1][0])} times in the "
+                         "trace: a disaggregated run needs unique request ids (it follows each request across "
+                         "its pools by its id)")
+    return ids
 
 
 class _Cluster:
@@ -564,7 +656,8 @@ class _Cluster:
 
     def __init__(self, env, prefill: Pool, decode: Pool, link: KvLink, kv_bytes_per_token: float, outcome_fn,
                  seed: int, window_s: tuple[float, float], keep_token_times: bool, keep_steps: bool,
-                 fast_forward: bool, session_of: Callable[[int], int] | None = None):
+                 fast_forward: bool, session_of: Callable[[int], int] | None = None,
+                 files: RecordFiles | None = None, request_ids: np.ndarray | None = None):
         self.env = env
         self.on_finish: Callable[[FinishedRequest], None] | None = None  # a closed loop's next request
         self.kv_bytes_per_token = kv_bytes_per_token
@@ -573,7 +666,11 @@ class _Cluster:
         self.transfers = _TransferLog()
         self.first_gaps = GapSketch()  # keep_token_times=False: each request's prefill → decode gap
         self.num_prefill = len(prefill.schedulers)  # prefill ranks: replica ids 0..num_prefill-1
-        self.cluster_records = RequestRecords(-1, keep_token_times, window_s)
+        self.num_replicas = self.num_prefill + len(decode.schedulers)
+        self.files = files
+        self.stream = None if self.files is None else _ClusterRequestsStream(
+            files.requests_path, request_ids, keep_token_times, files.constants, self.num_prefill, self.transfers)
+        self.cluster_records = RequestRecords(-1, keep_token_times, window_s, self.stream)
         self.prefill_pool = [_PoolScheduler(s, env) for s in prefill.schedulers]
         self.decode_pool = [_PoolScheduler(s, env) for s in decode.schedulers]
         self.prefill_replicas, self.decode_replicas, self.inboxes = [], [], []
@@ -583,7 +680,7 @@ class _Cluster:
             self.prefill_replicas += _instance_ranks(
                 env, prefill, self.prefill_pool[k:k + dp], list(range(k, k + dp)), StepOutcome.without_speculation,
                 [lambda f, i=i: self._prefilled(f, i) for i in range(k, k + dp)], [None] * dp,
-                [RequestRecords(i, False) for i in range(k, k + dp)], [StepLog(keep=keep_steps) for _ in range(dp)])
+                [RequestRecords(i, False) for i in range(k, k + dp)], [self._step_log(i, keep_steps) for i in range(k, k + dp)])
         dp = decode.data_parallel_size
         for k in range(0, len(self.decode_pool), dp):
             ids = list(range(n + k, n + k + dp))
@@ -591,7 +688,8 @@ class _Cluster:
             self.decode_replicas += _instance_ranks(
                 env, decode, self.decode_pool[k:k + dp], ids, outcome_fn, [self._decoded] * dp,
                 [(lambda inbox=inbox: inbox.in_flight_end_s) if fast_forward else None for inbox in inboxes],
-                [RequestRecords(i, keep_token_times, window_s) for i in ids], [StepLog(keep=keep_steps) for _ in ids])
+                [RequestRecords(i, keep_token_times, window_s, self.stream) for i in ids],
+                [self._step_log(i, keep_steps) for i in ids])
             self.inboxes += inboxes
         self.prefill_instances = _instances(self.prefill_replicas, prefill.data_parallel_size)
         self.decode_instances = _instances(self.inboxes, decode.data_parallel_size)
@@ -600,6 +698,14 @@ class _Cluster:
         self.decode_router = _PoolRouter(decode.router, self.decode_instances,
                                          self.decode_pool[::decode.data_parallel_size], seed + 1, session_of)
         self.originals: dict[int, Request] = {}  # in the prefill pool: the request as it arrived
+
+    def _step_log(self, replica_id: int, keep_steps: bool) -> StepLog:
+        """Replica `replica_id`'s step log: with record files, writing its own part file
+        (`RecordFiles.step_spool`), joined in replica order at the end."""
+        if self.files is None:
+            return StepLog(keep=keep_steps)
+        return StepLog(keep=keep_steps, path=self.files.step_spool(replica_id, self.num_replicas),
+                       constants=self.files.constants)
 
     def submit(self, request: Request, sent_at_s: float = -math.inf) -> None:
         """The dispatcher's entry (`simulator.simulate._Dispatcher`): a request arrives now."""
@@ -668,28 +774,82 @@ class _Cluster:
         if self.on_finish is not None:
             self.on_finish(finished)
 
+    def _gap_sketch(self) -> GapSketch | None:
+        """Without token times, the TBT/ITL sketch of every request's gaps (None with them)."""
+        if self.keep_token_times:
+            return None
+        sketch = GapSketch()
+        for records in [r.records for r in self.decode_replicas] + [self.cluster_records]:
+            records.flush()
+            sketch.merge(records.gap_sketch)
+        sketch.merge(self.first_gaps)
+        return sketch
+
+    def _pools(self):
+        return (("prefill", self.prefill_replicas), ("decode", self.decode_replicas))
+
     def result(self, trim_fraction: float) -> DisaggregatedResult:
-        decode_records = [r.records for r in self.decode_replicas]
-        sketch = None
-        if not self.keep_token_times:
-            sketch = GapSketch()
-            for records in decode_records + [self.cluster_records]:
-                records.flush()
-                sketch.merge(records.gap_sketch)
-            sketch.merge(self.first_gaps)
-        frame = requests_table(decode_records + [self.cluster_records])
+        """The run's frames built in memory (no record files, or a trace with repeated ids)."""
+        sketch = self._gap_sketch()
+        frame = requests_table([r.records for r in self.decode_replicas] + [self.cluster_records])
         frame = _merge_first_tokens(frame, self.num_prefill)
         frame = _with_transfers(frame, self.transfers.frame())
         replicas = self.prefill_replicas + self.decode_replicas
         keep_steps = replicas[0].steps.keep
         steps = pd.concat([r.steps.to_frame() for r in replicas], ignore_index=True)
-        decode_blocks = self.decode_pool[0].config.num_gpu_blocks
-        stats = StepStats.merge([r.steps.stats() for r in self.decode_replicas])
-        summary = summarize(frame, steps[steps["replica_id"] >= self.num_prefill] if keep_steps else stats,
-                            decode_blocks, trim_fraction, gaps=sketch)
-        summary["num_steps"] = sum(r.steps.stats().num_steps for r in replicas)
-        summary.update(pool_summary(frame, steps if keep_steps else None, self, summary["makespan_s"]))
+        pool_steps = None
+        if keep_steps:  # each pool's rows, in replica order
+            pool_steps = {}
+            for name, pool in self._pools():
+                mine = steps[steps["replica_id"].isin([r.replica_id for r in pool])]
+                pool_steps[name] = (mine["duration_s"].to_numpy(), mine["kv_blocks_used"].to_numpy())
+        summary = self._summary(frame, pool_steps, trim_fraction, sketch, None)
         return DisaggregatedResult(frame, steps, summary, self.num_prefill)
+
+    def streamed_result(self, trim_fraction: float) -> DisaggregatedResult:
+        """Finish a run that wrote its records as it went (`self.files`): the requests file closed
+        (its scalar frame kept), each rank's step file closed and the parts joined, and the
+        summary from what stayed in memory (the steps' `kv_blocks_used`, each pool's
+        `duration_s` read back from its parts) and the token times read back: the numbers
+        `result` gives."""
+        sketch = self._gap_sketch()
+        for records in [r.records for r in self.decode_replicas] + [self.cluster_records]:
+            records.flush()
+        frame = self.stream.close()
+        replicas = self.prefill_replicas + self.decode_replicas
+        keep_steps = replicas[0].steps.keep
+        for r in replicas:
+            r.steps.stats()  # every staged row into the log (and its file) before it closes
+            r.steps.close_file()
+        pool_steps = None
+        if keep_steps:
+            pool_steps = {name: tuple(np.concatenate(c) for c in zip(*(self._step_columns(r) for r in pool)))
+                          for name, pool in self._pools()}
+            join_step_files(self.files, self.num_replicas)
+        token_times = ParquetTokenTimes(self.files.requests_path) if self.keep_token_times else None
+        summary = self._summary(frame, pool_steps, trim_fraction, sketch, token_times)
+        return DisaggregatedResult(frame, StepLog(keep=False).to_frame(), summary, self.num_prefill)
+
+    def _step_columns(self, replica) -> tuple[np.ndarray, np.ndarray]:
+        """A rank's steps' `duration_s` and `kv_blocks_used`: read back from the part file its
+        log wrote (one column), or from the log itself when it kept its rows in memory."""
+        part = self.files.step_spool(replica.replica_id, self.num_replicas)
+        if part is None:
+            frame = replica.steps.to_frame()
+            return frame["duration_s"].to_numpy(), frame["kv_blocks_used"].to_numpy()
+        return pq.read_table(part, columns=["duration_s"]).column(0).to_numpy(), replica.steps.kv_blocks_used()
+
+    def _summary(self, frame: pd.DataFrame, pool_steps: dict | None, trim_fraction: float,
+                 sketch: GapSketch | None, token_times: ParquetTokenTimes | None) -> dict:
+        """`summarize` over the decode pool (its steps' KV usage), `num_steps` of both pools,
+        and `pool_summary`; `pool_steps` as `pool_summary` takes them (None: no step table)."""
+        stats = StepStats.merge([r.steps.stats() for r in self.decode_replicas])
+        decode_steps = stats if pool_steps is None else pd.DataFrame({"kv_blocks_used": pool_steps["decode"][1]})
+        summary = summarize(frame, decode_steps, self.decode_pool[0].config.num_gpu_blocks, trim_fraction,
+                            gaps=sketch, token_times=token_times)
+        summary["num_steps"] = sum(r.steps.stats().num_steps for r in self.prefill_replicas + self.decode_replicas)
+        summary.update(pool_summary(frame, pool_steps, self, summary["makespan_s"]))
+        return summary
 
 
 def _instance_ranks(env: simpy.Environment, pool: Pool, schedulers: list[_PoolScheduler], replica_ids: list[int],
@@ -745,8 +905,11 @@ def _with_transfers(frame: pd.DataFrame, transfers: pd.DataFrame) -> pd.DataFram
     return merged
 
 
-def pool_summary(requests: pd.DataFrame, steps: pd.DataFrame | None, cluster: _Cluster, makespan_s: float) -> dict:
-    """Per-pool and transfer metrics of a disaggregated run.
+def pool_summary(requests: pd.DataFrame, pool_steps: dict[str, tuple[np.ndarray, np.ndarray]] | None,
+                 cluster: _Cluster, makespan_s: float) -> dict:
+    """Per-pool and transfer metrics of a disaggregated run, from the requests' scalar columns
+    and, per pool ("prefill", "decode"), its steps' `duration_s` and `kv_blocks_used` in replica
+    order (`pool_steps`; None without the step table: the logs' `StepStats`).
 
     Keys: `prefill_utilization`, `decode_utilization` (busy step time / (ranks × makespan), a
     rank's dummy steps in a lockstep DP instance not counted; NaN without the step table); `prefill_kv_usage_mean/_max`, `decode_kv_usage_mean/_max`
@@ -763,12 +926,11 @@ def pool_summary(requests: pd.DataFrame, steps: pd.DataFrame | None, cluster: _C
              ("decode", cluster.decode_replicas, cluster.decode_pool))
     for name, replicas, schedulers in pools:
         blocks = schedulers[0].config.num_gpu_blocks
-        ids = [r.replica_id for r in replicas]
-        if steps is not None:
-            mine = steps[steps["replica_id"].isin(ids)]
-            busy_s = float(mine["duration_s"].sum())
+        if pool_steps is not None:
+            durations_s, kv_blocks_used = pool_steps[name]
+            busy_s = float(pd.Series(durations_s).sum())  # pandas' sum of the column, as the frame's
             out[f"{name}_utilization"] = busy_s / (len(replicas) * makespan_s) if makespan_s > 0 else math.nan
-            usage = mine["kv_blocks_used"].to_numpy() / blocks
+            usage = kv_blocks_used / blocks
             out[f"{name}_kv_usage_mean"] = float(usage.mean()) if usage.size else math.nan
             out[f"{name}_kv_usage_max"] = float(usage.max()) if usage.size else math.nan
         else:

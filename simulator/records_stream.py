@@ -153,9 +153,14 @@ class RequestsStream:
         tokens = None
         if self.keep_token_times:
             tokens = pd.Series([self._tokens.pop(rank) for rank in range(start, end)], dtype=object)
-        part = records_frame({name: c[start:end] for name, c in self.columns.items()}, self.tpot_s[start:end],
+        self._writer.write(with_constants(self.rows_frame(start, end, tokens), self.constants))
+
+    def rows_frame(self, start: int, end: int, tokens: pd.Series | None) -> pd.DataFrame:
+        """Rows [start, end) as the frame has them (`records_frame`), `tokens` their token times
+        (None: no such column). A subclass adds its own columns here (a cluster's transfers:
+        `simulator.disaggregated`), for the row groups and the frame `close` returns alike."""
+        return records_frame({name: c[start:end] for name, c in self.columns.items()}, self.tpot_s[start:end],
                              self.replica_id[start:end], tokens)
-        self._writer.write(with_constants(part, self.constants))
 
     def close(self) -> pd.DataFrame:
         """Write the last rows, finish the file, and return the requests frame without
@@ -166,10 +171,9 @@ class RequestsStream:
                                "would be incomplete")
         if self._written < self._ready:
             self._write(self._ready)
-        empty = records_frame({name: c[:0] for name, c in self.columns.items()}, self.tpot_s[:0],
-                              self.replica_id[:0], pd.Series([], dtype=object) if self.keep_token_times else None)
+        empty = self.rows_frame(0, 0, pd.Series([], dtype=object) if self.keep_token_times else None)
         self._writer.close(with_constants(empty, self.constants))
-        return records_frame(self.columns, self.tpot_s, self.replica_id, None)
+        return self.rows_frame(0, self.ids.size, None)
 
 
 def join_step_files(files: RecordFiles, num_replicas: int) -> None:
