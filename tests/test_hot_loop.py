@@ -375,3 +375,20 @@ def test_an_admission_joins_running_at_its_policy_place(policy, expected):
         now += 1.0
         scheduler.complete_step(plan, None, now)
     assert [seq.request_id for seq in scheduler.running] == expected
+
+
+def test_a_plans_block_tables_keep_a_finished_requests_table_and_read_the_others_live():
+    from traces import Request
+
+    scheduler = _decoding_sarathi(2, prompt_tokens=20, output_tokens=3)
+    bm = scheduler.block_manager
+    scheduler.running[0].max_output_tokens = 2  # request 0 finishes at the next step, 1 does not
+    plan = scheduler.schedule(1.0)
+    table_0, table_1 = bm.block_table(0), bm.block_table(1)
+    scheduler.complete_step(plan, None, 2.0)
+    assert bm.block_table(0) == [] and bm.block_table(1) is table_1
+    tables = plan.columns.block_tables
+    assert tables[0] is table_0 and table_0 == [0, 1] and tables[1] is table_1  # kept; live
+    scheduler.add_request(Request(7, 2.0, 16, 2))
+    tables_7 = scheduler.schedule(2.0).columns.block_tables  # a new column: the newcomer's live table
+    assert tables_7[1] is bm.block_table(7) and plan.columns.block_tables[0] == [0, 1]

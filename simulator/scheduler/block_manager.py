@@ -20,19 +20,31 @@ class BlockTables:
     """The block tables of a plan's request ids (a `PlanColumns.block_tables` column), looked
     up when first read rather than every step: the simulator never reads them, the engine
     does. The tables are the manager's live lists, so a late look-up gives the same lists as
-    an early one until a request's table is dropped; the manager pins (looks up) the latest
-    column before it drops any table (`BlockManager.free`), so reading it before the next
+    an early one until a request's table is dropped; the manager hands the latest column each
+    table it drops (`keep`, at a finish or preemption), so reading it before the next
     `schedule()` call gives what an eager look-up gave. A read-only sequence of lists."""
 
-    __slots__ = ("_tables", "_ids", "_lists")
+    __slots__ = ("_tables", "_ids", "_lists", "_dropped")
 
     def __init__(self, tables: dict[int, list[int]], request_ids: list[int]):
         self._tables, self._ids, self._lists = tables, request_ids, None
+        self._dropped: dict[int, list[int]] | None = None  # tables dropped since, by request id
+
+    def keep(self, request_id: int, table: list[int] | None) -> None:
+        """`request_id`'s table (None: it has none) is about to leave the manager."""
+        if table is not None and self._lists is None:
+            if self._dropped is None:
+                self._dropped = {}
+            self._dropped.setdefault(request_id, table)  # the first one: the table the plan ran with
 
     def pin(self) -> list[list[int]]:
         """The tables as a list, looked up now if not yet."""
         if self._lists is None:
-            self._lists = list(map(self._tables.get, self._ids, repeat(_EMPTY)))
+            lists = list(map(self._tables.get, self._ids, repeat(_EMPTY)))
+            if self._dropped:
+                dropped = self._dropped
+                lists = [dropped.get(rid, table) for rid, table in zip(self._ids, lists)]
+            self._lists, self._dropped = lists, None
         return self._lists
 
     def __len__(self) -> int:
@@ -115,10 +127,9 @@ class BlockManager:
         window, which runs only after the last plan completed)."""
         self._unpinned = None
 
-    def _pin_tables(self) -> None:
-        """Look up the latest column's tables before a table is dropped (`BlockTables`)."""
-        self._unpinned.pin()
-        self._unpinned = None
+    def _keep_table(self, request_id: int) -> None:
+        """Hand the latest column `request_id`'s table before it is dropped (`BlockTables.keep`)."""
+        self._unpinned.keep(request_id, self._tables.get(request_id))
 
     def try_grow_to(self, request_id: int, num_tokens: int) -> bool:
         """Reserve blocks so `request_id` holds `num_tokens`; False (nothing changed) if too few are free.
@@ -176,7 +187,7 @@ class BlockManager:
     def free(self, request_id: int) -> None:
         """Return all blocks of `request_id` to the pool (finish or preemption)."""
         if self._unpinned is not None:
-            self._pin_tables()
+            self._keep_table(request_id)
         self._free.extend(self._tables.pop(request_id, ()))
 
     def _extra_blocks(self, request_id: int, num_tokens: int) -> int:

@@ -257,7 +257,7 @@ class PrefixCachingBlockManager(BlockManager):
         as vLLM's hashed ones do, with no key (no one could ever hit them).
         """
         if self._unpinned is not None:  # a plan's lazy block tables (`BlockTables`)
-            self._pin_tables()
+            self._keep_table(request_id)
         table = self._tables.pop(request_id, [])
         registered = self._num_cached_blocks.pop(request_id, 0)
         full = min(len(table), num_computed_tokens // self.block_size) if request is not None else registered
