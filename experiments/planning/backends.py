@@ -8,8 +8,13 @@ point's result does not depend on the backend.
 from __future__ import annotations
 
 import atexit
+import ctypes
+import os
 import signal
 import socket
+import sys
+import threading
+import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Callable
 
@@ -34,14 +39,63 @@ def make_pool(backend: str, jobs: int, ray_address: str | None = None):
     """
     check_available(backend, ray_address)
     if backend == "local":
-        return LocalPool(max_workers=jobs, initializer=_ignore_interrupt)
+        return LocalPool(max_workers=jobs, initializer=_init_worker)
     return RayPool(ray_address)
 
 
-def _ignore_interrupt() -> None:
-    """In a worker: Ctrl-C is the driver's to handle (it stops the pool and says what was kept);
-    a worker that took it too would print its own traceback."""
+def _init_worker() -> None:
+    """In a worker: Ctrl-C is the driver's to handle (it stops the pool and says what was kept;
+    a worker that took it too would print its own traceback), and the worker ends with its
+    driver (`end_with_parent`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    end_with_parent()
+
+
+# prctl(2) option: the signal the kernel sends this process when its parent ends
+# (<linux/prctl.h>: #define PR_SET_PDEATHSIG 1).
+_PR_SET_PDEATHSIG = 1
+ORPHAN_POLL_S = 0.5  # how often the portable watch looks for a new parent
+
+
+def end_with_parent(poll_s: float = ORPHAN_POLL_S) -> None:
+    """End this process (a pool worker) when the process that started it ends, even by SIGKILL.
+
+    A driver killed outright runs no cleanup; its workers were reparented (to PID 1 or a
+    subreaper) and, having finished their point, blocked for ever writing a result to a pipe no
+    one reads (the other workers hold its read end open). On Linux the kernel kills the worker
+    when its parent ends (`prctl(PR_SET_PDEATHSIG, SIGKILL)`, prctl(2); the results cache
+    writes entries whole, so nothing partial is kept); everywhere, a daemon thread also exits it
+    within `poll_s` of `os.getppid()` changing (`_exit_when_orphaned`; a pipe write blocks
+    without the GIL, so the thread runs). A parent already gone before the call counts as ended.
+    The kernel's "parent" is the thread that forked the worker: `ProcessPoolExecutor` forks its
+    workers in the thread that submits, and the sweep submits and collects in one thread that
+    outlives the pool (`sweep._run_all`).
+    """
+    parent = os.getppid()
+    _set_parent_death_signal(signal.SIGKILL)
+    if os.getppid() != parent:  # it ended between the fork and the prctl: the kernel sends nothing
+        os._exit(1)
+    threading.Thread(target=_exit_when_orphaned, args=(parent, poll_s), name="exit-when-orphaned",
+                     daemon=True).start()
+
+
+def _set_parent_death_signal(signum: int) -> bool:
+    """`prctl(PR_SET_PDEATHSIG, signum)` through libc where there is one (Linux); whether it took."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0
+    except (OSError, AttributeError):  # no libc to load, or no prctl in it
+        return False
+
+
+def _exit_when_orphaned(parent: int, poll_s: float) -> None:
+    """Exit the process (status 1, no cleanup: its parent, the only reader of its results, is
+    gone) once `os.getppid()` is no longer `parent`."""
+    while os.getppid() == parent:
+        time.sleep(poll_s)
+    os._exit(1)
 
 
 class LocalPool(ProcessPoolExecutor):
