@@ -633,7 +633,8 @@ class PoolConfig(_Strict):
     `enable_expert_parallel`, a wide-EP mixture of experts), requests spread over its ranks by
     vLLM's DP balancer as a colocated DP engine's are (simulator/disaggregated.py); DP with PP, and
     a mixture of experts' DP with swap or a draft model, are refused as colocated; router
-    prefix_aware over DP instances is refused (the balancer reads no prefix cache)."""
+    prefix_aware over DP instances is refused (the balancer reads no prefix cache). A pool's DP is
+    its own key only: the point's `engine.data_parallel_size` > 1 beside `cluster:` is refused."""
 
     replicas: int = Field(default=1, ge=1, le=_MAX_REPLICAS)  # instances in the pool
     device: str | dict[str, Any] | None = None  # default: the point's device
@@ -1714,7 +1715,8 @@ def check_cluster(point: SweepConfig) -> None:
 
     Raises:
         ValueError: `engine.replicas` set beside `cluster:` (`engine.router_overlap_weight` is refused
-            before validation, `SweepConfig._no_weight_beside_cluster`), or
+            before validation, `SweepConfig._no_weight_beside_cluster`), `engine.data_parallel_size`
+            > 1 beside it (a pool's DP is `cluster.<pool>.engine.data_parallel_size`), or
             a pool engine's replicas, router, router_overlap_weight or num_gpus
             (`_POINT_ONLY_ENGINE_KEYS`: nothing reads them there); a pool's `session_affinity`
             router without a sessions trace; a pool engine that is invalid, or whose data / expert
@@ -1728,6 +1730,10 @@ def check_cluster(point: SweepConfig) -> None:
     if "replicas" in point.engine.model_fields_set:
         raise ValueError("engine.replicas is not read with cluster: set cluster.prefill.replicas and "
                          "cluster.decode.replicas")
+    if point.engine.data_parallel_size > 1:  # else both pools inherit it, labelled as if one DP engine ran
+        raise ValueError(f"engine.data_parallel_size {point.engine.data_parallel_size} beside cluster: a pool's "
+                         "instance is a DP engine by its own key: set cluster.prefill.engine.data_parallel_size "
+                         "and/or cluster.decode.engine.data_parallel_size, and engine.data_parallel_size 1")
     for pool in POOLS:
         for key in _POINT_ONLY_ENGINE_KEYS:
             if key in getattr(point.cluster, pool).engine:

@@ -64,6 +64,9 @@ def test_a_layout_that_cannot_run_is_reported_and_the_others_finish(tmp_path):
     assert len(table) == 3 and table["label"].iloc[-1] != "colocated 1x TP2"  # failed rows last
     assert "2 of 3 layouts failed" in result.output
     assert "failed: ValueError: llama-3-70b does not fit" in (out / "disaggregation.md").read_text()
+    # Not "only one kind of layout was searched": the disaggregated one was, and failed.
+    assert ("every disaggregated layout failed (1; 1P(TP1) 1D(TP1): ValueError: llama-3-70b does not fit on "
+            "h100-sxm") in " ".join(result.output.split())
 
 
 @pytest.mark.parametrize(("args", "text", "message"), [
@@ -76,12 +79,17 @@ def test_a_layout_that_cannot_run_is_reported_and_the_others_finish(tmp_path):
     (["--gpus", "2"], CONFIG.replace("trace: {kind: profile, name: azure-conv, qps: 4, num_requests: 40, seed: 0}",
                                      "trace: {kind: closed_loop, clients: 4, num_requests: 20}"),
      "sized by its clients"),
+    (["--gpus", "1000000"], CONFIG, "GPU budget (--gpus) 1000000: expected 1 to 1024 GPUs (as layouts.gpus)"),
+    (["--gpus", "2"], CONFIG.replace("chunk_size: 512}", "chunk_size: 512, data_parallel_size: 2}"),
+     "engine.data_parallel_size (line 7): engine.data_parallel_size 2 beside cluster: a pool's instance is a DP "
+     "engine by its own key"),
 ])
 def test_bad_input_is_exit_2_with_the_reason(tmp_path, args, text, message):
     out = tmp_path / "run"
     result = invoke(tmp_path, *args, "--out", str(out), text=text)
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
+    assert "validation error" not in result.output and "input_value" not in result.output  # no pydantic dump
     assert not out.exists()  # checked before the run folder is claimed
 
 
@@ -226,3 +234,21 @@ def test_backend_ray_writes_the_local_table_and_its_cache(tmp_path, monkeypatch)
     monkeypatch.setattr(disaggregation, "run_point", broken)
     assert invoke(tmp_path, *args, "--out", str(tmp_path / "ray")).exit_code == 0
     assert (tmp_path / "ray" / "disaggregation.csv").read_bytes() == local
+
+
+def test_no_layout_meeting_the_slos_is_said_with_what_to_do_and_exit_0(tmp_path):
+    """A TPOT SLO of 1 ms no H100 step meets: every seed of both layouts fails the lowest rate.
+    No best, no ratio (it was "ratio ∞"), a warning to lower --qps; exit 0 as the capacity
+    search's (a search that found no capacity is a result, not a failure)."""
+    out = tmp_path / "run"
+    result = invoke(tmp_path, "--gpus", "2", "--tp", "1", "--qps", "1,4", "--num-requests", "40", "--seeds", "2",
+                    "--out", str(out), text=CONFIG.replace("tpot_s: 0.05", "tpot_s: 0.001"))
+    assert result.exit_code == 0, result.output
+    output = " ".join(result.output.split())
+    assert "no layout met the SLOs at any tested rate, so there is no ratio: lower --qps" in output
+    assert ("warning: no layout met the SLOs at any tested rate (every seed failed even 1 req/s): lower --qps (or "
+            "search.qps)") in output
+    assert "∞" not in output.split("ranking:")[1] and "★" not in output
+    table = pd.read_csv(out / "disaggregation.csv")
+    assert table["capacity_qps"].isna().all() and (table["vs_best"] == "none met the SLOs").all()
+    assert (table["capacity_by_seed"] == "below, below").all()

@@ -233,7 +233,7 @@ def test_ranking_and_comparison_say_when_the_intervals_overlap(tmp_path):
     assert ranking(frame) == ("colocated 4x TP1 leads: its 95 % interval over 3 seeds lies above every other "
                               "layout's (resolved)")
     assert comparison(frame) == ("best disaggregated 1P(TP1) 3D(TP1): 1.250 [0.629, 1.921] req/s per GPU; best "
-                                 "colocated colocated 4x TP1: 5.250 [4.629, 5.996] req/s per GPU; ratio 0.24×; "
+                                 "colocated 4x TP1: 5.250 [4.629, 5.996] req/s per GPU; ratio 0.24×; "
                                  "their 95 % intervals do not overlap: colocated is ahead at 3 seeds")
     close = ranked([rows["colocated 2x TP2"], rows["1P(TP1) 3D(TP1)"]])
     assert close["vs_best"].tolist() == ["best", "not resolved"]
@@ -374,3 +374,134 @@ def test_a_dense_dp_engine_searches_as_replicas_do():
     assert sorted(frame.index) == ["1P(TP1) 1D(TP1)", "colocated 1x TP1 DP2", "colocated 2x TP1"]
     assert frame["error"].isna().all()
     assert frame.loc["colocated 1x TP1 DP2", "capacity_qps"] == frame.loc["colocated 2x TP1", "capacity_qps"]
+
+
+# A base with a DP2 decode pool (as cluster.decode.engine.data_parallel_size), and a colocated DP2 engine.
+POOL_DP = {**BASE, "cluster": {**BASE["cluster"], "decode": {"engine": {"data_parallel_size": 2}}}}
+COLOCATED_DP = {**{k: v for k, v in BASE.items() if k != "cluster"},
+                "engine": {**BASE["engine"], "data_parallel_size": 2}}
+
+
+def _wide_ep_base() -> SweepConfig:
+    from pathlib import Path
+
+    from experiments.config import load_config
+
+    _, points = load_config(Path(__file__).parents[1] / "experiments" / "configs" / "moe_disaggregated_wide_ep.yaml")
+    return SweepConfig.model_validate(points[0])
+
+
+@pytest.mark.parametrize("base", ["plain", "pool_dp", "colocated_dp", "wide_ep"])
+def test_every_layout_uses_exactly_the_budget(base):
+    """Whatever DP the base's engine or pools set, a layout's GPUs are its shapes' (TP × PP × DP
+    per instance): `Layout.gpus` = the GPUs its point runs on (`cluster_gpus`) = the budget, for
+    every layout of 1 to 4 GPUs with TP 1, 2 and DP 1, 2 (a base's DP2 pool once counted as TP ×
+    PP: 1P(TP1) 2D(TP1 DP2) was listed as 3 GPUs and ran on 5)."""
+    point = _wide_ep_base() if base == "wide_ep" else SweepConfig.model_validate(
+        {"plain": BASE, "pool_dp": POOL_DP, "colocated_dp": COLOCATED_DP}[base])
+    for gpus in (1, 2, 3, 4):
+        for layout in layouts(point, gpus, (1, 2), (1,), (1, 2)):
+            assert layout.gpus == cluster_gpus(layout.point) == gpus, (base, gpus, layout.label)
+
+
+def test_a_base_dp_is_not_kept_in_the_layouts():
+    """The tester's cases: a DP2 decode pool on 3 GPUs with DP 1 only gives 3x TP1, 1P2D and 2P1D,
+    each pool of DP1 instances (3 GPUs each, not 5 and 4); a colocated DP2 engine on 1 GPU is
+    colocated 1x TP1 of DP 1 (it ran DP2 on 2 GPUs), on 2 GPUs with DP 1, 2: 2x TP1, 1x TP1 DP2,
+    1P1D, the pools' point without the colocated engine's DP (no "dp=2" in its label)."""
+    from experiments.config import describe_point
+
+    found = layouts(SweepConfig.model_validate(POOL_DP), 3, (1,))
+    assert [layout.label for layout in found] == ["colocated 3x TP1", "1P(TP1) 2D(TP1)", "2P(TP1) 1D(TP1)"]
+    assert [cluster_gpus(layout.point) for layout in found] == [3, 3, 3]
+    assert all(layout.point.cluster.decode.engine["data_parallel_size"] == 1 for layout in found[1:])
+    (alone,) = layouts(SweepConfig.model_validate(COLOCATED_DP), 1, (1,))
+    assert alone.label == "colocated 1x TP1" and alone.point.engine.data_parallel_size == 1
+    assert cluster_gpus(alone.point) == 1
+    found = layouts(SweepConfig.model_validate(COLOCATED_DP), 2, (1,), (1,), (1, 2))
+    assert [layout.label for layout in found] == ["colocated 2x TP1", "colocated 1x TP1 DP2", "1P(TP1) 1D(TP1)"]
+    assert [cluster_gpus(layout.point) for layout in found] == [2, 2, 2]
+    assert describe_point(found[2].point) == "sarathi chunk=512 1P1D"
+
+
+def test_a_top_level_dp_beside_a_cluster_is_refused_naming_the_pool_keys():
+    """Both pools inherited it while the row was labelled "dp=2 1P1D dp=2/1": refused instead."""
+    with pytest.raises(ValueError, match=r"engine.data_parallel_size 2 beside cluster: a pool's instance is a DP "
+                                         r"engine by its own key: set cluster.prefill.engine.data_parallel_size"):
+        SweepConfig.model_validate({**BASE, "engine": {**BASE["engine"], "data_parallel_size": 2}})
+    assert SweepConfig.model_validate({**BASE, "engine": {**BASE["engine"], "data_parallel_size": 1}})
+
+
+@pytest.mark.parametrize("gpus", [0, 1025, 1_000_000])
+def test_a_budget_outside_1_to_1024_is_a_clear_error(gpus):
+    with pytest.raises(ValueError, match=rf"^GPU budget \(--gpus\) {gpus}: expected 1 to 1024 GPUs \(as layouts.gpus\)$"):
+        layouts(SweepConfig.model_validate(BASE), gpus, (1,))
+
+
+def test_a_layout_the_base_rules_out_is_named_with_the_key():
+    """A mixture of experts with preemption: swap cannot run a DP engine: the error names the
+    layout and the check, not pydantic's dump of the whole config."""
+    moe = {**COLOCATED_DP, "model": "qwen3-30b-a3b",
+           "engine": {**BASE["engine"], "preemption": "swap"}}
+    with pytest.raises(ValueError) as info:
+        layouts(SweepConfig.model_validate(moe), 2, (1,), (1,), (1, 2))
+    assert str(info.value) == ("layout colocated 1x TP1 DP2 cannot run from this config: engine.data_parallel_size > 1 "
+                               "of a mixture of experts with preemption: swap or a draft model is not modelled; use "
+                               "preemption: recompute and draft: ngram")
+
+
+def _below(rate_qps: float):
+    """A seed's bisection that failed its lowest rate."""
+    from experiments.planning.capacity import CapacityResult
+
+    return CapacityResult(math.nan, [(rate_qps, False)])
+
+
+def test_no_layout_meeting_the_slos_ranks_none_and_gives_no_ratio(tmp_path):
+    """Every seed of both layouts failed the lowest rate: no best (0 against 0), no ratio (it was
+    "ratio ∞ (colocated meets the SLOs at no tested rate)"), and what to do."""
+    from experiments.planning.disaggregation import layout_row, ranked, ranking
+
+    found = layouts(SweepConfig.model_validate(BASE), 2, (1,))
+    frame = ranked([layout_row(layout, [_below(95.0)] * 3) for layout in found])
+    assert frame["vs_best"].tolist() == ["none met the SLOs", "none met the SLOs"]
+    assert ranking(frame) == ("no layout met the SLOs at any tested rate (every seed of all 2 that ran failed even "
+                              "the lowest), so none is ranked: lower --qps (or search.qps) to measure them")
+    assert comparison(frame) == ("no layout met the SLOs at any tested rate, so there is no ratio: lower --qps (or "
+                                 "search.qps) to measure them")
+    write_report(frame, SweepConfig.model_validate(BASE), tmp_path, 0.9)
+    text = (tmp_path / "disaggregation.md").read_text()
+    assert "Ranking: no layout met the SLOs at any tested rate" in text and "∞" not in text.split("| layout |")[0]
+
+
+def test_one_kind_below_the_lowest_rate_gives_no_ratio():
+    """Colocated 2x TP1 seeds 9, 10, 11 req/s (failing at 10, 11, 12): per GPU 5.000 [(10 −
+    2.48414) / 2, (11 + 2.48414) / 2] = [3.758, 6.742]; the disaggregated layout's every seed
+    failed 2 req/s: interval [0, 2 / 2] per GPU, below the best's; no ratio either way."""
+    from experiments.planning.disaggregation import layout_row, ranked
+
+    colocated, split = layouts(SweepConfig.model_validate(BASE), 2, (1,))
+    met = layout_row(colocated, [_bisection(c, c + 1) for c in (9.0, 10.0, 11.0)])
+    frame = ranked([met, layout_row(split, [_below(2.0)] * 3)])
+    assert frame["vs_best"].tolist() == ["best", "below"]
+    assert comparison(frame) == ("best colocated 2x TP1: 5.000 [3.758, 6.742] req/s per GPU; no disaggregated layout "
+                                 "met the SLOs at any tested rate (its capacity lies below the lowest), so there is no "
+                                 "ratio: lower --qps (or search.qps) to measure it")
+    flipped = ranked([layout_row(colocated, [_below(2.0)] * 3), layout_row(split, [_bisection(c, c + 1)
+                                                                                    for c in (9.0, 10.0, 11.0)])])
+    assert comparison(flipped).startswith("best disaggregated 1P(TP1) 1D(TP1): 5.000 [3.758, 6.742] req/s per GPU; "
+                                          "no colocated layout met the SLOs")
+
+
+def test_a_kind_that_failed_or_was_not_searched_is_said_so():
+    """"only one kind of layout was searched" was said when the other kind was searched and failed."""
+    from experiments.planning.disaggregation import layout_row, ranked
+
+    colocated, split = layouts(SweepConfig.model_validate(BASE), 2, (1,))
+    frame = ranked([layout_row(colocated, [_bisection(10.0, 11.0)]),
+                    layout_row(split, ["ValueError: does not fit"])])
+    assert comparison(frame) == ("every disaggregated layout failed (1; 1P(TP1) 1D(TP1): ValueError: does not fit), "
+                                 "so the kinds are not compared")
+    (alone,) = layouts(SweepConfig.model_validate(BASE), 1, (1,))
+    assert comparison(ranked([layout_row(alone, [_bisection(10.0, 11.0)])])) == (
+        "no disaggregated layout was searched (none of these GPUs and degrees), so the kinds are not compared")

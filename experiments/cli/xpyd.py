@@ -70,9 +70,11 @@ def search_xpyd(
     interval; layouts whose intervals overlap are reported as not resolved. The bisection's
     precision, trim, trial cap and seeds come from the config's `search:` when it has one. Each
     trial's simulation is cached in OUT/.cache (as `sweep`'s, by the workers on Ray too), so the
-    same command after an interruption resumes; local and Ray give the same table. Exit status: 0 when every layout ran, 1 when a
-    layout failed (its error is in the table; the others are written) or an output could not be
-    written, 2 for a bad config or option, 130 when interrupted.
+    same command after an interruption resumes; local and Ray give the same table. Exit status: 0 when every layout ran
+    (also when none met the SLOs at any tested rate: a warning says so and to lower --qps, as the
+    sweep's capacity search does), 1 when a layout failed (its error is in the table; the others
+    are written) or an output could not be written, 2 for a bad config or option (--gpus above
+    1024 too), 130 when interrupted.
     """
     from experiments.config import ConfigError, SweepConfig, load_config
     from experiments.outputs import CACHE_DIR, RunFolder
@@ -137,6 +139,11 @@ def search_xpyd(
     _print(frame)
     console.print(f"ranking: {ranking(frame)}", highlight=False)
     console.print(comparison(frame), highlight=False)
+    ran = frame[frame["error"].isna()]
+    if len(ran) and ran["capacity_qps"].isna().all():
+        err_console.print(f"[yellow]warning:[/yellow] no layout met the SLOs at any tested rate (every seed failed "
+                          f"even {bracket[0]:g} req/s): lower --qps (or search.qps) to find their capacities",
+                          highlight=False)
     if message is not None:
         err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False)
         raise typer.Exit(1)

@@ -36,11 +36,12 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+from pydantic import ValidationError
 
 from experiments.config import _MAX_SEED, SearchConfig, SweepConfig, cluster_label, describe_point
 from experiments.planning.capacity import confidence_interval, find_capacity
+from experiments.planning.layouts import MAX_LAYOUT_GPUS, layout_problem
 from experiments.planning.layouts import Layout as ParallelLayout
-from experiments.planning.layouts import layout_problem
 from experiments.point import run_point
 from profiler import get_model_spec
 
@@ -63,11 +64,18 @@ class Layout:
         """'colocated 2x TP2', 'colocated 1x TP2 DP2 EP4', or the pools' (`cluster_label`)."""
         if self.kind == "colocated":
             e = self.point.engine
-            pp = f" PP{e.pipeline_parallel_size}" if e.pipeline_parallel_size > 1 else ""
-            dp = f" DP{e.data_parallel_size}" if e.data_parallel_size > 1 else ""
-            ep = f" EP{e.data_parallel_size * e.tensor_parallel_size}" if e.enable_expert_parallel else ""
-            return f"colocated {e.replicas}x TP{e.tensor_parallel_size}{pp}{dp}{ep}"
+            shape = ParallelLayout(e.tensor_parallel_size, e.pipeline_parallel_size, e.data_parallel_size,
+                                   e.enable_expert_parallel)
+            return f"colocated {e.replicas}x {shape_label(shape)}"
         return cluster_label(self.point)
+
+
+def shape_label(shape: ParallelLayout) -> str:
+    """An instance shape as the labels write it (`cluster_label`'s pools): 'TP2', 'TP1 DP2 EP2'."""
+    pp = f" PP{shape.pipeline_parallel_size}" if shape.pipeline_parallel_size > 1 else ""
+    dp = f" DP{shape.data_parallel_size}" if shape.data_parallel_size > 1 else ""
+    ep = f" EP{shape.data_parallel_size * shape.tensor_parallel_size}" if shape.enable_expert_parallel else ""
+    return f"TP{shape.tensor_parallel_size}{pp}{dp}{ep}"
 
 
 def instance_shapes(model, gpus: int, tensor_parallel_sizes=(1, 2, 4, 8), pipeline_parallel_sizes=(1,),
@@ -108,7 +116,8 @@ def layouts(base: SweepConfig, gpus: int, tensor_parallel_sizes: tuple[int, ...]
     vLLM engine of that shape (a DP instance: its ranks behind vLLM's DP balancer,
     simulator/disaggregated.py). The pools keep the base's `cluster:` settings (link, chunk
     sizes, ...) if it has one, else a prefill pool with the base engine and a decode pool the
-    same; the layout sets their parallel keys.
+    same; the layout sets their parallel keys (TP, PP, DP, EP), in place of the base's (a base's
+    `engine.data_parallel_size` or a pool's is not kept: an instance is exactly its shape's GPUs).
 
     For a dense model a DP instance's ranks are independent engines (vLLM
     vllm/v1/engine/core.py `run_engine_core`), so DP D of a dense model is close to D replicas
@@ -116,11 +125,12 @@ def layouts(base: SweepConfig, gpus: int, tensor_parallel_sizes: tuple[int, ...]
     ranks share the MoE layers and step in lockstep, a layout of its own.
 
     Raises:
-        ValueError: gpus < 1, expert parallelism for a dense model, or no valid layout (e.g.
-            only TP degrees the model cannot use).
+        ValueError: gpus outside 1..`MAX_LAYOUT_GPUS` (as `layouts: {gpus: N}`), expert
+            parallelism for a dense model, no valid layout (e.g. only TP degrees the model cannot
+            use), or a layout the base's other settings rule out (naming the layout and the key).
     """
-    if gpus < 1:
-        raise ValueError(f"gpus must be >= 1, got {gpus}")
+    if gpus < 1 or gpus > MAX_LAYOUT_GPUS:
+        raise ValueError(f"GPU budget (--gpus) {gpus}: expected 1 to {MAX_LAYOUT_GPUS} GPUs (as layouts.gpus)")
     model = get_model_spec(base.model)
     if expert_parallel is None:
         expert_parallel = (base.engine.enable_expert_parallel,)
@@ -130,17 +140,21 @@ def layouts(base: SweepConfig, gpus: int, tensor_parallel_sizes: tuple[int, ...]
     tree.pop("variants", None)
     engine = dict(tree.get("engine", {}))
     engine.pop("replicas", None)
+    engine.pop("num_gpus", None)  # the check of a shape the layout replaces: its GPUs are `gpus`
     cluster = tree.pop("cluster", None) or {}
     # A cluster's pools set their own router and read no overlap weight (`experiments.config.
-    # check_cluster` refuses one beside cluster:): the colocated engine's stay out of the xPyD points.
-    pool_engine = {k: v for k, v in engine.items() if k not in ("router", "router_overlap_weight")}
+    # check_cluster` refuses one beside cluster:): the colocated engine's stay out of the xPyD points,
+    # and so do its parallel keys: each pool's are its shape's.
+    pool_engine = {k: v for k, v in engine.items()
+                   if k not in ("router", "router_overlap_weight", *_parallel_keys(ParallelLayout()))}
     found = []
     for shape in shapes:
         replicas = gpus // shape.gpus
         if gpus % shape.gpus == 0 and (shape.data_parallel_size == 1 or replicas == 1):
             colocated = {**tree, "engine": {**engine, **_parallel_keys(shape), "replicas": replicas,
                                             "router": engine.get("router", "least_outstanding")}}
-            found.append(Layout("colocated", SweepConfig.model_validate(colocated), gpus))
+            label = f"colocated {replicas}x {shape_label(shape)}"
+            found.append(Layout("colocated", _validated(colocated, label), gpus))
     for shape_p in shapes:
         for shape_d in shapes:
             for x in range(1, gpus // shape_p.gpus + 1):
@@ -154,12 +168,23 @@ def layouts(base: SweepConfig, gpus: int, tensor_parallel_sizes: tuple[int, ...]
                     spec["engine"] = {**spec.get("engine", {}), **_parallel_keys(shape)}
                     pools[name] = spec
                 point = {**tree, "engine": pool_engine, "cluster": {**cluster, **pools}}
-                found.append(Layout("disaggregated", SweepConfig.model_validate(point), gpus))
+                label = f"{x}P({shape_label(shape_p)}) {rest // shape_d.gpus}D({shape_label(shape_d)})"
+                found.append(Layout("disaggregated", _validated(point, label), gpus))
     if not found:
         raise ValueError(f"no layout of {gpus} GPUs with tensor_parallel_size in {tensor_parallel_sizes}, "
                          f"pipeline_parallel_size in {pipeline_parallel_sizes} and data_parallel_size in "
                          f"{data_parallel_sizes} for {model.name}")
     return found
+
+
+def _validated(tree: dict, layout: str) -> SweepConfig:
+    """A layout's point, or ValueError naming the layout and each bad key (not pydantic's dump)."""
+    try:
+        return SweepConfig.model_validate(tree)
+    except ValidationError as exc:
+        problems = "; ".join((f"{'.'.join(map(str, e['loc']))}: " if e["loc"] else "")
+                             + e["msg"].removeprefix("Value error, ") for e in exc.errors())
+        raise ValueError(f"layout {layout} cannot run from this config: {problems}") from None
 
 
 def _parallel_keys(shape: ParallelLayout) -> dict:
@@ -398,6 +423,9 @@ def _safe_layout_capacity(layout: Layout, thresholds_s: dict[str, float], capaci
 
 # How a layout stands against the best (first) one, `search`'s vs_best column.
 BEST, UNRESOLVED, BELOW, NO_INTERVAL = "best", "not resolved", "below", "no interval (one seed)"
+NONE_MET = "none met the SLOs"  # every layout that ran: no tested rate met the SLOs, so none is best
+# Where the lowest rate fails, what to change (the capacity search's advice, experiments.planning.report).
+LOWER_QPS = "lower --qps (or search.qps) to measure"
 
 
 def intervals_overlap(a, b) -> bool:
@@ -408,13 +436,17 @@ def intervals_overlap(a, b) -> bool:
 
 
 def standing(frame: pd.DataFrame) -> list[str | None]:
-    """For each row of a sorted `search` frame: `best` (the first layout that ran), `not
-    resolved` (its interval overlaps the best's), `below` (its interval lies wholly below the
-    best's), `no interval (one seed)`, or None for a layout that could not run."""
+    """For each row of a sorted `search` frame: `best` (the first layout that ran and met the SLOs
+    at some tested rate), `not resolved` (its interval overlaps the best's), `below` (its
+    interval lies wholly below the best's), `no interval (one seed)`, `none met the SLOs` for
+    every layout that ran when none met them at any tested rate (none is best: 0 against 0), or
+    None for a layout that could not run."""
     ran = frame["error"].isna()
     if not ran.any():
         return [None] * len(frame)
-    first = frame.index[ran][0]
+    if not _met_some_rate(frame[ran]).any():
+        return [NONE_MET if ok else None for ok in ran]
+    first = frame.index[ran & _met_some_rate(frame)][0]
     best = frame.loc[first]
     labels = []
     for (i, row), ok in zip(frame.iterrows(), ran):
@@ -434,6 +466,9 @@ def ranking(frame: pd.DataFrame) -> str:
     ran = frame[frame["error"].isna()]
     if ran.empty:
         return "no layout ran"
+    if not _met_some_rate(ran).any():
+        return (f"no layout met the SLOs at any tested rate (every seed of all {len(ran)} that ran failed even the "
+                f"lowest), so none is ranked: {LOWER_QPS} them")
     best, seeds = ran.iloc[0], int(ran.iloc[0]["seeds"])
     if len(ran) == 1:
         return f"only {best['label']} ran"
@@ -452,17 +487,31 @@ def ranking(frame: pd.DataFrame) -> str:
 
 def comparison(frame: pd.DataFrame) -> str:
     """One sentence: the best disaggregated layout against the best colocated one (among the
-    layouts that ran), by mean goodput per GPU, and whether their intervals resolve it."""
+    layouts that ran), by mean goodput per GPU, and whether their intervals resolve it. No
+    ratio where a kind has no layout to compare: none searched, every one failed (the first's
+    error is given), or none met the SLOs at any tested rate (its capacity lies below the
+    bracket, not at 0: a ratio would be 0/0 or x/0)."""
     ran = frame[frame["error"].isna()] if "error" in frame else frame
-    best = {kind: ran[ran["kind"] == kind].iloc[0] for kind in ("disaggregated", "colocated")
-            if (ran["kind"] == kind).any()}
-    if len(best) < 2:
-        return "only one kind of layout was searched"
+    for kind in ("disaggregated", "colocated"):
+        searched = frame[frame["kind"] == kind]
+        if searched.empty:
+            return f"no {kind} layout was searched (none of these GPUs and degrees), so the kinds are not compared"
+        if not (ran["kind"] == kind).any():
+            first = searched.iloc[0]
+            return (f"every {kind} layout failed ({len(searched)}; {first['label']}: {first['error']}), so the kinds "
+                    "are not compared")
+    best = {kind: ran[ran["kind"] == kind].iloc[0] for kind in ("disaggregated", "colocated")}
+    met = {kind: bool(pd.notna(row["capacity_qps"])) for kind, row in best.items()}
+    if not any(met.values()):
+        return f"no layout met the SLOs at any tested rate, so there is no ratio: {LOWER_QPS} them"
+    if not all(met.values()):
+        kind = next(kind for kind, ok in met.items() if ok)
+        other = next(kind for kind, ok in met.items() if not ok)
+        label = best[kind]["label"].removeprefix("colocated ")
+        return (f"best {kind} {label}: {per_gpu_text(best[kind])} req/s per GPU; no {other} layout met the SLOs at "
+                f"any tested rate (its capacity lies below the lowest), so there is no ratio: {LOWER_QPS} it")
     d, c = best["disaggregated"], best["colocated"]
-    if c["goodput_per_gpu_qps"] > 0:
-        ratio = f"{d['goodput_per_gpu_qps'] / c['goodput_per_gpu_qps']:.2f}×"
-    else:
-        ratio = "∞ (colocated meets the SLOs at no tested rate)"
+    ratio = f"{d['goodput_per_gpu_qps'] / c['goodput_per_gpu_qps']:.2f}×"
     seeds = int(min(d["seeds"], c["seeds"]))
     if seeds < 2:
         verdict = "one seed: no interval, so whether this difference is real is not known (--seeds ≥ 2 gives one)"
@@ -472,7 +521,13 @@ def comparison(frame: pd.DataFrame) -> str:
         ahead = "disaggregated" if d["goodput_per_gpu_qps"] > c["goodput_per_gpu_qps"] else "colocated"
         verdict = f"their 95 % intervals do not overlap: {ahead} is ahead at {seeds} seeds"
     return (f"best disaggregated {d['label']}: {per_gpu_text(d)} req/s per GPU; best colocated "
-            f"{c['label']}: {per_gpu_text(c)} req/s per GPU; ratio {ratio}; {verdict}")
+            f"{c['label'].removeprefix('colocated ')}: {per_gpu_text(c)} req/s per GPU; ratio {ratio}; {verdict}")
+
+
+def _met_some_rate(rows: pd.DataFrame) -> pd.Series:
+    """Whether each `search` row met the SLOs at some tested rate (a capacity; NaN: every seed
+    failed even the lowest rate, or the layout could not run)."""
+    return rows["capacity_qps"].notna()
 
 
 def per_gpu_text(row) -> str:

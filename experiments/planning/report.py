@@ -417,7 +417,8 @@ def kv_pool_line(ok: pd.DataFrame, base: SweepConfig) -> str:
     """The KV pools of the finished points: colocated points' `num_gpu_blocks` per replica, and a
     `cluster:` point's each pool's (`prefill_num_gpu_blocks` / `decode_num_gpu_blocks` of its
     instances, with its `<pool>_block_size`; experiments.point.simulate_cluster), so neither
-    pool stands for both."""
+    pool stands for both. A DP engine's count is each rank's (every DP rank its own pool,
+    experiments.deployment.build_schedulers), so it is said per DP rank."""
     cluster = ok["prefill_num_gpu_blocks"].notna() if "prefill_num_gpu_blocks" in ok else pd.Series(False, index=ok.index)
 
     def blocks(rows: pd.DataFrame, prefix: str) -> str:
@@ -425,9 +426,15 @@ def kv_pool_line(ok: pd.DataFrame, base: SweepConfig) -> str:
         sizes = sorted({int(b) for b in rows[f"{prefix}block_size"].dropna()}) if f"{prefix}block_size" in rows else []
         return f"{counts} blocks of {'/'.join(map(str, sizes or [base.engine.block_size]))} tokens"
 
-    parts = [f"{blocks(ok[~cluster], '')} per replica"] if (~cluster).any() else []
-    parts += [f"{pool} pool {blocks(ok[cluster], pool + '_')} per instance" for pool in POOLS
-              if cluster.any()]
+    def unit(rows: pd.DataFrame, prefix: str, plain: str) -> str:  # a DP engine's blocks are per rank
+        ranks = rows[f"{prefix}data_parallel_size"] if f"{prefix}data_parallel_size" in rows else pd.Series([1])
+        if (ranks.fillna(1) <= 1).all():
+            return plain
+        return "per DP rank" if (ranks > 1).all() else f"{plain} (per DP rank where data_parallel_size > 1)"
+
+    parts = [f"{blocks(ok[~cluster], '')} {unit(ok[~cluster], '', 'per replica')}"] if (~cluster).any() else []
+    parts += [f"{pool} pool {blocks(ok[cluster], pool + '_')} {unit(ok[cluster], pool + '_', 'per instance')}"
+              for pool in POOLS if cluster.any()]
     return f"KV pool: {'; '.join(parts)} (differs by point when the token budget changes the activation memory)."
 
 
