@@ -465,8 +465,8 @@ def test_no_layout_meeting_the_slos_ranks_none_and_gives_no_ratio(tmp_path):
     found = layouts(SweepConfig.model_validate(BASE), 2, (1,))
     frame = ranked([layout_row(layout, [_below(95.0)] * 3) for layout in found])
     assert frame["vs_best"].tolist() == ["none met the SLOs", "none met the SLOs"]
-    assert ranking(frame) == ("no layout met the SLOs at any tested rate (every seed of all 2 that ran failed even "
-                              "the lowest), so none is ranked: lower --qps (or search.qps) to measure them")
+    assert ranking(frame) == ("no layout met the SLOs at any tested rate (every seed of the 2 that ran failed even "
+                              "the lowest rate), so none is ranked: lower --qps (or search.qps) to measure them")
     assert comparison(frame) == ("no layout met the SLOs at any tested rate, so there is no ratio: lower --qps (or "
                                  "search.qps) to measure them")
     write_report(frame, SweepConfig.model_validate(BASE), tmp_path, 0.9)

@@ -467,8 +467,8 @@ def ranking(frame: pd.DataFrame) -> str:
     if ran.empty:
         return "no layout ran"
     if not _met_some_rate(ran).any():
-        return (f"no layout met the SLOs at any tested rate (every seed of all {len(ran)} that ran failed even the "
-                f"lowest), so none is ranked: {LOWER_QPS} them")
+        return (f"no layout met the SLOs at any tested rate (every seed of the {len(ran)} that ran failed even the "
+                f"lowest rate), so none is ranked: {LOWER_QPS} them")
     best, seeds = ran.iloc[0], int(ran.iloc[0]["seeds"])
     if len(ran) == 1:
         return f"only {best['label']} ran"
