@@ -198,7 +198,10 @@ def _run_points(base: SweepConfig, points: list[dict], folder: RunFolder, jobs: 
                             records_dir=folder.path)  # each point's records written as it runs
     try:
         table = write_results(results, folder, config_as_run(base))
-        folder.attempt(write_report, table, sweep_requests(results), base, folder.path, outputs=REPORT_FILES)
+        folder.attempt(lambda: write_report(table, sweep_requests(results), base, folder.path), outputs=REPORT_FILES)
+    except BaseException:  # no earlier run's outputs left listed beside this run's half-written ones
+        folder.attempt(folder.remove_stale)
+        raise
     finally:
         remove_point_files(results)
     _print_table(table, base)

@@ -14,7 +14,13 @@ cannot be written (a full disk) costs a recomputation next time, never the resul
 
 An entry is data only, never code: `KEY.zip` (stored, uncompressed) holding `entry.json` (the
 value as JSON, tuples tagged) and, for a point's result, its `requests.parquet` and
-`steps.parquet`. Reading one runs no constructor of the file's choosing (the folder may be on a
+`steps.parquet`. An entry is verified before it is served: `entry.json` carries the SHA-256 of
+each of those files as written and of its own content (`sha256`), checked as a file is read or
+copied out (a damaged or edited file whose zip CRC still holds, a file of another point, an
+edited row); a point's files must also hold the columns the report derives from
+(`REQUIRED_REQUEST_COLUMNS`) and the rows its row counts (`num_requests`, and `num_steps` where
+it kept its steps). Any mismatch is an unreadable entry, recomputed with a note; entries of the
+previous format (no digests) are recomputed the same way. Reading one runs no constructor of the file's choosing (the folder may be on a
 filesystem others write, `--out` shared with Ray workers), unlike the pickles older versions wrote
 (`KEY.pkl`: never read, replaced when the key is stored again). An entry that cannot be read or is
 not of the expected shape is recomputed with a note on stderr naming it.
@@ -24,7 +30,7 @@ cached point the same way (`get(records=...)`): its `requests.parquet` / `steps.
 copied out of the entry a megabyte at a time into temporary files of the run folder (their
 `point_id` set to the point's), as a computed point leaves them, and only the requests' scalar
 columns are read into memory; never its token times or steps. A copy that fails leaves no file:
-an entry that turns out unreadable (a bad CRC, a file of the wrong rows) is recomputed, a run
+an entry that turns out unreadable (a bad CRC or digest, a file of the wrong rows) is recomputed, a run
 folder that cannot be written fails the point as it would fail a computed one.
 """
 from __future__ import annotations
@@ -56,9 +62,15 @@ from simulator.records_parquet import copy_with_constants, write_in_row_groups
 
 ENTRY_SUFFIX = ".zip"
 LEGACY_SUFFIX = ".pkl"  # pickles of older versions: never unpickled
-_FORMAT = 1
+_FORMAT = 2  # 2: every member's SHA-256 and entry.json's own (`_DIGESTS`, `_SELF_DIGEST`)
 _JSON = "entry.json"
 _FRAMES = ("requests", "steps")  # a PointResult's frames, each `NAME.parquet`
+_DIGESTS = "members_sha256"  # entry.json: {"requests.parquet": hex, "steps.parquet": hex}
+_SELF_DIGEST = "sha256"  # entry.json: hex SHA-256 of its other keys (`_head_digest`)
+# Columns of a cached point's requests that the sweep reads after the simulation: the goodput
+# thresholds' metrics and finish reason (`experiments.point.report_columns`,
+# `simulator.metrics.goodput_count`; goodput keys from `SweepConfig._goodput_keys`), point_id.
+REQUIRED_REQUEST_COLUMNS = ("point_id", "finish_reason", "ttft_s", "tpot_s", "e2e_s")
 _TUPLE = "__tuple__"  # JSON has no tuples: {"__tuple__": [...]} stands for one
 
 # Top-level config keys a unit of work does not read, by kind:
@@ -164,16 +176,36 @@ def encode_entry(value: Any, stream) -> None:
     """
     with zipfile.ZipFile(stream, "w", zipfile.ZIP_STORED) as archive:
         if isinstance(value, PointResult):
-            head = {"format": _FORMAT, "type": "point_result", "row": _to_json(value.row)}
+            head = {"format": _FORMAT, "type": "point_result", "row": _to_json(value.row), _DIGESTS: {}}
             for name in _FRAMES:
+                member = f"{name}.parquet"
                 if name in value.files:  # the run wrote it (`PointResult.files`): the file as it is
-                    archive.write(value.files[name], f"{name}.parquet")
+                    with open(value.files[name], "rb") as source, archive.open(member, "w") as target:
+                        head[_DIGESTS][member] = _copy_hashing(source, target.write)
                     continue
-                with archive.open(f"{name}.parquet", "w") as f:
-                    write_in_row_groups(getattr(value, name), f)
+                buffer = io.BytesIO()  # an in-memory point's frame: its Parquet is smaller still
+                write_in_row_groups(getattr(value, name), buffer)
+                archive.writestr(member, buffer.getvalue())
+                head[_DIGESTS][member] = hashlib.sha256(buffer.getvalue()).hexdigest()
         else:
             head = {"format": _FORMAT, "type": "json", "value": _to_json(value)}
-        archive.writestr(_JSON, json.dumps(head))
+        archive.writestr(_JSON, json.dumps({**head, _SELF_DIGEST: _head_digest(head)}))
+
+
+def _head_digest(head: dict) -> str:
+    """SHA-256 (hex) of entry.json's keys other than its own digest, as sorted JSON: the same
+    for the dict written and the dict read back (Python's JSON round-trips its floats)."""
+    return hashlib.sha256(json.dumps(head, sort_keys=True).encode()).hexdigest()
+
+
+def _copy_hashing(source, write: Callable[[bytes], Any]) -> str:
+    """Copy the binary `source` to `write` a `_COPY_BYTES` piece at a time; the SHA-256 (hex)
+    of the bytes copied."""
+    digest = hashlib.sha256()
+    while chunk := source.read(_COPY_BYTES):
+        digest.update(chunk)
+        write(chunk)
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -200,7 +232,8 @@ def decode_entry(stream, records: RecordsFolder | None = None) -> Any:
 
     Raises:
         CacheEntryError: not an entry of this format (garbage, truncated, a pickle, another
-            version's layout, a bad CRC, record files of the wrong rows); the message says what
+            version's layout, a bad CRC or SHA-256, record files of the wrong rows or without the
+            columns the report reads); the message says what
             is wrong, and no record file is left.
         _RecordsNotWritten: a record file could not be written (its OSError as the cause).
     """
@@ -209,14 +242,21 @@ def decode_entry(stream, records: RecordsFolder | None = None) -> Any:
             head = json.loads(archive.read(_JSON))
             if not isinstance(head, dict) or head.get("format") != _FORMAT:
                 raise CacheEntryError(f"not format {_FORMAT}")
+            if head.pop(_SELF_DIGEST, None) != _head_digest(head):
+                raise CacheEntryError(f"its {_JSON} does not match its SHA-256 (edited or damaged)")
             if head.get("type") == "json":
                 return _from_json(head["value"])
-            if head.get("type") != "point_result" or not isinstance(head.get("row"), dict):
+            if head.get("type") != "point_result" or not isinstance(head.get("row"), dict) \
+                    or not isinstance(head.get(_DIGESTS), dict):
                 raise CacheEntryError(f"unknown entry type {head.get('type')!r}")
+            row = _from_json(head["row"])
             if records is not None:
-                return _point_with_files(archive, _from_json(head["row"]), records)
-            frames = {name: pd.read_parquet(io.BytesIO(archive.read(f"{name}.parquet"))) for name in _FRAMES}
-            return PointResult(_from_json(head["row"]), frames["requests"], frames["steps"])
+                return _point_with_files(archive, row, records, head[_DIGESTS])
+            frames = {name: pd.read_parquet(io.BytesIO(_verified_member(archive, name, head[_DIGESTS])))
+                      for name in _FRAMES}
+            _check_records(row, list(frames["requests"].columns), len(frames["requests"]),
+                           list(frames["steps"].columns), len(frames["steps"]))
+            return PointResult(row, frames["requests"], frames["steps"])
     except (CacheEntryError, _RecordsNotWritten):
         raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, KeyError, EOFError, OSError, ValueError,
@@ -224,21 +264,63 @@ def decode_entry(stream, records: RecordsFolder | None = None) -> Any:
         raise CacheEntryError(f"not a readable entry ({type(exc).__name__}: {exc})") from None
 
 
+def _verified_member(archive: zipfile.ZipFile, name: str, digests: dict) -> bytes:
+    """The bytes of the entry's `name` records, checked against their stored SHA-256.
+
+    Raises:
+        CacheEntryError: they differ."""
+    member = f"{name}.parquet"
+    data = archive.read(member)
+    _check_digest(member, hashlib.sha256(data).hexdigest(), digests)
+    return data
+
+
+def _check_digest(member: str, found: str, digests: dict) -> None:
+    if digests.get(member) != found:
+        raise CacheEntryError(f"its {member} does not match the SHA-256 stored when it was written "
+                              "(damaged or edited)")
+
+
+def _check_records(row: dict, requests_columns: list[str], requests_rows: int,
+                   steps_columns: list[str], steps_rows: int) -> None:
+    """A point's record files fit its row: the requests hold `REQUIRED_REQUEST_COLUMNS` and
+    `num_requests` rows; steps, when it kept any, `num_steps` rows and a point_id. (A digest
+    proves a file is the one stored, these that the one stored is whole.)
+
+    Raises:
+        CacheEntryError: what does not fit."""
+    missing = [c for c in REQUIRED_REQUEST_COLUMNS if c not in requests_columns]
+    if missing:
+        raise CacheEntryError(f"its requests file lacks the column(s) {', '.join(missing)}")
+    if "num_requests" in row and requests_rows != row["num_requests"]:
+        raise CacheEntryError(f"its requests file holds {requests_rows} rows, its row says {row['num_requests']}")
+    if steps_rows and "point_id" not in steps_columns:
+        raise CacheEntryError("its steps file lacks the column point_id")
+    if steps_rows and "num_steps" in row and steps_rows != row["num_steps"]:
+        raise CacheEntryError(f"its steps file holds {steps_rows} rows, its row says {row['num_steps']}")
+
+
 _COPY_BYTES = 1 << 20
 
 
-def _point_with_files(archive: zipfile.ZipFile, row: dict, records: RecordsFolder) -> PointResult:
+def _point_with_files(archive: zipfile.ZipFile, row: dict, records: RecordsFolder, digests: dict) -> PointResult:
     """A cached point as `run_point(records.point_id, records.path, temporary=True)` returns a
     computed one: each record file copied out of the entry into a temporary file of the run
     folder (named as that run names its own, so a killed run's are removed at the folder's next
-    claim), with `point_id` set to `records.point_id` (`copy_with_constants`: row group by row
+    claim) and checked against its stored SHA-256 (`digests`) and its row (`_check_records`),
+    with `point_id` set to `records.point_id` (`copy_with_constants`: row group by row
     group, only when the entry's differs); a step file of no rows (a point that kept no steps)
     read as the frame. Every file is removed again when any step fails."""
     files: dict[str, Path] = {}
     try:
         for name in _FRAMES:
-            files[name] = _copy_out(archive, f"{name}.parquet", records, name)
-            point_ids = pq.read_table(files[name], columns=["point_id"]).column(0)
+            files[name], found = _copy_out(archive, f"{name}.parquet", records, name)
+            _check_digest(f"{name}.parquet", found, digests)
+        schemas = {name: pq.read_schema(files[name]) for name in _FRAMES}
+        rows = {name: pq.read_metadata(files[name]).num_rows for name in _FRAMES}
+        _check_records(row, schemas["requests"].names, rows["requests"], schemas["steps"].names, rows["steps"])
+        for name in _FRAMES:
+            point_ids = pq.read_table(files[name], columns=["point_id"]).column(0) if rows[name] else []
             if len(point_ids) and pc.min_max(point_ids).as_py() != {"min": records.point_id, "max": records.point_id}:
                 renumbered = _temporary_file(records, name)
                 try:
@@ -248,16 +330,13 @@ def _point_with_files(archive: zipfile.ZipFile, row: dict, records: RecordsFolde
                     raise
                 files.pop(name).unlink()
                 files[name] = renumbered
-        steps_schema = pq.read_schema(files["steps"])
-        if pq.read_metadata(files["steps"]).num_rows:
-            steps = steps_schema.empty_table().to_pandas()
+        if rows["steps"]:
+            steps = schemas["steps"].empty_table().to_pandas()
         else:  # as a computed point that kept no steps has them: an empty frame, no file
             steps = pd.read_parquet(files["steps"])
             files.pop("steps").unlink()
-        schema = pq.read_schema(files["requests"])
-        requests = pd.read_parquet(files["requests"], columns=[c for c in schema.names if c != "token_times_s"])
-        if "num_requests" in row and len(requests) != row["num_requests"]:
-            raise CacheEntryError(f"its requests file holds {len(requests)} rows, its row says {row['num_requests']}")
+        requests = pd.read_parquet(files["requests"], columns=[c for c in schemas["requests"].names
+                                                               if c != "token_times_s"])
     except BaseException:
         for path in files.values():
             path.unlink(missing_ok=True)
@@ -278,18 +357,18 @@ def _write_records(write: Callable[[], Any]) -> Any:
         raise _RecordsNotWritten() from exc
 
 
-def _copy_out(archive: zipfile.ZipFile, member: str, records: RecordsFolder, name: str) -> Path:
+def _copy_out(archive: zipfile.ZipFile, member: str, records: RecordsFolder, name: str) -> tuple[Path, str]:
     """The archive's `member` copied into a new temporary file of the run folder, a megabyte at
-    a time (its CRC checked at its end by `zipfile`); removed when the copy fails."""
+    a time (its CRC checked at its end by `zipfile`), and the SHA-256 (hex) of what was copied;
+    the file removed when the copy fails."""
     path = _temporary_file(records, name)
     try:
         with archive.open(member) as source, _write_records(lambda: open(path, "wb")) as target:
-            while chunk := source.read(_COPY_BYTES):
-                _write_records(lambda: target.write(chunk))
+            found = _copy_hashing(source, lambda chunk: _write_records(lambda: target.write(chunk)))
     except BaseException:
         path.unlink(missing_ok=True)
         raise
-    return path
+    return path, found
 
 
 def _to_json(value: Any) -> Any:

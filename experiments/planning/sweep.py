@@ -14,6 +14,7 @@ rows from the cached simulations.
 """
 from __future__ import annotations
 
+import errno
 import os
 from concurrent.futures import as_completed
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
+import pyarrow as pa
 import yaml
 
 from experiments.planning.backends import make_pool
@@ -242,10 +244,14 @@ def simulate_cached(config: SweepConfig, point_id: int, trim_fraction: float = 0
                                        lambda: run_point(bare, point_id, trim_fraction, records_dir, temporary=True),
                                        lambda value: isinstance(value, PointResult),
                                        RecordsFolder(Path(records_dir), point_id) if records_dir is not None else None)
-    derived = report_columns(raw.row, raw.requests, bare)
-    row = {k: v for k, v in raw.row.items() if k not in derived}
-    row.update(point_id=point_id, label=describe_point(config), num_gpus=cluster_gpus(config))  # every GPU of the point
-    row.update(report_columns(row, raw.requests, config), cached=cached)
+    try:
+        derived = report_columns(raw.row, raw.requests, bare)
+        row = {k: v for k, v in raw.row.items() if k not in derived}
+        row.update(point_id=point_id, label=describe_point(config), num_gpus=cluster_gpus(config))  # every GPU of the point
+        row.update(report_columns(row, raw.requests, config), cached=cached)
+    except BaseException:  # the point's record files go with it, never left as temporaries
+        remove_point_files([raw])
+        raise
     if cache.write_error:
         row["cache_error"] = cache.write_error
     raw.requests["point_id"] = point_id
@@ -365,8 +371,19 @@ def _write_frames(folder: RunFolder, frames: dict[str, pd.DataFrame | None]) -> 
 
 def sweep_requests(results: list[PointResult]) -> pd.DataFrame | None:
     """Every point's requests in one frame (`point_id` tells them apart); None when none ran. A
-    point that wrote its records (`PointResult.files`) is read back from its file."""
-    return _concat([pd.read_parquet(r.files["requests"]) if "requests" in r.files else r.requests for r in results])
+    point that wrote its records (`PointResult.files`) is read back from its file.
+
+    Raises:
+        OSError: a point's file cannot be read back (its name as `filename`, so the run folder's
+            `attempt` lists it among what could not be written)."""
+    return _concat([_read_back(r.files["requests"]) if "requests" in r.files else r.requests for r in results])
+
+
+def _read_back(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_parquet(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise OSError(errno.EIO, f"cannot read it back ({exc})", str(path)) from exc
 
 
 def _record_sources(results: list[PointResult], name: str) -> list:
