@@ -262,3 +262,31 @@ def test_a_point_whose_columns_cannot_be_derived_leaves_no_record_file(tmp_path,
     with pytest.raises(KeyError):
         sweep_module.simulate_cached(SweepConfig.model_validate(POINT), 0, cache=cache, records_dir=run)
     assert list(run.iterdir()) == []
+
+
+CAPACITY = """
+name: cap
+trace: {kind: poisson, qps: 1, num_requests: 40, prompt_tokens: [100, 400], output_tokens: [10, 40]}
+engine: {scheduler: vllm_v1, chunk_size: 512}
+slo: {tbt_p99_s: 0.05}
+search: {qps: [1, 16], num_requests: 40, seeds: 1, precision: 0.2, max_trials: 4}
+"""
+
+
+def test_a_failed_capacity_report_leaves_no_earlier_runs_files(tmp_path, monkeypatch):
+    from experiments.planning import report
+
+    _, other = configs(tmp_path)
+    capacity = tmp_path / "cap.yaml"
+    capacity.write_text(CAPACITY)
+    out = tmp_path / "out"
+    assert sweep(other, out).exit_code == 0
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("report failed")
+    monkeypatch.setattr(report, "write_capacity_report", broken)
+    result = sweep(capacity, out)
+    assert isinstance(result.exception, RuntimeError)
+    on_disk = {p.name for p in out.iterdir() if p.is_file() and not p.name.startswith(".")}
+    assert on_disk == {"points.csv", "points.parquet", "trials.csv", "trials.parquet", "config.yaml"}
+    assert set(json.loads((out / MANIFEST).read_text())["files"]) == on_disk  # other's requests, report gone

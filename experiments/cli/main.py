@@ -186,7 +186,8 @@ def _run_points(base: SweepConfig, points: list[dict], folder: RunFolder, jobs: 
                 cache_dir: Optional[Path], backend: str, ray_address: Optional[str],
                 point_ids: Optional[List[int]] = None) -> None:
     from experiments.planning.report import write_report
-    from experiments.planning.sweep import config_as_run, remove_point_files, run_sweep, sweep_requests, write_results
+    from experiments.planning.sweep import (config_as_run, one_run_only, remove_point_files, run_sweep, sweep_requests,
+                                            write_results)
 
     started = time.perf_counter()
     _count(len(points), "points")
@@ -197,11 +198,9 @@ def _run_points(base: SweepConfig, points: list[dict], folder: RunFolder, jobs: 
                             backend=backend, ray_address=ray_address, point_ids=point_ids,
                             records_dir=folder.path)  # each point's records written as it runs
     try:
-        table = write_results(results, folder, config_as_run(base))
-        folder.attempt(lambda: write_report(table, sweep_requests(results), base, folder.path), outputs=REPORT_FILES)
-    except BaseException:  # no earlier run's outputs left listed beside this run's half-written ones
-        folder.attempt(folder.remove_stale)
-        raise
+        with one_run_only(folder):
+            table = write_results(results, folder, config_as_run(base))
+            folder.attempt(lambda: write_report(table, sweep_requests(results), base, folder.path), outputs=REPORT_FILES)
     finally:
         remove_point_files(results)
     _print_table(table, base)
@@ -233,7 +232,7 @@ def _run_capacity(base: SweepConfig, points: list[dict], folder: RunFolder, jobs
 
     from experiments.planning.report import write_capacity_report
     from experiments.planning.search import search_slo
-    from experiments.planning.sweep import config_as_run, run_capacity_sweep, write_capacity_results
+    from experiments.planning.sweep import config_as_run, one_run_only, run_capacity_sweep, write_capacity_results
 
     started = time.perf_counter()
     slo = search_slo(base)
@@ -262,9 +261,10 @@ def _run_capacity(base: SweepConfig, points: list[dict], folder: RunFolder, jobs
             _TALLY["total"] += base.search.seeds
             twin.setdefault("search", {})["loads"] = []
             policy_check, _, _ = run_capacity_sweep([twin], jobs, on_done, cache_dir, backend, ray_address)
-    write_capacity_results(table, trials, folder, config_as_run(base), loads)
-    folder.attempt(write_capacity_report, table, trials, base, slo, folder.path, policy_check, loads,
-                   outputs=REPORT_FILES)
+    with one_run_only(folder):
+        write_capacity_results(table, trials, folder, config_as_run(base), loads)
+        folder.attempt(write_capacity_report, table, trials, base, slo, folder.path, policy_check, loads,
+                       outputs=REPORT_FILES)
     _print_capacity(table, base, slo, policy_check, loads)
     _finish(folder, table, cache_dir, started)
     _exit_if_failed(table)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import os
 from concurrent.futures import as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -343,6 +344,19 @@ def write_results(results: list[PointResult], folder: RunFolder, raw_config: dic
     if raw_config is not None:
         folder.attempt(write_text, folder.path / "config.yaml", yaml.safe_dump(raw_config, sort_keys=False))
     return points
+
+
+@contextmanager
+def one_run_only(folder: RunFolder):
+    """A block writing a run's outputs into `folder`: when anything raises in it (an error no
+    `attempt` expects, Ctrl-C), the files an earlier run listed there that this one has not
+    rewritten are removed before it propagates (`RunFolder.remove_stale`, as a finished run
+    does), so the folder never holds this run's tables beside another run's report."""
+    try:
+        yield
+    except BaseException:
+        folder.attempt(folder.remove_stale)  # its manifest may not be writable either
+        raise
 
 
 def config_as_run(base: SweepConfig) -> dict:
