@@ -180,7 +180,9 @@ def encode_entry(value: Any, stream) -> None:
             for name in _FRAMES:
                 member = f"{name}.parquet"
                 if name in value.files:  # the run wrote it (`PointResult.files`): the file as it is
-                    with open(value.files[name], "rb") as source, archive.open(member, "w") as target:
+                    info = zipfile.ZipInfo.from_file(value.files[name], member)  # its size: ZIP64 past 2 GiB
+                    info.compress_type = zipfile.ZIP_STORED
+                    with open(value.files[name], "rb") as source, archive.open(info, "w") as target:
                         head[_DIGESTS][member] = _copy_hashing(source, target.write)
                     continue
                 buffer = io.BytesIO()  # an in-memory point's frame: its Parquet is smaller still
