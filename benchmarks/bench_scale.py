@@ -15,6 +15,9 @@ cache and records written as it runs, then `write_results`; no report): a first 
 stores it, a second one serves it from the cache, so the two give the cost of a cached point;
 `--points K` sweeps K such points (trace seeds 0..K-1), `--backend ray` on Ray (the peak RSS is
 then the driver's: the points run in Ray's worker processes).
+`--cluster PxD` makes the point a prefill/decode disaggregated cluster of P prefill and D decode
+replicas (TP1 each; the prefill pool's chunk 2,048, a 50 GB/s link with 0.1 ms latency, as
+benchmarks/xpyd_llama3_8b.yaml), e.g. `--cluster 1x1`.
 
 Run from the repo root:
     .venv/bin/python benchmarks/bench_scale.py                         # 1M requests, every record kept
@@ -23,6 +26,7 @@ Run from the repo root:
     .venv/bin/python benchmarks/bench_scale.py 200000 --closed-loop 48 --write /tmp/scale
     .venv/bin/python benchmarks/bench_scale.py 200000 --sweep /tmp/sweep --cache /tmp/cache   # twice: computed, cached
     .venv/bin/python benchmarks/bench_scale.py 100000 --sweep /tmp/sweep --points 4 --backend ray   # needs Ray
+    .venv/bin/python benchmarks/bench_scale.py 200000 --cluster 1x1 --write /tmp/scale   # 1P1D
 """
 from __future__ import annotations
 
@@ -50,6 +54,7 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, help="with --sweep: the results cache folder")
     parser.add_argument("--points", type=int, default=1, help="with --sweep: this many points (trace seeds 0, 1, ...)")
     parser.add_argument("--backend", default="local", help="with --sweep: local or ray (peak RSS: the driver's)")
+    parser.add_argument("--cluster", metavar="PxD", help="a disaggregated cluster of P prefill and D decode replicas")
     args = parser.parse_args()
     trace = {"kind": "profile", "name": "azure-conv", "qps": args.qps, "num_requests": args.requests, "seed": 0}
     if args.closed_loop:
@@ -60,6 +65,10 @@ def main() -> None:
         "engine": {"scheduler": "sarathi", "chunk_size": 512},
         "output": {"token_times": not args.no_token_times, "steps": not args.no_steps},
     }
+    if args.cluster:
+        num_prefill, num_decode = (int(n) for n in args.cluster.lower().split("x"))
+        point["cluster"] = {"prefill": {"replicas": num_prefill, "engine": {"chunk_size": 2048}},
+                            "decode": {"replicas": num_decode}, "link": {"bandwidth_gb_s": 50, "latency_s": 0.0001}}
     if args.sweep is not None:
         points = [{**point, "trace": {**trace, "seed": seed}} for seed in range(args.points)]
         return sweep(points, args.sweep, args.cache, args.backend)

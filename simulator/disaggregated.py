@@ -503,6 +503,9 @@ class _ClusterRequestsStream(RequestsStream):
     A row is written once its request finished, in the decode pool or in the cluster; its
     transfer ended before its decode began, so its transfer columns are filed (by rank, from
     `transfers`, taken before each write) by then. Transfer columns take 32 bytes a request.
+    The cluster's own rows (rejections, one-token requests: `cluster_records`, replica -1) are
+    handed over whenever a rank hands over its own: staged until 4,096 of them, those few would
+    hold back every row after them until the end.
 
     Raises (besides `RequestsStream`'s): RuntimeError: a transfer of a request id not in the
     run's (a bug: the records would be wrong).
@@ -512,11 +515,17 @@ class _ClusterRequestsStream(RequestsStream):
                  num_prefill: int, transfers: _TransferLog) -> None:
         super().__init__(path, request_ids, keep_token_times, constants)
         self.num_prefill, self.transfers = num_prefill, transfers
+        self.cluster_records: RequestRecords | None = None  # set by the cluster, once made
         n = self.ids.size
         self.transfer_columns = {"prefill_replica_id": np.full(n, -1, np.int64),
                                  "kv_transfer_start_s": np.full(n, np.nan),
                                  "kv_transfer_end_s": np.full(n, np.nan),
                                  "decode_replica_id": np.full(n, -1, np.int64)}
+
+    def add(self, replica_id: int, *rows) -> None:
+        super().add(replica_id, *rows)
+        if replica_id != -1 and self.cluster_records is not None:
+            self.cluster_records.flush()
 
     def _file_transfers(self) -> None:
         rows = self.transfers.take()
@@ -671,6 +680,8 @@ class _Cluster:
         self.stream = None if self.files is None else _ClusterRequestsStream(
             files.requests_path, request_ids, keep_token_times, files.constants, self.num_prefill, self.transfers)
         self.cluster_records = RequestRecords(-1, keep_token_times, window_s, self.stream)
+        if self.stream is not None:
+            self.stream.cluster_records = self.cluster_records
         self.prefill_pool = [_PoolScheduler(s, env) for s in prefill.schedulers]
         self.decode_pool = [_PoolScheduler(s, env) for s in decode.schedulers]
         self.prefill_replicas, self.decode_replicas, self.inboxes = [], [], []

@@ -216,3 +216,31 @@ def test_a_cluster_run_that_fails_leaves_no_step_part_files(tmp_path, monkeypatc
         simulate_disaggregated(trace(), *pools("2p2d"), LINK, KV_BYTES, record_files=files)
     assert seen == ["requests.parquet"] + [f"steps.parquet.replica-{i}.part" for i in range(4)]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["requests.parquet"]  # the caller's own file
+
+
+def test_a_rejection_recorded_by_the_cluster_does_not_hold_back_the_rows_after_it(tmp_path, monkeypatch,
+                                                                                   small_groups):
+    """Ids in arrival order (as a profile trace's); the first request (id 0) is too long for the
+    decode pool: rejected at arrival, a row of the cluster's own, alone in its staging (flushed
+    at 16), and every other asks for >= 2 tokens. Its row is handed over with the ranks' next
+    rows, so when the run's last event ends 8 row groups of 32 are already in the file (the
+    33 rows after them: the ranks' last staged rows and those behind them); before, that one
+    staged row held back every row until the end (0 written while it ran)."""
+    requests = [Request(k, r.arrival_s, 5000 if k == 0 else r.prompt_tokens, max(r.output_tokens, 2))
+                for k, r in enumerate(trace())]
+    built = simulate_disaggregated(requests, *pools("2p2d"), LINK, KV_BYTES)
+    at_end_of_run, streamed_result = [], disaggregated._Cluster.streamed_result
+
+    def spy(self, trim_fraction):
+        at_end_of_run.append((self.stream._written, len(self.stream._tokens)))
+        return streamed_result(self, trim_fraction)
+
+    monkeypatch.setattr(disaggregated._Cluster, "streamed_result", spy)
+    files = RecordFiles(tmp_path / "requests.parquet", tmp_path / "steps.parquet", {"point_id": 7})
+    streamed = simulate_disaggregated(requests, *pools("2p2d"), LINK, KV_BYTES, record_files=files)
+    assert at_end_of_run == [(256, 33)]
+    got = pd.read_parquet(files.requests_path)
+    assert got.loc[0, "request_id"] == 0 and got.loc[0, "finish_reason"].startswith("rejected")
+    assert got.loc[0, "replica_id"] == -1 and streamed.summary["rejected"] == 1
+    same_summary(streamed.summary, built.summary)
+    assert_files_are_the_frames(tmp_path, built, files)
