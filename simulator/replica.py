@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from operator import attrgetter
 from typing import Callable
 
 import numpy as np
@@ -17,6 +18,7 @@ from traces import Request
 
 # Steps priced per call in a decode window (`Replica._decode_window`).
 _WINDOW_CHUNK_STEPS = 16
+_NUM_COMPUTED_TOKENS = attrgetter("num_computed_tokens")
 
 
 class SimulationStalled(RuntimeError):
@@ -48,6 +50,11 @@ class Replica:
         records: where finished requests go (`simulator.records.RequestRecords`, compact
             columns; token times as indices into this replica's step ends); a fresh one by default.
         steps: the step log (`StepLog()` by default; `StepLog(keep=False)` keeps only its stats).
+        arrivals_bounded: `next_arrival_s()`, read during `submit`, is no later than any arrival
+            still to come, even one scheduled later (an open-loop trace's dispatcher). Then an
+            arrival during a decode window that would not cut it (it comes during the window's
+            last step, and the next one after that step's end) leaves the window's timeout
+            running instead of interrupting it to wait again for the same end (`submit`).
     """
 
     def __init__(
@@ -61,6 +68,7 @@ class Replica:
         next_arrival_s: Callable[[], float] | None = None,
         records: RequestRecords | None = None,
         steps: StepLog | None = None,
+        arrivals_bounded: bool = False,
     ):
         self.env = env
         self.scheduler = scheduler
@@ -76,6 +84,11 @@ class Replica:
         self.num_outstanding = 0  # submitted and not finished (the least-outstanding router reads it)
         self._wake: simpy.Event = env.event()
         self._window_open = False  # inside a decode window's timeout (`_decode_window`)
+        self.arrivals_bounded = arrivals_bounded
+        # The open window's step starts, its last step's end and the step start before it (`submit`).
+        self._window_starts_s: list[float] = []
+        self._window_end_s = math.inf
+        self._window_previous_start_s = -math.inf
         self._arrival_sent_at_s = -math.inf  # send time of the arrival that interrupted a window
         self._last_step_start_s = -math.inf  # start of the latest step begun
         stages = pricer.pipeline_stages
@@ -97,8 +110,20 @@ class Replica:
         if self._window_open:  # the scheduler must see it at the end of the step under way
             self._window_open = False
             self._arrival_sent_at_s = sent_at_s
-            self.process.interrupt("arrival")
+            if not self._window_runs_on():
+                self.process.interrupt("arrival")
         self._signal()
+
+    def _window_runs_on(self) -> bool:
+        """Whether the open window would, interrupted now, wait again for the end it waits for
+        now, with no arrival at that instant: every one of its steps begun (`_steps_begun`) and
+        the next arrival after its end. Its timeout then ends it at the same time and in the
+        same order among that instant's events as the interrupted path's new one would (the
+        only events between the two that could land there are arrivals, and none comes until
+        after it), so it is left running: no interrupt, no second timeout."""
+        starts = self._window_starts_s
+        return (self.arrivals_bounded and self.next_arrival_s() > self._window_end_s
+                and self._steps_begun(starts, self._window_previous_start_s) == len(starts))
 
     def _signal(self) -> None:
         if not self._wake.triggered:
@@ -153,7 +178,7 @@ class Replica:
         """
         start_s = self.env.now
         batch = len(running)  # `running` is the scheduler's list: finishes shrink it
-        context = [seq.num_computed_tokens for seq in running]
+        price = self._window_pricer(running)
         next_arrival_s = self.next_arrival_s()
         starts, durations, ends = [], [], []
         now_s = start_s
@@ -161,7 +186,7 @@ class Replica:
             # Priced a few steps at a time: the next arrival usually ends a window long before
             # its last possible step.
             chunk = min(_WINDOW_CHUNK_STEPS, max_steps - len(starts))
-            for duration in decode_steps_s(self.pricer.cost_model, context, len(starts), chunk):
+            for duration in price(len(starts), chunk):
                 if starts and now_s >= next_arrival_s:
                     break
                 starts.append(now_s)
@@ -169,7 +194,8 @@ class Replica:
                 now_s = now_s + duration  # SimPy's clock arithmetic, step by step
                 ends.append(now_s)
         steps = len(starts)
-        previous_start_s = self._last_step_start_s
+        previous_start_s = self._window_previous_start_s = self._last_step_start_s
+        self._window_starts_s, self._window_end_s = starts, ends[-1]
         self._window_open = True
         try:
             yield from wait_until(self.env, ends[-1])
@@ -187,6 +213,18 @@ class Replica:
             self.num_outstanding -= len(finished)
             self._record(finished)
         self.steps.extend_decodes(starts[:steps], durations[:steps], batch, kv_used, self.replica_id)
+
+    def _window_pricer(self, running: list) -> Callable[[int, int], list[float]]:
+        """`(first_step, num_steps) -> durations` of a decode window of `running` (as
+        `decode_steps_s`): a cost model pricing from the contexts' total (the measured tables',
+        `predict_decode_steps_total_s`) gets the total, summed once, and no list of contexts."""
+        cost_model = self.pricer.cost_model
+        by_total = getattr(cost_model, "predict_decode_steps_total_s", None)
+        if by_total is not None:
+            batch, total = len(running), sum(map(_NUM_COMPUTED_TOKENS, running))
+            return lambda first_step, num_steps: by_total(batch, total, num_steps, first_step)
+        context = [seq.num_computed_tokens for seq in running]
+        return lambda first_step, num_steps: decode_steps_s(cost_model, context, first_step, num_steps)
 
     def _steps_begun(self, starts: list[float], previous_start_s: float) -> int:
         """Steps of an interrupted window that the step-by-step path would have begun before

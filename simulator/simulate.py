@@ -116,7 +116,7 @@ def simulate(
                                       on_finish, records, step_logs).ranks
     else:
         replicas += [Replica(env, s, pricer, outcome_fn or StepOutcome.without_speculation, i, on_finish, next_arrival,
-                             records=records[i], steps=step_logs[i])
+                             records=records[i], steps=step_logs[i], arrivals_bounded=closed_loop is None)
                      for i, s in enumerate(schedulers)]
     if closed_loop:
         dispatch.start_closed_loop(closed_loop)

@@ -392,3 +392,112 @@ def test_a_plans_block_tables_keep_a_finished_requests_table_and_read_the_others
     scheduler.add_request(Request(7, 2.0, 16, 2))
     tables_7 = scheduler.schedule(2.0).columns.block_tables  # a new column: the newcomer's live table
     assert tables_7[1] is bm.block_table(7) and plan.columns.block_tables[0] == [0, 1]
+
+
+# -- sixth pass: windows an arrival does not cut, kept prefill times, window prices by total ------
+
+def _interrupts_and_frames(monkeypatch, requests, fast: bool):
+    """(interrupts, requests frame, steps frame) of an open-loop run of `requests` on one sarathi
+    replica priced by the roofline (each context priced differently, so step ends are sums)."""
+    import simpy.events
+
+    from profiler import RooflineCostModel, get_device_spec, get_model_spec
+    from simulator.scheduler import SchedulerConfig, make_scheduler
+    from simulator.simulate import simulate
+
+    calls = []
+    interrupt = simpy.events.Process.interrupt
+    monkeypatch.setattr(simpy.events.Process, "interrupt", lambda self, cause=None: (calls.append(cause), interrupt(self, cause)))
+    cost = RooflineCostModel(get_model_spec("llama-3-8b"), get_device_spec("h100-sxm"))
+    scheduler = make_scheduler("sarathi", SchedulerConfig(num_gpu_blocks=400, chunk_size=256))
+    result = simulate(requests, scheduler, cost, fast_forward=fast)
+    return len(calls), result.requests.sort_values("request_id").reset_index(drop=True), result.steps
+
+
+def test_an_arrival_inside_a_windows_last_step_leaves_it_running(monkeypatch):
+    from traces import Request
+
+    # Two requests decode for 200 steps; arrivals come one at a time while they decode (one
+    # second apart: each falls inside the last step of the window that stops at it).
+    requests = [Request(0, 0.0, 100, 200), Request(1, 0.0, 120, 200)]
+    requests += [Request(2 + i, 0.05 + 0.2 * i, 50, 3) for i in range(4)]
+    interrupts, fast_requests, fast_steps = _interrupts_and_frames(monkeypatch, requests, fast=True)
+    assert interrupts == 0  # every one of those windows ran to the end it was priced for
+    _, plain_requests, plain_steps = _interrupts_and_frames(monkeypatch, requests, fast=False)
+    pd.testing.assert_frame_equal(fast_requests, plain_requests)
+    pd.testing.assert_frame_equal(fast_steps, plain_steps)
+    # Two arrivals inside one step: the second is due before the window's end, so the first
+    # still interrupts it (and the records are still the step-by-step path's).
+    step_s = fast_steps["duration_s"].iloc[-1]
+    close = requests[:2] + [Request(2, 0.05, 50, 3), Request(3, 0.05 + step_s / 1000, 50, 3)]
+    interrupts, fast_requests, fast_steps = _interrupts_and_frames(monkeypatch, close, fast=True)
+    assert interrupts == 1
+    _, plain_requests, plain_steps = _interrupts_and_frames(monkeypatch, close, fast=False)
+    pd.testing.assert_frame_equal(fast_requests, plain_requests)
+    pd.testing.assert_frame_equal(fast_steps, plain_steps)
+
+
+def test_kept_prefill_chunk_times_equal_fresh_look_ups_float_for_float_and_count_for_count():
+    from profiler.device_spec import get_device_spec
+    from profiler.measured.shipped import build_measured
+    from profiler.model_spec import get_model_spec
+
+    def fresh():
+        return build_measured("auto", get_model_spec("llama-3-8b"), get_device_spec("h100-sxm"), 1)
+
+    plain, kept = fresh(), fresh()
+    r = random.Random(17)
+    chunks = [(r.randint(2, 9_000), r.choice([0, r.randint(1, 200_000)])) for _ in range(12)]  # some past the table
+    for _ in range(300):
+        q, c, p = [1, 1], [r.randint(1, 5_000), r.randint(1, 5_000)], [False, False]
+        for _ in range(r.randint(1, 2)):
+            chunk_q, chunk_c = r.choice(chunks)  # repeated chunks: served from the kept times
+            q.append(chunk_q), c.append(chunk_c), p.append(True)
+        plain._prefill_in_grid.clear()  # every look-up fresh
+        assert kept.predict_step_s(q, c, p) == plain.predict_step_s(q, c, p)
+    assert 0 < len(kept._prefill_in_grid) <= len(chunks)
+    assert (kept.num_predictions, kept.out_of_grid_steps, kept.out_of_range) == (
+        plain.num_predictions, plain.out_of_grid_steps, plain.out_of_range)
+    assert kept.out_of_grid_steps > 0  # the chunks past the table were priced and counted each time
+
+
+def test_window_prices_from_the_contexts_total_equal_the_lists_and_at2_many_scales_exactly():
+    from profiler.device_spec import get_device_spec
+    from profiler.measured.shipped import build_measured
+    from profiler.model_spec import get_model_spec
+
+    def fresh():
+        return build_measured("auto", get_model_spec("llama-3-8b"), get_device_spec("h100-sxm"), 1)
+
+    by_list, by_total, stepwise = fresh(), fresh(), fresh()
+    for context in ([17, 300, 4_000], [100_000, 200_000], [5] * 40):  # the second past the table
+        for first, steps in ((0, 16), (16, 5)):
+            expected = [stepwise.predict_step_s([1] * len(context), [x + j for x in context], [False] * len(context))
+                        for j in range(first, first + steps)]
+            assert by_list.predict_decode_steps_s(context, steps, first) == expected
+            assert by_total.predict_decode_steps_total_s(len(context), sum(context), steps, first) == expected
+    counts = [(m.num_predictions, m.out_of_grid_steps, m.out_of_range) for m in (by_list, by_total, stepwise)]
+    assert counts[0] == counts[1] == counts[2] and counts[0][0] == 3 * (16 + 5) and counts[0][1] > 0
+    grid = _grid_2x2()
+    ys = [1.5, 2.0, 9.0, 20.0]
+    times, outs = grid.at2_many(2.0, ys)
+    assert grid.at2_many(2.0, ys, 0.25, 32) == ([0.25 + 32 * t for t in times], outs)
+
+
+def test_finished_request_fields_are_in_the_order_finish_passes_them():
+    import dataclasses
+
+    from simulator.scheduler import FinishedRequest
+
+    # `Scheduler._finish` builds the record positionally, in this order.
+    assert [f.name for f in dataclasses.fields(FinishedRequest)] == [
+        "request_id", "arrival_s", "prompt_tokens", "output_tokens", "finish_reason", "generated_tokens",
+        "first_scheduled_s", "first_token_s", "completion_s", "num_preemptions", "recomputed_tokens",
+        "cached_tokens", "resumed_cached_tokens", "token_times_s"]
+    scheduler = _decoding_sarathi(1, prompt_tokens=20, output_tokens=2)
+    plan = scheduler.schedule(1.0)
+    (finished,) = scheduler.complete_step(plan, None, 2.0)
+    assert finished == FinishedRequest(request_id=0, arrival_s=0.0, prompt_tokens=20, output_tokens=2,
+                                       finish_reason="completed", generated_tokens=2, first_scheduled_s=0.0,
+                                       first_token_s=1.0, completion_s=2.0, num_preemptions=0, recomputed_tokens=0,
+                                       cached_tokens=0, resumed_cached_tokens=0, token_times_s=[1.0, 2.0])

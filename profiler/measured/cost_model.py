@@ -77,6 +77,7 @@ LOGIT_BYTES = 4  # the sampler reads fp32 logits (vLLM `Sampler`)
 
 Curve = Callable[[float], tuple[float, bool]]
 _IN_GRID: frozenset = frozenset()  # a step with every part on its grids
+_PREFILL_CACHE = 65536  # on-grid prefill chunk times kept by `_attention_layer_s` before it starts over
 
 
 def shape_key(model: ModelSpec) -> tuple:
@@ -152,6 +153,9 @@ class MeasuredCostModel:
         self.name = name
         self.num_predictions = self.out_of_grid_steps = 0
         self.out_of_range: Counter = Counter()
+        # One layer's attention time of an on-grid prefill chunk, by its query-key length `isl`
+        # (`_attention_layer_s`); off-grid ones are not kept (they count their parts each time).
+        self._prefill_in_grid: dict[float, float] = {}
         self.parts: dict[str, str] = {}  # part → where its times come from
         self.roofline_parts: list[str] = []
         self.flops_efficiency, self.bandwidth_efficiency = self._fit_efficiencies()
@@ -442,8 +446,14 @@ class MeasuredCostModel:
                 total += self._chunk_roofline_s(q, c)
                 continue
             isl = math.sqrt(q * q + 2.0 * q * c)  # a fresh prefill with the chunk's query-key pairs
-            t, o = grid.at2(1.0, isl)  # the hot path: `_lookup` without its tuple and call
-            total += self._off_grid(grid, (1.0, isl), self._fresh_prefill_roofline_s, t, out) if o else t
+            t = self._prefill_in_grid.get(isl)  # most chunks repeat an earlier one's (q, c)
+            if t is None:
+                t, o = grid.at2(1.0, isl)  # the hot path: `_lookup` without its tuple and call
+                if o:
+                    t = self._off_grid(grid, (1.0, isl), self._fresh_prefill_roofline_s, t, out)
+                else:
+                    self._keep_prefill_in_grid(isl, t)
+            total += t
         if num_decode_rows:
             grid = self._decode_grid
             if grid is None:
@@ -453,6 +463,13 @@ class MeasuredCostModel:
                 t, o = grid.at2(num_decode_rows, kv)
                 total += self._off_grid(grid, (num_decode_rows, kv), self._decode_kv_roofline_s, t, out) if o else t
         return total
+
+    def _keep_prefill_in_grid(self, isl: float, t: float) -> None:
+        """Keep an on-grid prefill chunk's time by its query-key length (a pure function of it;
+        bounded: `_PREFILL_CACHE` values, then it starts over)."""
+        if len(self._prefill_in_grid) >= _PREFILL_CACHE:
+            self._prefill_in_grid.clear()
+        self._prefill_in_grid[isl] = t
 
     def _mixed_attention_s(self, prefills, num_decode_rows, decode_context, out: set) -> float:
         """`_attention_layer_s` on a model-specific mixed table: the largest chunk with the
@@ -497,10 +514,16 @@ class MeasuredCostModel:
             context_tokens: ints, shape (num_seqs,): KV tokens of each sequence at step 0.
             num_steps: how many steps to price, from `first_step`.
         """
-        num_seqs = len(context_tokens)
+        return self.predict_decode_steps_total_s(len(context_tokens), int(sum(context_tokens)), num_steps, first_step)
+
+    def predict_decode_steps_total_s(self, num_seqs: int, total_context_tokens: int, num_steps: int,
+                                     first_step: int = 0) -> list[float]:
+        """`predict_decode_steps_s` of `num_seqs` sequences holding `total_context_tokens` KV
+        tokens in all at step 0 (only the total enters the price): the same floats and counts,
+        without a list of the contexts (a decode window sums its running set once)."""
         if num_seqs == 0:
             return [self.predict_step_s([], [], []) for _ in range(num_steps)]
-        total_context = int(sum(context_tokens))
+        total_context = total_context_tokens
         rows = float(num_seqs)
         grid = self._decode_grid
         if self._mixed is None and grid is not None:
@@ -530,21 +553,21 @@ class MeasuredCostModel:
         # operations as written out per step (int − float, /, +), so the same floats.
         first_total = total_context + (first_step + 1) * num_seqs
         points_kv = [(i - rows) / rows + 1.0 for i in range(first_total, first_total + num_steps * num_seqs, num_seqs)]
-        times, outs = grid.at2_many(rows, points_kv)
+        durations, outs = grid.at2_many(rows, points_kv, parts_s, layers)  # parts_s + layers * t each
         if not (in_grid or any(outs)):  # every step on the grid: counted at once
             self.num_predictions += num_steps
-            return [parts_s + layers * t for t in times]
-        durations = []
-        for point_kv, t, o in zip(points_kv, times, outs):
+            return durations
+        for j, (point_kv, o) in enumerate(zip(points_kv, outs)):
             if o:
                 out: set = set()
+                t = grid.at2(rows, point_kv)[0]  # `at2_many`'s t: the same float
                 t = self._off_grid(grid, (rows, point_kv), self._decode_kv_roofline_s, t, out)
                 self._count(token_out | seq_out | frozenset(out))
+                durations[j] = parts_s + layers * t
             elif in_grid:
                 self._count(in_grid)
             else:
                 self.num_predictions += 1
-            durations.append(parts_s + layers * t)
         return durations
 
     def _count(self, out: frozenset) -> None:

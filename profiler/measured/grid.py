@@ -154,10 +154,12 @@ class LogGrid:
         total = (1.0 - f) * ((1.0 - g) * flat[a] + g * flat[b]) + f * ((1.0 - g) * flat[c] + g * flat[d])
         return math.exp(total), out or out_y or filled[a] or filled[b] or filled[c] or filled[d]
 
-    def at2_many(self, x: float, ys: list[float]) -> tuple[list[float], list[bool]]:
+    def at2_many(self, x: float, ys: list[float], base: float = 0.0, scale: float = 1.0) -> tuple[list[float], list[bool]]:
         """`at2(x, y)` for each y in `ys`, the same floats and flags, as two lists (times, out of
         grid): the first axis's position once, and the second axis's cell and corners kept while
         consecutive values stay in one cell (a decode window's mean contexts grow by one a step).
+        Each time is given as `base + scale * t` (a decode step's other parts and its layers,
+        without a second list; the defaults give t itself exactly, t being >= 0).
         """
         first = self._first_axis.get(x) or self._cache_first_axis(x)  # a hit is a non-empty tuple
         i, f, out_x = first
@@ -193,7 +195,7 @@ class LogGrid:
                 cell_out = bool(out_x or filled[a] or filled[b] or filled[c] or filled[d])
                 cj, width = coords[j], coords[j + 1] - coords[j]
             g = (u - cj) / width
-            times.append(exp((1.0 - f) * ((1.0 - g) * va + g * vb) + f * ((1.0 - g) * vc + g * vd)))
+            times.append(base + scale * exp((1.0 - f) * ((1.0 - g) * va + g * vb) + f * ((1.0 - g) * vc + g * vd)))
             outs.append(out_y or cell_out)
         return times, outs
 
