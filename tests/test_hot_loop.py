@@ -501,3 +501,34 @@ def test_finished_request_fields_are_in_the_order_finish_passes_them():
                                        finish_reason="completed", generated_tokens=2, first_scheduled_s=0.0,
                                        first_token_s=1.0, completion_s=2.0, num_preemptions=0, recomputed_tokens=0,
                                        cached_tokens=0, resumed_cached_tokens=0, token_times_s=[1.0, 2.0])
+
+
+def test_records_and_step_log_are_the_same_whatever_their_flush_sizes(monkeypatch):
+    """The staging sizes (256 requests, 2,048 steps: chosen for speed) only batch the typed
+    columns: 1 and 3 (a flush every request and every few steps, windows split across flushes)
+    give the same frames, token times and summary, value for value, as sizes no run reaches."""
+    from simulator import records, step_log
+    from simulator.simulate import simulate
+    from profiler import RooflineCostModel, get_device_spec, get_model_spec
+    from simulator.scheduler import SchedulerConfig, make_scheduler
+    from traces import Request
+
+    rng = random.Random(7)
+    requests = [Request(i, 0.02 * i, rng.randint(20, 700), rng.randint(1, 60)) for i in range(80)]
+    cost = RooflineCostModel(get_model_spec("llama-3-8b"), get_device_spec("h100-sxm"))
+
+    def run(flush_requests: int, flush_steps: int):
+        monkeypatch.setattr(records, "_FLUSH_REQUESTS", flush_requests)
+        monkeypatch.setattr(step_log, "_FLUSH_STEPS", flush_steps)
+        scheduler = make_scheduler("sarathi", SchedulerConfig(num_gpu_blocks=300, chunk_size=256))
+        return simulate(requests, scheduler, cost)
+
+    small, large = run(1, 3), run(10**9, 10**9)
+    assert len(small.steps) > 100 and (small.steps["num_prefill_tokens"] == 0).sum() > 50  # windows and mixed steps
+    pd.testing.assert_frame_equal(small.requests.drop(columns="token_times_s"),
+                                  large.requests.drop(columns="token_times_s"), check_exact=True)
+    assert sum(map(len, small.requests["token_times_s"])) == sum(r.output_tokens for r in requests)
+    for a, b in zip(small.requests["token_times_s"], large.requests["token_times_s"]):
+        assert np.array_equal(a, b)
+    pd.testing.assert_frame_equal(small.steps, large.steps, check_exact=True)
+    assert repr(small.summary) == repr(large.summary)
