@@ -301,15 +301,16 @@ def _token_times_column(records: list[RequestRecords], order: np.ndarray) -> pd.
     time in record order, converted from the int32 step indices a chunk at a time (each chunk
     freed as it is converted), so the indices and the times never both exist in full."""
     lengths = np.concatenate([r.token_counts.release() for r in records])
-    ends = [r.step_end_s.release() for r in records]
-    step_base = np.cumsum([0] + [e.size for e in ends[:-1]]).tolist()
-    all_ends = np.concatenate(ends)
-    del ends
     flat = np.empty(int(lengths.sum()), dtype=np.float64)
     position = 0
-    for r, base in zip(records, step_base):
+    for r in records:
+        ends = r.step_end_s.release()
         for chunk in r.token_steps.drain():
-            flat[position:position + chunk.size] = all_ends[chunk.astype(np.int64) + base if base else chunk]
+            # Gathered straight into `flat` (a fancy index would first build a chunk-sized
+            # temporary: 32 MB of fresh pages for 4M tokens). 'clip' only skips numpy's buffered
+            # bounds check: every index was checked against these ends as it was recorded
+            # (`_add_token_steps`), so none is clipped.
+            np.take(ends, chunk, out=flat[position:position + chunk.size], mode="clip")
             position += chunk.size
     views = request_views(flat, lengths)
     return pd.Series([views[i] for i in order.tolist()], dtype=object)
