@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from itertools import accumulate
 from operator import attrgetter
 from typing import Callable
 
@@ -186,13 +187,17 @@ class Replica:
             # Priced a few steps at a time: the next arrival usually ends a window long before
             # its last possible step.
             chunk = min(_WINDOW_CHUNK_STEPS, max_steps - len(starts))
-            for duration in price(len(starts), chunk):
-                if starts and now_s >= next_arrival_s:
-                    break
-                starts.append(now_s)
-                durations.append(duration)
-                now_s = now_s + duration  # SimPy's clock arithmetic, step by step
-                ends.append(now_s)
+            chunk_s = price(len(starts), chunk)
+            # SimPy's clock arithmetic, step by step (`accumulate` adds in order: the same
+            # floats): step t of the chunk starts at clock[t] and is begun unless the next
+            # arrival is due by then (the window's first step always is). The clock never
+            # runs backwards, so the first step not begun is found by bisection.
+            clock = list(accumulate(chunk_s, initial=now_s))
+            begun = bisect_left(clock, next_arrival_s, 0 if starts else 1, chunk)
+            starts += clock[:begun]
+            durations += chunk_s[:begun]
+            ends += clock[1:begun + 1]
+            now_s = clock[begun]
         steps = len(starts)
         previous_start_s = self._window_previous_start_s = self._last_step_start_s
         self._window_starts_s, self._window_end_s = starts, ends[-1]

@@ -8,7 +8,7 @@ SimPy replica and the real engine drive the same object.
 from __future__ import annotations
 
 from bisect import insort
-from itertools import compress, repeat, starmap
+from itertools import accumulate, compress, repeat, starmap
 from operator import add, attrgetter, ge, gt, lt, sub
 
 import numpy as np
@@ -449,10 +449,8 @@ class Scheduler:
             seq.token_times_s.extend(step_end_s)
             if generated >= seq.max_output_tokens:
                 finished.append(self._finish(seq, step_end_s[-1]))
-        kv_used = []
-        for n in new_blocks:
-            used += n
-            kv_used.append(used)
+        kv_used = list(accumulate(new_blocks, initial=used))
+        del kv_used[0]  # each step's count after its own new blocks
         self._after_decode_window()
         return kv_used, finished
 
