@@ -280,11 +280,13 @@ class FileTrace(_Strict):
 def file_trace_info(path: str, loaded) -> dict:
     """The info (points.csv columns) of a trace or lengths file read into `loaded` (a reader's
     `RowAccount`): its source, the rows rejected (count, and the reader's account of them), and
-    the unknown columns ignored (comma-separated; "" when none), which the report and the command
-    line name even when no row was rejected."""
+    the unknown columns ignored, and the defined ones not used (`trace_unused_columns`: a canonical
+    file's request_id), comma-separated ("" when none), which the report and the command line name
+    even when no row was rejected."""
     return {"trace_source": str(path), "trace_rows_rejected": loaded.num_rejected,
             "trace_rows_rejected_detail": "; ".join(line.strip() for line in loaded.report_lines()),
-            "trace_ignored_columns": ", ".join(loaded.ignored_columns)}
+            "trace_ignored_columns": ", ".join(loaded.ignored_columns),
+            "trace_unused_columns": ", ".join(loaded.unused_columns)}
 
 
 class SyntheticTrace(_OpenLoop, _Lengths, _SharedPrefix):

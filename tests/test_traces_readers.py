@@ -168,3 +168,37 @@ def test_canonical_jsonl_round_trip_keeps_prefix_hashes(tmp_path):
     assert back.format == "canonical_jsonl" and back.requests == mooncake
     assert [r.prefix_hash_ids for r in back.requests] == [r.prefix_hash_ids for r in mooncake]
     assert back.requests[1].prefix_hash_ids == (*range(46, 58), 2366)
+
+
+def test_a_canonical_files_request_id_is_said_not_used(tmp_path):
+    """The file's ids 7, 42, 42 are not kept: requests are 0..2 in arrival order (0.0, 0.25, 0.5 s,
+    so the file's third row is request 1), and the reader says so (strict mode too: a defined column)."""
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens,request_id\n0.0,100,10,7\n0.5,120,12,42\n0.25,80,8,42\n")
+    for strict in (False, True):
+        result = read_trace(path, strict=strict)
+        assert [(r.request_id, r.prompt_tokens) for r in result.requests] == [(0, 100), (1, 80), (2, 120)]
+        assert result.unused_columns == ("request_id",) and result.ignored_columns == ()
+    assert ("  not used: request_id (requests are numbered 0..n-1 in arrival order, file order among ties)"
+            in result.report_lines())
+    plain = tmp_path / "p.csv"
+    plain.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,100,10\n")
+    assert read_trace(plain).unused_columns == ()
+
+
+def test_a_sweep_reports_the_trace_files_unused_request_id(tmp_path):
+    """points.csv's trace_unused_columns and report.md name it, with what requests.parquet's ids are."""
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from experiments.cli.main import app
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,request_id\n0.0,100,10,7\n0.5,120,12,42\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"name: rid\nmodel: llama-3-8b\ndevice: h100-sxm\ntrace: {{kind: file, path: {trace}}}\n")
+    result = CliRunner().invoke(app, ["sweep", str(config), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert pd.read_csv(tmp_path / "out" / "points.csv")["trace_unused_columns"].tolist() == ["request_id"]
+    assert ("Trace columns not used: request_id (requests are numbered 0..n-1 in arrival order, file order among "
+            "ties; requests.parquet's request_id is that number, not the file's).") in (tmp_path / "out" / "report.md").read_text()

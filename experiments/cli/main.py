@@ -344,6 +344,7 @@ def _print_table(points: pd.DataFrame, base: SweepConfig) -> None:
     from experiments.planning.report import (format_cell, hidden_per_gpu_columns, ignored_trace_columns, metric_title,
                                              recommendation, recommendation_lines, slo_misses)
     from experiments.config import slo_summary_key
+    from traces.readers.load_result import UNUSED_NOTE
 
     hidden = hidden_per_gpu_columns(points)  # per GPU only when some point has more than one, as in report.md
     columns = {k: v for k, v in SHORT_COLUMNS.items() if k in points and k not in hidden}
@@ -384,6 +385,10 @@ def _print_table(points: pd.DataFrame, base: SweepConfig) -> None:
     if ignored:
         err_console.print(f"[yellow]warning:[/yellow] the trace's unknown columns were ignored: {escape(ignored)} "
                           "(see the report; trace.strict: true refuses them)", highlight=False)
+    unused = ignored_trace_columns(points, "trace_unused_columns")
+    if unused:
+        err_console.print(f"[yellow]note:[/yellow] the trace's {escape(unused)} column is not used: {UNUSED_NOTE}",
+                          highlight=False)
     truncated = points.get("truncated")
     if truncated is not None and truncated.fillna(0).astype(float).gt(0).any():
         err_console.print(f"[yellow]note:[/yellow] {int(truncated.fillna(0).sum())} requests were truncated at "

@@ -27,6 +27,7 @@ from experiments.planning.search import pareto_frontier, policy_table  # noqa: E
 from experiments.outputs import save_figure, write_text  # noqa: E402
 from experiments.point import device_name  # noqa: E402
 from simulator.metrics import gap_samples_s  # noqa: E402
+from traces.readers.load_result import UNUSED_NOTE  # noqa: E402
 
 # The points table, split into narrow tables that fit a page: {column: heading}. Columns a run
 # lacks are left out; the rejection breakdown only when some point rejected a request that way.
@@ -390,6 +391,10 @@ def _header_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
     if ignored and not isinstance(base.trace, ClosedLoopTrace):  # a sessions file's trace line names its own
         lines.append(f"Trace columns ignored (not columns of the file's format; trace.strict: true refuses them): "
                      f"{ignored}.")
+    unused = ignored_trace_columns(ok, "trace_unused_columns")
+    if unused:
+        lines.append(f"Trace columns not used: {unused} ({UNUSED_NOTE}; requests.parquet's request_id is that "
+                     "number, not the file's).")
     truncated = ok["truncated"].fillna(0).astype(int) if "truncated" in ok else pd.Series(dtype=int)
     if truncated.gt(0).any():
         at = ", ".join(f"{int(n)} at {label}" for label, n in zip(ok["label"], truncated) if n > 0)
@@ -404,12 +409,13 @@ def _header_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
     return lines
 
 
-def ignored_trace_columns(points: pd.DataFrame) -> str:
+def ignored_trace_columns(points: pd.DataFrame, column: str = "trace_ignored_columns") -> str:
     """The unknown columns the points' trace files had, which the readers ignored (the
     `trace_ignored_columns` cells, experiments.config.file_trace_info), as "a, b" ("a, b; c" when
     points read different files); "" when none. Said whether or not a row was rejected: the report
-    and the command line's warning both take it from here."""
-    cells = points["trace_ignored_columns"] if "trace_ignored_columns" in points else pd.Series(dtype=object)
+    and the command line's warning both take it from here. `column="trace_unused_columns"`: the
+    defined columns not used (a canonical file's request_id)."""
+    cells = points[column] if column in points else pd.Series(dtype=object)
     return "; ".join(dict.fromkeys(c for c in cells.dropna() if c))
 
 

@@ -31,6 +31,8 @@ class RowAccount:
         filtered_rows: reason -> row numbers left out on purpose by a `where` filter
             ("Model not in ['ChatGPT']"); neither loaded nor rejected.
         ignored_columns: columns (JSON keys) the format does not define, ignored in lenient mode.
+        unused_columns: columns the format defines that the file has but the simulator does not
+            read: a canonical file's `request_id` (requests are numbered 0..n-1 in arrival order).
     """
 
     path: Path
@@ -38,6 +40,7 @@ class RowAccount:
     rejected_rows: dict[str, list[int]]
     filtered_rows: dict[str, list[int]] = field(default_factory=dict)
     ignored_columns: tuple[str, ...] = ()
+    unused_columns: tuple[str, ...] = ()
 
     @property
     def num_rejected(self) -> int:
@@ -50,7 +53,13 @@ class RowAccount:
         lines += [f"  filtered out {len(rows)} x {reason}: rows {_shown(rows)}" for reason, rows in self.filtered_rows.items()]
         if self.ignored_columns:
             lines.append(f"  ignored unknown columns: {', '.join(self.ignored_columns)}")
+        if self.unused_columns:
+            lines.append(f"  not used: {', '.join(self.unused_columns)} ({UNUSED_NOTE})")
         return lines
+
+
+# Why a defined column is not used (RowAccount.unused_columns).
+UNUSED_NOTE = "requests are numbered 0..n-1 in arrival order, file order among ties"
 
 
 @dataclass(frozen=True, kw_only=True)

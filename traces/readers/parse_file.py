@@ -36,6 +36,8 @@ class ParsedFile:
         rejected_rows: reason -> row numbers (from 1) of rows that failed validation.
         filtered_rows: reason -> row numbers of valid-or-not rows that `where` left out.
         ignored_columns: columns (or JSON keys) the format does not define, ignored (lenient only).
+        unused_columns: columns the format defines that the file has but the simulator does not
+            read (`UNUSED_COLUMNS`: a canonical file's `request_id`).
     """
 
     path: Path
@@ -45,11 +47,19 @@ class ParsedFile:
     rejected_rows: dict[str, list[int]]
     filtered_rows: dict[str, list[int]]
     ignored_columns: tuple[str, ...]
+    unused_columns: tuple[str, ...] = ()
 
     def row_account(self) -> dict:
         """The keyword arguments of `RowAccount`: path, format and what was not loaded."""
         return dict(path=self.path, format=self.spec.name, rejected_rows=self.rejected_rows,
-                    filtered_rows=self.filtered_rows, ignored_columns=self.ignored_columns)
+                    filtered_rows=self.filtered_rows, ignored_columns=self.ignored_columns,
+                    unused_columns=self.unused_columns)
+
+
+# Columns a format defines but the simulator does not read, said whenever a file has them: a
+# canonical file's own request_id is not kept (requests are numbered 0..n-1 in arrival order,
+# `traces.readers.read_trace`), so results joined back by the file's ids would pair wrong rows.
+UNUSED_COLUMNS = ("request_id",)
 
 
 def parse_file(
@@ -96,6 +106,7 @@ def parse_file(
         path, spec, {name: values[valid] for name, values in columns.items()},
         None if hashes is None else [ids for ids, ok in zip(hashes, valid) if ok],
         problems.rejected_rows(), filtered, ignored,
+        tuple(c for c in UNUSED_COLUMNS if c in spec.optional and c in table.first_row_of_column),
     )
 
 
