@@ -34,7 +34,7 @@ import re
 import typing
 import warnings
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Union
+from typing import Annotated, Any, Callable, Iterable, Literal, Union
 
 import numpy as np
 import yaml
@@ -547,7 +547,10 @@ class SearchConfig(_Strict):
 
     Each trial simulates `num_requests` at one QPS; warm-up and drain (`trim_fraction` of the
     arrival span at each end) are left out of the latency statistics; the search repeats for
-    `seeds` seeds (trace sampling and acceptance) for a confidence interval.
+    `seeds` seeds for a confidence interval: repetition k runs the trace's `seed` + k (its
+    sampling) and the engine's `seed` + k (speculative acceptance, random routers), as the xPyD
+    search (experiments/planning/repetitions.py). A file trace is replayed the same every seed,
+    so only the engine's draws vary: the report warns of it.
     """
 
     qps: tuple[float, float] = (0.5, 64.0)
@@ -736,6 +739,18 @@ class SweepConfig(_Strict):
     def _fleet_needs_search(self) -> "SweepConfig":
         if self.fleet is not None and self.search is None:
             raise ValueError("fleet: sizing needs a capacity search; add search: {...}")
+        return self
+
+    @model_validator(mode="after")
+    def _repetition_seeds_valid(self) -> "SweepConfig":
+        # The search's repetition k runs the trace's and engine's seeds + k (planning/repetitions.py):
+        # each must stay a seed, checked here rather than when repetition k starts.
+        if self.search is not None:
+            from experiments.planning.repetitions import repetition_seed_problem
+
+            problem = repetition_seed_problem(self, self.search.seeds)
+            if problem is not None:
+                raise ValueError(f"search.seeds: {problem}")
         return self
 
     @field_validator("name")
@@ -1094,7 +1109,7 @@ def _expand(raw: dict, set_keys: dict[str, Any], path: Path, root_node,
             tree.pop("layouts", None)  # expanded: each point is one layout
             _resolve_paths(tree, path.resolve().parent)
             config = _validate(tree, path, root_node, where=f"{where}: " if raw.get("variants") or layout else "",
-                               line=line, set_keys=set_keys)
+                               line=line, set_keys=set_keys, line_keys=list(combo))
             label = f"{where} ({describe_point(config)})"
             for set_key, variant_key in changed:
                 values = overridden.setdefault(set_key, {}).setdefault(f"variants[{index}] ({variant_key}", [])
@@ -1321,9 +1336,11 @@ def _restart_trace_on_kind_change(tree: dict, layer: dict[str, Any], old_kind: A
 
 
 def _validate(raw: dict, path: Path, root_node, where: str, line: int | None = None,
-              set_keys: dict[str, Any] | None = None) -> SweepConfig:
+              set_keys: dict[str, Any] | None = None, line_keys: Iterable[str] | None = None) -> SweepConfig:
     """The validated config, or ConfigError naming each bad key with its line in the file, or
-    `--set KEY` (no line) where the value came from the command line."""
+    `--set KEY` (no line) where the value came from the command line. `line` (a variant's) is
+    the line of a key in `line_keys` (the dotted keys the variant sets; None: of every key); a
+    key the variant does not set is named at its own line in the file (the base's)."""
     try:
         return SweepConfig.model_validate(raw)
     except ValidationError as exc:
@@ -1341,7 +1358,8 @@ def _validate(raw: dict, path: Path, root_node, where: str, line: int | None = N
             elif not key and sentence:  # ... or is a sentence about it: the line is that key's (or its parent's)
                 key, loc = sentence[1], sentence[1].split(".")
             key, loc, message = _set_key_named(key, loc, message, set_keys or {})
-            at_line = line or _line_of(root_node, loc)
+            own_line = line if line_keys is None or _overlapping(key, line_keys) else None
+            at_line = own_line or _line_of(root_node, loc) or line
             at = f" (line {at_line})" if at_line else ""
             below = [k for k in set_keys or () if key and k.startswith(key + ".")]
             if key and any(key == k or key.startswith(k + ".") for k in set_keys or ()):  # the value --set gave
@@ -1354,6 +1372,11 @@ def _validate(raw: dict, path: Path, root_node, where: str, line: int | None = N
                 message += f" (got {err['input']!r})"
             lines.append(f"{path}: {where}{key or '<root>'}{at}: {message}")
         raise ConfigError("\n".join(lines)) from None
+
+
+def _overlapping(key: str, keys: Iterable[str]) -> bool:
+    """Whether dotted `key` is one of `keys`, inside one, or holds one (engine / engine.chunk_size)."""
+    return bool(key) and any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in keys)
 
 
 def _set_key_named(key: str, loc: list[str], message: str, set_keys: dict[str, Any]) -> tuple[str, list[str], str]:

@@ -252,3 +252,11 @@ def test_no_layout_meeting_the_slos_is_said_with_what_to_do_and_exit_0(tmp_path)
     table = pd.read_csv(out / "disaggregation.csv")
     assert table["capacity_qps"].isna().all() and (table["vs_best"] == "none met the SLOs").all()
     assert (table["capacity_by_seed"] == "below, below").all()
+    # Every seed below: no interval or goodput either (they were 0.0, "0.000 [0.000, 0.500]").
+    stats = ["capacity_ci_low", "capacity_ci_high", "goodput_per_gpu_qps", "goodput_per_gpu_ci_high"]
+    assert table[stats].isna().all().all()
+    # 40-request trials: the sweep's caution, on the terminal and in disaggregation.md (it gave none).
+    assert ("warning: Caution: trials of 40 requests are short. Overload shows as a growing queue (scheduling "
+            "delay), which short trials rarely build, so these capacities may be overstated; Sarathi-Serve uses 2,048 "
+            "requests per trial (raise --num-requests (or search.num_requests) to at least 1,000).") in output
+    assert "Warning: Caution: trials of 40 requests are short." in (out / "disaggregation.md").read_text()

@@ -202,10 +202,11 @@ def test_layout_rows_have_the_hand_worked_intervals():
 def test_a_seed_below_the_bracket_counts_zero_and_one_that_never_failed_is_a_lower_bound():
     """Seeds failing at the lowest rate (2 req/s) and passing at 4: mean (0 + 4) / 2 = 2, not
     4 (dropping the failed seed would over-claim); its top over the failed rates 2.0 and 4.4:
-    3.2 + 12.7062 · 1.2. Every seed below: capacity NaN, goodput 0. A seed that never failed:
-    a lower bound, its interval open above."""
+    3.2 + 12.7062 · 1.2. Every seed below: capacity, interval and goodput NaN (it was an interval
+    [0, 0] and goodput "0.000 [0.000, 0.500]", as if measured), as the sweep's capacity row. A
+    seed that never failed: a lower bound, its interval open above."""
     from experiments.planning.capacity import CapacityResult
-    from experiments.planning.disaggregation import layout_row
+    from experiments.planning.disaggregation import layout_row, per_gpu_text
 
     layout = layouts(SweepConfig.model_validate(BASE), 2, (1,))[0]
     below = CapacityResult(math.nan, [(2.0, False)])
@@ -214,7 +215,11 @@ def test_a_seed_below_the_bracket_counts_zero_and_one_that_never_failed_is_a_low
     assert row["capacity_by_seed"] == "below, 4"
     assert row["capacity_ci_high_bracket"] == pytest.approx(3.2 + T_975_ONE_DOF * 1.2)
     none = layout_row(layout, [below, below])
-    assert math.isnan(none["capacity_qps"]) and none["goodput_per_gpu_qps"] == 0.0
+    stats = ("capacity_qps", "capacity_ci_low", "capacity_ci_high", "capacity_ci_high_bracket", "goodput_per_gpu_qps",
+             "goodput_per_gpu_ci_low", "goodput_per_gpu_ci_high")
+    assert [math.isnan(none[k]) for k in stats] == [True] * 7
+    assert none["capacity_by_seed"] == "below, below" and none["seeds_below_lowest_rate"] == 2
+    assert per_gpu_text(none) == "none (below the lowest rate)"
     open_top = layout_row(layout, [CapacityResult(64.0, [(1.0, True), (64.0, True)]), _bisection(4.0, 4.4)])
     assert open_top["capacity_at_bound"] and open_top["goodput_per_gpu_ci_high"] == math.inf
 
@@ -477,7 +482,7 @@ def test_no_layout_meeting_the_slos_ranks_none_and_gives_no_ratio(tmp_path):
 def test_one_kind_below_the_lowest_rate_gives_no_ratio():
     """Colocated 2x TP1 seeds 9, 10, 11 req/s (failing at 10, 11, 12): per GPU 5.000 [(10 −
     2.48414) / 2, (11 + 2.48414) / 2] = [3.758, 6.742]; the disaggregated layout's every seed
-    failed 2 req/s: interval [0, 2 / 2] per GPU, below the best's; no ratio either way."""
+    failed 2 req/s: no capacity and no interval (NaN), below the best; no ratio either way."""
     from experiments.planning.disaggregation import layout_row, ranked
 
     colocated, split = layouts(SweepConfig.model_validate(BASE), 2, (1,))

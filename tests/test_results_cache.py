@@ -92,8 +92,8 @@ def _first_point(tmp_path, text, overrides=()):
     ("search.num_requests=50", True, False),
     ("search.trim_fraction=0.2", True, False),        # read by every trial (the point key gets it as an extra)
     ("engine.block_size=32", False, False),
-    ("trace.seed=1", False, True),                     # the search sets each trial's seed itself
-    ("trace.qps=2", False, True),                      # ... and its QPS
+    ("trace.seed=1", False, False),                    # repetition k runs trace.seed + k (it ignored it)
+    ("trace.qps=2", False, True),                      # the search sets each trial's QPS itself
     ("trace.num_requests=80", False, True),            # ... and its size (search.num_requests)
     ("engine.max_num_seqs=64", False, False),
 ])

@@ -10,6 +10,7 @@ files, one run at a time, every file whole). Registered on the main app in `expe
 """
 from __future__ import annotations
 
+import math
 import signal
 import time
 from pathlib import Path
@@ -80,7 +81,7 @@ def search_xpyd(
     from experiments.outputs import CACHE_DIR, RunFolder
     from experiments.planning.backends import BackendError, check_available
     from experiments.planning.disaggregation import (DEFAULT_SEEDS, check_seeds, comparison, plan, ranking, search,
-                                                      write_report)
+                                                      search_warnings, write_report)
 
     try:
         check_available(backend, ray_address)
@@ -124,7 +125,7 @@ def search_xpyd(
                            pipeline_parallel_sizes=pps, data_parallel_sizes=dps, expert_parallel=eps, seeds=seeds,
                            backend=backend, ray_address=ray_address,
                            **kwargs)
-            folder.attempt(write_report, frame, start, folder.path, attainment,
+            folder.attempt(write_report, frame, start, folder.path, attainment, kwargs["num_requests"],
                            outputs=("disaggregation.csv", "disaggregation.md", "disaggregation.png"))
             folder.attempt(folder.remove_stale)
             message = folder.failure_message()
@@ -144,6 +145,8 @@ def search_xpyd(
         err_console.print(f"[yellow]warning:[/yellow] no layout met the SLOs at any tested rate (every seed failed "
                           f"even {bracket[0]:g} req/s): lower --qps (or search.qps) to find their capacities",
                           highlight=False)
+    for text in search_warnings(start, seeds, kwargs["num_requests"]):  # also in disaggregation.md
+        err_console.print(f"[yellow]warning:[/yellow] {escape(text)}", highlight=False)
     if message is not None:
         err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False)
         raise typer.Exit(1)
@@ -195,8 +198,10 @@ def _progress(done: list, row: dict) -> None:
     from experiments.planning.disaggregation import per_gpu_text
 
     done.append(row)
+    goodput = ("met the SLOs at no tested rate" if row.get("error") is None and math.isnan(row["goodput_per_gpu_qps"])
+               else f"{per_gpu_text(row)} req/s per GPU")
     state = (f"failed: {row['error']}" if row.get("error") else
-             f"{per_gpu_text(row)} req/s per GPU over {row['seeds']} seed{'s' if row['seeds'] > 1 else ''} "
+             f"{goodput} over {row['seeds']} seed{'s' if row['seeds'] > 1 else ''} "
              f"(capacity by seed {row['capacity_by_seed']}), {row['trials']} trials")
     err_console.print(f"[dim]{len(done)}. {escape(row['label'])}: {escape(state)}[/dim]", highlight=False)
 

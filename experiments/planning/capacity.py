@@ -22,6 +22,22 @@ import numpy as np
 SCHEDULING_DELAY_P50_SLO_S = 2.0
 
 
+# Trials shorter than this rarely build the growing queue that marks overload, so their capacities
+# may be overstated (Sarathi-Serve's capacity search runs 2,048 requests a trial, REFERENCE.md §1.6).
+SHORT_TRIAL_REQUESTS = 1000
+
+
+def short_trials_warning(num_requests: int, key: str = "search.num_requests") -> str | None:
+    """The caution for trials of fewer than `SHORT_TRIAL_REQUESTS` requests (None otherwise),
+    shared by the sweep's capacity report and the xPyD search; `key` is the setting that sizes
+    them (e.g. `--num-requests`)."""
+    if num_requests >= SHORT_TRIAL_REQUESTS:
+        return None
+    return (f"Caution: trials of {num_requests} requests are short. Overload shows as a growing queue (scheduling "
+            "delay), which short trials rarely build, so these capacities may be overstated; Sarathi-Serve uses "
+            f"2,048 requests per trial (raise {key} to at least {SHORT_TRIAL_REQUESTS:,}).")
+
+
 def default_slo(num_params: float) -> dict[str, float]:
     """Sarathi-Serve's strict SLOs for a model of `num_params` parameters."""
     if num_params <= 10e9:

@@ -38,10 +38,13 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
-from experiments.config import _MAX_SEED, SearchConfig, SweepConfig, cluster_label, describe_point
-from experiments.planning.capacity import confidence_interval, find_capacity
+from experiments.config import SearchConfig, SweepConfig, cluster_label, describe_point
+from experiments.planning.capacity import confidence_interval, find_capacity, short_trials_warning
+from experiments.planning.repetitions import (file_trace_seeds_warning, repetition_point, repetition_seed_problem,
+                                              seeds_note)
 from experiments.planning.layouts import MAX_LAYOUT_GPUS, layout_problem
 from experiments.planning.layouts import Layout as ParallelLayout
+from experiments.planning.search import capacity_row
 from experiments.point import run_point
 from profiler import get_model_spec
 
@@ -223,7 +226,8 @@ def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: 
     bracket `qps`, whose top is doubled while it passes up to `max_qps` (default 64 × qps[1]).
     Each trial is the point's trace at that rate, `num_requests` long, seeded by `seed` (None:
     the trace's own `seed`) + `seed_offset`; the engine's `seed` (random routers, speculative
-    acceptance) gets `seed_offset` added too (`search`'s repetition k). With `cache_dir`, each
+    acceptance) gets `seed_offset` added too (`search`'s repetition k: `experiments.planning.
+    repetitions.repetition_point`, shared with the sweep's capacity search). With `cache_dir`, each
     trial's simulation goes through the sweep's results cache there
     (`experiments.planning.sweep.simulate_cached`: keyed by the trial's config without its
     SLOs), so a search run again, e.g. after an interruption, reuses it.
@@ -232,16 +236,12 @@ def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: 
         `experiments.planning.capacity.CapacityResult` (capacity NaN when even qps[0] fails,
         `max_qps` when even that passes).
     """
-    trace = layout.point.trace
-    fields = type(trace).model_fields
-    size = {"num_requests" if "num_requests" in fields else "max_requests": num_requests}
-    if "seed" in fields:
-        size["seed"] = (trace.seed if seed is None else seed) + seed_offset
-    engine = layout.point.engine.model_copy(update={"seed": layout.point.engine.seed + seed_offset})
+    repeated = repetition_point(layout.point, seed_offset, trace_seed=seed)
+    trace = repeated.trace
+    size = {"num_requests" if "num_requests" in type(trace).model_fields else "max_requests": num_requests}
 
     def at(rate: float) -> SweepConfig:  # a file trace is time-scaled to the rate, cut to num_requests
-        return layout.point.model_copy(update={"trace": trace.model_copy(update={"qps": rate, **size}),
-                                               "engine": engine})
+        return repeated.model_copy(update={"trace": trace.model_copy(update={"qps": rate, **size})})
 
     run = run_point
     if cache_dir is not None:
@@ -282,9 +282,10 @@ def search(base: SweepConfig, gpus: int, tensor_parallel_sizes=(1, 2, 4, 8), job
         capacity_qps: mean over seeds, a seed that met the SLOs at no tested rate counting 0
             (its capacity is below the bracket: 0 understates it, never overstates), NaN when
             no seed did; capacity_ci_low, capacity_ci_high: the Student-t 95 % interval of the
-            per-seed capacities (`confidence_interval`, as the capacity search's; NaN with one
-            seed); capacity_ci_high_bracket: the same interval's top for the rates each seed's
-            bisection failed at (the true capacity lies below that rate: with a 5 % precision
+            per-seed capacities (`confidence_interval`, as the capacity search's
+            `experiments.planning.search.capacity_row`; NaN with one seed, and every stat and
+            goodput column NaN where no seed met the SLOs); capacity_ci_high_bracket: the same
+            interval's top for the rates each seed's bisection failed at (the true capacity lies below that rate: with a 5 % precision
             several seeds often land on the same passing rate, a zero-width interval that alone
             would over-claim), +inf where a seed never failed; capacity_by_seed;
         goodput_per_gpu_qps, goodput_per_gpu_ci_low, goodput_per_gpu_ci_high (= the capacity
@@ -323,8 +324,11 @@ def search(base: SweepConfig, gpus: int, tensor_parallel_sizes=(1, 2, 4, 8), job
 def ranked(rows: list[dict]) -> pd.DataFrame:
     """`layout_row`s as `search`'s frame: best mean goodput per GPU first (colocated before
     disaggregated on a tie, failed layouts last), with `vs_best` (`standing`)."""
-    frame = pd.DataFrame(rows).sort_values(["goodput_per_gpu_qps", "kind"], ascending=[False, True],
-                                           ignore_index=True, na_position="last")
+    frame = pd.DataFrame(rows)
+    # Failed layouts after those that ran (both have NaN goodput where every seed was below the bracket).
+    frame = frame.assign(failed=frame["error"].notna()).sort_values(
+        ["failed", "goodput_per_gpu_qps", "kind"], ascending=[True, False, True], ignore_index=True,
+        na_position="last").drop(columns="failed")
     frame["vs_best"] = standing(frame)
     return frame
 
@@ -355,15 +359,14 @@ def check_seeds(base: SweepConfig, seeds: int) -> None:
 
     Raises:
         ValueError: seeds not a whole number in 1..20, or trace/engine seed + seeds − 1 above
-            2**32 − 1 (numpy's legacy RandomState, `experiments.config._MAX_SEED`).
+            2**32 − 1 (numpy's legacy RandomState, `repetitions.repetition_seed_problem`).
     """
     if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= MAX_SEEDS:
         raise ValueError(f"seeds {seeds!r}: expected a whole number from 1 to {MAX_SEEDS} (as search.seeds); "
                          "each layout's search runs once per seed")
-    for key, seed in (("trace.seed", getattr(base.trace, "seed", 0)), ("engine.seed", base.engine.seed)):
-        if seed + seeds - 1 > _MAX_SEED:
-            raise ValueError(f"{key} {seed} + {seeds - 1} (repetition k uses seed + k) exceeds {_MAX_SEED}, the "
-                             f"largest seed: lower {key} or the seeds")
+    problem = repetition_seed_problem(base, seeds)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def layout_row(layout: Layout, outcomes: list) -> dict:
@@ -378,22 +381,21 @@ def layout_row(layout: Layout, outcomes: list) -> dict:
                    error=errors[0])
         return row
     capacities = [o.capacity_qps for o in outcomes]
-    below = sum(math.isnan(c) for c in capacities)
-    mean, low, high = confidence_interval([0.0 if math.isnan(c) else c for c in capacities])
+    # The sweep's capacity row: a seed below the bracket counts 0, every seed below is NaN throughout.
+    stats = capacity_row(layout.label, 0, capacities, math.inf)
+    mean, low, high = stats["capacity_qps"], stats["capacity_ci_low"], stats["capacity_ci_high"]
     failed_at = [_failed_at(o) for o in outcomes]
-    if len(outcomes) < 2:
+    if len(outcomes) < 2 or math.isnan(mean):  # no interval, or no capacity to bound
         bracket_high = math.nan
     elif math.inf in failed_at:  # a seed that never failed: no upper end
         bracket_high = math.inf
     else:
         bracket_high = confidence_interval(failed_at)[2]
-    capacity = math.nan if below == len(capacities) else mean
-    row.update(capacity_qps=capacity, capacity_ci_low=low, capacity_ci_high=high,
-               capacity_ci_high_bracket=bracket_high,
-               capacity_by_seed=", ".join("below" if math.isnan(c) else f"{c:.4g}" for c in capacities),
+    row.update(capacity_qps=mean, capacity_ci_low=low, capacity_ci_high=high,
+               capacity_ci_high_bracket=bracket_high, capacity_by_seed=stats["capacity_by_seed"],
                goodput_per_gpu_qps=mean / layout.gpus, goodput_per_gpu_ci_low=low / layout.gpus,
                goodput_per_gpu_ci_high=bracket_high / layout.gpus,
-               capacity_at_bound=math.inf in failed_at, seeds_below_lowest_rate=below,
+               capacity_at_bound=math.inf in failed_at, seeds_below_lowest_rate=stats["seeds_below_lowest_rate"],
                trials=sum(len(o.trials) for o in outcomes), error=None)
     return row
 
@@ -531,7 +533,10 @@ def _met_some_rate(rows: pd.DataFrame) -> pd.Series:
 
 
 def per_gpu_text(row) -> str:
-    """Mean goodput per GPU, with its interval where it has one: `1.234 [1.100, 1.300]`."""
+    """Mean goodput per GPU, with its interval where it has one: `1.234 [1.100, 1.300]`; `none
+    (below the lowest rate)` where no seed met the SLOs at any tested rate."""
+    if math.isnan(row["goodput_per_gpu_qps"]):
+        return "none (below the lowest rate)"
     text = f"{row['goodput_per_gpu_qps']:.3f}"
     if row["seeds"] >= 2:
         text += f" [{_bound(row['goodput_per_gpu_ci_low'])}, {_bound(row['goodput_per_gpu_ci_high'])}]"
@@ -542,22 +547,21 @@ def _bound(value: float) -> str:
     return "∞" if value == math.inf else f"{value:.3f}"
 
 
-def seeds_note(base: SweepConfig, seeds: int) -> str:
-    """Which seeds the repetitions ran, and what they vary."""
-    trace_seed = getattr(base.trace, "seed", None)
-    engine = f"engine seeds {base.engine.seed}–{base.engine.seed + seeds - 1}" if seeds > 1 else \
-        f"engine seed {base.engine.seed}"
-    if trace_seed is None:
-        varied = ("; the trace is a file, replayed the same for every seed: the seeds vary only the engine's random "
-                  "draws (speculative acceptance, random routers)") if seeds > 1 else ""
-        return f"{seeds} seed{'s' if seeds > 1 else ''} ({engine}){varied}"
-    trace = f"trace seeds {trace_seed}–{trace_seed + seeds - 1}" if seeds > 1 else f"trace seed {trace_seed}"
-    return f"{seeds} seed{'s' if seeds > 1 else ''} ({trace}, {engine})"
+def search_warnings(base: SweepConfig, seeds: int, num_requests: int | None) -> list[str]:
+    """The cautions of a search's settings, for the terminal and disaggregation.md alike: trials
+    shorter than `capacity.SHORT_TRIAL_REQUESTS` (`short_trials_warning`, the sweep's capacity
+    report's), and several seeds of a file trace (`repetitions.file_trace_seeds_warning`)."""
+    found = [short_trials_warning(num_requests, "--num-requests (or search.num_requests)")
+             if num_requests is not None else None,
+             file_trace_seeds_warning(base, seeds, "--seeds (or search.seeds)")]
+    return [text for text in found if text]
 
 
-def write_report(frame: pd.DataFrame, base: SweepConfig, out: Path, attainment: float) -> list[Path]:
+def write_report(frame: pd.DataFrame, base: SweepConfig, out: Path, attainment: float,
+                 num_requests: int | None = None) -> list[Path]:
     """disaggregation.csv, .md and .png in `out` (each written atomically, `experiments.outputs`);
-    a layout that could not run is a row with its error, and has no bar."""
+    a layout that could not run is a row with its error, and has no bar. The .md's warnings are
+    `search_warnings` (trials of `num_requests`; None: not known, no trial-length caution)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -576,6 +580,7 @@ def write_report(frame: pd.DataFrame, base: SweepConfig, out: Path, attainment: 
              "seed's bisection failed at (the capacity lies below them); a seed that met the SLOs at no tested "
              "rate counts as 0. Layouts whose intervals overlap are not told apart.", "",
              f"Ranking: {ranking(frame)}.", "", f"{comparison(frame)}.", "",
+             *(line for text in search_warnings(base, seeds, num_requests) for line in (f"Warning: {text}", "")),
              "| layout | kind | capacity (req/s) | goodput per GPU (req/s) | vs the best | capacity by seed | trials |",
              "|---|---|---|---|---|---|---|"]
     failed = frame["error"].notna()
@@ -592,7 +597,7 @@ def write_report(frame: pd.DataFrame, base: SweepConfig, out: Path, attainment: 
     ran = frame[~failed]
     fig, ax = plt.subplots(figsize=(8, 0.35 * max(len(ran), 1) + 1.2))
     colours = ["tab:blue" if k == "disaggregated" else "tab:orange" for k in ran["kind"]]
-    mean = ran["goodput_per_gpu_qps"].to_numpy()
+    mean = np.nan_to_num(ran["goodput_per_gpu_qps"].to_numpy(), nan=0.0)  # below the lowest rate: no bar
     # Error bars to the interval's ends (none for one seed; an unbounded top drawn to the mean).
     low = np.nan_to_num(mean - ran["goodput_per_gpu_ci_low"].to_numpy(), nan=0.0)
     high = np.nan_to_num(ran["goodput_per_gpu_ci_high"].to_numpy() - mean, nan=0.0, posinf=0.0)

@@ -23,6 +23,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.config import POOLS, ClosedLoopTrace, FileTrace, SweepConfig, layouts_of, slo_summary_key  # noqa: E402
+from experiments.planning.capacity import short_trials_warning  # noqa: E402
+from experiments.planning.repetitions import file_trace_seeds_warning, seeds_note  # noqa: E402
 from experiments.planning.search import pareto_frontier, policy_table  # noqa: E402
 from experiments.outputs import save_figure, write_text  # noqa: E402
 from experiments.point import device_name  # noqa: E402
@@ -745,15 +747,17 @@ def capacity_summary(points: pd.DataFrame, base: SweepConfig, slo: dict[str, flo
         f"Capacity = highest QPS meeting every SLO ({', '.join(f'{k} ≤ {v:g}' for k, v in slo.items())}"
         f"{'' if base.slo else ', Sarathi-Serve strict defaults for this model size'}), by bisection on trials of "
         f"{s.num_requests} requests to {s.precision:.1%} precision within {list(s.qps)} QPS; "
-        f"{s.trim_fraction:.0%} warm-up and drain trimmed; {s.seeds} seeds give the 95 % interval.",
+        f"{s.trim_fraction:.0%} warm-up and drain trimmed; {_seeds_text(base, s.seeds)}.",
     ]
     warnings = []
-    if s.num_requests < 1000:
-        warnings.append(f"Caution: trials of {s.num_requests} requests are short. Overload shows as a growing queue "
-                        "(scheduling delay), which short trials rarely build, so these capacities may be overstated; "
-                        "Sarathi-Serve uses 2,048 requests per trial.")
+    short = short_trials_warning(s.num_requests)
+    if short:
+        warnings.append(short)
     if s.seeds == 1:
         warnings.append("One seed: the capacities have no confidence interval (search.seeds ≥ 2 gives one).")
+    file_seeds = file_trace_seeds_warning(base, s.seeds)
+    if file_seeds:
+        warnings.append(file_seeds)
     failed = points[points["error"].notna()] if "error" in points else points.iloc[0:0]
     if len(failed):
         warnings.append(f"{len(failed)} of {len(points)} points failed (errors under 'Points that failed'): "
@@ -813,22 +817,46 @@ def _fleet_lines(ok: pd.DataFrame, base: SweepConfig) -> list[str]:
     cheapest = ok.loc[ok["fleet_gpus"].astype(float).idxmin()]
     price = f" at ${base.fleet.gpu_hour_usd:g}/GPU-hour" if base.fleet.gpu_hour_usd else ""
     bound = _is_true(cheapest.get("capacity_at_bound"))
-    most = "at most " if bound else ""
+    below = cheapest.get("seeds_below_lowest_rate")
+    below = 0 if _is_missing(below) else int(below)
+    most = "at most " if bound or below else ""
+    notes = []
+    if bound:
+        notes.append("its capacity is only a lower bound (it passed at the top of search.qps), so the fleet may be "
+                     "smaller")
+    if below:  # counted 0 in the mean the fleet is sized from (experiments.planning.search.capacity_row)
+        notes.append(f"{below} of {base.search.seeds} seeds met the SLOs at no load searched (not even "
+                     f"{base.search.qps[0]:g} QPS) and count 0 in the mean capacity it is sized from, which "
+                     "understates it, so the fleet may be smaller: lower search.qps to size it")
     return [f"Fleet for {base.fleet.target_qps:g} QPS: fewest GPUs with **{cheapest['label']}** — "
             f"{most}{int(cheapest['fleet_replicas'])} copies of its deployment, {most}{int(cheapest['fleet_gpus'])} "
             f"GPUs{price} (copies assumed to add capacity linearly behind a router)"
-            + ("; its capacity is only a lower bound (it passed at the top of search.qps), so the fleet "
-               "may be smaller" if bound else "") + "."]
+            + "".join(f"; {note}" for note in notes) + "."]
 
 
 def _is_true(value) -> bool:
     return value is not None and not _is_missing(value) and bool(value)
 
 
+def _seeds_text(base: SweepConfig, seeds: int) -> str:
+    """What the search's seeds are: the base's (`repetitions.seeds_note`) where it has no
+    variants (a variant may set its own trace or seeds), else the rule every point follows."""
+    if seeds == 1:
+        return "one seed (each point's own trace and engine seeds), so no interval"
+    if base.variants:
+        return f"the 95 % interval is over {seeds} seeds (repetition k: each point's trace and engine seeds + k)"
+    return f"the 95 % interval is over {seeds_note(base, seeds)}"
+
+
 def _interval_text(row: pd.Series) -> str:
+    """' (95 % interval LOW–HIGH)'; '' with one seed; a zero-width one (every seed the same
+    capacity: a file trace replayed with no random draws, or seeds on one bisection rate) said to
+    be no confidence interval, not shown as one."""
     low, high = row.get("capacity_ci_low"), row.get("capacity_ci_high")
     if _is_missing(low) or _is_missing(high):
         return ""
+    if float(low) == float(high):
+        return " (every seed gave the same capacity: a zero-width interval, not a confidence interval)"
     return f" (95 % interval {float(low):.3g}–{float(high):.3g})"
 
 

@@ -1,14 +1,13 @@
 """Capacity search of a sweep: per point and seed, bisect QPS against the percentile SLOs."""
 from __future__ import annotations
 
-from typing import Any
-
 import math
 
 import numpy as np
 import pandas as pd
 
 from experiments.planning.capacity import confidence_interval, default_slo, find_capacity
+from experiments.planning.repetitions import repetition_point
 from experiments.config import POOLS, ClosedLoopTrace, FileTrace, SweepConfig
 from experiments.deployment import cluster_gpus
 from experiments.point import run_point
@@ -31,22 +30,21 @@ def search_slo(point: SweepConfig) -> dict[str, float]:
 
 
 def trial_config(point: SweepConfig, qps: float, seed: int) -> SweepConfig:
-    """The point at `qps` with `seed` (trace sampling and acceptance) and the search's trial size.
+    """The point at `qps` as repetition `seed` runs it (its trace's and engine's seeds + `seed`,
+    `experiments.planning.repetitions.repetition_point`, as the xPyD search's repetitions) with the
+    search's trial size; repetition 0 is the point's own seeds.
 
     Raises:
-        ValueError: a closed-loop trace (its load is a number of clients, not a QPS).
+        ValueError: a closed-loop trace (its load is a number of clients, not a QPS), or a seed +
+            `seed` above the largest seed.
     """
     search = point.search
     if isinstance(point.trace, ClosedLoopTrace):
         raise ValueError("capacity search sets a QPS; a closed-loop trace is sized by its clients instead")
-    update: dict[str, Any] = {"qps": qps}
-    if isinstance(point.trace, FileTrace):
-        update["max_requests"] = search.num_requests
-    else:
-        update.update(num_requests=search.num_requests, seed=seed)
-    trace = point.trace.model_copy(update=update)
-    engine = point.engine.model_copy(update={"seed": seed})
-    return point.model_copy(update={"trace": trace, "engine": engine, "slo": search_slo(point)})
+    repeated = repetition_point(point, seed)
+    size = "max_requests" if isinstance(point.trace, FileTrace) else "num_requests"
+    trace = repeated.trace.model_copy(update={"qps": qps, size: search.num_requests})
+    return repeated.model_copy(update={"trace": trace, "slo": search_slo(point)})
 
 
 def search_capacity(point: SweepConfig, point_id: int, seed: int) -> tuple[float, list[dict]]:
@@ -127,7 +125,9 @@ def fleet_row(point: SweepConfig, capacity_qps: float, trials: list[dict]) -> di
     """Copies of this point's deployment needed for the fleet's target QPS (`fleet_replicas`:
     replicas of a one-replica point, whole xPyD clusters of a `cluster:` point), their GPUs
     (copies × `cluster_gpus`), and cost per million output tokens. Assumes copies behind a
-    router add capacity linearly (no cross-copy contention).
+    router add capacity linearly (no cross-copy contention). `capacity_qps` is `capacity_row`'s
+    mean, which counts a seed below the searched range as 0: the copies are then an upper bound,
+    which the report's fleet line says (`report._fleet_lines`, from `seeds_below_lowest_rate`).
     """
     fleet = point.fleet
     if fleet is None or not capacity_qps > 0:
@@ -148,7 +148,8 @@ LOAD_COLUMNS = ("point_id", "label", "trial_qps", "slo_met", "throughput_rps", "
 
 
 def load_row(point: SweepConfig, point_id: int, qps: float, run=run_point) -> dict:
-    """One point at one QPS of the `search.loads` grid (seed 0, trimmed as the trials); `run` is
+    """One point at one QPS of the `search.loads` grid (repetition 0: the point's own seeds; trimmed
+    as the trials); `run` is
     `run_point` or one with its signature (the sweep's, which reuses cached simulations)."""
     row = run(trial_config(point, qps, seed=0), point_id, trim_fraction=point.search.trim_fraction).row
     out = {k: row.get(k, np.nan) for k in LOAD_COLUMNS}
