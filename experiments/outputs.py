@@ -17,9 +17,15 @@ Every command that writes a folder of outputs (`sweep`, `simulate`, `engine run`
   one filesystem), so a full disk or a kill leaves the previous file or none, never a truncated
   one; a failure raises `OutputWriteError` naming the file. Leftover temporaries (`.tmp-sarathi-*`) of a killed run are
   removed at the next claim.
-- **Stale outputs go, nothing else.** A rerun into its folder deletes the files an earlier run
-  listed that it did not rewrite (`RunFolder.remove_stale`), except those kept across runs: a
+- **One run's outputs at a time.** Just before a rerun renames its first output into place, the
+  files the earlier run listed are deleted (`RunFolder.record`), except those kept across runs: a
   ledger appended to (`write_atomic(keep=True)`), or a file another command wrote into the folder.
+  Until then the folder holds the earlier run's outputs; from then on only this run's: a run
+  stopped at any instant (Ctrl-C, SIGTERM, SIGKILL, a crash) never leaves its tables beside
+  another run's report. The manifest first names the files being deleted (`stale`), so a run
+  killed in the middle leaves them marked, and the next claim deletes them. A run that ends
+  without rewriting a file of the earlier run (it wrote nothing) deletes them then
+  (`RunFolder.remove_stale`).
 
 The manifest is updated before each file is renamed into place, so a file the tool wrote is always
 listed (a listed file may be missing if the run died in between: harmless).
@@ -163,6 +169,7 @@ class RunFolder:
         self._lock_fd: int | None = None
         self._listed: set[str] = set()  # the manifest's files: this run's and earlier runs'
         self._kept: set[str] = set()  # the manifest's files that no later run deletes
+        self._retired: set[str] = set()  # the earlier run's files deleted at this run's first write
 
     # ----- claiming --------------------------------------------------------------------------
     def __enter__(self) -> "RunFolder":
@@ -183,6 +190,7 @@ class RunFolder:
         try:
             self._refuse_foreign()  # again under the lock (another run may have been writing)
             self._listed, self._kept = _read_lists(self.path)
+            self._listed -= _remove_marked_stale(self.path, self._kept)
             _remove_temporaries(self.path)
             self._write_manifest()
         except OutputWriteError as exc:
@@ -253,12 +261,35 @@ class RunFolder:
         """List `path` (a file inside this folder) in the manifest before it is renamed into place;
         `keep`: as a file no later run deletes (`write_atomic`)."""
         name = Path(path).resolve().relative_to(self.path.resolve()).as_posix()
+        if not self.written and not self.adopt:  # its first output: the earlier run's go first
+            self._retire_earlier()
         self.written[name] = None
         if name not in self._listed or (keep and name not in self._kept):
             self._listed.add(name)
             if keep:
                 self._kept.add(name)
             self._write_manifest()
+
+    def _retire_earlier(self) -> None:
+        """Delete the files an earlier run listed here (not those kept across runs), before this
+        run renames its first output into place, so the folder never holds two runs' outputs.
+        The manifest names them `stale` first (a run killed while deleting leaves them marked for
+        the next claim), then no longer lists them. A file that cannot be deleted (a directory
+        someone put in its place) stays listed; its own write or `remove_stale` says why.
+        Not for an `adopt` folder, whose writer rewrites files without listing them."""
+        earlier = self._listed - self._kept
+        if not earlier:
+            return
+        _dump_manifest(self.path, self._listed, self._kept, stale=earlier)
+        removed = _remove_files(self.path, earlier)
+        self._retired |= removed
+        self._listed -= removed
+        self._write_manifest()
+
+    def completed(self) -> list[str]:
+        """The files this run wrote, in order, less those whose write failed (`failed`)."""
+        failed = {name for name, _ in self.failed}
+        return [name for name in self.written if name not in failed]
 
     def attempt(self, write: Callable[..., Any], *args, outputs: Iterable[str] = ()) -> Any:
         """`write(*args)`, or None when it raised an OSError (an `OutputWriteError`, or a folder
@@ -293,16 +324,18 @@ class RunFolder:
 
     def remove_stale(self) -> list[str]:
         """Delete the files an earlier run listed here that this run did not write (so no old
-        table or plot sits beside this run's); returns their names. Only manifest files go."""
-        stale = sorted(self._listed - set(self.written) - self._kept)
-        for name in stale:
+        table or plot sits beside this run's); returns their names, with those already deleted at
+        this run's first write (`_retire_earlier`). Only manifest files go.
+
+        Raises:
+            OSError: a listed file cannot be deleted (it stays listed)."""
+        stale = self._listed - set(self.written) - self._kept
+        for name in sorted(stale):
             (self.path / name).unlink(missing_ok=True)
-        self._listed -= set(stale)
-        for folder in sorted({(self.path / n).parent for n in stale}, key=lambda p: -len(p.parts)):
-            if folder != self.path and folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
+        self._listed -= stale
+        _prune_folders(self.path, stale)
         self._write_manifest()
-        return stale
+        return sorted(stale | (self._retired - set(self.written)))
 
     def _write_manifest(self) -> None:
         _dump_manifest(self.path, self._listed, self._kept)
@@ -363,6 +396,42 @@ def _files(folder: Path) -> list[Path]:
     return sorted(p for p in Path(folder).rglob("*") if p.is_file() or p.is_symlink())
 
 
+def _remove_marked_stale(folder: Path, kept: set[str]) -> set[str]:
+    """Delete the files the manifest marks `stale` (a run killed while deleting an earlier run's
+    files, `RunFolder._retire_earlier`), but those kept across runs; returns the names deleted."""
+    try:
+        stale = json.loads((Path(folder) / MANIFEST).read_text()).get("stale", [])
+    except (OSError, ValueError, AttributeError):
+        return set()
+    names = {n for n in stale if isinstance(n, str)} - kept if isinstance(stale, list) else set()
+    return _remove_files(Path(folder), names)
+
+
+def _remove_files(folder: Path, names: set[str]) -> set[str]:
+    """Delete the listed files `names` (relative to `folder`; missing ones count as deleted) and
+    the sub-folders left empty; returns the names gone. One that cannot be deleted (a directory
+    in its place, no permission) is skipped."""
+    removed = set()
+    for name in sorted(names):
+        path = folder / name
+        if ".." in Path(name).parts or Path(name).is_absolute():  # a manifest edited by hand: not ours
+            continue
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            continue
+        removed.add(name)
+    _prune_folders(folder, removed)
+    return removed
+
+
+def _prune_folders(folder: Path, names: set[str]) -> None:
+    """Remove the sub-folders of `folder` that deleting `names` left empty (deepest first)."""
+    for parent in sorted({(folder / n).parent for n in names}, key=lambda p: -len(p.parts)):
+        if parent != folder and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+
+
 def _remove_temporaries(folder: Path) -> None:
     """Temporaries of a killed write (ours by their prefix), outside nested run folders."""
     for path in Path(folder).rglob(f"{TEMP_PREFIX}*"):
@@ -390,10 +459,14 @@ def _list_in_manifest(path: Path) -> None:
         _dump_manifest(root, files | {name}, kept | {name})
 
 
-def _dump_manifest(folder: Path, files: set[str], kept: set[str]) -> None:
+def _dump_manifest(folder: Path, files: set[str], kept: set[str], stale: Iterable[str] = ()) -> None:
     """Write `folder`'s manifest atomically (not through `write_atomic`: it lists itself nowhere):
-    every file the tool wrote there, and those no later run deletes (`write_atomic`'s `keep`)."""
-    text = json.dumps({"tool": "sarathi-sim", "files": sorted(files), "kept": sorted(kept)}, indent=1) + "\n"
+    every file the tool wrote there, those no later run deletes (`write_atomic`'s `keep`), and,
+    while a run deletes an earlier run's files, those (`stale`: not outputs of any finished run)."""
+    manifest = {"tool": "sarathi-sim", "files": sorted(files), "kept": sorted(kept)}
+    if stale:
+        manifest["stale"] = sorted(stale)
+    text = json.dumps(manifest, indent=1) + "\n"
     write_whole(Path(folder) / MANIFEST, lambda tmp: tmp.write_text(text))
 
 

@@ -138,7 +138,7 @@ def test_an_entry_of_the_format_before_digests_is_recomputed_with_a_note(tmp_pat
         return json.dumps({**head, "format": 1}).encode()
     rewrite(cache.path(key), "entry.json", as_format_1)
     assert cache.get(key) is None
-    assert "is not used (not format 2); recomputing it" in capsys.readouterr().err
+    assert "is not used (not format 3); recomputing it" in capsys.readouterr().err
 
 
 def test_a_served_point_is_the_computed_one(tmp_path):
@@ -290,3 +290,43 @@ def test_a_failed_capacity_report_leaves_no_earlier_runs_files(tmp_path, monkeyp
     on_disk = {p.name for p in out.iterdir() if p.is_file() and not p.name.startswith(".")}
     assert on_disk == {"points.csv", "points.parquet", "trials.csv", "trials.parquet", "config.yaml"}
     assert set(json.loads((out / MANIFEST).read_text())["files"]) == on_disk  # other's requests, report gone
+
+
+# ----- an entry is tied to its key (a copy over another key's file is not that key's result) ------
+
+def test_a_capacity_entry_copied_over_another_seeds_is_not_served_for_it(tmp_path, capsys):
+    cache = ResultsCache(tmp_path / "cache")
+    cache.directory.mkdir()
+    seed_0, seed_1 = "0" * 64, "1" * 64
+    assert cache.put(seed_0, (23.07, [{"seed": 0, "trial_qps": 23.07, "passed": True}]))
+    cache.path(seed_1).write_bytes(cache.path(seed_0).read_bytes())  # cp .cache/<seed 0>.zip .cache/<seed 1>.zip
+    assert cache.get(seed_1) is None
+    assert (f"results cache entry {cache.path(seed_1)} is not used (it was stored under the key 000000000000…, "
+            "not this one's (an entry copied or renamed from another unit of work)); recomputing it"
+            in capsys.readouterr().err)
+    assert cache.get(seed_0) == (23.07, [{"seed": 0, "trial_qps": 23.07, "passed": True}])  # its own still served
+
+
+def test_a_point_entry_copied_over_another_points_is_recomputed_not_served_as_it(tmp_path):
+    """The point labelled chunk=256 never carries chunk=1024's settings and metrics."""
+    config = tmp_path / "c.yaml"
+    config.write_text("name: tied\ncost_model: roofline\n"
+                      "trace: {kind: poisson, qps: 8, num_requests: 40, prompt_tokens: [100, 900], output_tokens: [10, 60]}\n"
+                      "engine: {scheduler: sarathi, chunk_size: 256}\nvariants:\n  - {engine.chunk_size: [256, 1024]}\n")
+    out = tmp_path / "run"
+    first = CliRunner().invoke(app, ["sweep", str(config), "--out", str(out), "--jobs", "1"])
+    assert first.exit_code == 0, first.output
+    fresh = pd.read_csv(out / "points.csv")
+    from experiments.config import load_config
+    keys = [cache_key("point", SweepConfig.model_validate(p), 0.0) for p in load_config(config)[1]]
+    cache = out / ".cache"
+    (cache / f"{keys[0]}.zip").write_bytes((cache / f"{keys[1]}.zip").read_bytes())  # chunk=1024's over chunk=256's
+    again = CliRunner().invoke(app, ["sweep", str(config), "--out", str(out), "--jobs", "1"])
+    assert again.exit_code == 0, again.output
+    assert f"results cache entry {cache / keys[0]}.zip is not used (it was stored under the key {keys[1][:12]}…" \
+        in " ".join(again.stderr.split())
+    points = pd.read_csv(out / "points.csv")
+    assert points["chunk_size"].tolist() == [256, 1024] and points["cached"].tolist() == [False, True]
+    columns = [c for c in fresh.columns if c != "cached"]
+    pd.testing.assert_frame_equal(points[columns], fresh[columns])  # chunk=256's own metrics, as first computed
+

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from experiments.planning.backends import BackendError, check_available
+from experiments.cli import interrupts
 from experiments.cli.console import fail
 from experiments.cli.lazy import LazyGroup
 from experiments.cli.options import BackendOption, RayAddressOption
@@ -51,8 +52,17 @@ class _Commands(LazyGroup):
     }
 
 
-app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True,
-                  help="Capacity planning for LLM serving: simulate chunked prefill, paged KV and schedulers.")
+class _App(typer.Typer):
+    """The app as the `sarathi-sim` script calls it: under one handler of Ctrl-C and SIGTERM
+    (`interrupts.run_command`: exit 130 / 143 whenever one came, wherever it landed). Tests'
+    CliRunner invokes the command itself, with Python's defaults."""
+
+    def __call__(self, *args, **kwargs):
+        return interrupts.run_command(lambda: super(_App, self).__call__(*args, **kwargs))
+
+
+app = _App(cls=_Commands, add_completion=False, no_args_is_help=True,
+           help="Capacity planning for LLM serving: simulate chunked prefill, paged KV and schedulers.")
 
 
 def _print_version(value: bool) -> None:
@@ -93,7 +103,7 @@ def sweep(
     Finished points are cached in OUT/.cache, so a sweep that was interrupted resumes where it
     stopped; a point whose config changed is recomputed. Exit status: 0 when every point ran, 1
     when a point failed (the others' results are still written) or an output could not be
-    written, 2 for a bad config or option, 130 when interrupted (Ctrl-C).
+    written, 2 for a bad config or option, 130 when interrupted (Ctrl-C), 143 when terminated (SIGTERM).
     """
     try:
         check_available(backend, ray_address)
@@ -142,7 +152,9 @@ def _run(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Optional[in
          cache_dir: Optional[Path] = None, backend: str = "local", ray_address: Optional[str] = None,
          config: Optional[Path] = None, point_ids: Optional[List[int]] = None) -> None:
     """Claim `out_dir` (`experiments.outputs.RunFolder`: only our files in it, one run at a time,
-    the input `config` never written), run the points or the capacity search, write the outputs."""
+    the input `config` never written), run the points or the capacity search, write the outputs.
+    Ctrl-C or SIGTERM stops it (`_interrupted`)."""
+    folder = None
     try:
         with RunFolder(out_dir, inputs=[config] if config else ()) as folder:
             if base.search is not None:
@@ -152,7 +164,7 @@ def _run(base: SweepConfig, points: list[dict], out_dir: Path, jobs: Optional[in
     except OutputFolderError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        _interrupted(cache_dir)
+        _interrupted(cache_dir, folder.completed() if folder is not None else [])
 
 
 # Finished and total units (points, or point × seed searches) of the run in progress, for Ctrl-C.
@@ -163,23 +175,30 @@ def _count(total: int, unit: str) -> None:
     _TALLY.update(done=0, total=total, unit=unit)
 
 
-def _interrupted(cache_dir: Optional[Path]) -> None:
-    """Ctrl-C: say what was kept (finished points are in the cache, written whole) and exit 130."""
+def _interrupted(cache_dir: Optional[Path], written: List[str]) -> None:
+    """Ctrl-C or SIGTERM: say what was kept (finished points are in the cache, and `written`, the
+    outputs of this run already in place, each whole) and exit 128 + the signal (130, 143)."""
+    signum = interrupts.handling()  # a second Ctrl-C no longer cuts this short
     done, total, unit = _TALLY["done"], _TALLY["total"], _TALLY["unit"]
     if cache_dir is not None:
         kept = (f"their results are kept in {cache_dir}, so the same command resumes from them"
                 if done else f"nothing finished, so nothing was added to {cache_dir}")
     else:
         kept = "--no-cache: nothing was kept"
-    err_console.print(f"[yellow]interrupted:[/yellow] {done} of {total} {unit} had finished; {kept}. "
-                      "The tables and report of this run were not written.", highlight=False)
-    raise typer.Exit(128 + signal.SIGINT)
+    how = "interrupted" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})"
+    outputs = (f"Of this run's outputs only {', '.join(written)} were written (the earlier run's are removed)."
+               if written else "The tables and report of this run were not written.")
+    err_console.print(f"[yellow]{how}:[/yellow] {done} of {total} {unit} had finished; {kept}. {escape(outputs)}",
+                      highlight=False)
+    raise typer.Exit(128 + signum)
 
 
 def _done(progress: Progress, task, advance: int = 1, **fields) -> None:
-    """A progress callback's step: advance the bar, count for Ctrl-C."""
+    """A progress callback's step: advance the bar, count for Ctrl-C, and stop here when a signal
+    was swallowed where it landed (`interrupts.check`)."""
     _TALLY["done"] += advance
     progress.update(task, advance=advance, **fields)
+    interrupts.check()
 
 
 def _run_points(base: SweepConfig, points: list[dict], folder: RunFolder, jobs: Optional[int],
@@ -198,6 +217,7 @@ def _run_points(base: SweepConfig, points: list[dict], folder: RunFolder, jobs: 
                             backend=backend, ray_address=ray_address, point_ids=point_ids,
                             records_dir=folder.path)  # each point's records written as it runs
     try:
+        interrupts.check()  # a signal swallowed in the last point: no outputs of a stopped run
         with one_run_only(folder):
             table = write_results(results, folder, config_as_run(base))
             folder.attempt(lambda: write_report(table, sweep_requests(results), base, folder.path), outputs=REPORT_FILES)
@@ -261,6 +281,7 @@ def _run_capacity(base: SweepConfig, points: list[dict], folder: RunFolder, jobs
             _TALLY["total"] += base.search.seeds
             twin.setdefault("search", {})["loads"] = []
             policy_check, _, _ = run_capacity_sweep([twin], jobs, on_done, cache_dir, backend, ray_address)
+    interrupts.check()  # a signal swallowed in the last search: no outputs of a stopped run
     with one_run_only(folder):
         write_capacity_results(table, trials, folder, config_as_run(base), loads)
         folder.attempt(write_capacity_report, table, trials, base, slo, folder.path, policy_check, loads,
@@ -280,7 +301,7 @@ def _finish(folder: RunFolder, table: pd.DataFrame, cache_dir: Optional[Path], s
     import pandas as pd
 
     folder.attempt(folder.remove_stale)  # its manifest may not be writable either
-    top = [name for name in folder.written if "/" not in name]
+    top = [name for name in folder.completed() if "/" not in name]  # not one that failed: said below
     if top:
         console.print(f"wrote {', '.join(top)} in {folder.path} ({time.perf_counter() - started:.1f} s)")
     unstored = table["cache_error"].dropna() if "cache_error" in table else pd.Series(dtype=object)

@@ -19,8 +19,11 @@ each of those files as written and of its own content (`sha256`), checked as a f
 copied out (a damaged or edited file whose zip CRC still holds, a file of another point, an
 edited row); a point's files must also hold the columns the report derives from
 (`REQUIRED_REQUEST_COLUMNS`) and the rows its row counts (`num_requests`, and `num_steps` where
-it kept its steps). Any mismatch is an unreadable entry, recomputed with a note; entries of the
-previous format (no digests) are recomputed the same way. Reading one runs no constructor of the file's choosing (the folder may be on a
+it kept its steps). `entry.json` also holds the key it was stored under (covered by its own
+digest): an entry copied or renamed over another key's file (`cp .cache/A.zip .cache/B.zip`) is
+another unit of work's result, never served for this one. Any mismatch is an unreadable entry,
+recomputed with a note; entries of earlier formats (no digests: 1; no key: 2) are recomputed the
+same way. Reading one runs no constructor of the file's choosing (the folder may be on a
 filesystem others write, `--out` shared with Ray workers), unlike the pickles older versions wrote
 (`KEY.pkl`: never read, replaced when the key is stored again). An entry that cannot be read or is
 not of the expected shape is recomputed with a note on stderr naming it.
@@ -62,7 +65,8 @@ from simulator.records_parquet import copy_with_constants, write_in_row_groups
 
 ENTRY_SUFFIX = ".zip"
 LEGACY_SUFFIX = ".pkl"  # pickles of older versions: never unpickled
-_FORMAT = 2  # 2: every member's SHA-256 and entry.json's own (`_DIGESTS`, `_SELF_DIGEST`)
+_FORMAT = 3  # 2: every member's SHA-256 and entry.json's own (`_DIGESTS`, `_SELF_DIGEST`); 3: its key (`_KEY`)
+_KEY = "key"  # entry.json: the cache key it was stored under (`cache_key`), checked by `decode_entry`
 _JSON = "entry.json"
 _FRAMES = ("requests", "steps")  # a PointResult's frames, each `NAME.parquet`
 _DIGESTS = "members_sha256"  # entry.json: {"requests.parquet": hex, "steps.parquet": hex}
@@ -163,8 +167,9 @@ class CacheEntryError(ValueError):
     """A value the cache cannot store as data (`put`), or an entry it cannot read back (`get`)."""
 
 
-def encode_entry(value: Any, stream) -> None:
-    """Write `value` as a data-only entry (module docstring) to the binary `stream`.
+def encode_entry(value: Any, stream, key: str | None = None) -> None:
+    """Write `value` as a data-only entry (module docstring) to the binary `stream`, stored under
+    `key` (its `entry.json` says so: `decode_entry(key=)` serves it for that key only).
 
     Values: a `PointResult` (a frame it wrote to a file, `PointResult.files`, stored as that
     file), or JSON data (None, bool, int, float including NaN/inf, str, lists,
@@ -176,7 +181,7 @@ def encode_entry(value: Any, stream) -> None:
     """
     with zipfile.ZipFile(stream, "w", zipfile.ZIP_STORED) as archive:
         if isinstance(value, PointResult):
-            head = {"format": _FORMAT, "type": "point_result", "row": _to_json(value.row), _DIGESTS: {}}
+            head = {"format": _FORMAT, _KEY: key, "type": "point_result", "row": _to_json(value.row), _DIGESTS: {}}
             for name in _FRAMES:
                 member = f"{name}.parquet"
                 if name in value.files:  # the run wrote it (`PointResult.files`): the file as it is
@@ -190,7 +195,7 @@ def encode_entry(value: Any, stream) -> None:
                 archive.writestr(member, buffer.getvalue())
                 head[_DIGESTS][member] = hashlib.sha256(buffer.getvalue()).hexdigest()
         else:
-            head = {"format": _FORMAT, "type": "json", "value": _to_json(value)}
+            head = {"format": _FORMAT, _KEY: key, "type": "json", "value": _to_json(value)}
         archive.writestr(_JSON, json.dumps({**head, _SELF_DIGEST: _head_digest(head)}))
 
 
@@ -225,8 +230,9 @@ class _RecordsNotWritten(Exception):
     take any OSError for an unreadable entry: the folder's failure is the point's, not the entry's."""
 
 
-def decode_entry(stream, records: RecordsFolder | None = None) -> Any:
-    """The value `encode_entry` wrote to the binary `stream`.
+def decode_entry(stream, records: RecordsFolder | None = None, key: str | None = None) -> Any:
+    """The value `encode_entry` wrote to the binary `stream`; with `key`, only an entry stored
+    under that key (another's, copied over this one's file, is refused).
 
     A point's result comes with its frames in memory; with `records`, as a point that wrote its
     records as it ran (`PointResult.files`): its files copied into temporary files of
@@ -234,8 +240,8 @@ def decode_entry(stream, records: RecordsFolder | None = None) -> Any:
 
     Raises:
         CacheEntryError: not an entry of this format (garbage, truncated, a pickle, another
-            version's layout, a bad CRC or SHA-256, record files of the wrong rows or without the
-            columns the report reads); the message says what
+            version's layout, a bad CRC or SHA-256, stored under another key, record files of the
+            wrong rows or without the columns the report reads); the message says what
             is wrong, and no record file is left.
         _RecordsNotWritten: a record file could not be written (its OSError as the cause).
     """
@@ -246,6 +252,9 @@ def decode_entry(stream, records: RecordsFolder | None = None) -> Any:
                 raise CacheEntryError(f"not format {_FORMAT}")
             if head.pop(_SELF_DIGEST, None) != _head_digest(head):
                 raise CacheEntryError(f"its {_JSON} does not match its SHA-256 (edited or damaged)")
+            if key is not None and head.get(_KEY) != key:
+                raise CacheEntryError(f"it was stored under the key {str(head.get(_KEY))[:12]}…, not this one's "
+                                      "(an entry copied or renamed from another unit of work)")
             if head.get("type") == "json":
                 return _from_json(head["value"])
             if head.get("type") != "point_result" or not isinstance(head.get("row"), dict) \
@@ -426,7 +435,7 @@ class ResultsCache:
         path = self.path(key)
         try:
             with path.open("rb") as f:
-                value = decode_entry(f, records)
+                value = decode_entry(f, records, key)
         except FileNotFoundError:
             return None
         except _RecordsNotWritten as failed:
@@ -462,7 +471,7 @@ class ResultsCache:
 
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as f:
-                encode_entry(value, f)
+                encode_entry(value, f, key=key)
 
         try:
             write_whole(self.path(key), write, temp_suffix=".tmp")  # a temporary is no `*.zip` entry
