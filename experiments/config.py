@@ -744,10 +744,8 @@ class SweepConfig(_Strict):
     @model_validator(mode="after")
     def _repetition_seeds_valid(self) -> "SweepConfig":
         # The search's repetition k runs the trace's and engine's seeds + k (planning/repetitions.py):
-        # each must stay a seed, checked here rather than when repetition k starts.
+        # each must stay a seed, checked here rather than when repetition k starts (`repetition_seed_problem`).
         if self.search is not None:
-            from experiments.planning.repetitions import repetition_seed_problem
-
             problem = repetition_seed_problem(self, self.search.seeds)
             if problem is not None:
                 raise ValueError(f"search.seeds: {problem}")
@@ -1372,6 +1370,17 @@ def _validate(raw: dict, path: Path, root_node, where: str, line: int | None = N
                 message += f" (got {err['input']!r})"
             lines.append(f"{path}: {where}{key or '<root>'}{at}: {message}")
         raise ConfigError("\n".join(lines)) from None
+
+
+def repetition_seed_problem(point: SweepConfig, seeds: int) -> str | None:
+    """Why `seeds` repetitions of `point` cannot all run (repetition k runs its trace's and
+    engine's seeds + k, experiments/planning/repetitions.py: one + seeds − 1 above `_MAX_SEED`,
+    numpy's legacy RandomState bound), naming the key; None when they can."""
+    for key, seed in (("trace.seed", getattr(point.trace, "seed", 0)), ("engine.seed", point.engine.seed)):
+        if seed + seeds - 1 > _MAX_SEED:
+            return (f"{key} {seed} + {seeds - 1} (repetition k uses seed + k) exceeds {_MAX_SEED}, the largest "
+                    f"seed: lower {key} or the seeds")
+    return None
 
 
 def _overlapping(key: str, keys: Iterable[str]) -> bool:

@@ -38,10 +38,9 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
-from experiments.config import SearchConfig, SweepConfig, cluster_label, describe_point
+from experiments.config import SearchConfig, SweepConfig, cluster_label, describe_point, repetition_seed_problem
 from experiments.planning.capacity import confidence_interval, find_capacity, short_trials_warning
-from experiments.planning.repetitions import (file_trace_seeds_warning, repetition_point, repetition_seed_problem,
-                                              seeds_note)
+from experiments.planning.repetitions import file_trace_seeds_warning, repetition_point, seeds_note
 from experiments.planning.layouts import MAX_LAYOUT_GPUS, layout_problem
 from experiments.planning.layouts import Layout as ParallelLayout
 from experiments.planning.search import capacity_row
@@ -285,9 +284,10 @@ def search(base: SweepConfig, gpus: int, tensor_parallel_sizes=(1, 2, 4, 8), job
             per-seed capacities (`confidence_interval`, as the capacity search's
             `experiments.planning.search.capacity_row`; NaN with one seed, and every stat and
             goodput column NaN where no seed met the SLOs); capacity_ci_high_bracket: the same
-            interval's top for the rates each seed's bisection failed at (the true capacity lies below that rate: with a 5 % precision
-            several seeds often land on the same passing rate, a zero-width interval that alone
-            would over-claim), +inf where a seed never failed; capacity_by_seed;
+            interval's top for the rates each seed's bisection failed at (the true capacity lies
+            below that rate: with a 5 % precision several seeds often land on the same passing
+            rate, a zero-width interval that alone would over-claim), +inf where a seed never
+            failed; capacity_by_seed;
         goodput_per_gpu_qps, goodput_per_gpu_ci_low, goodput_per_gpu_ci_high (= the capacity
             columns / GPUs, the high from capacity_ci_high_bracket): the interval the ranking
             compares;
@@ -359,7 +359,7 @@ def check_seeds(base: SweepConfig, seeds: int) -> None:
 
     Raises:
         ValueError: seeds not a whole number in 1..20, or trace/engine seed + seeds − 1 above
-            2**32 − 1 (numpy's legacy RandomState, `repetitions.repetition_seed_problem`).
+            2**32 − 1 (numpy's legacy RandomState, `experiments.config.repetition_seed_problem`).
     """
     if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= MAX_SEEDS:
         raise ValueError(f"seeds {seeds!r}: expected a whole number from 1 to {MAX_SEEDS} (as search.seeds); "

@@ -22,7 +22,8 @@ def repetition_point(point: SweepConfig, k: int, trace_seed: int | None = None) 
     engine's seed + k (its random routers and speculative acceptance).
 
     Raises:
-        ValueError: a seed + k above 2**32 − 1, the largest seed (`repetition_seed_problem`).
+        ValueError: a seed + k above 2**32 − 1, the largest seed (`experiments.config.
+            repetition_seed_problem` checks a whole search's when the config loads).
     """
     update = {}
     if "seed" in type(point.trace).model_fields:
@@ -36,17 +37,6 @@ def repetition_point(point: SweepConfig, k: int, trace_seed: int | None = None) 
                          "the largest seed")
     update["engine"] = point.engine.model_copy(update={"seed": point.engine.seed + k})
     return point.model_copy(update=update)
-
-
-def repetition_seed_problem(point: SweepConfig, seeds: int) -> str | None:
-    """Why `seeds` repetitions of `point` cannot all run (its trace's or engine's seed + seeds − 1
-    above 2**32 − 1, numpy's legacy RandomState bound: `experiments.config._MAX_SEED`), naming the
-    key; None when they can."""
-    for key, seed in (("trace.seed", getattr(point.trace, "seed", 0)), ("engine.seed", point.engine.seed)):
-        if seed + seeds - 1 > _MAX_SEED:
-            return (f"{key} {seed} + {seeds - 1} (repetition k uses seed + k) exceeds {_MAX_SEED}, the largest "
-                    f"seed: lower {key} or the seeds")
-    return None
 
 
 def seeds_note(point: SweepConfig, seeds: int) -> str:
