@@ -4,7 +4,6 @@ coming as the command ends, still stops it with 128 + the signal; the success li
 files that were written (experiments/outputs.py, experiments/cli/interrupts.py, cli/main.py)."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
