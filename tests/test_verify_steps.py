@@ -269,3 +269,21 @@ def test_sweep_and_verify_price_steps_with_the_same_calibrated_cost_model():
     swept = run_point(point).row
     verified = simulate_summary(point, build_pricer(point, cost))
     assert swept["ttft_s_p50"] == verified["ttft_s_p50"] and swept["makespan_s"] == verified["makespan_s"]
+
+
+def test_measured_acceptance_replays_only_the_rows_of_full_grants(tmp_path):
+    """A row granted fewer drafts (budget or the request's last tokens) accepts at most that many;
+    replayed for a full grant it would under-draw acceptance. Of these four rows, the two granted
+    3 are kept: mean accepted (0 + 3) / 2 = 1.5, not (0 + 3 + 0 + 1) / 4 = 1.0."""
+    from experiments.cli.verify import _with_measured_acceptance
+
+    run = tmp_path / "run"
+    run.mkdir()
+    pd.DataFrame({"step": [2, 3, 4, 5], "request_id": [0, 0, 1, 1], "drafts_granted": [3, 3, 1, 2],
+                  "drafts_proposed": [3, 3, 1, 2], "drafts_accepted": [0, 3, 0, 1]}).to_parquet(run / "drafts.parquet")
+    _, points = load_config(CONFIG, [f"cost_model=profile:{PROFILE}", "engine.split_n=3", "engine.acceptance=0.5"])
+    point = _with_measured_acceptance(SweepConfig.model_validate(points[0]), run, tmp_path)
+    replayed = pd.read_csv(tmp_path / "acceptance.csv")
+    assert replayed.to_dict("list") == {"proposed": [3, 3], "accepted": [0, 3]}
+    assert replayed["accepted"].mean() == 1.5
+    assert Path(point.engine.acceptance.file) == (tmp_path / "acceptance.csv").resolve()

@@ -450,13 +450,22 @@ def _comparable(value):
 def _with_measured_acceptance(point: SweepConfig, run_dir: Path, out_dir: Path) -> SweepConfig:
     """Split-N: the point with its acceptance replaced by the engine's measured (proposed,
     accepted) pairs (drafts.parquet, written to OUT/acceptance.csv), so that the end-to-end
-    comparison isolates timing; other points unchanged."""
+    comparison isolates timing; other points unchanged.
+
+    Only the rows of the largest grant are kept: a row granted fewer drafts (the token budget or
+    the request's last tokens capped it) accepts at most that many, and `EmpiricalAcceptance`
+    draws rows whatever a sequence was granted, so those rows under-drew the acceptance of full
+    grants (BENCHMARKS.md, run H: 17 % of the rows, 0.845 accepted per full grant against the
+    engine's 0.898). A full row capped at a smaller grant is the engine's own law there
+    (`PositionalAcceptance.sample` caps the run of accepted drafts at the grant)."""
     drafts_path = run_dir / "drafts.parquet"
     if point.engine.split_n == 0 or not drafts_path.is_file():
         return point
     drafts = pd.read_parquet(drafts_path)
     if drafts.empty:
         return point
+    if "drafts_granted" in drafts:  # runs recorded before grants were logged replay every row
+        drafts = drafts[drafts["drafts_granted"] == drafts["drafts_granted"].max()]
     csv_path = out_dir / "acceptance.csv"
     write_csv(csv_path, drafts.rename(columns={"drafts_proposed": "proposed", "drafts_accepted": "accepted"})[
         ["proposed", "accepted"]])
