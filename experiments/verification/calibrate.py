@@ -13,7 +13,7 @@ import pandas as pd
 import yaml
 
 from experiments.outputs import write_text
-from profiler.engine_overhead import EngineOverhead, draft_tokens
+from profiler.engine_overhead import EngineOverhead, draft_tokens, unpriced_attention_calls
 from profiler.json_object import read_json_object
 from profiler.profile_data import SIDECAR, ProfileError
 
@@ -46,6 +46,7 @@ def calibrate(model: str, device: str, budget_s: float, out_dir: Path, *, thread
         overhead = measure_engine_overhead(out_dir, model, threads=threads, device=device)
         log(f"engine overhead per step: {overhead.per_step_s * 1e3:.3f} ms + {overhead.per_seq_s * 1e6:.1f} µs/seq "
             f"+ {overhead.per_token_s * 1e6:.2f} µs/token + {overhead.per_draft_s * 1e6:.1f} µs/draft token "
+            f"+ {overhead.per_attention_call_s * 1e6:.1f} µs/unpriced attention call "
             "(median regression on the residuals, coefficients clipped at 0)")
     return fitted, errors
 
@@ -135,7 +136,7 @@ def measure_engine_overhead(calibration_dir: Path, model: str, *, threads: int =
     fitted = load_fitted(calibration_dir)
     block_size = profile_block_size(calibration_dir)
     kv_pool = {"block_size": block_size, "num_gpu_blocks": -(-OVERHEAD_KV_TOKENS // block_size)}
-    seqs, tokens, drafts, residuals = [], [], [], []
+    seqs, tokens, drafts, calls, residuals = [], [], [], [], []
     for name, extra, forced in (("overhead_run", {}, False), ("overhead_run_split_n", OVERHEAD_SPLIT_N, True)):
         config = calibration_dir / f"{name}.yaml"
         # cost_model names this calibration: on one CPU thread the engine then times its steps at
@@ -153,7 +154,9 @@ def measure_engine_overhead(calibration_dir: Path, model: str, *, threads: int =
         seqs += [len(p) for p in plans]
         tokens += [int(p.query_tokens.sum()) for p in plans]
         drafts += [draft_tokens(p.query_tokens, p.is_prefill) for p in plans]
+        calls += [unpriced_attention_calls(p.query_tokens, p.is_prefill) for p in plans]
         residuals.append(measured - predicted)
-    overhead = EngineOverhead.fit(np.array(seqs), np.array(tokens), np.concatenate(residuals), np.array(drafts))
+    overhead = EngineOverhead.fit(np.array(seqs), np.array(tokens), np.concatenate(residuals), np.array(drafts),
+                                 np.array(calls))
     overhead.save(calibration_dir)
     return overhead
