@@ -98,7 +98,7 @@ def test_bad_cluster_keys_are_named(tmp_path, override, named):
 def test_fleet_sizing_of_a_cluster_counts_whole_clusters_and_all_their_gpus(tmp_path):
     """A 2P(TP1) 3D(TP2) cluster is 8 GPUs; at a capacity of 12.5 req/s a 40 req/s target needs
     ceil(40 / 12.5) = 4 clusters = 32 GPUs, at $3 a GPU-hour $96/h over 40 req/s × 200 tokens."""
-    from experiments.planning.search import fleet_row, per_gpu_row
+    from experiments.planning.search import capacity_row, fleet_row, per_gpu_row
 
     (point,) = load(tmp_path, overrides=["search={qps: [1, 8]}", "fleet={target_qps: 40, gpu_hour_usd: 3}"])
     trials = [{"passed": True, "throughput_rps": 10.0, "output_throughput_tps": 2000.0}]
@@ -106,8 +106,11 @@ def test_fleet_sizing_of_a_cluster_counts_whole_clusters_and_all_their_gpus(tmp_
     assert row["fleet_replicas"] == 4 and row["fleet_gpus"] == 32
     assert row["usd_per_million_output_tokens"] == pytest.approx(96 / (40 * 200 * 3600) * 1e6)
     # A seed below the searched range counts 0 (dropping it overstated the capacity: 12.5 / 8).
-    assert per_gpu_row(point, [12.0, 13.0, float("nan")]) == {"num_gpus": 8, "capacity_per_gpu_qps": 25.0 / 3 / 8}
-    assert per_gpu_row(point, [float("nan")] * 2)["capacity_per_gpu_qps"] != per_gpu_row(point, [0.0])[
+    def per_gpu(capacities):  # the sweep's: per_gpu_row of capacity_row's mean over the seeds
+        return per_gpu_row(point, capacity_row("p", 0, capacities, 8.0)["capacity_qps"])
+
+    assert per_gpu([12.0, 13.0, float("nan")]) == {"num_gpus": 8, "capacity_per_gpu_qps": 25.0 / 3 / 8}
+    assert per_gpu([float("nan")] * 2)["capacity_per_gpu_qps"] != per_gpu([0.0])[
         "capacity_per_gpu_qps"]  # every seed below: NaN, not 0
 
 

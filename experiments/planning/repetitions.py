@@ -13,7 +13,7 @@ simulation (a zero-width "interval"): `file_trace_seeds_warning` says so, and th
 """
 from __future__ import annotations
 
-from experiments.config import _MAX_SEED, FileTrace, SweepConfig
+from experiments.config import FileTrace, SweepConfig, repetition_seed_problem
 
 
 def repetition_point(point: SweepConfig, k: int, trace_seed: int | None = None) -> SweepConfig:
@@ -23,19 +23,17 @@ def repetition_point(point: SweepConfig, k: int, trace_seed: int | None = None) 
 
     Raises:
         ValueError: a seed + k above 2**32 − 1, the largest seed (`experiments.config.
-            repetition_seed_problem` checks a whole search's when the config loads).
+            repetition_seed_problem`, which checks a whole search's when the config loads).
     """
-    update = {}
-    if "seed" in type(point.trace).model_fields:
-        seed = (point.trace.seed if trace_seed is None else trace_seed) + k
-        if seed > _MAX_SEED:
-            raise ValueError(f"trace.seed {seed - k} + {k} (repetition k uses seed + k) exceeds {_MAX_SEED}, "
-                             "the largest seed")
-        update["trace"] = point.trace.model_copy(update={"seed": seed})
-    if point.engine.seed + k > _MAX_SEED:
-        raise ValueError(f"engine.seed {point.engine.seed} + {k} (repetition k uses seed + k) exceeds {_MAX_SEED}, "
-                         "the largest seed")
-    update["engine"] = point.engine.model_copy(update={"seed": point.engine.seed + k})
+    has_seed = "seed" in type(point.trace).model_fields
+    if trace_seed is not None and has_seed:
+        point = point.model_copy(update={"trace": point.trace.model_copy(update={"seed": trace_seed})})
+    problem = repetition_seed_problem(point, k + 1)
+    if problem is not None:
+        raise ValueError(problem)
+    update = {"engine": point.engine.model_copy(update={"seed": point.engine.seed + k})}
+    if has_seed:
+        update["trace"] = point.trace.model_copy(update={"seed": point.trace.seed + k})
     return point.model_copy(update=update)
 
 

@@ -108,17 +108,14 @@ def cost_model_summary(trials: list[dict]) -> dict:
     return summary
 
 
-def per_gpu_row(point: SweepConfig, capacities: list[float]) -> dict:
+def per_gpu_row(point: SweepConfig, capacity_qps: float) -> dict:
     """A capacity row's per-GPU columns, so layouts on different GPU counts compare (a 2P3D
     cluster against one TP2 replica): `num_gpus` (`cluster_gpus`: replicas × TP × PP × DP, or
-    the pools' sum) and `capacity_per_gpu_qps`: mean capacity over seeds / GPUs, DistServe's
-    "goodput per GPU" (Zhong et al., OSDI'24 §2.1) with the search's percentile SLOs as the bar
-    (NaN when no seed passed a trial; a seed below the searched range counts 0, as in
-    `capacity_row`)."""
+    the pools' sum) and `capacity_per_gpu_qps`: `capacity_row`'s mean capacity over seeds (a seed
+    below the searched range counted 0; NaN when every seed is) / GPUs, DistServe's "goodput per
+    GPU" (Zhong et al., OSDI'24 §2.1) with the search's percentile SLOs as the bar."""
     gpus = cluster_gpus(point)
-    if all(math.isnan(c) for c in capacities):
-        return {"num_gpus": gpus, "capacity_per_gpu_qps": math.nan}
-    return {"num_gpus": gpus, "capacity_per_gpu_qps": float(np.mean(_below_as_zero(capacities))) / gpus}
+    return {"num_gpus": gpus, "capacity_per_gpu_qps": capacity_qps / gpus}
 
 
 def fleet_row(point: SweepConfig, capacity_qps: float, trials: list[dict]) -> dict:

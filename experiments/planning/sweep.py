@@ -128,7 +128,7 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
             row.update(capacity_row(labels[i], ids[i], [o.capacity_qps for o in outcomes], config.search.qps[1]))
             point_trials = [{**t, "point_id": ids[i]} for o in outcomes for t in o.trials]
             row.update(cost_model_summary(point_trials))
-            row.update(per_gpu_row(config, [o.capacity_qps for o in outcomes]))
+            row.update(per_gpu_row(config, row["capacity_qps"]))
             row.update(fleet_row(config, row["capacity_qps"], point_trials), cached=all(o.cached for o in outcomes))
             cache_errors = [o.cache_error for o in outcomes if o.cache_error]
             if cache_errors:
