@@ -260,3 +260,19 @@ def test_no_layout_meeting_the_slos_is_said_with_what_to_do_and_exit_0(tmp_path)
             "delay), which short trials rarely build, so these capacities may be overstated; Sarathi-Serve uses 2,048 "
             "requests per trial (raise --num-requests (or search.num_requests) to at least 1,000).") in output
     assert "Warning: Caution: trials of 40 requests are short." in (out / "disaggregation.md").read_text()
+
+
+def test_an_interrupted_search_says_so_once_and_exits_128_plus_the_signal(tmp_path, monkeypatch):
+    """Ctrl-C inside the search: one "interrupted:" line naming the kept trials, exit 130 (the
+    handler's `interrupts.handling`, as the sweep's), the table and plot not written."""
+    import experiments.planning.disaggregation as disaggregation
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(disaggregation, "search", interrupted)  # imported by the command when it runs
+    result = invoke(tmp_path, "--gpus", "2", "--tp", "1", "--seeds", "1", "--out", str(tmp_path / "run"))
+    assert result.exit_code == 130, result.output
+    assert result.output.count("interrupted:") == 1
+    assert "0 layouts had finished; their trials are kept in" in result.output
+    assert not (tmp_path / "run" / "disaggregation.csv").exists()

@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from experiments.cli import interrupts
 from experiments.cli.console import fail
 from experiments.cli.options import BackendOption, RayAddressOption
 
@@ -132,11 +133,13 @@ def search_xpyd(
     except (ConfigError, ValueError, BackendError) as exc:  # OutputFolderError is a ValueError: the folder's message
         fail(str(exc))
     except KeyboardInterrupt:
+        signum = interrupts.handling()  # SIGINT or SIGTERM, said here once (as the sweep's `main._interrupted`)
         kept = "--no-cache: nothing was kept" if no_cache else (
             f"their trials are kept in {kwargs['cache_dir']}, so the same command resumes from them")
-        err_console.print(f"[yellow]interrupted:[/yellow] {len(done)} layouts had finished; {kept}. The table and "
+        how = "interrupted" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})"
+        err_console.print(f"[yellow]{how}:[/yellow] {len(done)} layouts had finished; {kept}. The table and "
                           "plot were not written.", highlight=False)
-        raise typer.Exit(128 + signal.SIGINT)
+        raise typer.Exit(128 + signum)
     _print(frame)
     console.print(f"ranking: {ranking(frame)}", highlight=False)
     console.print(comparison(frame), highlight=False)
