@@ -8,7 +8,6 @@ point's result does not depend on the backend.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import os
 import signal
 import socket
@@ -83,6 +82,8 @@ def _set_parent_death_signal(signum: int) -> bool:
     """`prctl(PR_SET_PDEATHSIG, signum)` through libc where there is one (Linux); whether it took."""
     if not sys.platform.startswith("linux"):
         return False
+    import ctypes  # only pool workers need it, not every command's start-up
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0
