@@ -154,3 +154,13 @@ def test_a_base_key_a_variant_makes_wrong_is_named_at_its_own_line(tmp_path):
                                              "  - {}\n  - {engine.chunk_size: 0}"))
     with pytest.raises(ConfigError, match=r"variants\[1\] \{engine.chunk_size: 0\}: engine.chunk_size \(line 9\)"):
         load_config(path)
+
+
+def test_a_lengths_file_trial_is_cut_to_the_searchs_requests():
+    """A lengths file reads its requests from the file, so a trial sets its `max_requests` (300),
+    as for a trace file; the sweep's search set a `num_requests` the kind has no field for, so
+    every trial replayed the whole file whatever search.num_requests said."""
+    point = _point({"kind": "lengths_file", "path": "lengths.csv", "qps": 16.0})
+    trial = trial_config(point, 5.0, 1)
+    assert (trial.trace.qps, trial.trace.max_requests, trial.engine.seed) == (5.0, 300, 11)
+    assert "num_requests" not in type(trial.trace).model_fields and "num_requests" not in vars(trial.trace)

@@ -40,7 +40,7 @@ from pydantic import ValidationError
 
 from experiments.config import SearchConfig, SweepConfig, cluster_label, describe_point, repetition_seed_problem
 from experiments.planning.capacity import confidence_interval, find_capacity, short_trials_warning
-from experiments.planning.repetitions import file_trace_seeds_warning, repetition_point, seeds_note
+from experiments.planning.repetitions import file_trace_seeds_warning, seeds_note, trial_point
 from experiments.planning.layouts import MAX_LAYOUT_GPUS, layout_problem
 from experiments.planning.layouts import Layout as ParallelLayout
 from experiments.planning.search import capacity_row
@@ -235,12 +235,8 @@ def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: 
         `experiments.planning.capacity.CapacityResult` (capacity NaN when even qps[0] fails,
         `max_qps` when even that passes).
     """
-    repeated = repetition_point(layout.point, seed_offset, trace_seed=seed)
-    trace = repeated.trace
-    size = {"num_requests" if "num_requests" in type(trace).model_fields else "max_requests": num_requests}
-
     def at(rate: float) -> SweepConfig:  # a file trace is time-scaled to the rate, cut to num_requests
-        return repeated.model_copy(update={"trace": trace.model_copy(update={"qps": rate, **size})})
+        return trial_point(layout.point, seed_offset, rate, num_requests, trace_seed=seed)
 
     run = run_point
     if cache_dir is not None:

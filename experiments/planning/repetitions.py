@@ -37,6 +37,17 @@ def repetition_point(point: SweepConfig, k: int, trace_seed: int | None = None) 
     return point.model_copy(update=update)
 
 
+def trial_point(point: SweepConfig, k: int, qps: float, num_requests: int,
+                trace_seed: int | None = None) -> SweepConfig:
+    """Repetition `k` of `point` (`repetition_point`) at `qps`, cut to `num_requests`: the
+    trace's `num_requests` where it draws its requests (profile, synthetic), its `max_requests`
+    where it reads them from a file (a trace or lengths file); one rule for both capacity searches."""
+    repeated = repetition_point(point, k, trace_seed)
+    fields = type(repeated.trace).model_fields
+    size = "num_requests" if "num_requests" in fields else "max_requests"
+    return repeated.model_copy(update={"trace": repeated.trace.model_copy(update={"qps": qps, size: num_requests})})
+
+
 def seeds_note(point: SweepConfig, seeds: int) -> str:
     """Which seeds the repetitions run, e.g. '3 seeds (trace seeds 7–9, engine seeds 0–2)'; for a
     file trace with several, that they vary only the engine's random draws."""

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 
 from experiments.planning.capacity import confidence_interval, default_slo, find_capacity
-from experiments.planning.repetitions import repetition_point
-from experiments.config import POOLS, ClosedLoopTrace, FileTrace, SweepConfig
+from experiments.planning.repetitions import trial_point
+from experiments.config import POOLS, ClosedLoopTrace, SweepConfig
 from experiments.deployment import cluster_gpus
 from experiments.point import run_point
 from profiler import get_model_spec
@@ -41,10 +41,7 @@ def trial_config(point: SweepConfig, qps: float, seed: int) -> SweepConfig:
     search = point.search
     if isinstance(point.trace, ClosedLoopTrace):
         raise ValueError("capacity search sets a QPS; a closed-loop trace is sized by its clients instead")
-    repeated = repetition_point(point, seed)
-    size = "max_requests" if isinstance(point.trace, FileTrace) else "num_requests"
-    trace = repeated.trace.model_copy(update={"qps": qps, size: search.num_requests})
-    return repeated.model_copy(update={"trace": trace, "slo": search_slo(point)})
+    return trial_point(point, seed, qps, search.num_requests).model_copy(update={"slo": search_slo(point)})
 
 
 def search_capacity(point: SweepConfig, point_id: int, seed: int) -> tuple[float, list[dict]]:
