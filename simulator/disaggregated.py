@@ -93,7 +93,7 @@ from simulator.records_parquet import ParquetTokenTimes
 from simulator.records_sketch import GapSketch
 from simulator.records_stream import RecordFiles, RequestsStream, join_step_files, remove_step_parts
 from simulator.replica import Replica, wait_until
-from simulator.router import ROUTERS, Router
+from simulator.router import ROUTERS, Router, vllm_dp_pick
 from simulator.scheduler import COMPLETED, BatchPlan, FinishedRequest, Scheduler, StepOutcome
 from simulator.simulate import SimulationResult, _Dispatcher, _sketch_window_s
 from simulator.step_log import StepLog, StepStats
@@ -374,13 +374,6 @@ class _Instance:
     @property
     def num_outstanding(self) -> int:
         return sum(m.num_outstanding for m in self.members)
-
-
-def _vllm_dp_rank(loads: list[tuple[int, int]]) -> int:
-    """vLLM's DP balancer over one instance's ranks (`DPLBAsyncMPClient.get_core_engine_for_request`,
-    the rule `simulator.router.Router` applies as `vllm_dp`): the lowest 4 × waiting + running of
-    each rank's (waiting, running), the first rank on ties."""
-    return min(range(len(loads)), key=lambda i: 4 * loads[i][0] + loads[i][1])
 
 
 @dataclass
@@ -736,7 +729,7 @@ class _Cluster:
 
     def _rank(self, instances: list[_Instance], instance: int, schedulers: list[_PoolScheduler]) -> int:
         """The flat rank index of the request the pool's router sent to `instance`: its DP
-        balancer's pick (`_vllm_dp_rank`) over the instance's ranks, counting a decode rank's
+        balancer's pick (`simulator.router.vllm_dp_pick`) over the instance's ranks, counting a decode rank's
         queued and in-flight transfers as waiting (vLLM's WAITING_FOR_REMOTE_KVS requests)."""
         members = instances[instance].members
         first = instance * len(members)
@@ -744,7 +737,7 @@ class _Cluster:
             return first
         loads = [(len(schedulers[first + r].waiting) + getattr(m, "num_transfers", 0),
                   len(schedulers[first + r].running)) for r, m in enumerate(members)]
-        return first + _vllm_dp_rank(loads)
+        return first + vllm_dp_pick(loads)
 
     def _prefilled(self, finished: FinishedRequest, index: int) -> None:
         """A prefill ended in prefill replica `index` (first token), or that replica rejected the prompt."""

@@ -90,8 +90,7 @@ class Router:
         elif self.policy == "least_outstanding":
             index = self._least_outstanding()
         elif self.policy == "vllm_dp":
-            index = min(range(n), key=lambda i: 4 * len(self.replicas[i].scheduler.waiting)
-                        + len(self.replicas[i].scheduler.running))
+            index = vllm_dp_pick([(len(r.scheduler.waiting), len(r.scheduler.running)) for r in self.replicas])
         elif self.policy == "prefix_aware":
             index = min(range(n), key=lambda i: (self.prefix_cost(i, request), i))
         elif self.policy == "session_affinity":
@@ -117,3 +116,11 @@ class Router:
         prefill_blocks = -(-request.prompt_tokens // size) - cached
         waiting_blocks = sum(-(-seq.request.prompt_tokens // size) for seq in scheduler.waiting)
         return self.overlap_weight * prefill_blocks + bm.num_used + waiting_blocks
+
+
+def vllm_dp_pick(loads: list[tuple[int, int]]) -> int:
+    """vLLM's DP load balancer: the rank with the lowest 4 × waiting + running of each rank's
+    (waiting, running), the first on ties (`DPLBAsyncMPClient.get_core_engine_for_request`,
+    vllm/v1/engine/core_client.py). `Router`'s `vllm_dp` and the DP instances of a disaggregated
+    pool (`simulator.disaggregated`) both pick by it."""
+    return min(range(len(loads)), key=lambda i: 4 * loads[i][0] + loads[i][1])
