@@ -100,10 +100,11 @@ class WithEngineOverhead:
     def predict_step_s(self, query_tokens: np.ndarray, context_tokens: np.ndarray, is_prefill: np.ndarray) -> float:
         """The wrapped model's step time plus `EngineOverhead.step_s`, seconds. A decode entry
         computing q > 1 tokens is a verify of q − 1 drafts."""
+        overhead = self.overhead  # a term whose coefficient is 0 (no drafts fitted, a Triton fit) adds 0: not counted
+        drafts = draft_tokens(query_tokens, is_prefill) if overhead.per_draft_s else 0
+        calls = unpriced_attention_calls(query_tokens, is_prefill) if overhead.per_attention_call_s else 0
         return (self.cost_model.predict_step_s(query_tokens, context_tokens, is_prefill)
-                + self.overhead.step_s(len(query_tokens), int(np.sum(query_tokens)),
-                                       draft_tokens(query_tokens, is_prefill),
-                                       unpriced_attention_calls(query_tokens, is_prefill)))
+                + overhead.step_s(len(query_tokens), int(np.sum(query_tokens)), drafts, calls))
 
 
 def draft_tokens(query_tokens, is_prefill) -> int:
