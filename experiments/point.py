@@ -237,13 +237,10 @@ def _with_temporary_files(records_dir: Path | None, point_id: int, keep_steps: b
     where they are (removed when `run` raises)."""
     if records_dir is None:
         return run(None), {}
-    Path(records_dir).mkdir(parents=True, exist_ok=True)
     paths = {}
     try:
         for name in ("requests", "steps") if keep_steps else ("requests",):
-            fd, path = tempfile.mkstemp(dir=records_dir, prefix=f"{TEMP_PREFIX}point-{point_id}-", suffix=f"-{name}.parquet")
-            os.close(fd)
-            paths[name] = Path(path)
+            paths[name] = temporary_record_file(records_dir, point_id, name)
         return run(RecordFiles(paths["requests"], paths.get("steps"), {"point_id": point_id})), paths
     except BaseException:
         for path in paths.values():
@@ -349,3 +346,17 @@ def slo_verdicts(summary: dict, slo: dict[str, float]) -> dict:
     verdicts = {f"slo_{key}": bool(summary[slo_summary_key(key)] <= limit) for key, limit in slo.items()}
     verdicts["slo_met"] = all(verdicts.values()) if slo else np.nan
     return verdicts
+
+
+def temporary_record_file(folder: Path, point_id: int, name: str) -> Path:
+    """A fresh empty temporary file of `folder` (created if missing) for a point's `name` records
+    ("requests" or "steps"), under `TEMP_PREFIX` so a killed run's are removed at the folder's next
+    claim: `run_point(temporary=True)`'s files, a cached point's copies and a Ray worker's shipped
+    files (experiments/planning/records_spool.py) are all named so.
+
+    Raises:
+        OSError: the folder cannot be created or written."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    fd, path = tempfile.mkstemp(dir=folder, prefix=f"{TEMP_PREFIX}point-{point_id}-", suffix=f"-{name}.parquet")
+    os.close(fd)
+    return Path(path)

@@ -18,7 +18,6 @@ folder's next claim (`experiments.outputs.RunFolder`).
 """
 from __future__ import annotations
 
-import os
 import tempfile
 import uuid
 from contextlib import contextmanager
@@ -26,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from experiments.point import PointResult
+from experiments.point import PointResult, temporary_record_file
 from profiler.atomic_write import TEMP_PREFIX
 
 
@@ -71,18 +70,6 @@ def records_spool(records_dir: Path | None, backend: str) -> Iterator[RecordsSpo
         yield RecordsSpool(folder, marker)
     finally:
         (folder / marker).unlink(missing_ok=True)
-
-
-def temporary_record_file(folder: Path, point_id: int, name: str) -> Path:
-    """A fresh empty temporary file of `folder` for a point's `name` records ("requests" or
-    "steps"), named as `experiments.point.run_point(temporary=True)` names its own.
-
-    Raises:
-        OSError: the folder cannot be created or written."""
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    fd, path = tempfile.mkstemp(dir=folder, prefix=f"{TEMP_PREFIX}point-{point_id}-", suffix=f"-{name}.parquet")
-    os.close(fd)
-    return Path(path)
 
 
 @dataclass

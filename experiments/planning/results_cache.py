@@ -58,8 +58,7 @@ import pyarrow.parquet as pq
 
 from experiments.config import SweepConfig
 from experiments.planning.config_inputs import input_digests
-from experiments.planning.records_spool import temporary_record_file
-from experiments.point import PointResult
+from experiments.point import PointResult, temporary_record_file
 from profiler.atomic_write import OutputWriteError, write_whole
 from simulator.records_parquet import copy_with_constants, write_in_row_groups
 
