@@ -636,21 +636,19 @@ def simulate_disaggregated(
 
 
 def _unique_request_ids(requests) -> np.ndarray:
-    """The request ids a run will finish: a closed loop's 0..num_requests-1
-    (`RequestsStream.ids_if_streamable`), a trace's own.
+    """The request ids a run will finish (`RequestsStream.ids_if_streamable`: a closed loop's
+    0..num_requests-1, a trace's own).
 
     Raises:
         ValueError: a trace repeating a request id (a cluster tracks a request across its pools
             by its id: its prefill's record, KV holds and transfer row would be mixed up)."""
-    if isinstance(requests, ClosedLoopWorkload):
-        return RequestsStream.ids_if_streamable(requests)
-    ids = np.fromiter((r.request_id for r in requests), np.int64, len(requests))
-    unique, counts = np.unique(ids, return_counts=True)
-    if unique.size != ids.size:
-        raise ValueError(f"request id {int(unique[counts > 1][0])} appears {int(counts[counts > 1][0])} times in the "
-                         "trace: a disaggregated run needs unique request ids (it follows each request across "
-                         "its pools by its id)")
-    return ids
+    ids = RequestsStream.ids_if_streamable(requests if isinstance(requests, (ClosedLoopWorkload, list)) else list(requests))
+    if ids is not None:
+        return ids
+    unique, counts = np.unique([r.request_id for r in requests], return_counts=True)
+    raise ValueError(f"request id {int(unique[counts > 1][0])} appears {int(counts[counts > 1][0])} times in the "
+                     "trace: a disaggregated run needs unique request ids (it follows each request across "
+                     "its pools by its id)")
 
 
 class _Cluster:
