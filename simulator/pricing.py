@@ -45,13 +45,8 @@ class StepPricer:
     def stage_s(self, plan: BatchPlan) -> float:
         """Time one micro-batch spends in one pipeline stage, seconds (= step time when P = 1)."""
         columns = plan.columns  # lists: the roofline sums a step's few dozen entries in plain Python
-        counts = plan.counts
-        if counts is not None and self._predict_scheduled is not None:  # the scheduler's plan, counted
-            compute_s = self._predict_scheduled(columns.query_tokens, columns.context_tokens, columns.is_prefill,
-                                                counts[3], counts[1], plan.num_plain_decodes)
-        else:
-            compute_s = self.cost_model.predict_step_s(columns.query_tokens, columns.context_tokens,
-                                                       columns.is_prefill)
+        compute_s = self.compute_s(columns.query_tokens, columns.context_tokens, columns.is_prefill, plan.counts,
+                                   plan.num_plain_decodes)
         if self.draft_cost_model is not None and plan.num_draft_tokens:
             compute_s += self._draft_s(plan)
         swap_s = (plan.swap_in_tokens + plan.swap_out_tokens) * self.swap_s_per_token
@@ -59,6 +54,18 @@ class StepPricer:
             return compute_s + swap_s
         send_s = sum(columns.query_tokens) * self.p2p_s_per_token
         return (compute_s + swap_s) / self.pipeline_stages + send_s
+
+    def compute_s(self, query_tokens: list[int], context_tokens: list[int], is_prefill: list[bool],
+                  counts: tuple[int, int, int, int] | None, num_plain_decodes: int) -> float:
+        """The cost model's time (s) of a step's aligned columns, without drafts, swaps or stages:
+        from the scheduler's `counts` (prefill tokens, prefill sequences, draft tokens, query
+        tokens; `num_plain_decodes` leading plain decodes) when the cost model prices a plan from
+        them, else `predict_step_s`. The one place a plan's columns become a price (`stage_s`,
+        and a replica's prefill windows, which price steps they never build a plan for)."""
+        if counts is not None and self._predict_scheduled is not None:  # the scheduler's plan, counted
+            return self._predict_scheduled(query_tokens, context_tokens, is_prefill, counts[3], counts[1],
+                                           num_plain_decodes)
+        return self.cost_model.predict_step_s(query_tokens, context_tokens, is_prefill)
 
     def _draft_s(self, plan: BatchPlan) -> float:
         """Draft model: the step's prefill chunks, then one step per draft position for the

@@ -56,6 +56,13 @@ class Replica:
             arrival during a decode window that would not cut it (it comes during the window's
             last step, and the next one after that step's end) leaves the window's timeout
             running instead of interrupting it to wait again for the same end (`submit`).
+        arrival_due_at: `t -> whether a request still to come arrives exactly at t`, for an
+            open loop whose router reads nothing a prefill window changes before its end (not
+            `prefix_aware`, which reads the pool's blocks in use). Given it (with
+            `next_arrival_s`, one pipeline stage), the steps finishing a running prompt next to
+            plain decodes are taken in one go (`Scheduler.prefill_window`); arrivals during
+            them change none of those steps, and none is let land on the window's end, where
+            SimPy's same-time order would decide whether the next step sees it.
     """
 
     def __init__(
@@ -70,6 +77,7 @@ class Replica:
         records: RequestRecords | None = None,
         steps: StepLog | None = None,
         arrivals_bounded: bool = False,
+        arrival_due_at: Callable[[float], bool] | None = None,
     ):
         self.env = env
         self.scheduler = scheduler
@@ -86,6 +94,7 @@ class Replica:
         self._wake: simpy.Event = env.event()
         self._window_open = False  # inside a decode window's timeout (`_decode_window`)
         self.arrivals_bounded = arrivals_bounded
+        self.arrival_due_at = arrival_due_at if next_arrival_s is not None and pricer.pipeline_stages == 1 else None
         # The open window's step starts, its last step's end and the step start before it (`submit`).
         self._window_starts_s: list[float] = []
         self._window_end_s = math.inf
@@ -158,6 +167,10 @@ class Replica:
                 if window >= 2:
                     yield from self._decode_window(running, window)
                     continue
+                if self.arrival_due_at is not None:
+                    prefill = self.scheduler.prefill_window()
+                    if prefill is not None and (yield from self._prefill_window(*prefill)):
+                        continue
             start_s = self._last_step_start_s = self.env.now
             plan = self.scheduler.schedule(start_s)
             if not plan.columns.request_ids:  # `plan.is_empty`, without two property calls per step
@@ -198,18 +211,7 @@ class Replica:
             durations += chunk_s[:begun]
             ends += clock[1:begun + 1]
             now_s = clock[begun]
-        steps = len(starts)
-        previous_start_s = self._window_previous_start_s = self._last_step_start_s
-        self._window_starts_s, self._window_end_s = starts, ends[-1]
-        self._window_open = True
-        try:
-            yield from wait_until(self.env, ends[-1])
-        except simpy.Interrupt:
-            steps = self._steps_begun(starts, previous_start_s)
-            if steps:
-                yield from wait_until(self.env, ends[steps - 1])
-        self._window_open = False
-        self._last_step_start_s = starts[steps - 1] if steps else previous_start_s
+        steps = yield from self._wait_window(starts, ends)
         if not steps:
             return
         self.records.note_step_ends(ends[:steps])
@@ -218,6 +220,80 @@ class Replica:
             self.num_outstanding -= len(finished)
             self._record(finished)
         self.steps.extend_decodes(starts[:steps], durations[:steps], batch, kv_used, self.replica_id)
+
+    def _wait_window(self, starts: list[float], ends: list[float], interruptible: bool = True):
+        """Wait for a window's steps (`starts`, `ends`) to end; return how many ran. An
+        `interruptible` window is cut by an arrival submitted to this replica during it, after
+        the step under way (`submit`, `_steps_begun`); the others run to their end."""
+        steps = len(starts)
+        previous_start_s = self._window_previous_start_s = self._last_step_start_s
+        if interruptible:
+            self._window_starts_s, self._window_end_s = starts, ends[-1]
+            self._window_open = True
+        try:
+            yield from wait_until(self.env, ends[-1])
+        except simpy.Interrupt:
+            steps = self._steps_begun(starts, previous_start_s)
+            if steps:
+                yield from wait_until(self.env, ends[steps - 1])
+        self._window_open = False
+        self._last_step_start_s = starts[steps - 1] if steps else previous_start_s
+        return steps
+
+    def _prefill_window(self, partial, decodes: list, chunks: list[int], last_has_leftover: bool):
+        """The steps of a `Scheduler.prefill_window` as one SimPy timeout: every decode's token and
+        the prompt's next chunks, priced and clocked as the step-by-step path would. Returns
+        whether any step ran (else the caller schedules one).
+
+        A last step whose budget has room for an admission is kept only if it begins before the
+        next arrival (the window's first step always does, as in `_decode_window`), and the
+        window is then interrupted by an arrival during it as a decode window is. Without such
+        a step no arrival can change the window's steps: it is not interrupted, and it ends
+        before any step whose end an arrival is due at (SimPy's same-time order there depends
+        on when that arrival's event was queued).
+        """
+        durations = self._prefill_window_prices(partial, decodes, chunks)
+        clock = list(accumulate(durations, initial=self.env.now))
+        steps = len(chunks)
+        if last_has_leftover and steps > 1 and clock[steps - 1] >= self.next_arrival_s():
+            steps -= 1  # an arrival comes before it: it may be admitted there
+            last_has_leftover = False
+        if not last_has_leftover:
+            while steps and self.arrival_due_at(clock[steps]):
+                steps -= 1
+        if not steps:
+            return False
+        starts, ends = clock[:steps], clock[1:steps + 1]
+        steps = yield from self._wait_window(starts, ends, interruptible=last_has_leftover)
+        if steps:
+            del chunks[steps:]
+            self.records.note_step_ends(ends[:steps])
+            kv_used, finished = self.scheduler.advance_prefill_window(partial, decodes, chunks, ends[:steps])
+            if finished:
+                self.num_outstanding -= len(finished)
+                self._record(finished)
+            self.steps.extend_prefill_chunks(starts[:steps], durations[:steps], chunks, len(decodes), kv_used,
+                                             self.replica_id)
+        return True
+
+    def _prefill_window_prices(self, partial, decodes: list, chunks: list[int]) -> list[float]:
+        """Durations (s) of a prefill window's steps: each priced from the columns its plan
+        would have (the decodes' one token each at their growing contexts, then the chunk) by
+        `StepPricer.compute_s`, as `stage_s` prices a plan (no swaps, drafts or stages here)."""
+        k = len(decodes)
+        context = [seq.num_computed_tokens for seq in decodes]
+        queries, prefills = [1] * k + [0], [False] * k + [True]
+        chunk_context = partial.num_computed_tokens
+        compute_s = self.pricer.compute_s
+        swap_s = (0 + 0) * self.pricer.swap_s_per_token  # `stage_s`'s swap term of a step that swaps nothing
+        durations = []
+        for j, q in enumerate(chunks):
+            queries[k] = q
+            contexts = [c + j for c in context]
+            contexts.append(chunk_context)
+            durations.append(compute_s(queries, contexts, prefills, (q, 1, 0, k + q), k) + swap_s)
+            chunk_context += q
+        return durations
 
     def _window_pricer(self, running: list) -> Callable[[int, int], list[float]]:
         """`(first_step, num_steps) -> durations` of a decode window of `running` (as

@@ -107,6 +107,17 @@ class StepLog:
         if len(self._window_starts_s) >= _FLUSH_STEPS:
             self._flush()
 
+    def extend_prefill_chunks(self, starts_s: list[float], durations_s: list[float], chunks: list[int],
+                              num_decodes: int, kv_blocks_used: list[int], replica_id: int = 0) -> None:
+        """Rows for a replica's prefill window: step j ran `num_decodes` plain decodes and one
+        prompt's chunk of `chunks[j]` tokens; the rows `append` gives those steps' plans."""
+        staged = self._staged
+        batch_size = num_decodes + 1
+        for start_s, duration_s, chunk, kv in zip(starts_s, durations_s, chunks, kv_blocks_used):
+            staged.append((replica_id, start_s, duration_s, chunk, num_decodes, 0, batch_size, 1, kv, 0, 0))
+        if len(staged) >= _FLUSH_STEPS:
+            self._flush()
+
     def _staged_rows(self) -> np.ndarray:
         """The staged rows, in step order, as one float64 array (num_rows, len(STEP_COLUMNS)):
         the scheduled steps' tuples and the decode windows' columns interleaved where they

@@ -91,6 +91,9 @@ class Scheduler:
         prefix_caching_default: `enable_prefix_caching` when the config leaves it None.
         running_in_admission_order: admitted requests join the tail of `running` (vLLM V1's
             `self.running.append`), instead of their place in policy order.
+        prefill_windows: the policy's step is Sarathi-Serve's three passes over one token
+            budget (decodes, then running prefills, then admissions), so the steps that finish
+            a running prompt next to plain decodes can be taken at once (`prefill_window`).
 
     Raises (constructor):
         ValueError: a bad budget, or enable_prefix_caching=True for a policy without support.
@@ -102,6 +105,7 @@ class Scheduler:
     supports_prefix_caching = False
     prefix_caching_default = False
     running_in_admission_order = False
+    prefill_windows = False
 
     def __init__(self, config: SchedulerConfig):
         self.config = config
@@ -413,18 +417,29 @@ class Scheduler:
         """
         bm = self.block_manager
         bm.forget_block_tables()  # the last plan completed before the window: its tables were read
+        used = bm.num_used  # before this window's growth and the finishes' frees
+        new_blocks, finished = self._advance_plain_decodes(list(self.running), step_end_s)
+        kv_used = list(accumulate(new_blocks, initial=used))
+        del kv_used[0]  # each step's count after its own new blocks
+        self._after_decode_window()
+        return kv_used, finished
+
+    def _advance_plain_decodes(self, decodes: list[Sequence], step_end_s: list[float]
+                               ) -> tuple[list[int], list[FinishedRequest]]:
+        """One plain decode of each of `decodes` in each step ending at `step_end_s` (the free
+        blocks cover them: `_kv_limited_steps`). Returns (blocks first needed at each step,
+        requests finished at the last step, in `decodes` order)."""
+        bm = self.block_manager
         size = bm.block_size
         steps = len(step_end_s)
         new_blocks = [0] * steps  # blocks first needed at each step
-        used = bm.num_used  # before this window's growth and the finishes' frees
         finished = []
         caching = self.prefix_caching
         # The plain pool's growth inline (`BlockManager.grow_to`): `decode_window` checked that
         # the free blocks cover the window, and a decoding sequence always holds a table.
         tables = bm._tables if type(bm) is BlockManager else None
         free_blocks = bm._free
-        running = list(self.running)
-        for seq, held in zip(running, bm.blocks_held_each([seq.request_id for seq in running])):
+        for seq, held in zip(decodes, bm.blocks_held_each([seq.request_id for seq in decodes])):
             computed = seq.num_computed_tokens
             room = held * size - computed  # tokens that fit before a new block
             if room < steps:
@@ -449,9 +464,86 @@ class Scheduler:
             seq.token_times_s.extend(step_end_s)
             if generated >= seq.max_output_tokens:
                 finished.append(self._finish(seq, step_end_s[-1]))
+        return new_blocks, finished
+
+    def prefill_window(self) -> tuple[Sequence, list[Sequence], list[int], bool] | None:
+        """The next steps that are certain to be the running decodes plus the next chunks of the
+        one prompt the last plan left unfinished, with no scheduling decision in between; None
+        when there are none (the caller then schedules a step).
+
+        Returns:
+            (the prefilling sequence P, the decodes in plan order, P's chunk in each step
+            (tokens), whether the last step depends on arrivals). Step j computes one token of
+            every decode and chunk j of P; only P's last chunk can leave budget for an
+            admission (pass C), so every earlier step is the same whatever arrives meanwhile,
+            and the last one is when its leftover is 0. A last step with leftover is left out
+            when a request waits (it would be admitted) and is flagged otherwise: the caller
+            takes it only if no arrival is due before it starts.
+
+        Conditions (else None): `prefill_windows` policy, nothing in flight, no drafts, no prefix
+        cache, the plain block pool, P still prefilling and every other running sequence
+        decoding, budget left after the decodes; the steps stop at the first decode completion
+        and where the free blocks stop covering the decodes' next tokens (as `decode_window`).
+        P holds its whole prompt's blocks from its admission (`_admission_tokens`), so its
+        chunks allocate nothing. Applying them with `advance_prefill_window` gives exactly the
+        state that as many `schedule`/`complete_step` calls would, bar which block ids are used.
+        """
+        partial = self._partial_prefill
+        if (partial is None or partial.num_computed_tokens >= partial.prefill_target_tokens
+                or partial.request_id not in self._in_flight or not self.prefill_windows or self._in_flight_plans
+                or self.config.split_n or self.prefix_caching or type(self.block_manager) is not BlockManager):
+            return None
+        running = self.running
+        decodes = [seq for seq in running if seq.num_computed_tokens >= seq.prefill_target_tokens]
+        if len(decodes) != len(running) - 1:
+            return None  # another prompt is running too
+        budget = self.token_budget - len(decodes)  # pass A's decodes each take a token
+        if budget <= 0:
+            return None
+        pending = partial.num_pending_tokens
+        full = (pending - 1) // budget  # chunks that use the whole budget before the last one
+        chunks = [budget] * full + [pending - full * budget]
+        steps = len(chunks)
+        if decodes:
+            steps = self._kv_limited_steps(decodes, min(steps, min(
+                [seq.max_output_tokens - seq.num_generated_tokens for seq in decodes])))
+        del chunks[steps:]
+        last_has_leftover = steps == full + 1 and chunks[-1] < budget
+        if last_has_leftover and self._waiting_items:
+            del chunks[-1]  # the head of `waiting` would be admitted in that step
+            last_has_leftover = False
+        if not chunks:
+            return None
+        return partial, decodes, chunks, last_has_leftover
+
+    def advance_prefill_window(self, partial: Sequence, decodes: list[Sequence], chunks: list[int],
+                               step_end_s: list[float]) -> tuple[list[int], list[FinishedRequest]]:
+        """Apply the first len(step_end_s) steps of a `prefill_window` (P's chunks `chunks`), ending
+        at the given times, as `complete_step` would have applied each.
+
+        Returns:
+            (KV blocks in use during each step, as its plan would report; requests finished at
+            the last step, in plan order: the decodes, then P).
+        """
+        bm = self.block_manager
+        bm.forget_block_tables()
+        steps = len(step_end_s)
+        del chunks[steps:]
+        used = bm.num_used  # before the decodes' growth and the finishes' frees
+        new_blocks, finished = self._advance_plain_decodes(decodes, step_end_s)
         kv_used = list(accumulate(new_blocks, initial=used))
-        del kv_used[0]  # each step's count after its own new blocks
-        self._after_decode_window()
+        del kv_used[0]
+        partial.num_computed_tokens += sum(chunks)
+        if partial.num_computed_tokens >= partial.prefill_target_tokens:  # its last chunk ran: it samples
+            now_s = step_end_s[-1]
+            generated = partial.num_generated_tokens
+            if not generated:
+                partial.first_token_s = now_s
+            partial.token_times_s.append(now_s)
+            partial.num_generated_tokens = generated = generated + 1
+            if generated >= partial.max_output_tokens:
+                finished.append(self._finish(partial, now_s))
+            self._partial_prefill = None
         return kv_used, finished
 
     def _after_decode_window(self) -> None:

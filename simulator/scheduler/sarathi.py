@@ -19,6 +19,7 @@ class SarathiScheduler(Scheduler):
 
     name = "sarathi"
     chunked = True
+    prefill_windows = True
 
     def _build_plan(self, now_s: float) -> tuple[list[Entry], list[Sequence]]:
         preempted: list[Sequence] = []

@@ -1,0 +1,141 @@
+"""Prefill windows (issue 17): the steps that finish a running prompt beside plain decodes, taken
+at once by the replica, give exactly the step-by-step path's records."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from simulator.scheduler import Scheduler, SchedulerConfig, make_scheduler
+from simulator.simulate import simulate
+from tests.conftest import ConstantCostModel
+from traces import Request
+
+
+def _sarathi(chunk_size=16, blocks=1_000, block_size=4, max_num_seqs=8):
+    return make_scheduler("sarathi", SchedulerConfig(num_gpu_blocks=blocks, block_size=block_size, max_model_len=4096,
+                                                     max_num_seqs=max_num_seqs, chunk_size=chunk_size))
+
+
+def _running_two_decodes_and_a_prompt(scheduler, prompt_tokens=40, output_tokens=(30, 30), check=True):
+    """Requests 0 and 1 (prompts 4) decode; request 2 (a prompt of `prompt_tokens`) is admitted
+    beside them with its first chunk (16 − 2 = 14 tokens), and that step completed."""
+    for i, out in enumerate(output_tokens):
+        scheduler.add_request(Request(i, 0.0, 4, out))
+    plan = scheduler.schedule(0.0)  # both prompts whole: 8 tokens
+    scheduler.complete_step(plan, None, 1.0)
+    scheduler.add_request(Request(2, 1.0, prompt_tokens, 5))
+    plan = scheduler.schedule(1.0)
+    assert not check or list(plan.columns.query_tokens) == [1, 1, 14]
+    scheduler.complete_step(plan, None, 2.0)
+
+
+def test_prefill_window_chunks_by_hand():
+    # Budget 16 − 2 decodes = 14 a step: 26 tokens left are 14 then 12; the 12 leaves 2 tokens of
+    # budget, where pass C would admit a waiting request: flagged (the replica checks arrivals).
+    s = _sarathi()
+    _running_two_decodes_and_a_prompt(s)
+    partial, decodes, chunks, last_has_leftover = s.prefill_window()
+    assert partial.request_id == 2 and [d.request_id for d in decodes] == [0, 1]
+    assert chunks == [14, 12] and last_has_leftover
+    # A waiting request would be admitted in that last step: only the full-budget step is certain.
+    s.add_request(Request(3, 2.0, 10, 3))
+    assert s.prefill_window()[2:] == ([14], False)
+
+
+def test_prefill_window_stops_at_a_decodes_last_token_and_ends_with_a_prompt_that_fills_the_budget():
+    s = _sarathi()
+    _running_two_decodes_and_a_prompt(s, output_tokens=(30, 3))  # request 1 has one token to go
+    assert s.prefill_window()[2:] == ([14], False)
+    s = _sarathi()
+    _running_two_decodes_and_a_prompt(s, prompt_tokens=42)  # 28 left: 14 + 14, no budget left over
+    s.add_request(Request(3, 2.0, 10, 3))
+    assert s.prefill_window()[2:] == ([14, 14], False)
+
+
+def test_advance_prefill_window_equals_the_steps_it_stands_for():
+    fast, slow = _sarathi(), _sarathi()
+    for s in (fast, slow):
+        _running_two_decodes_and_a_prompt(s)
+    partial, decodes, chunks, _ = fast.prefill_window()
+    kv_used, finished = fast.advance_prefill_window(partial, decodes, chunks, [3.0, 4.0])
+    slow_kv = []
+    for now_s in (3.0, 4.0):
+        plan = slow.schedule(now_s - 1.0)
+        slow_kv.append(plan.kv_blocks_used)
+        assert list(plan.columns.query_tokens)[-1] == {3.0: 14, 4.0: 12}[now_s]
+        assert slow.complete_step(plan, None, now_s) == []
+    assert kv_used == slow_kv and finished == []
+    for a, b in zip(fast.running, slow.running):
+        assert (a.request_id, a.num_computed_tokens, a.num_generated_tokens, a.first_token_s, a.token_times_s) == (
+            b.request_id, b.num_computed_tokens, b.num_generated_tokens, b.first_token_s, b.token_times_s)
+    assert fast.running[2].first_token_s == 4.0 and fast.running[2].token_times_s == [4.0]
+    assert fast.block_manager.num_used == slow.block_manager.num_used
+    assert fast.prefill_window() is None and fast.decode_window()[1] == 4  # request 2 decodes next
+
+
+def test_policies_without_sarathis_passes_take_no_prefill_window():
+    # vLLM V1 allocates each chunk's KV as it runs, FastGen caps chunks: their steps are not
+    # Sarathi-Serve's three passes, so the same state gives no window.
+    for name in ("vllm_v1", "fastgen"):
+        s = make_scheduler(name, SchedulerConfig(num_gpu_blocks=1_000, block_size=4, max_model_len=4096,
+                                                 max_num_seqs=8, chunk_size=16))
+        _running_two_decodes_and_a_prompt(s, check=False)
+        assert s._partial_prefill is not None and s.prefill_window() is None
+
+
+def _count_windows(monkeypatch):
+    windows = []
+    original = Scheduler.advance_prefill_window
+    monkeypatch.setattr(Scheduler, "advance_prefill_window",
+                        lambda self, p, d, c, ends: windows.append(len(ends)) or original(self, p, d, c, ends))
+    return windows
+
+
+@pytest.mark.parametrize("router, replicas", [("round_robin", 1), ("least_outstanding", 3), ("vllm_dp", 2),
+                                              ("prefix_aware", 2)])
+def test_prefill_windows_give_the_step_by_step_records_with_a_measured_cost_model(monkeypatch, router, replicas):
+    # Measured H100 tables price every chunk and context differently; a small pool adds
+    # preemptions, a busy trace requests waiting behind running prompts. prefix_aware over two
+    # replicas differed from step by step before any prefill window (the decode windows' state
+    # at an arrival): its runs now go step by step.
+    from profiler.device_spec import get_device_spec
+    from profiler.measured.shipped import build_measured
+    from profiler.model_spec import get_model_spec
+    from traces import load_profile
+    requests = load_profile("azure-conv").sample(300, 14.0 * replicas, seed=5)
+    windows = _count_windows(monkeypatch)
+    for blocks in (30_000, 900):
+        def run(fast_forward):
+            cost = build_measured("auto", get_model_spec("llama-3-8b"), get_device_spec("h100-sxm"), 1)
+            config = SchedulerConfig(num_gpu_blocks=blocks, max_model_len=8192, max_num_seqs=64, chunk_size=512)
+            return simulate(requests, [make_scheduler("sarathi", config) for _ in range(replicas)], cost,
+                            router=router, fast_forward=fast_forward)
+        fast, slow = run(True), run(False)
+        pd.testing.assert_frame_equal(fast.requests, slow.requests)
+        pd.testing.assert_frame_equal(fast.steps, slow.steps)
+        assert fast.summary.keys() == slow.summary.keys()
+        assert all(fast.summary[k] == slow.summary[k] or (fast.summary[k] != fast.summary[k]
+                                                          and slow.summary[k] != slow.summary[k]) for k in fast.summary)
+    if router == "prefix_aware":
+        assert windows == []  # its router reads the pools' blocks in use at every arrival: windows off
+    else:
+        assert len(windows) > 50 and max(windows) >= 2
+
+
+def test_prefill_windows_with_arrivals_exactly_at_step_ends():
+    # Arrivals placed on step ends of the run itself, where SimPy's same-time order decides which
+    # step an arrival joins: the fast path must still match step by step.
+    base = [Request(0, 0.0, 30, 60), Request(1, 0.0, 20, 60), Request(2, 0.05, 300, 20), Request(3, 0.21, 250, 20)]
+
+    def run(requests, fast_forward):
+        config = SchedulerConfig(num_gpu_blocks=2_000, block_size=4, max_model_len=4096, max_num_seqs=8, chunk_size=32)
+        return simulate(requests, make_scheduler("sarathi", config), ConstantCostModel(0.01), fast_forward=fast_forward)
+
+    steps = run(base, False).steps
+    ends = list(steps["start_s"] + steps["duration_s"])
+    for picks in ([3, 4], [5, 6, 7], [9], [12, 13]):
+        requests = base + [Request(10 + i, ends[j], 40 + 10 * i, 5) for i, j in enumerate(picks)]
+        requests.sort(key=lambda r: r.arrival_s)
+        fast, slow = run(requests, True), run(requests, False)
+        pd.testing.assert_frame_equal(fast.requests, slow.requests)
+        pd.testing.assert_frame_equal(fast.steps, slow.steps)
