@@ -270,9 +270,33 @@ def test_an_interrupted_search_says_so_once_and_exits_128_plus_the_signal(tmp_pa
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(disaggregation, "search", interrupted)  # imported by the command when it runs
+    monkeypatch.setattr(disaggregation, "search_layouts", interrupted)  # imported by the command when it runs
     result = invoke(tmp_path, "--gpus", "2", "--tp", "1", "--seeds", "1", "--out", str(tmp_path / "run"))
     assert result.exit_code == 130, result.output
     assert result.output.count("interrupted:") == 1
     assert "0 layouts had finished; their trials are kept in" in result.output
     assert not (tmp_path / "run" / "disaggregation.csv").exists()
+
+
+def test_the_command_plans_each_layout_once_and_searches_what_it_planned(tmp_path, monkeypatch):
+    """The layouts are built and validated once (`plan`, before the run folder is claimed), and
+    exactly those are searched (`search_layouts`), not planned again by `search`."""
+    import experiments.planning.disaggregation as disaggregation
+
+    planned, searched = [], []
+    real_layouts = disaggregation.layouts
+
+    def counting_layouts(*args, **kwargs):
+        planned.append(real_layouts(*args, **kwargs))
+        return planned[-1]
+
+    def recording(base, found, **kwargs):
+        searched.append(found)
+        raise KeyboardInterrupt  # stop before any trial runs
+
+    monkeypatch.setattr(disaggregation, "layouts", counting_layouts)
+    monkeypatch.setattr(disaggregation, "search_layouts", recording)
+    result = invoke(tmp_path, "--gpus", "2", "--tp", "1", "--seeds", "1", "--out", str(tmp_path / "run"))
+    assert result.exit_code == 130, result.output
+    assert len(planned) == 1 and len(searched) == 1 and searched[0] is planned[0]
+    assert [layout.label for layout in searched[0]] == ["colocated 2x TP1", "1P(TP1) 1D(TP1)"]

@@ -81,8 +81,8 @@ def search_xpyd(
     from experiments.config import ConfigError, SweepConfig, load_config
     from experiments.outputs import CACHE_DIR, RunFolder
     from experiments.planning.backends import BackendError, check_available
-    from experiments.planning.disaggregation import (DEFAULT_SEEDS, check_seeds, comparison, plan, ranking, search,
-                                                      search_warnings, write_report)
+    from experiments.planning.disaggregation import (DEFAULT_SEEDS, check_seeds, comparison, plan, ranking,
+                                                      search_layouts, search_warnings, write_report)
 
     try:
         check_available(backend, ray_address)
@@ -104,8 +104,8 @@ def search_xpyd(
         check_seeds(start, seeds)
     except ValueError as exc:
         fail(f"--seeds: {exc}")
-    try:  # before the run folder is claimed: bad input leaves nothing behind
-        plan(start, gpus, tps, pps, dps, eps, seeds)
+    try:  # before the run folder is claimed: bad input leaves nothing behind; searched as planned
+        found = plan(start, gpus, tps, pps, dps, eps, seeds)
     except ValueError as exc:
         fail(str(exc))
     # search.qps bounds the search as in `sweep` (its top is the cap); --qps is a starting bracket.
@@ -122,10 +122,8 @@ def search_xpyd(
     done = []
     try:
         with RunFolder(out_dir, inputs=[config]) as folder:
-            frame = search(start, gpus, tps, jobs=jobs, on_done=lambda row: _progress(done, row),
-                           pipeline_parallel_sizes=pps, data_parallel_sizes=dps, expert_parallel=eps, seeds=seeds,
-                           backend=backend, ray_address=ray_address,
-                           **kwargs)
+            frame = search_layouts(start, found, jobs=jobs, on_done=lambda row: _progress(done, row), seeds=seeds,
+                                   backend=backend, ray_address=ray_address, **kwargs)
             folder.attempt(write_report, frame, start, folder.path, attainment, kwargs["num_requests"],
                            outputs=("disaggregation.csv", "disaggregation.md", "disaggregation.png"))
             folder.attempt(folder.remove_stale)

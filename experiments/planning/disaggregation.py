@@ -300,10 +300,20 @@ def search(base: SweepConfig, gpus: int, tensor_parallel_sizes=(1, 2, 4, 8), job
         experiments.planning.backends.BackendError: the backend cannot start (Ray missing or
             unreachable).
     """
-    from experiments.planning.sweep import _run_all  # the sweep's runner: inline, a process pool, or Ray
-
     found = plan(base, gpus, tensor_parallel_sizes, pipeline_parallel_sizes, data_parallel_sizes, expert_parallel,
                  seeds)
+    return search_layouts(base, found, jobs=jobs, on_done=on_done, seeds=seeds, backend=backend,
+                          ray_address=ray_address, **capacity_kwargs)
+
+
+def search_layouts(base: SweepConfig, found: list[Layout], jobs: int = 1, on_done: Callable[[dict], None] | None = None,
+                   seeds: int = DEFAULT_SEEDS, backend: str = "local", ray_address: str | None = None,
+                   **capacity_kwargs) -> pd.DataFrame:
+    """`search` of layouts already planned (`plan`'s, with `base` and `seeds` as planned: the CLI
+    plans before claiming its run folder, then searches what it planned instead of building and
+    validating every layout again). Same columns, order and errors as `search` after its `plan`."""
+    from experiments.planning.sweep import _run_all  # the sweep's runner: inline, a process pool, or Ray
+
     calls = {(i, k): (_safe_layout_capacity, (layout, base.goodput, {**capacity_kwargs, "seed_offset": k}))
              for i, layout in enumerate(found) for k in range(seeds)}
     outcomes: dict[int, dict[int, object]] = {i: {} for i in range(len(found))}
