@@ -1783,8 +1783,9 @@ def check_cluster(point: SweepConfig) -> None:
     from experiments.planning.layouts import tp_pp_problem  # the planning layer's: imported when used
 
     model = get_model_spec(point.model)
+    engines = {}  # each pool's merged engine, built once, pool by pool (a pool's errors before the next pool's)
     for pool in POOLS:
-        e = pool_point(point, pool).engine
+        e = engines[pool] = pool_point(point, pool).engine
         # A pool's instance may be a DP engine (`cluster.<pool>.engine.data_parallel_size`), checked as a
         # colocated one is, less the one-engine rule: the pool's replicas are its instances.
         _check_parallel_layout(e, model, check_num_gpus=False, key=f"cluster.{pool}.engine", pool=True)
@@ -1802,16 +1803,16 @@ def check_cluster(point: SweepConfig) -> None:
             except ValueError as exc:
                 raise ValueError(f"cluster.{pool}.device: {exc}") from None
         check_router(e.router, f"cluster.{pool}.router", e, f"cluster.{pool}.engine")
-    dtypes = {pool: pool_point(point, pool).engine.kv_cache_dtype for pool in POOLS}
+    dtypes = {pool: e.kv_cache_dtype for pool, e in engines.items()}
     if len(set(dtypes.values())) > 1:
         raise ValueError(f"cluster: the pools' kv_cache_dtype differ ({dtypes}); the decode pool reads the "
                          "prefill pool's KV as it is, so set one kv_cache_dtype")
     num_gpus = point.engine.num_gpus
-    gpus = pool_gpus(point)
+    gpus = {pool: engine_gpus(e) for pool, e in engines.items()}  # `pool_gpus`, of the engines above
     if num_gpus is not None and num_gpus != sum(gpus.values()):
         shapes = " + ".join(f"{pool} {e.replicas} × {e.data_parallel_size} × {e.tensor_parallel_size} × "
                             f"{e.pipeline_parallel_size}"
-                            for pool, e in ((pool, pool_point(point, pool).engine) for pool in POOLS))
+                            for pool, e in engines.items())
         raise ValueError(f"engine.num_gpus is {num_gpus} but the cluster's pools hold {sum(gpus.values())} GPUs "
                          f"(replicas × data_parallel_size × tensor_parallel_size × pipeline_parallel_size: {shapes}); "
                          "make them match")

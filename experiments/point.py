@@ -257,8 +257,8 @@ def settings_columns(point: SweepConfig) -> dict:
     """A row's `model`, `device` and engine settings (`EngineConfig.used_settings`); a `cluster:`
     point's are its decode pool's (`pool_point`), as every unprefixed column of its row is
     (README; `cluster_columns` gives each pool's)."""
-    engine = pool_point(point, "decode").engine if point.cluster is not None else point.engine
-    return {"model": point.model, "device": device_name(point), **engine.used_settings()}
+    shown = pool_point(point, "decode") if point.cluster is not None else point  # built once, for both
+    return {"model": point.model, "device": device_name(shown), **shown.engine.used_settings()}
 
 
 def cluster_columns(point: SweepConfig) -> dict:

@@ -192,3 +192,27 @@ def test_config_as_run_of_a_cluster_point_loads_again():
     assert not {"replicas", "router_overlap_weight"} & set(tree["engine"]) and tree["engine"]["num_gpus"] == 3
     again = SweepConfig.model_validate(yaml.safe_load(yaml.safe_dump(tree)))
     assert (again.cluster.prefill.replicas, again.cluster.decode.replicas, cluster_gpus(again)) == (2, 1, 3)
+
+
+def test_check_cluster_builds_each_pools_engine_once(monkeypatch):
+    """`check_cluster` merges each pool's engine once (`pool_point`: 2 calls for 1P1D, also on
+    the num_gpus error that lists both pools' shapes, where it took 8), and still checks the
+    pools in order: the prefill pool's error comes first though the decode pool's keys are bad too."""
+    import experiments.config as config
+
+    calls = []
+    real = config.pool_point
+
+    def counting(p, pool):
+        calls.append(pool)
+        return real(p, pool)
+
+    monkeypatch.setattr(config, "pool_point", counting)
+    point(engine={"num_gpus": 2}, prefill={"replicas": 1}, decode={"replicas": 1})
+    assert calls == ["prefill", "decode"]
+    calls.clear()
+    message = refused(engine={"num_gpus": 3}, prefill={"replicas": 1}, decode={"replicas": 1})
+    assert calls == ["prefill", "decode"] and "prefill 1 × 1 × 1 × 1 + decode 1 × 1 × 1 × 1" in message
+    message = refused(prefill={"engine": {"pipeline_parallel_size": 33}}, decode={"engine": {"chunk_sizes": 1}})
+    assert "cluster.prefill.engine.pipeline_parallel_size: llama-3-8b: pipeline_parallel_size 33 exceeds" in message
+    assert "cluster.decode" not in message
