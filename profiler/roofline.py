@@ -176,6 +176,10 @@ class RooflineCostModel:
             tensor-parallel size the model's heads or FFN width cannot be split by.
     """
 
+    # Pricing a step changes nothing (no step counts): the simulator's windows may price steps
+    # they then do not run (`simulator.replica`).
+    prices_without_counting = True
+
     def __init__(
         self,
         model: ModelSpec,

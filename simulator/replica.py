@@ -94,7 +94,20 @@ class Replica:
         self._wake: simpy.Event = env.event()
         self._window_open = False  # inside a decode window's timeout (`_decode_window`)
         self.arrivals_bounded = arrivals_bounded
-        self.arrival_due_at = arrival_due_at if next_arrival_s is not None and pricer.pipeline_stages == 1 else None
+        # A window prices its steps before it knows how many will run (it stops at the next
+        # arrival, or an interrupt cuts it), and a cost model's step counts (`num_predictions`,
+        # the out-of-grid counts of a measured model, a fitted model's extrapolations) must be
+        # the step-by-step path's: "tally" models defer their counts (`count_priced`, the
+        # measured tables'), "free" ones count nothing (the roofline); any other is "counted" as
+        # it prices, so its windows price one step at a time, only steps sure to run: none in a
+        # closed loop (interrupts) or with an arrival due now, and no prefill windows.
+        cost_model = pricer.cost_model
+        self._pricing = ("tally" if hasattr(cost_model, "count_priced") else
+                         "free" if getattr(cost_model, "prices_without_counting", False) else "counted")
+        if self._pricing == "counted" and not arrivals_bounded:
+            self.next_arrival_s = None
+        self.arrival_due_at = (arrival_due_at if self.next_arrival_s is not None and pricer.pipeline_stages == 1
+                               and self._pricing != "counted" else None)
         # The open window's step starts, its last step's end and the step start before it (`submit`).
         self._window_starts_s: list[float] = []
         self._window_end_s = math.inf
@@ -164,7 +177,7 @@ class Replica:
                 continue
             if self.next_arrival_s is not None:
                 running, window = self.scheduler.decode_window()
-                if window >= 2:
+                if window >= 2 and (self._pricing != "counted" or self.next_arrival_s() > self.env.now):
                     yield from self._decode_window(running, window)
                     continue
                 if self.arrival_due_at is not None:
@@ -195,12 +208,14 @@ class Replica:
         price = self._window_pricer(running)
         next_arrival_s = self.next_arrival_s()
         starts, durations, ends = [], [], []
+        tallies = []  # (a priced chunk's tally, its steps begun), for `_count_priced`
+        chunk_steps = 1 if self._pricing == "counted" else _WINDOW_CHUNK_STEPS
         now_s = start_s
         while len(starts) < max_steps and not (starts and now_s >= next_arrival_s):
             # Priced a few steps at a time: the next arrival usually ends a window long before
             # its last possible step.
-            chunk = min(_WINDOW_CHUNK_STEPS, max_steps - len(starts))
-            chunk_s = price(len(starts), chunk)
+            chunk = min(chunk_steps, max_steps - len(starts))
+            chunk_s, tally = price(len(starts), chunk)
             # SimPy's clock arithmetic, step by step (`accumulate` adds in order: the same
             # floats): step t of the chunk starts at clock[t] and is begun unless the next
             # arrival is due by then (the window's first step always is). The clock never
@@ -210,8 +225,10 @@ class Replica:
             starts += clock[:begun]
             durations += chunk_s[:begun]
             ends += clock[1:begun + 1]
+            tallies.append((tally, begun))
             now_s = clock[begun]
         steps = yield from self._wait_window(starts, ends)
+        self._count_priced(tallies, steps)
         if not steps:
             return
         self.records.note_step_ends(ends[:steps])
@@ -252,7 +269,7 @@ class Replica:
         before any step whose end an arrival is due at (SimPy's same-time order there depends
         on when that arrival's event was queued).
         """
-        durations = self._prefill_window_prices(partial, decodes, chunks)
+        durations, tally = self._prefill_window_prices(partial, decodes, chunks)
         clock = list(accumulate(durations, initial=self.env.now))
         steps = len(chunks)
         if last_has_leftover and steps > 1 and clock[steps - 1] >= self.next_arrival_s():
@@ -262,9 +279,11 @@ class Replica:
             while steps and self.arrival_due_at(clock[steps]):
                 steps -= 1
         if not steps:
+            self._count_priced([(tally, 0)], 0)
             return False
         starts, ends = clock[:steps], clock[1:steps + 1]
         steps = yield from self._wait_window(starts, ends, interruptible=last_has_leftover)
+        self._count_priced([(tally, steps)], steps)
         if steps:
             del chunks[steps:]
             self.records.note_step_ends(ends[:steps])
@@ -276,16 +295,22 @@ class Replica:
                                              self.replica_id)
         return True
 
-    def _prefill_window_prices(self, partial, decodes: list, chunks: list[int]) -> list[float]:
-        """Durations (s) of a prefill window's steps: each priced from the columns its plan
-        would have (the decodes' one token each at their growing contexts, then the chunk) by
-        `StepPricer.compute_s`, as `stage_s` prices a plan (no swaps, drafts or stages here)."""
+    def _prefill_window_prices(self, partial, decodes: list, chunks: list[int]) -> tuple[list[float], list | None]:
+        """(durations (s), tally) of a prefill window's steps: each priced from the columns its
+        plan would have (the decodes' one token each at their growing contexts, then the chunk)
+        as `stage_s` prices a plan (no swaps, drafts or stages here); a "tally" cost model from
+        the contexts' totals, counting nothing yet (`_count_priced`), a "free" one by
+        `StepPricer.compute_s` (it counts nothing)."""
         k = len(decodes)
+        chunk_context = partial.num_computed_tokens
+        swap_s = (0 + 0) * self.pricer.swap_s_per_token  # `stage_s`'s swap term of a step that swaps nothing
+        if self._pricing == "tally":  # the measured tables' prices from the contexts' totals
+            durations, tally = self.pricer.cost_model.price_chunk_steps(
+                k, sum(map(_NUM_COMPUTED_TOKENS, decodes)), chunk_context, chunks)
+            return [t + swap_s for t in durations], tally
         context = [seq.num_computed_tokens for seq in decodes]
         queries, prefills = [1] * k + [0], [False] * k + [True]
-        chunk_context = partial.num_computed_tokens
         compute_s = self.pricer.compute_s
-        swap_s = (0 + 0) * self.pricer.swap_s_per_token  # `stage_s`'s swap term of a step that swaps nothing
         durations = []
         for j, q in enumerate(chunks):
             queries[k] = q
@@ -293,19 +318,32 @@ class Replica:
             contexts.append(chunk_context)
             durations.append(compute_s(queries, contexts, prefills, (q, 1, 0, k + q), k) + swap_s)
             chunk_context += q
-        return durations
+        return durations, None
 
-    def _window_pricer(self, running: list) -> Callable[[int, int], list[float]]:
-        """`(first_step, num_steps) -> durations` of a decode window of `running` (as
-        `decode_steps_s`): a cost model pricing from the contexts' total (the measured tables',
-        `predict_decode_steps_total_s`) gets the total, summed once, and no list of contexts."""
+    def _window_pricer(self, running: list) -> Callable[[int, int], tuple[list[float], list | None]]:
+        """`(first_step, num_steps) -> (durations, tally)` of a decode window of `running` (as
+        `decode_steps_s`): a "tally" cost model (the measured tables') prices from the contexts'
+        total, summed once, counting nothing yet (`_count_priced`); any other as
+        `decode_steps_s` (tally None: it counted what it priced, or counts nothing)."""
         cost_model = self.pricer.cost_model
-        by_total = getattr(cost_model, "predict_decode_steps_total_s", None)
-        if by_total is not None:
+        if self._pricing == "tally":
             batch, total = len(running), sum(map(_NUM_COMPUTED_TOKENS, running))
+            by_total = cost_model.price_decode_steps_total
             return lambda first_step, num_steps: by_total(batch, total, num_steps, first_step)
         context = [seq.num_computed_tokens for seq in running]
-        return lambda first_step, num_steps: decode_steps_s(cost_model, context, first_step, num_steps)
+        return lambda first_step, num_steps: (decode_steps_s(cost_model, context, first_step, num_steps), None)
+
+    def _count_priced(self, tallies: list[tuple[list | None, int]], steps: int) -> None:
+        """Count the first `steps` steps a window priced and ran (a "tally" cost model's
+        `count_priced`, chunk by chunk: (tally, steps begun in it)); nothing for the others."""
+        if self._pricing != "tally":
+            return
+        count = self.pricer.cost_model.count_priced
+        for tally, begun in tallies:
+            used = min(begun, steps)
+            if used:
+                count(tally, used)
+            steps -= used
 
     def _steps_begun(self, starts: list[float], previous_start_s: float) -> int:
         """Steps of an interrupted window that the step-by-step path would have begun before

@@ -20,6 +20,8 @@ def shared_path(*parts: str) -> Path:
 class ConstantCostModel:
     """Every step takes `step_s` seconds: isolates scheduling logic from pricing."""
 
+    prices_without_counting = True  # no step counts: the simulator's windows may price ahead
+
     def __init__(self, step_s: float = 0.01):
         self.step_s = step_s
 

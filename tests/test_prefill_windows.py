@@ -139,3 +139,33 @@ def test_prefill_windows_with_arrivals_exactly_at_step_ends():
         fast, slow = run(requests, True), run(requests, False)
         pd.testing.assert_frame_equal(fast.requests, slow.requests)
         pd.testing.assert_frame_equal(fast.steps, slow.steps)
+
+
+@pytest.mark.parametrize("model_name, device_name, tp", [("llama-3-8b", "h100-sxm", 1), ("qwen3-32b", "rtx-pro-6000", 2)])
+def test_chunk_step_prices_from_totals_equal_the_plans_lists_float_for_float_and_count_for_count(model_name, device_name,
+                                                                                                  tp):
+    import random
+
+    from profiler.device_spec import get_device_spec
+    from profiler.measured.shipped import build_measured
+    from profiler.model_spec import get_model_spec
+
+    def fresh():
+        return build_measured("auto", get_model_spec(model_name), get_device_spec(device_name), tp)
+
+    lists, totals = fresh(), fresh()
+    r = random.Random(7)
+    for _ in range(150):
+        k = r.randint(0, 60)
+        context = [r.randint(1, 200_000) for _ in range(k)]
+        chunk_context = r.randint(0, 100_000)
+        chunks = [r.choice([1, r.randint(2, 9_000)]) for _ in range(r.randint(1, 4))]
+        expected, c_p = [], chunk_context
+        for j, q in enumerate(chunks):
+            expected.append(lists.predict_scheduled_step_s([1] * k + [q], [c + j for c in context] + [c_p],
+                                                           [False] * k + [True], k + q, 1, k))
+            c_p += q
+        assert totals.predict_chunk_steps_s(k, sum(context), chunk_context, chunks) == expected
+    assert (totals.num_predictions, totals.out_of_grid_steps, totals.out_of_range) == (
+        lists.num_predictions, lists.out_of_grid_steps, lists.out_of_range)
+    assert lists.out_of_grid_steps > 0  # contexts past the tables are counted too

@@ -520,28 +520,48 @@ class MeasuredCostModel:
                                      first_step: int = 0) -> list[float]:
         """`predict_decode_steps_s` of `num_seqs` sequences holding `total_context_tokens` KV
         tokens in all at step 0 (only the total enters the price): the same floats and counts,
-        without a list of the contexts (a decode window sums its running set once)."""
+        without a list of the contexts."""
+        durations, tally = self.price_decode_steps_total(num_seqs, total_context_tokens, num_steps, first_step)
+        self.count_priced(tally, num_steps)
+        return durations
+
+    def price_decode_steps_total(self, num_seqs: int, total_context_tokens: int, num_steps: int,
+                                 first_step: int = 0) -> tuple[list[float], list[frozenset] | None]:
+        """(`predict_decode_steps_total_s`'s durations, their tally), nothing counted: a decode
+        window prices steps it may not run (it stops at the next arrival) and counts only those
+        it ran with `count_priced`, so `num_predictions` and the out-of-grid counts are the
+        step-by-step path's."""
         if num_seqs == 0:
-            return [self.predict_step_s([], [], []) for _ in range(num_steps)]
+            priced = [self._price([], [], []) for _ in range(num_steps)]
+            return [t for t, _ in priced], [out for _, out in priced]
         total_context = total_context_tokens
         rows = float(num_seqs)
         grid = self._decode_grid
         if self._mixed is None and grid is not None:
             return self._decode_grid_steps_s(grid, num_seqs, total_context, num_steps, first_step)
-        durations = []
+        durations, tally = [], []
         for j in range(first_step, first_step + num_steps):
             # `_price` of ones / contexts + j / zeros: no prefill; n decode rows of one token over
             # sum(c) + j n keys, the KV total formed as `_price` forms it.
             kv = float(total_context + j * num_seqs + num_seqs - rows)
             total, out = self._combine(num_seqs, num_seqs, [], rows, kv)
-            self._count(out)
+            tally.append(out)
             durations.append(total)
-        return durations
+        return durations, tally
+
+    def count_priced(self, tally: list[frozenset] | None, num_steps: int) -> None:
+        """Count the first `num_steps` steps of a tally from `price_decode_steps_total` or
+        `price_chunk_steps` as `predict_step_s` counts each (None: every step on its grids)."""
+        if tally is None:
+            self.num_predictions += num_steps
+            return
+        for out in tally[:num_steps]:
+            self._count(out)
 
     def _decode_grid_steps_s(self, grid: LogGrid, num_seqs: int, total_context: int, num_steps: int,
-                             first_step: int) -> list[float]:
-        """`predict_decode_steps_s` on the decode_attention grid: `_combine` of each step written
-        out (its token and sequence parts are the same every step), the same floats and counts."""
+                             first_step: int) -> tuple[list[float], list[frozenset] | None]:
+        """`price_decode_steps_total` on the decode_attention grid: `_combine` of each step written
+        out (its token and sequence parts are the same every step), the same floats and tally."""
         token_s, token_out = self._token_cache.get(num_seqs) or self._token_part(num_seqs)
         seq_s, seq_out = self._seq_cache.get(num_seqs) or self._seq_part(num_seqs)
         parts_s = token_s + seq_s  # `_combine` adds token + seq first, then the attention
@@ -554,21 +574,19 @@ class MeasuredCostModel:
         first_total = total_context + (first_step + 1) * num_seqs
         points_kv = [(i - rows) / rows + 1.0 for i in range(first_total, first_total + num_steps * num_seqs, num_seqs)]
         durations, outs = grid.at2_many(rows, points_kv, parts_s, layers)  # parts_s + layers * t each
-        if not (in_grid or any(outs)):  # every step on the grid: counted at once
-            self.num_predictions += num_steps
-            return durations
+        if not (in_grid or any(outs)):  # every step on the grid
+            return durations, None
+        tally = []
         for j, (point_kv, o) in enumerate(zip(points_kv, outs)):
             if o:
                 out: set = set()
                 t = grid.at2(rows, point_kv)[0]  # `at2_many`'s t: the same float
                 t = self._off_grid(grid, (rows, point_kv), self._decode_kv_roofline_s, t, out)
-                self._count(token_out | seq_out | frozenset(out))
+                tally.append(token_out | seq_out | frozenset(out))
                 durations[j] = parts_s + layers * t
-            elif in_grid:
-                self._count(in_grid)
             else:
-                self.num_predictions += 1
-        return durations
+                tally.append(in_grid)
+        return durations, tally
 
     def _count(self, out: frozenset) -> None:
         """Count one priced step (and the parts of it that were off their grids)."""
@@ -611,6 +629,41 @@ class MeasuredCostModel:
         else:
             self.num_predictions += 1
         return total
+
+    def predict_chunk_steps_s(self, num_decodes: int, decode_context_tokens: int, chunk_context_tokens: int,
+                              chunks: list[int]) -> list[float]:
+        """`predict_scheduled_step_s` of consecutive steps of `num_decodes` plain decodes and one
+        prompt's chunks (a replica's prefill window; the same floats and counts): step j has
+        query tokens [1] * num_decodes + [chunks[j]], the decodes holding
+        `decode_context_tokens` + j * num_decodes KV tokens in all and the prompt
+        `chunk_context_tokens` + sum(chunks[:j]); only those totals enter `_price_indexed`, so
+        no step's lists are built. A one-token chunk is priced as a decode row, as there."""
+        durations, tally = self.price_chunk_steps(num_decodes, decode_context_tokens, chunk_context_tokens, chunks)
+        self.count_priced(tally, len(chunks))
+        return durations
+
+    def price_chunk_steps(self, num_decodes: int, decode_context_tokens: int, chunk_context_tokens: int,
+                          chunks: list[int]) -> tuple[list[float], list[frozenset]]:
+        """(`predict_chunk_steps_s`'s durations, their tally for `count_priced`), nothing counted."""
+        k = num_decodes
+        decode_total, chunk_context = decode_context_tokens, chunk_context_tokens
+        durations, tally = [], []
+        for q in chunks:
+            num_tokens = k + q
+            if q > 1:  # `_price_indexed` with prefill_index = [k]
+                prefills, prefill_q, prefill_c = [(float(q), float(chunk_context))], q, chunk_context
+                decode_rows = float(k)
+            else:
+                prefills, prefill_q, prefill_c = [], 0, 0
+                decode_rows = float(k + 1)
+            decode_tokens = num_tokens - prefill_q
+            decode_kv = float(decode_total + chunk_context - prefill_c + decode_tokens - decode_rows)
+            total, out = self._combine(num_tokens, k + 1, prefills, decode_rows, decode_kv)
+            tally.append(out)
+            durations.append(total)
+            decode_total += k
+            chunk_context += q
+        return durations, tally
 
     def _price_indexed(self, q: list[int], c: list[int], num_tokens: int,
                        prefill_index: list[int]) -> tuple[float, frozenset]:
