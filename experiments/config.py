@@ -1069,7 +1069,7 @@ def layouts_of(base: SweepConfig) -> tuple[list, list[tuple[Any, str]]]:
         try:
             SweepConfig.model_validate(point)
         except ValidationError as exc:
-            skipped.append((layout, "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())))
+            skipped.append((layout, validation_problems(exc, keyed=False)))
         else:
             kept.append(layout)
     if not kept:
@@ -1331,6 +1331,22 @@ def _restart_trace_on_kind_change(tree: dict, layer: dict[str, Any], old_kind: A
     for key in list(trace):
         if not any(_overlaps(k, f"trace.{key}") for k in layer):
             del trace[key]
+
+
+def validation_problems(exc: ValidationError, keyed: bool = True, root_key: str = "",
+                        message: Callable[[dict], str] | None = None) -> str:
+    """pydantic's errors in `exc` as one line, "key: message; key: message" (not pydantic's dump):
+    each error's dotted `loc` as its key (`keyed` False: the messages alone), `root_key` for an
+    error on the whole model (empty loc; "": no key), and `message(error)` as its text (default:
+    pydantic's `msg` less its "Value error, " lead). Shared by `layouts_of`, `pool_point` and the
+    xPyD search's layouts (`experiments.planning.disaggregation`); a config file's errors name
+    lines too (`_validate`)."""
+    def text(error: dict) -> str:
+        said = message(error) if message is not None else error["msg"].removeprefix("Value error, ")
+        key = ".".join(map(str, error["loc"])) or root_key
+        return f"{key}: {said}" if keyed and key else said
+
+    return "; ".join(text(error) for error in exc.errors())
 
 
 def _validate(raw: dict, path: Path, root_node, where: str, line: int | None = None,
@@ -1710,9 +1726,9 @@ def pool_point(point: SweepConfig, pool: str) -> SweepConfig:
     try:
         engine = EngineConfig(**keys)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'engine'}: " + (
+        problems = validation_problems(exc, root_key="engine", message=lambda e: (
             unknown_key_message(EngineConfig, e["loc"], _POINT_ONLY_ENGINE_KEYS) if e["type"] == "extra_forbidden"
-            else e["msg"]) for e in exc.errors())
+            else e["msg"]))  # msg as it is (its "Value error, " kept: a config file's load strips each, `_validate`)
         raise ValueError(f"cluster.{pool}.engine: {problems}") from None
     # The pool's router, set after validation: `check_cluster` checks it under its own key.
     engine = engine.model_copy(update={"router": spec.router})

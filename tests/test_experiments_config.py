@@ -323,3 +323,25 @@ def test_the_calibration_overhead_config_prices_the_device_the_profile_was_measu
     assert device["name"] == "cpu" and device["memory_gib"] == pytest.approx(23.54016876220703)
     assert device["dense_bf16_tflops"] == pytest.approx(0.06884177276848705)
     assert device["memory_bandwidth_gb_per_s"] == pytest.approx(12.371315722113928)
+
+
+def test_validation_problems_is_one_line_of_keys_and_messages():
+    """The one formatter of pydantic's errors (`layouts_of`, `pool_point`, the xPyD layouts):
+    dotted keys, a root key only where asked, pydantic's "Value error, " lead dropped by default."""
+    from pydantic import ValidationError
+
+    from experiments.config import EngineConfig, validation_problems
+
+    with pytest.raises(ValidationError) as fields:
+        EngineConfig(scheduler="sarathi", chunk_size=0, bogus=1)
+    with pytest.raises(ValidationError) as whole:
+        EngineConfig(scheduler="sarathi", max_num_batched_tokens=8)
+    assert validation_problems(fields.value) == ("chunk_size: Input should be greater than or equal to 1; "
+                                                 "bogus: Extra inputs are not permitted")
+    assert validation_problems(fields.value, keyed=False) == ("Input should be greater than or equal to 1; "
+                                                              "Extra inputs are not permitted")
+    used = "engine.max_num_batched_tokens is not used by scheduler 'sarathi' (only by vllm, orca, faster_transformer)"
+    assert validation_problems(whole.value) == used
+    assert validation_problems(whole.value, root_key="engine") == f"engine: {used}"
+    assert validation_problems(whole.value, root_key="engine", message=lambda e: e["msg"]) == (
+        f"engine: Value error, {used}")  # pool_point's: pydantic's msg as it is

@@ -38,7 +38,8 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
-from experiments.config import SearchConfig, SweepConfig, cluster_label, describe_point, repetition_seed_problem
+from experiments.config import (SearchConfig, SweepConfig, cluster_label, describe_point, repetition_seed_problem,
+                                validation_problems)
 from experiments.planning.capacity import confidence_interval, find_capacity, short_trials_warning
 from experiments.planning.repetitions import file_trace_seeds_warning, seeds_note, trial_point
 from experiments.planning.layouts import MAX_LAYOUT_GPUS, layout_problem
@@ -184,9 +185,7 @@ def _validated(tree: dict, layout: str) -> SweepConfig:
     try:
         return SweepConfig.model_validate(tree)
     except ValidationError as exc:
-        problems = "; ".join((f"{'.'.join(map(str, e['loc']))}: " if e["loc"] else "")
-                             + e["msg"].removeprefix("Value error, ") for e in exc.errors())
-        raise ValueError(f"layout {layout} cannot run from this config: {problems}") from None
+        raise ValueError(f"layout {layout} cannot run from this config: {validation_problems(exc)}") from None
 
 
 def _parallel_keys(shape: ParallelLayout) -> dict:
