@@ -1736,19 +1736,33 @@ def pool_point(point: SweepConfig, pool: str) -> SweepConfig:
     return point.model_copy(update={"engine": engine, "device": device, "cluster": None})
 
 
-def pool_gpus(point: SweepConfig) -> dict[str, int]:
+def pool_points(point: SweepConfig) -> dict[str, SweepConfig]:
+    """Each pool of a `cluster:` point as `pool_point` makes it, by name in `POOLS` order: built
+    once for the readers that take them (`pool_gpus`, `cluster_label`,
+    `experiments.deployment.build_link`, ...).
+
+    Raises:
+        ValueError: as `pool_point` (not for a validated point)."""
+    return {pool: pool_point(point, pool) for pool in POOLS}
+
+
+def pool_gpus(point: SweepConfig, pools: dict[str, SweepConfig] | None = None) -> dict[str, int]:
     """GPUs of each pool of a `cluster:` point: replicas × data_parallel_size × tensor_parallel_size
-    × pipeline_parallel_size of its `pool_point` engine (`engine_gpus`: every DP rank's GPUs)."""
-    return {pool: engine_gpus(pool_point(point, pool).engine) for pool in POOLS}
+    × pipeline_parallel_size of its `pool_point` engine (`engine_gpus`: every DP rank's GPUs).
+    `pools`: the point's `pool_points` where already built."""
+    pools = pool_points(point) if pools is None else pools
+    return {pool: engine_gpus(pools[pool].engine) for pool in POOLS}
 
 
-def cluster_label(point: SweepConfig) -> str:
+def cluster_label(point: SweepConfig, pools: dict[str, SweepConfig] | None = None) -> str:
     """The pools of a `cluster:` point by replicas and parallelism: "2P(TP1) 3D(TP2)", a pool's
     pipeline stages when > 1 ("1P(TP2 PP2) 2D(TP1)"), its DP ranks per instance and EP degree
-    when > 1 ("1P(TP2) 2D(TP1 DP4 EP4)": two DP4 engines with expert parallelism)."""
+    when > 1 ("1P(TP2) 2D(TP1 DP4 EP4)": two DP4 engines with expert parallelism). `pools`: the
+    point's `pool_points` where already built."""
+    pools = pool_points(point) if pools is None else pools
     parts = []
     for pool in POOLS:
-        e = pool_point(point, pool).engine
+        e = pools[pool].engine
         pp = f" PP{e.pipeline_parallel_size}" if e.pipeline_parallel_size > 1 else ""
         dp = f" DP{e.data_parallel_size}" if e.data_parallel_size > 1 else ""
         ep = f" EP{e.data_parallel_size * e.tensor_parallel_size}" if e.enable_expert_parallel else ""
@@ -1799,9 +1813,10 @@ def check_cluster(point: SweepConfig) -> None:
     from experiments.planning.layouts import tp_pp_problem  # the planning layer's: imported when used
 
     model = get_model_spec(point.model)
-    engines = {}  # each pool's merged engine, built once, pool by pool (a pool's errors before the next pool's)
+    pools = {}  # each pool's point, built once, pool by pool (a pool's errors before the next pool's)
     for pool in POOLS:
-        e = engines[pool] = pool_point(point, pool).engine
+        pools[pool] = pool_point(point, pool)
+        e = pools[pool].engine
         # A pool's instance may be a DP engine (`cluster.<pool>.engine.data_parallel_size`), checked as a
         # colocated one is, less the one-engine rule: the pool's replicas are its instances.
         _check_parallel_layout(e, model, check_num_gpus=False, key=f"cluster.{pool}.engine", pool=True)
@@ -1819,16 +1834,16 @@ def check_cluster(point: SweepConfig) -> None:
             except ValueError as exc:
                 raise ValueError(f"cluster.{pool}.device: {exc}") from None
         check_router(e.router, f"cluster.{pool}.router", e, f"cluster.{pool}.engine")
-    dtypes = {pool: e.kv_cache_dtype for pool, e in engines.items()}
+    dtypes = {pool: p.engine.kv_cache_dtype for pool, p in pools.items()}
     if len(set(dtypes.values())) > 1:
         raise ValueError(f"cluster: the pools' kv_cache_dtype differ ({dtypes}); the decode pool reads the "
                          "prefill pool's KV as it is, so set one kv_cache_dtype")
     num_gpus = point.engine.num_gpus
-    gpus = {pool: engine_gpus(e) for pool, e in engines.items()}  # `pool_gpus`, of the engines above
+    gpus = pool_gpus(point, pools)
     if num_gpus is not None and num_gpus != sum(gpus.values()):
         shapes = " + ".join(f"{pool} {e.replicas} × {e.data_parallel_size} × {e.tensor_parallel_size} × "
                             f"{e.pipeline_parallel_size}"
-                            for pool, e in engines.items())
+                            for pool, e in ((pool, p.engine) for pool, p in pools.items()))
         raise ValueError(f"engine.num_gpus is {num_gpus} but the cluster's pools hold {sum(gpus.values())} GPUs "
                          f"(replicas × data_parallel_size × tensor_parallel_size × pipeline_parallel_size: {shapes}); "
                          "make them match")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from experiments.config import (CHUNKING_SCHEDULERS, POOLS, SCHEDULER_KEYS, AcceptanceFile, DraftModel, SweepConfig,
-                                engine_gpus, pool_gpus, pool_point)
+from experiments.config import (CHUNKING_SCHEDULERS, SCHEDULER_KEYS, AcceptanceFile, DraftModel, SweepConfig,
+                                engine_gpus, pool_gpus, pool_points)
 from profiler import RooflineCostModel, get_device_spec, get_model_spec, kv_pool_blocks
 from profiler.cost_model import CostModel
 from simulator.acceptance import EmpiricalAcceptance, PositionalAcceptance, speculative_outcome_fn
@@ -107,7 +107,7 @@ def build_outcome_fn(point: SweepConfig) -> Callable[[BatchPlan], StepOutcome]:
 
 
 # ----- prefill/decode disaggregation (`cluster:`, simulator/disaggregated.py) -------------------
-def build_link(point: SweepConfig) -> tuple[KvLink, float]:
+def build_link(point: SweepConfig, pools: dict[str, SweepConfig] | None = None) -> tuple[KvLink, float]:
     """The cluster's KV link and the bytes of one prompt token's KV that one link moves: each
     rank's shard crosses on its own link, so the busiest rank of either side bounds it (a DP
     rank's: each DP rank holds the whole KV of its own requests, sharded over its TP ranks, and
@@ -118,9 +118,10 @@ def build_link(point: SweepConfig) -> tuple[KvLink, float]:
     that is the KV of the smaller TP degree. The link's layers (`KvLink.num_layers`, for a
     layer-pipelined transfer's last-layer share) are that rank's (the prefill rank's on a tie). `bandwidth_gb_s: device` is
     the prefill device's GPU-to-GPU bandwidth per direction (`interconnect_bandwidth_bytes_per_s`,
-    same node)."""
+    same node). `pools`: the point's `pool_points` where already built."""
     link = point.cluster.link
-    prefill, decode = (pool_point(point, pool) for pool in POOLS)
+    pools = pool_points(point) if pools is None else pools
+    prefill, decode = pools["prefill"], pools["decode"]
     if link.bandwidth_gb_s == "device":
         bandwidth = get_device_spec(prefill.device).interconnect_bandwidth_bytes_per_s
     else:
@@ -138,9 +139,9 @@ def build_link(point: SweepConfig) -> tuple[KvLink, float]:
     return KvLink(bandwidth, link.latency_s, link.layer_pipelined, layers), float(kv_bytes)
 
 
-def cluster_gpus(point: SweepConfig) -> int:
+def cluster_gpus(point: SweepConfig, pools: dict[str, SweepConfig] | None = None) -> int:
     """GPUs of a point: replicas × TP × PP × DP, or, with `cluster:`, the sum over its pools
-    (`pool_gpus`: each pool's replicas × DP × TP × PP)."""
+    (`pool_gpus`: each pool's replicas × DP × TP × PP; `pools`: its `pool_points` where already built)."""
     if point.cluster is None:
         return engine_gpus(point.engine)  # the count engine.num_gpus is checked against
-    return sum(pool_gpus(point).values())
+    return sum(pool_gpus(point, pools).values())

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.config import (POOLS, ClosedLoopTrace, SweepConfig, TraceConfig, cluster_label, describe_point,
-                                pool_point, slo_summary_key)
+                                pool_point, pool_points, slo_summary_key)
 from experiments.outputs import TEMP_PREFIX, write_atomic
 from experiments.deployment import (DTYPE_BYTES, build_link, build_outcome_fn, build_pricer, build_scheduler_config,
                                     build_schedulers, cluster_gpus)
@@ -272,15 +272,16 @@ def cluster_columns(point: SweepConfig) -> dict:
     """
     if point.cluster is None:
         return {}
-    row = _cluster_head(point)
+    merged = pool_points(point)  # each pool's point, built once
+    row = _cluster_head(point, merged)
     for name in POOLS:
-        pool = pool_point(point, name)
+        pool = merged[name]
         row.update(_pool_columns(name, pool, build_scheduler_config(pool)))
     return row
 
 
-def _cluster_head(point: SweepConfig) -> dict:
-    return {"cluster": cluster_label(point), "num_gpus": cluster_gpus(point)}
+def _cluster_head(point: SweepConfig, merged: dict[str, SweepConfig]) -> dict:
+    return {"cluster": cluster_label(point, merged), "num_gpus": cluster_gpus(point, merged)}
 
 
 def _pool_columns(name: str, pool: SweepConfig, config) -> dict:
@@ -307,23 +308,23 @@ def simulate_cluster(point: SweepConfig, requests: list[Request], trim_fraction:
         `device_name`) and what priced its steps (`<pool>_cost_model_label`,
         `<pool>_cost_model_steps_out_of_range`: `cost_model_columns` of its cost model after the run)).
     """
-    pools, row = {}, _cluster_head(point)
+    merged = pool_points(point)  # each pool's point, built once
+    pools, row = {}, _cluster_head(point, merged)
     for name in POOLS:
-        pool = pool_point(point, name)
+        pool = merged[name]
         config = build_scheduler_config(pool)
         cost_model = build_cost_model(pool)
         pools[name] = (Pool(build_schedulers(pool, config), build_pricer(pool, cost_model),
                             getattr(point.cluster, name).router, pool.engine.data_parallel_size), config, cost_model)
         row.update(_pool_columns(name, pool, config))
-    link, kv_bytes_per_token = build_link(point)
+    link, kv_bytes_per_token = build_link(point, merged)
     result = simulate_disaggregated(requests, pools["prefill"][0], pools["decode"][0], link, kv_bytes_per_token,
-                                    outcome_fn=build_outcome_fn(pool_point(point, "decode")),
+                                    outcome_fn=build_outcome_fn(merged["decode"]),
                                     seed=point.engine.seed, trim_fraction=trim_fraction,
                                     keep_token_times=point.output.token_times, keep_steps=point.output.steps,
                                     record_files=record_files)
     for name in POOLS:  # after the run: a measured model counts the steps it priced off its grids
-        row.update({f"{name}_{key}": value for key, value in cost_model_columns(pool_point(point, name),
-                                                                                pools[name][2]).items()})
+        row.update({f"{name}_{key}": value for key, value in cost_model_columns(merged[name], pools[name][2]).items()})
     return result, pools["decode"][1], pools["decode"][2], row
 
 

@@ -194,11 +194,11 @@ def test_config_as_run_of_a_cluster_point_loads_again():
     assert (again.cluster.prefill.replicas, again.cluster.decode.replicas, cluster_gpus(again)) == (2, 1, 3)
 
 
-def test_check_cluster_builds_each_pools_engine_once(monkeypatch):
-    """`check_cluster` merges each pool's engine once (`pool_point`: 2 calls for 1P1D, also on
-    the num_gpus error that lists both pools' shapes, where it took 8), and still checks the
-    pools in order: the prefill pool's error comes first though the decode pool's keys are bad too."""
+def counted_pool_points(monkeypatch) -> list[str]:
+    """The pools `pool_point` is called for from here on (experiments.config's and
+    experiments.point's name for it), in call order."""
     import experiments.config as config
+    import experiments.point as point_module
 
     calls = []
     real = config.pool_point
@@ -207,7 +207,16 @@ def test_check_cluster_builds_each_pools_engine_once(monkeypatch):
         calls.append(pool)
         return real(p, pool)
 
-    monkeypatch.setattr(config, "pool_point", counting)
+    for module in (config, point_module):
+        monkeypatch.setattr(module, "pool_point", counting)
+    return calls
+
+
+def test_check_cluster_builds_each_pools_engine_once(monkeypatch):
+    """`check_cluster` merges each pool's engine once (`pool_point`: 2 calls for 1P1D, also on
+    the num_gpus error that lists both pools' shapes, where it took 8), and still checks the
+    pools in order: the prefill pool's error comes first though the decode pool's keys are bad too."""
+    calls = counted_pool_points(monkeypatch)
     point(engine={"num_gpus": 2}, prefill={"replicas": 1}, decode={"replicas": 1})
     assert calls == ["prefill", "decode"]
     calls.clear()
@@ -216,3 +225,14 @@ def test_check_cluster_builds_each_pools_engine_once(monkeypatch):
     message = refused(prefill={"engine": {"pipeline_parallel_size": 33}}, decode={"engine": {"chunk_sizes": 1}})
     assert "cluster.prefill.engine.pipeline_parallel_size: llama-3-8b: pipeline_parallel_size 33 exceeds" in message
     assert "cluster.decode" not in message
+
+
+def test_a_cluster_point_merges_each_pool_once_per_run(monkeypatch):
+    """run_point of a validated 1P1D point builds each pool's point once for the simulation and
+    its columns (`pool_points`, then shared by the label, GPU count, link and pool columns) and
+    the decode pool once more for the row's settings: 3 `pool_point` calls (12 before)."""
+    ok = point(prefill={"replicas": 1}, decode={"replicas": 1})
+    calls = counted_pool_points(monkeypatch)
+    row = run_point(ok).row
+    assert calls == ["prefill", "decode", "decode"]
+    assert row["cluster"] == "1P(TP1) 1D(TP1)" and row["num_gpus"] == 2
