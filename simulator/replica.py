@@ -203,30 +203,10 @@ class Replica:
         step under way runs to its end and the window stops there, as the step-by-step loop
         would have scheduled the newcomer at that step's end.
         """
-        start_s = self.env.now
         batch = len(running)  # `running` is the scheduler's list: finishes shrink it
-        price = self._window_pricer(running)
-        next_arrival_s = self.next_arrival_s()
-        starts, durations, ends = [], [], []
-        tallies = []  # (a priced chunk's tally, its steps begun), for `_count_priced`
-        chunk_steps = 1 if self._pricing == "counted" else _WINDOW_CHUNK_STEPS
-        now_s = start_s
-        while len(starts) < max_steps and not (starts and now_s >= next_arrival_s):
-            # Priced a few steps at a time: the next arrival usually ends a window long before
-            # its last possible step.
-            chunk = min(chunk_steps, max_steps - len(starts))
-            chunk_s, tally = price(len(starts), chunk)
-            # SimPy's clock arithmetic, step by step (`accumulate` adds in order: the same
-            # floats): step t of the chunk starts at clock[t] and is begun unless the next
-            # arrival is due by then (the window's first step always is). The clock never
-            # runs backwards, so the first step not begun is found by bisection.
-            clock = list(accumulate(chunk_s, initial=now_s))
-            begun = bisect_left(clock, next_arrival_s, 0 if starts else 1, chunk)
-            starts += clock[:begun]
-            durations += chunk_s[:begun]
-            ends += clock[1:begun + 1]
-            tallies.append((tally, begun))
-            now_s = clock[begun]
+        starts, durations, ends, tallies = [], [], [], []
+        self._price_decode_steps(self._window_pricer(running), self.env.now, max_steps, starts, durations, ends,
+                                 tallies)
         steps = yield from self._wait_window(starts, ends)
         self._count_priced(tallies, steps)
         if not steps:
@@ -237,6 +217,34 @@ class Replica:
             self.num_outstanding -= len(finished)
             self._record(finished)
         self.steps.extend_decodes(starts[:steps], durations[:steps], batch, kv_used, self.replica_id)
+
+    def _price_decode_steps(self, price, now_s: float, max_steps: int, starts: list[float], durations: list[float],
+                            ends: list[float], tallies: list) -> None:
+        """Append to `starts`, `durations`, `ends` up to `max_steps` plain decode steps priced by
+        `price` ((first step, steps) -> (durations, tally)) from the clock `now_s`, stopping before
+        the first that would start at or after the next arrival (the window's first step always
+        begins: a step is under way at its start); `tallies` gets (tally, steps begun) per priced
+        chunk, for `_count_priced`."""
+        next_arrival_s = self.next_arrival_s()
+        chunk_steps = 1 if self._pricing == "counted" else _WINDOW_CHUNK_STEPS
+        done = 0
+        while done < max_steps and not (starts and now_s >= next_arrival_s):
+            # Priced a few steps at a time: the next arrival usually ends a window long before
+            # its last possible step.
+            chunk = min(chunk_steps, max_steps - done)
+            chunk_s, tally = price(done, chunk)
+            # SimPy's clock arithmetic, step by step (`accumulate` adds in order: the same
+            # floats): step t of the chunk starts at clock[t] and is begun unless the next
+            # arrival is due by then. The clock never runs backwards, so the first step not
+            # begun is found by bisection.
+            clock = list(accumulate(chunk_s, initial=now_s))
+            begun = bisect_left(clock, next_arrival_s, 0 if starts else 1, chunk)
+            starts += clock[:begun]
+            durations += chunk_s[:begun]
+            ends += clock[1:begun + 1]
+            tallies.append((tally, begun))
+            done += begun
+            now_s = clock[begun]
 
     def _wait_window(self, starts: list[float], ends: list[float], interruptible: bool = True):
         """Wait for a window's steps (`starts`, `ends`) to end; return how many ran. An
@@ -279,21 +287,40 @@ class Replica:
             while steps and self.arrival_due_at(clock[steps]):
                 steps -= 1
         if not steps:
-            self._count_priced([(tally, 0)], 0)
             return False
-        starts, ends = clock[:steps], clock[1:steps + 1]
+        prefill_steps = steps
+        starts, ends, durations = clock[:steps], clock[1:steps + 1], durations[:steps]
+        tallies = [(tally, steps)]
+        if last_has_leftover:  # the prompt's last chunk runs: its sequence decodes with the others next
+            more = self.scheduler.decode_steps_after_prefill(partial, decodes, steps)
+            if more:
+                context = [seq.num_computed_tokens + steps for seq in decodes] + [partial.prefill_target_tokens]
+                self._price_decode_steps(self._pricer_of_contexts(context), ends[-1], more, starts, durations, ends,
+                                         tallies)
         steps = yield from self._wait_window(starts, ends, interruptible=last_has_leftover)
-        self._count_priced([(tally, steps)], steps)
+        self._count_priced(tallies, steps)
         if steps:
-            del chunks[steps:]
-            self.records.note_step_ends(ends[:steps])
-            kv_used, finished = self.scheduler.advance_prefill_window(partial, decodes, chunks, ends[:steps])
-            if finished:
-                self.num_outstanding -= len(finished)
-                self._record(finished)
-            self.steps.extend_prefill_chunks(starts[:steps], durations[:steps], chunks, len(decodes), kv_used,
-                                             self.replica_id)
+            self._apply_prefill_window(partial, decodes, chunks, prefill_steps, steps, starts, durations, ends)
         return True
+
+    def _apply_prefill_window(self, partial, decodes: list, chunks: list[int], prefill_steps: int, steps: int,
+                              starts: list[float], durations: list[float], ends: list[float]) -> None:
+        """Apply the first `steps` steps of a prefill window: its first `prefill_steps` carry the
+        prompt's chunks, the rest are plain decodes of every running sequence."""
+        chunk_steps = min(steps, prefill_steps)
+        del chunks[chunk_steps:]
+        self.records.note_step_ends(ends[:steps])
+        kv_used, finished = self.scheduler.advance_prefill_window(partial, decodes, chunks, ends[:chunk_steps])
+        self.steps.extend_prefill_chunks(starts[:chunk_steps], durations[:chunk_steps], chunks, len(decodes), kv_used,
+                                         self.replica_id)
+        if steps > chunk_steps:  # nothing finished in the chunks' steps (`decode_steps_after_prefill`)
+            batch = len(self.scheduler.running)
+            kv_used, finished = self.scheduler.advance_decodes(ends[chunk_steps:steps])
+            self.steps.extend_decodes(starts[chunk_steps:steps], durations[chunk_steps:steps], batch, kv_used,
+                                      self.replica_id)
+        if finished:
+            self.num_outstanding -= len(finished)
+            self._record(finished)
 
     def _prefill_window_prices(self, partial, decodes: list, chunks: list[int]) -> tuple[list[float], list | None]:
         """(durations (s), tally) of a prefill window's steps: each priced from the columns its
@@ -325,12 +352,15 @@ class Replica:
         `decode_steps_s`): a "tally" cost model (the measured tables') prices from the contexts'
         total, summed once, counting nothing yet (`_count_priced`); any other as
         `decode_steps_s` (tally None: it counted what it priced, or counts nothing)."""
+        return self._pricer_of_contexts([seq.num_computed_tokens for seq in running])
+
+    def _pricer_of_contexts(self, context: list[int]) -> Callable[[int, int], tuple[list[float], list | None]]:
+        """`_window_pricer` of sequences holding `context` KV tokens each at step 0."""
         cost_model = self.pricer.cost_model
         if self._pricing == "tally":
-            batch, total = len(running), sum(map(_NUM_COMPUTED_TOKENS, running))
+            batch, total = len(context), sum(context)
             by_total = cost_model.price_decode_steps_total
             return lambda first_step, num_steps: by_total(batch, total, num_steps, first_step)
-        context = [seq.num_computed_tokens for seq in running]
         return lambda first_step, num_steps: (decode_steps_s(cost_model, context, first_step, num_steps), None)
 
     def _count_priced(self, tallies: list[tuple[list | None, int]], steps: int) -> None:

@@ -104,6 +104,10 @@ def test_prefill_windows_give_the_step_by_step_records_with_a_measured_cost_mode
     from traces import load_profile
     requests = load_profile("azure-conv").sample(300, 14.0 * replicas, seed=5)
     windows = _count_windows(monkeypatch)
+    continued = []  # decode steps that followed a prompt's last chunk in the same window
+    after = Scheduler.decode_steps_after_prefill
+    monkeypatch.setattr(Scheduler, "decode_steps_after_prefill",
+                        lambda self, p, d, m: continued.append(after(self, p, d, m)) or continued[-1])
     for blocks in (30_000, 900):
         def run(fast_forward):
             cost = build_measured("auto", get_model_spec("llama-3-8b"), get_device_spec("h100-sxm"), 1)
@@ -120,6 +124,7 @@ def test_prefill_windows_give_the_step_by_step_records_with_a_measured_cost_mode
         assert windows == []  # its router reads the pools' blocks in use at every arrival: windows off
     else:
         assert len(windows) > 50 and max(windows) >= 2
+        assert sum(1 for m in continued if m > 0) > 20
 
 
 def test_prefill_windows_with_arrivals_exactly_at_step_ends():
@@ -169,3 +174,30 @@ def test_chunk_step_prices_from_totals_equal_the_plans_lists_float_for_float_and
     assert (totals.num_predictions, totals.out_of_grid_steps, totals.out_of_range) == (
         lists.num_predictions, lists.out_of_grid_steps, lists.out_of_range)
     assert lists.out_of_grid_steps > 0  # contexts past the tables are counted too
+
+
+def test_decode_steps_after_a_prefill_window_by_hand():
+    # After the window's two steps (chunks 14 and 12) requests 0 and 1 have generated 4 of 30
+    # tokens and request 2 its first of 5: 4 more plain decode steps of all three are certain.
+    s = _sarathi()
+    _running_two_decodes_and_a_prompt(s)
+    partial, decodes, chunks, _ = s.prefill_window()
+    assert s.decode_steps_after_prefill(partial, decodes, 2) == 4
+    # A decode with 3 tokens to go finishes in the second decode step after the chunks: 3 - 2 = 1.
+    decodes[1].max_output_tokens = decodes[1].num_generated_tokens + 3
+    assert s.decode_steps_after_prefill(partial, decodes, 2) == 1
+    # Something waiting would be admitted at the first of them: none.
+    s.add_request(Request(3, 2.0, 10, 3))
+    assert s.decode_steps_after_prefill(partial, decodes, 2) == 0
+
+
+def test_decode_steps_after_a_prefill_window_stop_where_the_free_blocks_do():
+    # Block size 4, 16 blocks. The decodes' prompts (4 tokens) took a block each, their second
+    # token a second block; the prompt reserved 40 tokens (10 blocks): 2 free. After the chunks'
+    # two steps the decodes hold 7 tokens in 8 slots (room 1), the prompt 40 in 40 (room 0).
+    # One more step needs one block (the prompt's first token); two need three (> 2).
+    s = _sarathi(blocks=16)
+    _running_two_decodes_and_a_prompt(s)
+    partial, decodes, chunks, _ = s.prefill_window()
+    assert chunks == [14, 12] and s.block_manager.num_free == 2
+    assert s.decode_steps_after_prefill(partial, decodes, 2) == 1

@@ -392,20 +392,7 @@ class Scheduler:
             return steps
         held = bm.blocks_held_each([seq.request_id for seq in running])
         room = [h * size - seq.num_computed_tokens for h, seq in zip(held, running)]  # tokens before a new block
-
-        def extra_blocks(m: int) -> int:
-            return sum(-(-(m - r) // size) for r in room if m > r)
-
-        if extra_blocks(steps) <= bm.num_free:
-            return steps
-        low, high = 0, steps  # extra_blocks is non-decreasing in m: bisect the last m that fits
-        while low < high:
-            mid = (low + high + 1) // 2
-            if extra_blocks(mid) <= bm.num_free:
-                low = mid
-            else:
-                high = mid - 1
-        return low
+        return _steps_fitting(room, size, bm.num_free, steps)
 
     def advance_decodes(self, step_end_s: list[float]) -> tuple[list[int], list[FinishedRequest]]:
         """Apply len(step_end_s) decode steps of every running sequence (from `decode_window`),
@@ -515,6 +502,41 @@ class Scheduler:
         if not chunks:
             return None
         return partial, decodes, chunks, last_has_leftover
+
+    def decode_steps_after_prefill(self, partial: Sequence, decodes: list[Sequence], prefill_steps: int) -> int:
+        """Plain decode steps of `decodes` and `partial` that certainly follow the first
+        `prefill_steps` steps of a `prefill_window` whose last chunk finishes `partial`'s prompt
+        (the replica also stops them at the next arrival): as `decode_window` would give then,
+        counted from now. 0 when a decode finishes within those steps, `partial` samples its last
+        token with its first, something waits, or `partial` is not last in `running` (the
+        decode steps' plans follow `running`'s order, the window's the decodes then `partial`).
+        """
+        running = self.running
+        if self._waiting_items or not running or running[-1] is not partial or not self._decodes_all_run(len(running)):
+            return 0
+        steps = partial.max_output_tokens - partial.num_generated_tokens - 1  # after its first token
+        for seq in decodes:
+            left = seq.max_output_tokens - seq.num_generated_tokens - prefill_steps
+            if left < steps:
+                steps = left
+        if steps <= 0:
+            return 0
+        bm = self.block_manager
+        size = bm.block_size
+        free = bm.num_free
+        if len(running) * -(-(prefill_steps + steps) // size) <= free:  # even with no room left anywhere
+            return steps
+        # Free blocks once the chunks' steps have grown the decodes, and each sequence's room then.
+        room = []
+        for seq, held in zip(decodes, bm.blocks_held_each([seq.request_id for seq in decodes])):
+            computed = seq.num_computed_tokens + prefill_steps
+            needed = -(-computed // size)
+            if needed > held:
+                free -= needed - held
+                held = needed
+            room.append(held * size - computed)
+        room.append(bm.blocks_held(partial.request_id) * size - partial.prefill_target_tokens)
+        return _steps_fitting(room, size, free, steps)
 
     def advance_prefill_window(self, partial: Sequence, decodes: list[Sequence], chunks: list[int],
                                step_end_s: list[float]) -> tuple[list[int], list[FinishedRequest]]:
@@ -848,3 +870,22 @@ class Scheduler:
             COMPLETED if seq.max_output_tokens == r.output_tokens else TRUNCATED,
             seq.num_generated_tokens, seq.first_scheduled_s, seq.first_token_s, now_s, seq.num_preemptions,
             seq.recomputed_tokens, cached if cached > 0 else 0, seq.resumed_cached_tokens, seq.token_times_s)
+
+
+def _steps_fitting(room: list[int], block_size: int, free_blocks: int, steps: int) -> int:
+    """Largest m <= steps such that m more tokens of each sequence fit `free_blocks` new blocks,
+    a sequence with `room` tokens left in its blocks needing ceil((m - room) / block_size)."""
+
+    def extra_blocks(m: int) -> int:
+        return sum(-(-(m - r) // block_size) for r in room if m > r)
+
+    if extra_blocks(steps) <= free_blocks:
+        return steps
+    low, high = 0, steps  # extra_blocks is non-decreasing in m: bisect the last m that fits
+    while low < high:
+        mid = (low + high + 1) // 2
+        if extra_blocks(mid) <= free_blocks:
+            low = mid
+        else:
+            high = mid - 1
+    return low
