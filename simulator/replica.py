@@ -114,6 +114,7 @@ class Replica:
         self._window_previous_start_s = -math.inf
         self._arrival_sent_at_s = -math.inf  # send time of the arrival that interrupted a window
         self._last_step_start_s = -math.inf  # start of the latest step begun
+        self._window_step_s = 0.0  # the last step a window priced (s): sizes the next window's first chunk
         stages = pricer.pipeline_stages
         self._stages = [simpy.Resource(env, capacity=1) for _ in range(stages)]
         self.process = env.process(self._run() if stages == 1 else self._run_pipelined())
@@ -227,12 +228,19 @@ class Replica:
         chunk, for `_count_priced`."""
         next_arrival_s = self.next_arrival_s()
         chunk_steps = 1 if self._pricing == "counted" else _WINDOW_CHUNK_STEPS
+        # The first chunk: the steps the last priced step's duration says fit before the next
+        # arrival, and two more (steps of the same batch grow slowly), so that few steps are
+        # priced and not run; then `chunk_steps` at a time. Any chunk sizes give the same steps.
+        first = chunk_steps
+        if self._window_step_s > 0.0 and next_arrival_s < math.inf:
+            first = min(chunk_steps, max(2, int((next_arrival_s - now_s) / self._window_step_s) + 2))
         done = 0
         while done < max_steps and not (starts and now_s >= next_arrival_s):
             # Priced a few steps at a time: the next arrival usually ends a window long before
             # its last possible step.
-            chunk = min(chunk_steps, max_steps - done)
+            chunk = min(first if not done else chunk_steps, max_steps - done)
             chunk_s, tally = price(done, chunk)
+            self._window_step_s = chunk_s[-1]
             # SimPy's clock arithmetic, step by step (`accumulate` adds in order: the same
             # floats): step t of the chunk starts at clock[t] and is begun unless the next
             # arrival is due by then. The clock never runs backwards, so the first step not
@@ -310,14 +318,13 @@ class Replica:
         chunk_steps = min(steps, prefill_steps)
         del chunks[chunk_steps:]
         self.records.note_step_ends(ends[:steps])
-        kv_used, finished = self.scheduler.advance_prefill_window(partial, decodes, chunks, ends[:chunk_steps])
-        self.steps.extend_prefill_chunks(starts[:chunk_steps], durations[:chunk_steps], chunks, len(decodes), kv_used,
-                                         self.replica_id)
-        if steps > chunk_steps:  # nothing finished in the chunks' steps (`decode_steps_after_prefill`)
-            batch = len(self.scheduler.running)
-            kv_used, finished = self.scheduler.advance_decodes(ends[chunk_steps:steps])
-            self.steps.extend_decodes(starts[chunk_steps:steps], durations[chunk_steps:steps], batch, kv_used,
-                                      self.replica_id)
+        batch = len(self.scheduler.running)  # the decode steps' batch: the decodes and the prompt's sequence
+        kv_used, finished = self.scheduler.advance_prefill_window(partial, decodes, chunks, ends[:steps])
+        self.steps.extend_prefill_chunks(starts[:chunk_steps], durations[:chunk_steps], chunks, len(decodes),
+                                         kv_used[:chunk_steps], self.replica_id)
+        if steps > chunk_steps:
+            self.steps.extend_decodes(starts[chunk_steps:steps], durations[chunk_steps:steps], batch,
+                                      kv_used[chunk_steps:], self.replica_id)
         if finished:
             self.num_outstanding -= len(finished)
             self._record(finished)

@@ -540,8 +540,10 @@ class Scheduler:
 
     def advance_prefill_window(self, partial: Sequence, decodes: list[Sequence], chunks: list[int],
                                step_end_s: list[float]) -> tuple[list[int], list[FinishedRequest]]:
-        """Apply the first len(step_end_s) steps of a `prefill_window` (P's chunks `chunks`), ending
-        at the given times, as `complete_step` would have applied each.
+        """Apply the steps of a `prefill_window` ending at `step_end_s`, as `complete_step` would
+        have applied each: the first len(chunks) carry P's chunks `chunks`; any after them are
+        plain decodes of the decodes and P (`decode_steps_after_prefill`; then P's last chunk
+        is among them and P is last in `running`).
 
         Returns:
             (KV blocks in use during each step, as its plan would report; requests finished at
@@ -549,15 +551,12 @@ class Scheduler:
         """
         bm = self.block_manager
         bm.forget_block_tables()
-        steps = len(step_end_s)
-        del chunks[steps:]
+        chunk_steps = len(chunks)
         used = bm.num_used  # before the decodes' growth and the finishes' frees
-        new_blocks, finished = self._advance_plain_decodes(decodes, step_end_s)
-        kv_used = list(accumulate(new_blocks, initial=used))
-        del kv_used[0]
+        new_blocks, finished = self._advance_plain_decodes(decodes, step_end_s)  # every step, one pass
         partial.num_computed_tokens += sum(chunks)
         if partial.num_computed_tokens >= partial.prefill_target_tokens:  # its last chunk ran: it samples
-            now_s = step_end_s[-1]
+            now_s = step_end_s[chunk_steps - 1]
             generated = partial.num_generated_tokens
             if not generated:
                 partial.first_token_s = now_s
@@ -566,6 +565,14 @@ class Scheduler:
             if generated >= partial.max_output_tokens:
                 finished.append(self._finish(partial, now_s))
             self._partial_prefill = None
+        if len(step_end_s) > chunk_steps:  # then P decodes too (nothing finished before: the window's bound)
+            partial_blocks, partial_finished = self._advance_plain_decodes([partial], step_end_s[chunk_steps:])
+            for j, n in enumerate(partial_blocks, chunk_steps):
+                new_blocks[j] += n
+            finished += partial_finished
+            self._after_decode_window()
+        kv_used = list(accumulate(new_blocks, initial=used))
+        del kv_used[0]
         return kv_used, finished
 
     def _after_decode_window(self) -> None:
