@@ -185,6 +185,13 @@ class Replica:
                     prefill = self.scheduler.prefill_window()
                     if prefill is not None and (yield from self._prefill_window(*prefill)):
                         continue
+                    # The admission step now (none with an arrival due at this instant, which
+                    # SimPy may hand the scheduler first) and its prompt's steps after it.
+                    admission = (self.scheduler.admission_window(self.env.now) if prefill is None
+                                 and self.next_arrival_s() > self.env.now else None)
+                    if admission is not None:
+                        yield from self._prefill_window(*admission, keep_first=True)
+                        continue
             start_s = self._last_step_start_s = self.env.now
             plan = self.scheduler.schedule(start_s)
             if not plan.columns.request_ids:  # `plan.is_empty`, without two property calls per step
@@ -273,7 +280,8 @@ class Replica:
         self._last_step_start_s = starts[steps - 1] if steps else previous_start_s
         return steps
 
-    def _prefill_window(self, partial, decodes: list, chunks: list[int], last_has_leftover: bool):
+    def _prefill_window(self, partial, decodes: list, chunks: list[int], last_has_leftover: bool,
+                        keep_first: bool = False):
         """The steps of a `Scheduler.prefill_window` as one SimPy timeout: every decode's token and
         the prompt's next chunks, priced and clocked as the step-by-step path would. Returns
         whether any step ran (else the caller schedules one).
@@ -283,7 +291,9 @@ class Replica:
         window is then interrupted by an arrival during it as a decode window is. Without such
         a step no arrival can change the window's steps: it is not interrupted, and it ends
         before any step whose end an arrival is due at (SimPy's same-time order there depends
-        on when that arrival's event was queued).
+        on when that arrival's event was queued), but for its first step with `keep_first` (an
+        admission window's, already admitted): one step begun now is timed, and ordered among
+        same-time events, as the step-by-step path's step would be.
         """
         durations, tally = self._prefill_window_prices(partial, decodes, chunks)
         clock = list(accumulate(durations, initial=self.env.now))
@@ -292,7 +302,7 @@ class Replica:
             steps -= 1  # an arrival comes before it: it may be admitted there
             last_has_leftover = False
         if not last_has_leftover:
-            while steps and self.arrival_due_at(clock[steps]):
+            while steps > keep_first and self.arrival_due_at(clock[steps]):
                 steps -= 1
         if not steps:
             return False

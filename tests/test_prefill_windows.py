@@ -105,6 +105,10 @@ def test_prefill_windows_give_the_step_by_step_records_with_a_measured_cost_mode
     requests = load_profile("azure-conv").sample(300, 14.0 * replicas, seed=5)
     windows = _count_windows(monkeypatch)
     continued = []  # decode steps that followed a prompt's last chunk in the same window
+    admitted = []
+    admission = Scheduler.admission_window
+    monkeypatch.setattr(Scheduler, "admission_window",
+                        lambda self, now_s: admitted.append(admission(self, now_s)) or admitted[-1])
     after = Scheduler.decode_steps_after_prefill
     monkeypatch.setattr(Scheduler, "decode_steps_after_prefill",
                         lambda self, p, d, m: continued.append(after(self, p, d, m)) or continued[-1])
@@ -125,6 +129,7 @@ def test_prefill_windows_give_the_step_by_step_records_with_a_measured_cost_mode
     else:
         assert len(windows) > 50 and max(windows) >= 2
         assert sum(1 for m in continued if m > 0) > 20
+        assert sum(1 for a in admitted if a is not None) > 20
 
 
 def test_prefill_windows_with_arrivals_exactly_at_step_ends():
@@ -201,3 +206,57 @@ def test_decode_steps_after_a_prefill_window_stop_where_the_free_blocks_do():
     partial, decodes, chunks, _ = s.prefill_window()
     assert chunks == [14, 12] and s.block_manager.num_free == 2
     assert s.decode_steps_after_prefill(partial, decodes, 2) == 1
+
+
+def _two_decodes(scheduler):
+    """Requests 0 and 1 (prompts 4, 30 tokens to generate) ran their prompts: each holds one full
+    block (block size 4) and decodes next."""
+    for i in range(2):
+        scheduler.add_request(Request(i, 0.0, 4, 30))
+    scheduler.complete_step(scheduler.schedule(0.0), None, 1.0)
+
+
+def test_admission_window_admits_the_head_as_the_step_would_and_chunks_its_prompt():
+    fast, slow = _sarathi(), _sarathi()
+    for s in (fast, slow):
+        _two_decodes(s)
+        s.add_request(Request(2, 1.0, 40, 5))
+    partial, decodes, chunks, last_has_leftover = fast.admission_window(1.0)
+    assert partial.request_id == 2 and [d.request_id for d in decodes] == [0, 1]
+    assert chunks == [14, 14, 12] and last_has_leftover  # 16 − 2 decodes a step; 12 leaves 2 tokens
+    plan = slow.schedule(1.0)
+    assert list(plan.columns.query_tokens) == [1, 1, 14]
+    assert partial.first_scheduled_s == 1.0 == slow.running[2].first_scheduled_s
+    assert fast.block_manager.blocks_held(2) == slow.block_manager.blocks_held(2) == 10
+    assert not fast.waiting.items and [s.request_id for s in fast.running] == [0, 1, 2]
+
+
+def test_admission_window_leaves_uncertain_admissions_to_the_scheduled_step():
+    # Two waiting and the first's prompt leaves budget: pass C would try the second too.
+    s = _sarathi()
+    _two_decodes(s)
+    s.add_request(Request(2, 1.0, 10, 5))
+    s.add_request(Request(3, 1.0, 10, 5))
+    assert s.admission_window(1.0) is None
+    assert len(s.waiting.items) == 2 and len(s.running) == 2  # nothing changed
+    # A first chunk that fills the budget (14 of the 16 left after the decodes) decides the step
+    # alone: then it may. Its prompt of 30 runs as 14, 14, 2; the 2 leaves budget where the
+    # second request would be admitted: left out.
+    s = _sarathi()
+    _two_decodes(s)
+    s.add_request(Request(2, 1.0, 30, 5))
+    s.add_request(Request(3, 1.0, 10, 5))
+    assert s.admission_window(1.0)[2:] == ([14, 14], False)
+
+
+@pytest.mark.parametrize("blocks, admitted", [(13, False), (14, True)])
+def test_admission_window_gives_the_decodes_their_blocks_first(blocks, admitted):
+    # Both decodes start a block this step (pass A takes 2), then the 40-token prompt needs 10:
+    # with 13 blocks 11 are free, 9 after pass A: not admitted (the step-by-step path agrees);
+    # with 14, 10 are left after pass A: admitted.
+    fast, slow = _sarathi(blocks=blocks), _sarathi(blocks=blocks)
+    for s in (fast, slow):
+        _two_decodes(s)
+        s.add_request(Request(2, 1.0, 40, 5))
+    assert (fast.admission_window(1.0) is not None) == admitted
+    assert (len(slow.schedule(1.0).columns.query_tokens) == 3) == admitted

@@ -487,21 +487,70 @@ class Scheduler:
         budget = self.token_budget - len(decodes)  # pass A's decodes each take a token
         if budget <= 0:
             return None
-        pending = partial.num_pending_tokens
-        full = (pending - 1) // budget  # chunks that use the whole budget before the last one
-        chunks = [budget] * full + [pending - full * budget]
+        return self._window_chunks(partial, decodes, [], partial.num_pending_tokens, budget)
+
+    def _window_chunks(self, partial: Sequence, decodes: list[Sequence], chunks: list[int], pending: int,
+                       budget: int) -> tuple[Sequence, list[Sequence], list[int], bool] | None:
+        """`prefill_window`'s answer: `chunks` (the steps already certain) and then `partial`'s
+        `pending` tokens in chunks of the `budget` left after the decodes, up to the first
+        decode completion and the free blocks' limit (None when no step is left)."""
+        full = (pending - 1) // budget if pending else 0  # chunks that use the whole budget before the last one
+        tail = [budget] * full + [pending - full * budget] if pending else []
+        chunks += tail
         steps = len(chunks)
         if decodes:
             steps = self._kv_limited_steps(decodes, min(steps, min(
                 [seq.max_output_tokens - seq.num_generated_tokens for seq in decodes])))
+        last_has_leftover = steps == len(chunks) and chunks[-1] < budget
         del chunks[steps:]
-        last_has_leftover = steps == full + 1 and chunks[-1] < budget
         if last_has_leftover and self._waiting_items:
             del chunks[-1]  # the head of `waiting` would be admitted in that step
             last_has_leftover = False
         if not chunks:
             return None
         return partial, decodes, chunks, last_has_leftover
+
+    def admission_window(self, now_s: float) -> tuple[Sequence, list[Sequence], list[int], bool] | None:
+        """`prefill_window` of the step at `now_s` that admits the head of `waiting` beside the
+        running decodes (Sarathi-Serve's pass C), and the steps of its prompt after it: the head
+        is admitted now, as `schedule(now_s)` would admit it, and its first chunk is the
+        window's first step (never left out: the caller schedules nothing else at `now_s`).
+
+        Only when that step is certain: nothing running prefills, the head is a fresh request
+        (no KV swapped out or recomputed), `max_num_seqs` has room, the budget left after the
+        decodes is not 0, another waiting request could not be admitted after it in that step
+        (its chunk fills the budget, or it waits alone), and the free blocks hold the decodes'
+        next tokens (pass A takes them first) and the head's admission reservation above the
+        watermark (`_admit_head`). Otherwise None, and nothing changed.
+        """
+        waiting = self._waiting_items
+        if (not waiting or not self.prefill_windows or self._in_flight_plans or self.config.split_n
+                or self.prefix_caching or type(self.block_manager) is not BlockManager or not self._can_admit_more()):
+            return None
+        head = waiting[0]
+        if head.swapped_tokens or head.num_preemptions:
+            return None
+        running = self.running
+        if [seq for seq in running if seq.num_computed_tokens < seq.prefill_target_tokens]:
+            return None
+        budget = self.token_budget - len(running)
+        if budget <= 0:
+            return None
+        pending = head.num_pending_tokens
+        first = min(pending, budget)
+        if first < budget and len(waiting) > 1:
+            return None  # pass C would try the next one too
+        bm = self.block_manager
+        size = bm.block_size
+        held = bm.blocks_held_each([seq.request_id for seq in running])
+        pass_a_blocks = sum(1 for h, seq in zip(held, running) if h * size <= seq.num_computed_tokens)
+        if bm.num_free - pass_a_blocks - blocks_for(self._admission_tokens(head, first), size) < bm.watermark_blocks:
+            return None
+        decodes = list(running)
+        self._now_s = now_s
+        if self._admit_head(first) is not head:  # cannot happen after the checks above
+            raise RuntimeError("admission_window: the head was not admitted after its checks passed")
+        return self._window_chunks(head, decodes, [first], pending - first, budget)
 
     def decode_steps_after_prefill(self, partial: Sequence, decodes: list[Sequence], prefill_steps: int) -> int:
         """Plain decode steps of `decodes` and `partial` that certainly follow the first
@@ -565,6 +614,8 @@ class Scheduler:
             if generated >= partial.max_output_tokens:
                 finished.append(self._finish(partial, now_s))
             self._partial_prefill = None
+        else:
+            self._partial_prefill = partial  # (an admission window's prompt: now the running one)
         if len(step_end_s) > chunk_steps:  # then P decodes too (nothing finished before: the window's bound)
             partial_blocks, partial_finished = self._advance_plain_decodes([partial], step_end_s[chunk_steps:])
             for j, n in enumerate(partial_blocks, chunk_steps):
