@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from simulator.scheduler import Scheduler, SchedulerConfig, make_scheduler
 from simulator.simulate import simulate
@@ -260,3 +262,42 @@ def test_admission_window_gives_the_decodes_their_blocks_first(blocks, admitted)
         s.add_request(Request(2, 1.0, 40, 5))
     assert (fast.admission_window(1.0) is not None) == admitted
     assert (len(slow.schedule(1.0).columns.query_tokens) == 3) == admitted
+
+
+@st.composite
+def _busy_sarathi_runs(draw):
+    """Bursts of same-time arrivals or spread ones, long and short prompts, priorities, small
+    pools (preemptions, swaps), several replicas behind each router that reads only counts."""
+    k = draw(st.integers(1, 30))
+    spread = st.floats(0, 2.0) if draw(st.booleans()) else st.sampled_from([0.0, 0.01, 0.05, 0.1, 0.2])
+    times = sorted(draw(st.lists(spread, min_size=k, max_size=k)))
+    requests = [Request(i, t, draw(st.integers(1, 3000)), draw(st.integers(1, 200)), priority=draw(st.integers(0, 2)))
+                for i, t in enumerate(times)]
+    config = SchedulerConfig(num_gpu_blocks=draw(st.integers(40, 3000)), block_size=draw(st.sampled_from([4, 16])),
+                             max_model_len=4096, max_num_seqs=draw(st.integers(1, 64)),
+                             chunk_size=draw(st.sampled_from([64, 256, 512, 2048])),
+                             policy=draw(st.sampled_from(["fcfs", "priority"])),
+                             preemption=draw(st.sampled_from(["recompute", "swap"])))
+    return requests, config, draw(st.integers(1, 3)), draw(st.sampled_from(["round_robin", "least_outstanding",
+                                                                            "vllm_dp", "random"]))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_busy_sarathi_runs())
+def test_windows_give_the_step_by_step_records_and_counts_on_random_busy_runs(run_spec):
+    # (300 examples passed when this was written; 40 here keep the suite short.)
+    from profiler.device_spec import get_device_spec
+    from profiler.measured.shipped import build_measured
+    from profiler.model_spec import get_model_spec
+    requests, config, replicas, router = run_spec
+
+    def run(fast_forward):
+        cost = build_measured("auto", get_model_spec("llama-3-8b"), get_device_spec("h100-sxm"), 1)
+        result = simulate(requests, [make_scheduler("sarathi", config) for _ in range(replicas)], cost, router=router,
+                          fast_forward=fast_forward)
+        return result, (cost.num_predictions, cost.out_of_grid_steps, dict(cost.out_of_range))
+
+    (fast, fast_counts), (slow, slow_counts) = run(True), run(False)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests)
+    pd.testing.assert_frame_equal(fast.steps, slow.steps)
+    assert fast_counts == slow_counts
