@@ -1728,7 +1728,7 @@ def pool_point(point: SweepConfig, pool: str) -> SweepConfig:
     except ValidationError as exc:
         problems = validation_problems(exc, root_key="engine", message=lambda e: (
             unknown_key_message(EngineConfig, e["loc"], _POINT_ONLY_ENGINE_KEYS) if e["type"] == "extra_forbidden"
-            else e["msg"]))  # msg as it is (its "Value error, " kept: a config file's load strips each, `_validate`)
+            else e["msg"].removeprefix("Value error, ")))  # as every caller shows it (the xPyD search's layouts too)
         raise ValueError(f"cluster.{pool}.engine: {problems}") from None
     # The pool's router, set after validation: `check_cluster` checks it under its own key.
     engine = engine.model_copy(update={"router": spec.router})

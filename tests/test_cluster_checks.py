@@ -236,3 +236,15 @@ def test_a_cluster_point_merges_each_pool_once_per_run(monkeypatch):
     row = run_point(ok).row
     assert calls == ["prefill", "decode", "decode"]
     assert row["cluster"] == "1P(TP1) 1D(TP1)" and row["num_gpus"] == 2
+
+
+def test_a_pools_invalid_engine_is_said_without_pydantics_lead():
+    # pool_point's message is shown as it is by the xPyD search's layout errors (no config
+    # loader strips pydantic's "Value error, " there).
+    ok = point(prefill={}, decode={})
+    bad_pool = ok.cluster.prefill.model_copy(update={"engine": {"scheduler": "sarathi", "max_num_batched_tokens": 8}})
+    ok = ok.model_copy(update={"cluster": ok.cluster.model_copy(update={"prefill": bad_pool})})
+    with pytest.raises(ValueError) as info:
+        pool_point(ok, "prefill")
+    assert str(info.value) == ("cluster.prefill.engine: engine: engine.max_num_batched_tokens is not used by "
+                               "scheduler 'sarathi' (only by vllm, orca, faster_transformer)")

@@ -344,4 +344,4 @@ def test_validation_problems_is_one_line_of_keys_and_messages():
     assert validation_problems(whole.value) == used
     assert validation_problems(whole.value, root_key="engine") == f"engine: {used}"
     assert validation_problems(whole.value, root_key="engine", message=lambda e: e["msg"]) == (
-        f"engine: Value error, {used}")  # pool_point's: pydantic's msg as it is
+        f"engine: Value error, {used}")  # a caller's own message, as it gives it
