@@ -605,14 +605,8 @@ class Scheduler:
         new_blocks, finished = self._advance_plain_decodes(decodes, step_end_s)  # every step, one pass
         partial.num_computed_tokens += sum(chunks)
         if partial.num_computed_tokens >= partial.prefill_target_tokens:  # its last chunk ran: it samples
-            now_s = step_end_s[chunk_steps - 1]
-            generated = partial.num_generated_tokens
-            if not generated:
-                partial.first_token_s = now_s
-            partial.token_times_s.append(now_s)
-            partial.num_generated_tokens = generated = generated + 1
-            if generated >= partial.max_output_tokens:
-                finished.append(self._finish(partial, now_s))
+            if self._sample_token(partial, step_end_s[chunk_steps - 1]):
+                finished.append(self._finish(partial, step_end_s[chunk_steps - 1]))
             self._partial_prefill = None
         else:
             self._partial_prefill = partial  # (an admission window's prompt: now the running one)
@@ -625,6 +619,17 @@ class Scheduler:
         kv_used = list(accumulate(new_blocks, initial=used))
         del kv_used[0]
         return kv_used, finished
+
+    @staticmethod
+    def _sample_token(seq: Sequence, now_s: float) -> bool:
+        """One token sampled for `seq` at `now_s` (its first sets `first_token_s`); True when it was
+        the request's last. (`complete_step` writes this out in its loops, once per token.)"""
+        generated = seq.num_generated_tokens
+        if not generated:
+            seq.first_token_s = now_s
+        seq.token_times_s.append(now_s)
+        seq.num_generated_tokens = generated = generated + 1
+        return generated >= seq.max_output_tokens
 
     def _after_decode_window(self) -> None:
         """State a subclass updates after decode-only steps (simple_chunking's turn)."""
