@@ -63,6 +63,9 @@ class Replica:
             plain decodes are taken in one go (`Scheduler.prefill_window`); arrivals during
             them change none of those steps, and none is let land on the window's end, where
             SimPy's same-time order would decide whether the next step sees it.
+        chain_admissions: a prefill window's last step may admit the head of `waiting`
+            (`Scheduler.prefill_window`): False when the router reads the queues' lengths at
+            arrivals (`vllm_dp` over several replicas), which the window changes only at its end.
     """
 
     def __init__(
@@ -78,6 +81,7 @@ class Replica:
         steps: StepLog | None = None,
         arrivals_bounded: bool = False,
         arrival_due_at: Callable[[float], bool] | None = None,
+        chain_admissions: bool = True,
     ):
         self.env = env
         self.scheduler = scheduler
@@ -106,6 +110,7 @@ class Replica:
                          "free" if getattr(cost_model, "prices_without_counting", False) else "counted")
         if self._pricing == "counted" and not arrivals_bounded:
             self.next_arrival_s = None
+        self.chain_admissions = chain_admissions
         self.arrival_due_at = (arrival_due_at if self.next_arrival_s is not None and pricer.pipeline_stages == 1
                                and self._pricing != "counted" else None)
         # The open window's step starts, its last step's end and the step start before it (`submit`).
@@ -182,15 +187,15 @@ class Replica:
                     yield from self._decode_window(running, window)
                     continue
                 if self.arrival_due_at is not None:
-                    prefill = self.scheduler.prefill_window()
-                    if prefill is not None and (yield from self._prefill_window(*prefill)):
+                    prefill = self.scheduler.prefill_window(self.chain_admissions)
+                    if prefill is not None and (yield from self._prefill_window(prefill)):
                         continue
                     # The admission step now (none with an arrival due at this instant, which
                     # SimPy may hand the scheduler first) and its prompt's steps after it.
-                    admission = (self.scheduler.admission_window(self.env.now) if prefill is None
+                    admission = (self.scheduler.admission_window(self.env.now, self.chain_admissions) if prefill is None
                                  and self.next_arrival_s() > self.env.now else None)
                     if admission is not None:
-                        yield from self._prefill_window(*admission, keep_first=True)
+                        yield from self._prefill_window(admission, keep_first=True)
                         continue
             start_s = self._last_step_start_s = self.env.now
             plan = self.scheduler.schedule(start_s)
@@ -280,8 +285,7 @@ class Replica:
         self._last_step_start_s = starts[steps - 1] if steps else previous_start_s
         return steps
 
-    def _prefill_window(self, partial, decodes: list, chunks: list[int], last_has_leftover: bool,
-                        keep_first: bool = False):
+    def _prefill_window(self, window, keep_first: bool = False):
         """The steps of a `Scheduler.prefill_window` as one SimPy timeout: every decode's token and
         the prompt's next chunks, priced and clocked as the step-by-step path would. Returns
         whether any step ran (else the caller schedules one).
@@ -293,9 +297,11 @@ class Replica:
         before any step whose end an arrival is due at (SimPy's same-time order there depends
         on when that arrival's event was queued), but for its first step with `keep_first` (an
         admission window's, already admitted): one step begun now is timed, and ordered among
-        same-time events, as the step-by-step path's step would be.
+        same-time events, as the step-by-step path's step would be. A last step that admits the
+        head of `waiting` (`window.admit`) does so only if it runs.
         """
-        durations, tally = self._prefill_window_prices(partial, decodes, chunks)
+        partial, decodes, chunks, last_has_leftover, admit = window
+        durations, tally = self._prefill_window_prices(partial, decodes, chunks, admit)
         clock = list(accumulate(durations, initial=self.env.now))
         steps = len(chunks)
         if last_has_leftover and steps > 1 and clock[steps - 1] >= self.next_arrival_s():
@@ -306,6 +312,8 @@ class Replica:
                 steps -= 1
         if not steps:
             return False
+        if steps < len(chunks):
+            admit = None  # its step is left out
         prefill_steps = steps
         starts, ends, durations = clock[:steps], clock[1:steps + 1], durations[:steps]
         tallies = [(tally, steps)]
@@ -318,20 +326,23 @@ class Replica:
         steps = yield from self._wait_window(starts, ends, interruptible=last_has_leftover)
         self._count_priced(tallies, steps)
         if steps:
-            self._apply_prefill_window(partial, decodes, chunks, prefill_steps, steps, starts, durations, ends)
+            self._apply_prefill_window(partial, decodes, chunks, prefill_steps, steps, starts, durations, ends,
+                                       admit if steps >= prefill_steps else None)
         return True
 
     def _apply_prefill_window(self, partial, decodes: list, chunks: list[int], prefill_steps: int, steps: int,
-                              starts: list[float], durations: list[float], ends: list[float]) -> None:
+                              starts: list[float], durations: list[float], ends: list[float], admit) -> None:
         """Apply the first `steps` steps of a prefill window: its first `prefill_steps` carry the
-        prompt's chunks, the rest are plain decodes of every running sequence."""
+        prompt's chunks (the last also admitting `admit`'s head, if given), the rest are plain
+        decodes of every running sequence."""
         chunk_steps = min(steps, prefill_steps)
         del chunks[chunk_steps:]
         self.records.note_step_ends(ends[:steps])
         batch = len(self.scheduler.running)  # the decode steps' batch: the decodes and the prompt's sequence
-        kv_used, finished = self.scheduler.advance_prefill_window(partial, decodes, chunks, ends[:steps])
+        kv_used, finished = self.scheduler.advance_prefill_window(partial, decodes, chunks, ends[:steps], admit,
+                                                                  starts[chunk_steps - 1])
         self.steps.extend_prefill_chunks(starts[:chunk_steps], durations[:chunk_steps], chunks, len(decodes),
-                                         kv_used[:chunk_steps], self.replica_id)
+                                         kv_used[:chunk_steps], self.replica_id, admit[1] if admit else 0)
         if steps > chunk_steps:
             self.steps.extend_decodes(starts[chunk_steps:steps], durations[chunk_steps:steps], batch,
                                       kv_used[chunk_steps:], self.replica_id)
@@ -339,12 +350,28 @@ class Replica:
             self.num_outstanding -= len(finished)
             self._record(finished)
 
-    def _prefill_window_prices(self, partial, decodes: list, chunks: list[int]) -> tuple[list[float], list | None]:
+    def _prefill_window_prices(self, partial, decodes: list, chunks: list[int], admit=None
+                               ) -> tuple[list[float], list | None]:
         """(durations (s), tally) of a prefill window's steps: each priced from the columns its
-        plan would have (the decodes' one token each at their growing contexts, then the chunk)
-        as `stage_s` prices a plan (no swaps, drafts or stages here); a "tally" cost model from
-        the contexts' totals, counting nothing yet (`_count_priced`), a "free" one by
-        `StepPricer.compute_s` (it counts nothing)."""
+        plan would have (the decodes' one token each at their growing contexts, then the chunk;
+        an admitted head's first chunk after it in the last) as `stage_s` prices a plan (no
+        swaps, drafts or stages here); a "tally" cost model from the contexts' totals, counting
+        nothing yet (`_count_priced`), a "free" one by `StepPricer.compute_s` (it counts nothing)."""
+        if admit is not None:  # the last step, with its two chunks, from its columns
+            durations, tally = self._prefill_window_prices(partial, decodes, chunks[:-1])
+            last = len(chunks) - 1
+            k = len(decodes)
+            head, first = admit
+            queries = [1] * k + [chunks[-1], first]
+            contexts = [seq.num_computed_tokens + last for seq in decodes]
+            contexts += [partial.num_computed_tokens + sum(chunks[:-1]), head.num_computed_tokens]
+            prefills = [False] * k + [True, True]
+            counts = (chunks[-1] + first, 2, 0, k + chunks[-1] + first)
+            swap_s = (0 + 0) * self.pricer.swap_s_per_token
+            if self._pricing == "tally":
+                t, out = self.pricer.cost_model.price_scheduled_step(queries, contexts, prefills, counts[3], 2, k)
+                return durations + [t + swap_s], tally + [out]
+            return durations + [self.pricer.compute_s(queries, contexts, prefills, counts, k) + swap_s], None
         k = len(decodes)
         chunk_context = partial.num_computed_tokens
         swap_s = (0 + 0) * self.pricer.swap_s_per_token  # `stage_s`'s swap term of a step that swaps nothing

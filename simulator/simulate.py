@@ -125,7 +125,8 @@ def simulate(
     else:
         replicas += [Replica(env, s, pricer, outcome_fn or StepOutcome.without_speculation, i, on_finish, next_arrival,
                              records=records[i], steps=step_logs[i], arrivals_bounded=closed_loop is None,
-                             arrival_due_at=dispatch.arrives_at if closed_loop is None else None)
+                             arrival_due_at=dispatch.arrives_at if closed_loop is None else None,
+                             chain_admissions=len(schedulers) == 1 or dispatch.router.policy != "vllm_dp")
                      for i, s in enumerate(schedulers)]
     if closed_loop:
         dispatch.start_closed_loop(closed_loop)

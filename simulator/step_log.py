@@ -108,13 +108,18 @@ class StepLog:
             self._flush()
 
     def extend_prefill_chunks(self, starts_s: list[float], durations_s: list[float], chunks: list[int],
-                              num_decodes: int, kv_blocks_used: list[int], replica_id: int = 0) -> None:
+                              num_decodes: int, kv_blocks_used: list[int], replica_id: int = 0,
+                              admitted_tokens: int = 0) -> None:
         """Rows for a replica's prefill window: step j ran `num_decodes` plain decodes and one
-        prompt's chunk of `chunks[j]` tokens; the rows `append` gives those steps' plans."""
+        prompt's chunk of `chunks[j]` tokens, the last step also an admitted request's first
+        chunk of `admitted_tokens` (when not 0); the rows `append` gives those steps' plans."""
         staged = self._staged
         batch_size = num_decodes + 1
         for start_s, duration_s, chunk, kv in zip(starts_s, durations_s, chunks, kv_blocks_used):
             staged.append((replica_id, start_s, duration_s, chunk, num_decodes, 0, batch_size, 1, kv, 0, 0))
+        if admitted_tokens:
+            last = staged[-1]
+            staged[-1] = last[:3] + (last[3] + admitted_tokens, num_decodes, 0, batch_size + 1, 2) + last[8:]
         if len(staged) >= _FLUSH_STEPS:
             self._flush()
 

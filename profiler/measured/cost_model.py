@@ -617,18 +617,24 @@ class MeasuredCostModel:
         aligned lists and the counts the scheduler took while building them: `num_tokens` =
         sum(query_tokens), `num_prefill_seqs` = sum(is_prefill), and no prefill before index
         `first_prefill` (a plan's leading plain decodes), so the lists are not scanned again."""
-        q, p = query_tokens, is_prefill
-        if not q:
-            total, out = 0.0, _IN_GRID
-        else:
-            prefill_index = ([i for i in compress(range(first_prefill, len(p)), p[first_prefill:]) if q[i] > 1]
-                             if num_prefill_seqs else [])
-            total, out = self._price_indexed(q, context_tokens, num_tokens, prefill_index)
+        total, out = self.price_scheduled_step(query_tokens, context_tokens, is_prefill, num_tokens, num_prefill_seqs,
+                                               first_prefill)
         if out:
             self._count(out)
         else:
             self.num_predictions += 1
         return total
+
+    def price_scheduled_step(self, query_tokens: list[int], context_tokens: list[int], is_prefill: list[bool],
+                             num_tokens: int, num_prefill_seqs: int, first_prefill: int) -> tuple[float, frozenset]:
+        """(`predict_scheduled_step_s`'s seconds, the parts off their grids), nothing counted: a
+        tally entry for `count_priced` (a replica's window prices a step it may not run)."""
+        q, p = query_tokens, is_prefill
+        if not q:
+            return 0.0, _IN_GRID
+        prefill_index = ([i for i in compress(range(first_prefill, len(p)), p[first_prefill:]) if q[i] > 1]
+                         if num_prefill_seqs else [])
+        return self._price_indexed(q, context_tokens, num_tokens, prefill_index)
 
     def predict_chunk_steps_s(self, num_decodes: int, decode_context_tokens: int, chunk_context_tokens: int,
                               chunks: list[int]) -> list[float]:

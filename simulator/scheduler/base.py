@@ -10,6 +10,7 @@ from __future__ import annotations
 from bisect import insort
 from itertools import accumulate, compress, repeat, starmap
 from operator import add, attrgetter, ge, gt, lt, sub
+from typing import NamedTuple
 
 import numpy as np
 
@@ -33,6 +34,21 @@ from traces import Request
 
 # One scheduled entry: (sequence, query tokens, draft tokens among them).
 Entry = tuple[Sequence, int, int]
+
+
+class PrefillWindow(NamedTuple):
+    """Steps a replica may take at once (`Scheduler.prefill_window`, `admission_window`): step j
+    runs one token of each of `decodes` and `chunks[j]` tokens of `partial`'s prompt; with
+    `admit` = (sequence, tokens), the last step also admits that head of `waiting` with that
+    first chunk (Sarathi-Serve's pass C in the budget the prompt's last chunk leaves).
+    `last_has_leftover`: the last step leaves budget an arriving request could take, so the
+    replica keeps it only if no arrival is due before it starts."""
+
+    partial: Sequence
+    decodes: list[Sequence]
+    chunks: list[int]
+    last_has_leftover: bool
+    admit: tuple[Sequence, int] | None = None
 
 
 class PlainDecodeEntries(list):
@@ -453,19 +469,21 @@ class Scheduler:
                 finished.append(self._finish(seq, step_end_s[-1]))
         return new_blocks, finished
 
-    def prefill_window(self) -> tuple[Sequence, list[Sequence], list[int], bool] | None:
+    def prefill_window(self, chain_admissions: bool = True) -> PrefillWindow | None:
         """The next steps that are certain to be the running decodes plus the next chunks of the
         one prompt the last plan left unfinished, with no scheduling decision in between; None
         when there are none (the caller then schedules a step).
 
         Returns:
-            (the prefilling sequence P, the decodes in plan order, P's chunk in each step
-            (tokens), whether the last step depends on arrivals). Step j computes one token of
-            every decode and chunk j of P; only P's last chunk can leave budget for an
-            admission (pass C), so every earlier step is the same whatever arrives meanwhile,
-            and the last one is when its leftover is 0. A last step with leftover is left out
-            when a request waits (it would be admitted) and is flagged otherwise: the caller
-            takes it only if no arrival is due before it starts.
+            A `PrefillWindow` of P (the prefilling sequence), the decodes in plan order and P's
+            chunk in each step. Step j computes one token of every decode and chunk j of P; only
+            P's last chunk can leave budget for an admission (pass C), so every earlier step is
+            the same whatever arrives meanwhile, and the last one is when its leftover is 0. A
+            last step with leftover and a request waiting admits it there when that admission is
+            certain (`_chained_admission`; not with `chain_admissions` False: a router reading
+            the queues' lengths mid-window would see them before it), else is left out; with
+            leftover still after that (or with nothing waiting) it is flagged: the caller takes
+            it only if no arrival is due before it starts.
 
         Conditions (else None): `prefill_windows` policy, nothing in flight, no drafts, no prefix
         cache, the plain block pool, P still prefilling and every other running sequence
@@ -487,10 +505,10 @@ class Scheduler:
         budget = self.token_budget - len(decodes)  # pass A's decodes each take a token
         if budget <= 0:
             return None
-        return self._window_chunks(partial, decodes, [], partial.num_pending_tokens, budget)
+        return self._window_chunks(partial, decodes, [], partial.num_pending_tokens, budget, chain_admissions)
 
     def _window_chunks(self, partial: Sequence, decodes: list[Sequence], chunks: list[int], pending: int,
-                       budget: int) -> tuple[Sequence, list[Sequence], list[int], bool] | None:
+                       budget: int, chain_admissions: bool) -> PrefillWindow | None:
         """`prefill_window`'s answer: `chunks` (the steps already certain) and then `partial`'s
         `pending` tokens in chunks of the `budget` left after the decodes, up to the first
         decode completion and the free blocks' limit (None when no step is left)."""
@@ -503,14 +521,45 @@ class Scheduler:
                 [seq.max_output_tokens - seq.num_generated_tokens for seq in decodes])))
         last_has_leftover = steps == len(chunks) and chunks[-1] < budget
         del chunks[steps:]
-        if last_has_leftover and self._waiting_items:
-            del chunks[-1]  # the head of `waiting` would be admitted in that step
-            last_has_leftover = False
+        admit = None
+        if last_has_leftover and self._waiting_items:  # the head of `waiting` may be admitted in that step
+            leftover = budget - chunks[-1]
+            admit = self._chained_admission(decodes, len(chunks), leftover) if chain_admissions else None
+            if admit is None:
+                del chunks[-1]
+                last_has_leftover = False
+            else:
+                last_has_leftover = admit[1] < leftover  # budget still left after it
         if not chunks:
             return None
-        return partial, decodes, chunks, last_has_leftover
+        return PrefillWindow(partial, decodes, chunks, last_has_leftover, admit)
 
-    def admission_window(self, now_s: float) -> tuple[Sequence, list[Sequence], list[int], bool] | None:
+    def _chained_admission(self, decodes: list[Sequence], steps: int, leftover: int) -> tuple[Sequence, int] | None:
+        """(head, first chunk) when pass C certainly admits the head of `waiting` in the last of
+        `steps` window steps, in the `leftover` budget its prompt's last chunk leaves: a fresh
+        request, `max_num_seqs` room, the free blocks after the decodes' growth through that step
+        (pass A comes first) hold its reservation above the watermark, and no second admission is
+        possible (its chunk takes the leftover, or it waits alone); else None. FCFS only: arrivals
+        during the window queue behind the head."""
+        waiting = self._waiting_items
+        head = waiting[0]
+        if self.waiting.policy != "fcfs" or head.swapped_tokens or head.num_preemptions or not self._can_admit_more():
+            return None  # (under `priority` a request arriving before that step may go ahead of it)
+        first = min(head.num_pending_tokens, leftover)
+        if first < leftover and len(waiting) > 1:
+            return None
+        bm = self.block_manager
+        size = bm.block_size
+        growth = 0
+        for seq, held in zip(decodes, bm.blocks_held_each([seq.request_id for seq in decodes])):
+            needed = -(-(seq.num_computed_tokens + steps) // size)  # its token of that step included
+            if needed > held:
+                growth += needed - held
+        if bm.num_free - growth - blocks_for(self._admission_tokens(head, first), size) < bm.watermark_blocks:
+            return None
+        return head, first
+
+    def admission_window(self, now_s: float, chain_admissions: bool = True) -> PrefillWindow | None:
         """`prefill_window` of the step at `now_s` that admits the head of `waiting` beside the
         running decodes (Sarathi-Serve's pass C), and the steps of its prompt after it: the head
         is admitted now, as `schedule(now_s)` would admit it, and its first chunk is the
@@ -550,7 +599,7 @@ class Scheduler:
         self._now_s = now_s
         if self._admit_head(first) is not head:  # cannot happen after the checks above
             raise RuntimeError("admission_window: the head was not admitted after its checks passed")
-        return self._window_chunks(head, decodes, [first], pending - first, budget)
+        return self._window_chunks(head, decodes, [first], pending - first, budget, chain_admissions)
 
     def decode_steps_after_prefill(self, partial: Sequence, decodes: list[Sequence], prefill_steps: int) -> int:
         """Plain decode steps of `decodes` and `partial` that certainly follow the first
@@ -588,15 +637,17 @@ class Scheduler:
         return _steps_fitting(room, size, free, steps)
 
     def advance_prefill_window(self, partial: Sequence, decodes: list[Sequence], chunks: list[int],
-                               step_end_s: list[float]) -> tuple[list[int], list[FinishedRequest]]:
+                               step_end_s: list[float], admit: tuple[Sequence, int] | None = None,
+                               admit_at_s: float = 0.0) -> tuple[list[int], list[FinishedRequest]]:
         """Apply the steps of a `prefill_window` ending at `step_end_s`, as `complete_step` would
         have applied each: the first len(chunks) carry P's chunks `chunks`; any after them are
         plain decodes of the decodes and P (`decode_steps_after_prefill`; then P's last chunk
-        is among them and P is last in `running`).
+        is among them and P is last in `running`). `admit` = (head of `waiting`, first chunk):
+        the last chunk's step, which began at `admit_at_s`, admitted it (`_chained_admission`).
 
         Returns:
             (KV blocks in use during each step, as its plan would report; requests finished at
-            the last step, in plan order: the decodes, then P).
+            the last step, in plan order: the decodes, then P, then the admitted head).
         """
         bm = self.block_manager
         bm.forget_block_tables()
@@ -618,7 +669,27 @@ class Scheduler:
             self._after_decode_window()
         kv_used = list(accumulate(new_blocks, initial=used))
         del kv_used[0]
+        if admit is not None:
+            self._apply_chained_admission(admit, admit_at_s, step_end_s[-1], kv_used, finished)
         return kv_used, finished
+
+    def _apply_chained_admission(self, admit: tuple[Sequence, int], admitted_at_s: float, end_s: float,
+                                 kv_used: list[int], finished: list[FinishedRequest]) -> None:
+        """Admit `admit`'s head with its first chunk as the window's last step did (it began at
+        `admitted_at_s`, ended at `end_s`): the step's block count gains its reservation, and a
+        chunk that was the whole prompt samples its first token."""
+        head, first = admit
+        self._now_s = admitted_at_s
+        if self._admit_head(first) is not head:  # cannot happen after `_chained_admission`'s checks
+            raise RuntimeError("a prefill window's admission did not admit the head it was checked for")
+        kv_used[-1] += self.block_manager.blocks_held(head.request_id)
+        head.num_computed_tokens += first
+        if head.num_computed_tokens >= head.prefill_target_tokens:
+            self._partial_prefill = None
+            if self._sample_token(head, end_s):
+                finished.append(self._finish(head, end_s))
+        else:
+            self._partial_prefill = head
 
     @staticmethod
     def _sample_token(seq: Sequence, now_s: float) -> bool:
