@@ -1569,12 +1569,8 @@ def _check_parallel_layout(e: EngineConfig, model, check_num_gpus: bool = True, 
     else:
         from profiler.moe_cost import MoELayout
 
-        try:
-            MoELayout(model.moe, e.tensor_parallel_size, e.data_parallel_size, e.enable_expert_parallel)
-        except ValueError as exc:  # its messages name engine.<key>: a pool's are cluster.<pool>.engine.<key>
-            if key == "engine":
-                raise
-            raise ValueError(str(exc).replace("engine.", f"{key}.")) from None
+        MoELayout(model.moe, e.tensor_parallel_size, e.data_parallel_size, e.enable_expert_parallel,
+                  key_prefix=f"{key}.")  # a pool's keys are cluster.<pool>.engine.<key>
     if e.data_parallel_size > 1 and e.pipeline_parallel_size > 1:
         raise ValueError(f"{key}.data_parallel_size > 1 with pipeline_parallel_size > 1 is not modelled; "
                          "set one of them to 1")

@@ -72,24 +72,29 @@ class MoELayout:
         experts_per_rank: routed experts the busiest rank holds (⌈E / EP⌉: vLLM gives the
             remainder to the first ranks, `MoESpec.experts_per_rank`).
 
+    Args:
+        key_prefix: what the messages put before each engine key ("engine." in a config's
+            `engine:`, "cluster.<pool>.engine." in a pool's, "" for a bare layout).
+
     Raises:
         ValueError: an EP degree above the experts, or the MoE TP degree does not divide the
             expert width (messages name the engine key and what would be valid).
     """
 
     def __init__(self, moe: MoESpec, tensor_parallel_size: int = 1, data_parallel_size: int = 1,
-                 enable_expert_parallel: bool = False):
+                 enable_expert_parallel: bool = False, key_prefix: str = "engine."):
         gpus = tensor_parallel_size * data_parallel_size
         self.data_parallel_size = data_parallel_size
         self.moe_ep = gpus if enable_expert_parallel else 1
         self.moe_tp = 1 if enable_expert_parallel else gpus
         self.experts_per_rank = moe.experts_per_rank(
-            self.moe_ep, key=f"engine.enable_expert_parallel: expert parallel size (data_parallel_size × "
+            self.moe_ep, key=f"{key_prefix}enable_expert_parallel: expert parallel size (data_parallel_size × "
                              f"tensor_parallel_size = {data_parallel_size} × {tensor_parallel_size})")
         if moe.expert_intermediate_size % self.moe_tp or moe.shared_expert_intermediate_size % self.moe_tp:
-            raise ValueError(f"engine.tensor_parallel_size × data_parallel_size = {gpus} (the MoE tensor-parallel "
+            raise ValueError(f"{key_prefix}tensor_parallel_size × data_parallel_size = {gpus} (the MoE tensor-parallel "
                              f"degree without enable_expert_parallel) must divide the expert width "
-                             f"{moe.expert_intermediate_size}; set engine.enable_expert_parallel: true or another degree")
+                             f"{moe.expert_intermediate_size}; set {key_prefix}enable_expert_parallel: true or another "
+                             "degree")
 
 
 def dp_moe_tokens(tokens_per_rank: list[int], cuda_graph_max_tokens: int) -> int:

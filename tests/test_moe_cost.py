@@ -34,6 +34,16 @@ def test_layout_splits_experts_or_widths_over_dp_times_tp():
     with pytest.raises(ValueError, match=r"= 3 \(the MoE tensor-parallel degree without enable_expert_parallel\) must "
                                          r"divide the expert width 14336"):
         MoELayout(get_model_spec("mixtral-8x7b").moe, 3, 1, False)
+    # A pool's keys (and a bare layout's) are named with the caller's prefix.
+    with pytest.raises(ValueError) as pool:
+        MoELayout(get_model_spec("mixtral-8x7b").moe, 3, 1, False, key_prefix="cluster.decode.engine.")
+    assert str(pool.value) == ("cluster.decode.engine.tensor_parallel_size × data_parallel_size = 3 (the MoE "
+                               "tensor-parallel degree without enable_expert_parallel) must divide the expert width "
+                               "14336; set cluster.decode.engine.enable_expert_parallel: true or another degree")
+    with pytest.raises(ValueError) as bare:
+        MoELayout(get_model_spec("mixtral-8x7b").moe, 1, 16, True, key_prefix="")
+    assert str(bare.value).startswith("enable_expert_parallel: expert parallel size (data_parallel_size × "
+                                      "tensor_parallel_size = 16 × 1) 16 must be from 1")
 
 
 def test_weights_per_rank_hold_total_parameters():

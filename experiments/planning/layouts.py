@@ -125,9 +125,10 @@ def layout_problem(model: ModelSpec, layout: Layout) -> str | None:
         from profiler.moe_cost import MoELayout
 
         try:
-            MoELayout(model.moe, layout.tensor_parallel_size, layout.data_parallel_size, layout.enable_expert_parallel)
+            MoELayout(model.moe, layout.tensor_parallel_size, layout.data_parallel_size, layout.enable_expert_parallel,
+                      key_prefix="")
         except ValueError as exc:
-            return str(exc).replace("engine.", "")
+            return str(exc)
     return None
 
 
