@@ -52,10 +52,11 @@ class Replica:
             columns; token times as indices into this replica's step ends); a fresh one by default.
         steps: the step log (`StepLog()` by default; `StepLog(keep=False)` keeps only its stats).
         arrivals_bounded: `next_arrival_s()`, read during `submit`, is no later than any arrival
-            still to come, even one scheduled later (an open-loop trace's dispatcher). Then an
-            arrival during a decode window that would not cut it (it comes during the window's
-            last step, and the next one after that step's end) leaves the window's timeout
-            running instead of interrupting it to wait again for the same end (`submit`).
+            still to come, even one scheduled later (an open-loop trace's dispatcher). Then every
+            window is planned knowing every arrival that could change its steps (none comes
+            before its last step begins, or its steps leave nothing to admit), so an arrival
+            during it never interrupts it (`submit`): an interrupt's second timeout would be
+            queued after events the step-by-step path queues after that step's end.
         arrival_due_at: `t -> whether a request still to come arrives exactly at t`, for an
             open loop whose router reads nothing a prefill window changes before its end (not
             `prefix_aware`, which reads the pool's blocks in use). Given it (with
@@ -104,7 +105,7 @@ class Replica:
         # the step-by-step path's: "tally" models defer their counts (`count_priced`, the
         # measured tables'), "free" ones count nothing (the roofline); any other is "counted" as
         # it prices, so its windows price one step at a time, only steps sure to run: none in a
-        # closed loop (interrupts) or with an arrival due now, and no prefill windows.
+        # closed loop (interrupts), and no prefill windows (they drop priced steps).
         cost_model = pricer.cost_model
         self._pricing = ("tally" if hasattr(cost_model, "count_priced") else
                          "free" if getattr(cost_model, "prices_without_counting", False) else "counted")
@@ -136,23 +137,11 @@ class Replica:
             self._record([rejection])
             return
         self.num_outstanding += 1
-        if self._window_open:  # the scheduler must see it at the end of the step under way
+        if self._window_open and not self.arrivals_bounded:  # the scheduler must see it after the step under way
             self._window_open = False
             self._arrival_sent_at_s = sent_at_s
-            if not self._window_runs_on():
-                self.process.interrupt("arrival")
+            self.process.interrupt("arrival")
         self._signal()
-
-    def _window_runs_on(self) -> bool:
-        """Whether the open window would, interrupted now, wait again for the end it waits for
-        now, with no arrival at that instant: every one of its steps begun (`_steps_begun`) and
-        the next arrival after its end. Its timeout then ends it at the same time and in the
-        same order among that instant's events as the interrupted path's new one would (the
-        only events between the two that could land there are arrivals, and none comes until
-        after it), so it is left running: no interrupt, no second timeout."""
-        starts = self._window_starts_s
-        return (self.arrivals_bounded and self.next_arrival_s() > self._window_end_s
-                and self._steps_begun(starts, self._window_previous_start_s) == len(starts))
 
     def _signal(self) -> None:
         if not self._wake.triggered:
@@ -183,7 +172,7 @@ class Replica:
                 continue
             if self.next_arrival_s is not None:
                 running, window = self.scheduler.decode_window()
-                if window >= 2 and (self._pricing != "counted" or self.next_arrival_s() > self.env.now):
+                if window >= 2:
                     yield from self._decode_window(running, window)
                     continue
                 if self.arrival_due_at is not None:

@@ -75,7 +75,8 @@ def simulate(
         fast_forward: take runs of plain decode steps, and the steps finishing a running prompt
             beside them (open loop), in one go (`Replica`); the records are the same either way
             (tests check it), False only for such checks. Off for `prefix_aware` over several
-            replicas (its router reads state a window updates only at its end).
+            replicas (its router reads state a window updates only at its end) and for closed
+            loops over several replicas (same-instant completions' order).
         keep_token_times: keep every token's time (the `token_times_s` column; 4 bytes a token
             while running). False: the TBT/ITL percentiles come from a sketch within 0.1 %
             (simulator/records_sketch.py) and memory no longer grows with output length; with
@@ -112,7 +113,12 @@ def simulate(
     # arrival, while a window applies its steps' growth and caching only at its end: with several
     # replicas it would read a window's start where the step-by-step path has moved on (its
     # points differed: prefix-cache hit rate 0.597 vs 0.613), so those runs go step by step.
-    windows = fast_forward and not (router == "prefix_aware" and len(schedulers) > 1)
+    # A closed loop over several replicas: a window's end event is queued at its start, the
+    # step-by-step path's at its last step's start, and when replicas finish at the same instant
+    # (think time 0, equal step times) that order decides which client sends first, hence the
+    # next request ids and routes; those runs go step by step too.
+    windows = fast_forward and not (router == "prefix_aware" and len(schedulers) > 1) and not (
+        closed_loop is not None and len(schedulers) > 1)
     next_arrival = dispatch.next_arrival_s if windows else None
     window_s = _sketch_window_s(requests, closed_loop, keep_token_times, trim_fraction)
     stream = _requests_stream(requests, keep_token_times, record_files)
