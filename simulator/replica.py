@@ -58,12 +58,13 @@ class Replica:
             during it never interrupts it (`submit`): an interrupt's second timeout would be
             queued after events the step-by-step path queues after that step's end.
         arrival_due_at: `t -> whether a request still to come arrives exactly at t`, for an
-            open loop whose router reads nothing a prefill window changes before its end (not
-            `prefix_aware`, which reads the pool's blocks in use). Given it (with
-            `next_arrival_s`, one pipeline stage), the steps finishing a running prompt next to
-            plain decodes are taken in one go (`Scheduler.prefill_window`); arrivals during
-            them change none of those steps, and none is let land on the window's end, where
-            SimPy's same-time order would decide whether the next step sees it.
+            open loop. Given it (with `next_arrival_s`, one pipeline stage, a cost model that
+            does not count as it prices), the steps finishing a running prompt next to plain
+            decodes are taken in one go (`Scheduler.prefill_window`); arrivals during them
+            change none of those steps, and none is let land on such a window's end, where
+            SimPy's same-time order would decide whether the next step sees it. A window of
+            any kind that ends exactly at an arrival queues its end when its last step begins,
+            as the step-by-step path does (`_wait_window`).
         chain_admissions: a prefill window's last step may admit the head of `waiting`
             (`Scheduler.prefill_window`): False when the router reads the queues' lengths at
             arrivals (`vllm_dp` over several replicas), which the window changes only at its end.
@@ -112,6 +113,7 @@ class Replica:
         if self._pricing == "counted" and not arrivals_bounded:
             self.next_arrival_s = None
         self.chain_admissions = chain_admissions
+        self._arrival_at = arrival_due_at if arrivals_bounded and self.next_arrival_s is not None else None
         self.arrival_due_at = (arrival_due_at if self.next_arrival_s is not None and pricer.pipeline_stages == 1
                                and self._pricing != "counted" else None)
         # The open window's step starts, its last step's end and the step start before it (`submit`).
@@ -265,6 +267,11 @@ class Replica:
             self._window_starts_s, self._window_end_s = starts, ends[-1]
             self._window_open = True
         try:
+            if len(starts) > 1 and self._arrival_at is not None and self._arrival_at(ends[-1]):
+                # A request arrives exactly at the window's end: the step-by-step path queues that
+                # end when the last step begins, so SimPy orders it after the arrival's last
+                # wait (queued then or earlier) and before anything queued later; so does this.
+                yield from wait_until(self.env, starts[-1])
             yield from wait_until(self.env, ends[-1])
         except simpy.Interrupt:
             steps = self._steps_begun(starts, previous_start_s)

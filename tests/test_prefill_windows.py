@@ -365,3 +365,33 @@ def test_closed_loops_over_several_replicas_go_step_by_step():
                                        output_tokens=10, seed=0)
         _same_records(work, lambda: [make_scheduler("sarathi", config) for _ in range(2)],
                       lambda: ConstantCostModel(step_s), router=router)
+
+
+def _with_arrival_at_step_end(base, config, cost, end_index, new):
+    """`base` plus request `new` (arrival, prompt, output) arriving exactly at the end of step
+    `end_index` of base's step-by-step run."""
+    steps = simulate(base, make_scheduler("sarathi", config), cost(), fast_forward=False).steps
+    t = float(steps["start_s"].iloc[end_index] + steps["duration_s"].iloc[end_index])
+    return sorted(base + [Request(new[0], t, new[1], new[2])], key=lambda r: r.arrival_s)
+
+
+def test_a_window_ending_exactly_at_a_far_arrival_queues_its_end_as_its_last_step_would():
+    # Found by a breaker: an arrival more than twice the clock away is reached in several waits,
+    # the last queued mid-window; a window's end event queued at its start then came first, and
+    # the step after it went without the newcomer. Step by step the last step's end is queued when
+    # it begins, after that wait: the newcomer joins the next step.
+    from profiler import RooflineCostModel, get_device_spec, get_model_spec
+    roofline = lambda: RooflineCostModel(get_model_spec("llama-3-8b"), get_device_spec("h100-sxm"))  # noqa: E731
+    t0 = 0.04422554508771379
+    config = SchedulerConfig(num_gpu_blocks=5000, block_size=4, max_model_len=512, max_num_seqs=8, chunk_size=128)
+    requests = _with_arrival_at_step_end([Request(0, t0, 1, 10), Request(1, t0, 2, 24)], config, roofline, 9, (4, 9, 5))
+    slow = _same_records(requests, lambda: make_scheduler("sarathi", config), roofline)
+    newcomer = slow.requests.set_index("request_id").loc[4]
+    assert newcomer["first_scheduled_s"] == newcomer["arrival_s"]  # in the step that begins as it arrives
+    # A prefill window's decode steps ending there (ConstantCostModel; the measured tables alike).
+    t0 = 0.027738484578367844
+    config = SchedulerConfig(num_gpu_blocks=5000, block_size=4, max_model_len=2048, max_num_seqs=8, chunk_size=64)
+    base = [Request(0, t0, 4, 40), Request(1, t0, 4, 40), Request(2, t0 * 1.3, 400, 10)]
+    constant = lambda: ConstantCostModel(0.01)  # noqa: E731
+    requests = _with_arrival_at_step_end(base, config, constant, 8, (99, 1, 1))
+    _same_records(requests, lambda: make_scheduler("sarathi", config), constant)
