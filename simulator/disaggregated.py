@@ -588,8 +588,13 @@ def simulate_disaggregated(
         outcome_fn: tokens emitted per decode step (speculative acceptance); the prefill pool
             always emits one token per final chunk.
         seed: seeds the `random` routers.
-        trim_fraction, keep_token_times, keep_steps, fast_forward: as `simulator.simulate.simulate`
-            (decode windows in the decode pool; the records are the same either way).
+        trim_fraction, keep_token_times, keep_steps: as `simulator.simulate.simulate`.
+        fast_forward: no effect: a cluster's pools take every step one by one. Decode windows
+            in the decode pool were not exact (found by a breaker, 2026-12-01): a transfer's KV
+            hold released mid-window left the window's steps without the held blocks in
+            `kv_blocks_used` (a 2P2D quickstart point's KV usage 0.03400 against 0.03435), and a
+            prefill's end at the same instant as a window step's start made the transfer start a
+            step late. Accepted so that callers of `simulate` pass it unchanged.
         The pools' `session_affinity` router sends every turn of a conversation to the instance
         that served its first (a sessions workload only).
         record_files: write the request and step records to these Parquet files a row group at
@@ -689,7 +694,7 @@ class _Cluster:
             inboxes = [_DecodeInbox(env, s, link, self.transfers) for s in self.decode_pool[k:k + dp]]
             self.decode_replicas += _instance_ranks(
                 env, decode, self.decode_pool[k:k + dp], ids, outcome_fn, [self._decoded] * dp,
-                [(lambda inbox=inbox: inbox.in_flight_end_s) if fast_forward else None for inbox in inboxes],
+                [None] * len(inboxes),  # no decode windows in a cluster (`simulate_disaggregated`)
                 [RequestRecords(i, keep_token_times, window_s, self.stream) for i in ids],
                 [self._step_log(i, keep_steps) for i in ids])
             self.inboxes += inboxes

@@ -216,3 +216,24 @@ def test_closed_loop_through_data_parallel_pools():
             last_end[client] = end
         frames.append(r.drop(columns="token_times_s"))
     pd.testing.assert_frame_equal(frames[0], frames[1])
+
+
+def test_a_cluster_takes_every_step_one_by_one():
+    # Found by a breaker: with decode windows, a transfer that a prefill's end started at the same
+    # instant as a decode window's step began a step late (request 1 completed at 0.22502 instead
+    # of 0.21502), and a KV hold released mid-window was missing from the steps' kv_blocks_used.
+    from tests.conftest import ConstantCostModel
+
+    def pool(name, blocks, block_size, chunk_size):
+        config = SchedulerConfig(num_gpu_blocks=blocks, block_size=block_size, max_model_len=2048,
+                                 chunk_size=chunk_size, max_num_seqs=2)
+        return Pool([make_scheduler(name, config)], StepPricer(ConstantCostModel(0.01)), "round_robin", 1)
+
+    t = 0.003985890123800082
+    requests = [Request(0, t, 34, 38), Request(1, t, 35, 15)]
+    runs = [simulate_disaggregated(requests, pool("vllm_v1", 12, 4, 16), pool("sarathi", 12, 16, 256),
+                                   KvLink(1e8, 0.001), kv_bytes_per_token=100, fast_forward=fast) for fast in (True, False)]
+    pd.testing.assert_frame_equal(runs[0].requests, runs[1].requests)
+    pd.testing.assert_frame_equal(runs[0].steps, runs[1].steps)
+    completion_s = runs[0].requests.set_index("request_id")["completion_s"]
+    assert abs(completion_s[1] - 0.21501989012380016) < 1e-12
