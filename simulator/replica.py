@@ -58,7 +58,7 @@ class Replica:
             during it never interrupts it (`submit`): an interrupt's second timeout would be
             queued after events the step-by-step path queues after that step's end.
         arrival_due_at: `t -> whether a request still to come arrives exactly at t`, for an
-            open loop. Given it (with `next_arrival_s`, one pipeline stage, a cost model that
+            open loop (`arrivals_bounded`). Given it (with `next_arrival_s`, one pipeline stage, a cost model that
             does not count as it prices), the steps finishing a running prompt next to plain
             decodes are taken in one go (`Scheduler.prefill_window`); arrivals during them
             change none of those steps, and none is let land on such a window's end, where
@@ -113,13 +113,11 @@ class Replica:
         if self._pricing == "counted" and not arrivals_bounded:
             self.next_arrival_s = None
         self.chain_admissions = chain_admissions
+        # An open loop's arrival times (windows end so that SimPy orders an arrival at their end as
+        # step by step), and the prefill windows they allow (`_prefill_window`).
         self._arrival_at = arrival_due_at if arrivals_bounded and self.next_arrival_s is not None else None
-        self.arrival_due_at = (arrival_due_at if self.next_arrival_s is not None and pricer.pipeline_stages == 1
-                               and self._pricing != "counted" else None)
-        # The open window's step starts, its last step's end and the step start before it (`submit`).
-        self._window_starts_s: list[float] = []
-        self._window_end_s = math.inf
-        self._window_previous_start_s = -math.inf
+        self.arrival_due_at = (self._arrival_at if pricer.pipeline_stages == 1 and self._pricing != "counted"
+                               else None)
         self._arrival_sent_at_s = -math.inf  # send time of the arrival that interrupted a window
         self._last_step_start_s = -math.inf  # start of the latest step begun
         self._window_step_s = 0.0  # the last step a window priced (s): sizes the next window's first chunk
@@ -257,15 +255,13 @@ class Replica:
             done += begun
             now_s = clock[begun]
 
-    def _wait_window(self, starts: list[float], ends: list[float], interruptible: bool = True):
-        """Wait for a window's steps (`starts`, `ends`) to end; return how many ran. An
-        `interruptible` window is cut by an arrival submitted to this replica during it, after
-        the step under way (`submit`, `_steps_begun`); the others run to their end."""
+    def _wait_window(self, starts: list[float], ends: list[float]):
+        """Wait for a window's steps (`starts`, `ends`) to end; return how many ran. In a closed
+        loop an arrival submitted to this replica during it cuts it after the step under way
+        (`submit`, `_steps_begun`); an open loop's run to their end."""
         steps = len(starts)
-        previous_start_s = self._window_previous_start_s = self._last_step_start_s
-        if interruptible:
-            self._window_starts_s, self._window_end_s = starts, ends[-1]
-            self._window_open = True
+        previous_start_s = self._last_step_start_s
+        self._window_open = True
         try:
             if len(starts) > 1 and self._arrival_at is not None and self._arrival_at(ends[-1]):
                 # A request arrives exactly at the window's end: the step-by-step path queues that
@@ -286,15 +282,14 @@ class Replica:
         the prompt's next chunks, priced and clocked as the step-by-step path would. Returns
         whether any step ran (else the caller schedules one).
 
-        A last step whose budget has room for an admission is kept only if it begins before the
-        next arrival (the window's first step always does, as in `_decode_window`), and the
-        window is then interrupted by an arrival during it as a decode window is. Without such
-        a step no arrival can change the window's steps: it is not interrupted, and it ends
-        before any step whose end an arrival is due at (SimPy's same-time order there depends
-        on when that arrival's event was queued), but for its first step with `keep_first` (an
-        admission window's, already admitted): one step begun now is timed, and ordered among
-        same-time events, as the step-by-step path's step would be. A last step that admits the
-        head of `waiting` (`window.admit`) does so only if it runs.
+        An open loop's only (`arrival_due_at`). A last step whose budget has room for an
+        admission is kept only if it begins before the next arrival (the window's first step
+        always does, as in `_decode_window`). Without such a step no arrival can change the
+        window's steps, and it ends before any step whose end an arrival is due at (SimPy's
+        same-time order there depends on when that arrival's event was queued), but for its
+        first step with `keep_first` (an admission window's, already admitted): one step begun
+        now is timed, and ordered among same-time events, as the step-by-step path's step would
+        be. A last step that admits the head of `waiting` (`window.admit`) does so only if it runs.
         """
         partial, decodes, chunks, last_has_leftover, admit = window
         durations, tally = self._prefill_window_prices(partial, decodes, chunks, admit)
@@ -319,7 +314,7 @@ class Replica:
                 context = [seq.num_computed_tokens + steps for seq in decodes] + [partial.prefill_target_tokens]
                 self._price_decode_steps(self._pricer_of_contexts(context), ends[-1], more, starts, durations, ends,
                                          tallies)
-        steps = yield from self._wait_window(starts, ends, interruptible=last_has_leftover)
+        steps = yield from self._wait_window(starts, ends)
         self._count_priced(tallies, steps)
         if steps:
             self._apply_prefill_window(partial, decodes, chunks, prefill_steps, steps, starts, durations, ends,
