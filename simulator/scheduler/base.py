@@ -535,19 +535,27 @@ class Scheduler:
         return PrefillWindow(partial, decodes, chunks, last_has_leftover, admit)
 
     def _chained_admission(self, decodes: list[Sequence], steps: int, leftover: int) -> tuple[Sequence, int] | None:
-        """(head, first chunk) when pass C certainly admits the head of `waiting` in the last of
-        `steps` window steps, in the `leftover` budget its prompt's last chunk leaves: a fresh
-        request, `max_num_seqs` room, the free blocks after the decodes' growth through that step
-        (pass A comes first) hold its reservation above the watermark, and no second admission is
-        possible (its chunk takes the leftover, or it waits alone); else None. FCFS only: arrivals
-        during the window queue behind the head."""
+        """`_certain_admission` in the last of `steps` window steps, in the `leftover` budget its
+        prompt's last chunk leaves. FCFS only: arrivals during the window queue behind the head
+        (under `priority` one may go ahead of it)."""
+        if self.waiting.policy != "fcfs":
+            return None
+        return self._certain_admission(decodes, steps, leftover)
+
+    def _certain_admission(self, decodes: list[Sequence], steps: int, leftover: int) -> tuple[Sequence, int] | None:
+        """(head, first chunk) when pass C certainly admits the head of `waiting` in the
+        `steps`-th step from now (1: the next), with `leftover` budget: a fresh request (no KV
+        swapped out or recomputed), `max_num_seqs` room, the free blocks after `decodes`' growth
+        through that step (pass A comes first) hold its reservation above the watermark
+        (`_admit_head`), and no second admission is possible (its chunk takes the leftover, or
+        it waits alone); else None."""
         waiting = self._waiting_items
         head = waiting[0]
-        if self.waiting.policy != "fcfs" or head.swapped_tokens or head.num_preemptions or not self._can_admit_more():
-            return None  # (under `priority` a request arriving before that step may go ahead of it)
+        if head.swapped_tokens or head.num_preemptions or not self._can_admit_more():
+            return None
         first = min(head.num_pending_tokens, leftover)
         if first < leftover and len(waiting) > 1:
-            return None
+            return None  # pass C would try the next one too
         bm = self.block_manager
         size = bm.block_size
         growth = 0
@@ -572,12 +580,8 @@ class Scheduler:
         next tokens (pass A takes them first) and the head's admission reservation above the
         watermark (`_admit_head`). Otherwise None, and nothing changed.
         """
-        waiting = self._waiting_items
-        if (not waiting or not self.prefill_windows or self._in_flight_plans or self.config.split_n
-                or self.prefix_caching or type(self.block_manager) is not BlockManager or not self._can_admit_more()):
-            return None
-        head = waiting[0]
-        if head.swapped_tokens or head.num_preemptions:
+        if (not self._waiting_items or not self.prefill_windows or self._in_flight_plans or self.config.split_n
+                or self.prefix_caching or type(self.block_manager) is not BlockManager):
             return None
         running = self.running
         if [seq for seq in running if seq.num_computed_tokens < seq.prefill_target_tokens]:
@@ -585,20 +589,13 @@ class Scheduler:
         budget = self.token_budget - len(running)
         if budget <= 0:
             return None
-        pending = head.num_pending_tokens
-        first = min(pending, budget)
-        if first < budget and len(waiting) > 1:
-            return None  # pass C would try the next one too
-        bm = self.block_manager
-        size = bm.block_size
-        held = bm.blocks_held_each([seq.request_id for seq in running])
-        pass_a_blocks = sum(1 for h, seq in zip(held, running) if h * size <= seq.num_computed_tokens)
-        if bm.num_free - pass_a_blocks - blocks_for(self._admission_tokens(head, first), size) < bm.watermark_blocks:
+        admission = self._certain_admission(running, 1, budget)
+        if admission is None:
             return None
+        head, first = admission
+        pending = head.num_pending_tokens
         decodes = list(running)
-        self._now_s = now_s
-        if self._admit_head(first) is not head:  # cannot happen after the checks above
-            raise RuntimeError("admission_window: the head was not admitted after its checks passed")
+        self._admit_certain(head, first, now_s)
         return self._window_chunks(head, decodes, [first], pending - first, budget, chain_admissions)
 
     def decode_steps_after_prefill(self, partial: Sequence, decodes: list[Sequence], prefill_steps: int) -> int:
@@ -679,9 +676,7 @@ class Scheduler:
         `admitted_at_s`, ended at `end_s`): the step's block count gains its reservation, and a
         chunk that was the whole prompt samples its first token."""
         head, first = admit
-        self._now_s = admitted_at_s
-        if self._admit_head(first) is not head:  # cannot happen after `_chained_admission`'s checks
-            raise RuntimeError("a prefill window's admission did not admit the head it was checked for")
+        self._admit_certain(head, first, admitted_at_s)
         kv_used[-1] += self.block_manager.blocks_held(head.request_id)
         head.num_computed_tokens += first
         if head.num_computed_tokens >= head.prefill_target_tokens:
@@ -690,6 +685,17 @@ class Scheduler:
                 finished.append(self._finish(head, end_s))
         else:
             self._partial_prefill = head
+
+    def _admit_certain(self, head: Sequence, first: int, now_s: float) -> None:
+        """Admit the head of `waiting` with its first chunk in the step beginning at `now_s`, as
+        `_certain_admission` said pass C would (`_admit_head`, `first_scheduled_s` = now_s).
+
+        Raises:
+            RuntimeError: it was not admitted (a broken check: records would be wrong).
+        """
+        self._now_s = now_s
+        if self._admit_head(first) is not head:
+            raise RuntimeError("a prefill window's admission did not admit the head it was checked for")
 
     @staticmethod
     def _sample_token(seq: Sequence, now_s: float) -> bool:
