@@ -313,27 +313,16 @@ def _continue_after_prefill(scheduler: Scheduler, request_id: int, prefill: Fini
 
 
 class PoolReplica(Replica):
-    """A `Replica` that a released KV hold can wake, and whose decode window a transfer can end."""
+    """A `Replica` that a released KV hold can wake (a cluster's replicas take no windows:
+    `simulate_disaggregated`)."""
 
     def wake(self) -> None:
         self._signal()
 
-    def end_window(self, sent_at_s: float) -> None:
-        """Stop an open decode window after the step under way, as an arrival does
-        (`Replica.submit`): the scheduler then reaches its next step boundary. `sent_at_s` is
-        when the event that queued the transfer was itself queued (the prefill's last step
-        start): a window step starting exactly now was begun only if its start event was
-        queued first (`Replica._steps_begun`)."""
-        if self._window_open:
-            self._window_open = False
-            self._arrival_sent_at_s = sent_at_s
-            self.process.interrupt("transfer")
-
 
 class _LockstepRank(DataParallelRank):
     """A DP rank of a lockstep pool instance, as the cluster sees a `PoolReplica`: `submit`,
-    `num_outstanding`, `replica_id`, records and steps, plus `wake` (a released hold) and
-    `end_window` (nothing to end: the group takes its steps one at a time)."""
+    `num_outstanding`, `replica_id`, records and steps, plus `wake` (a released hold)."""
 
     def __init__(self, group: "_LockstepInstance", scheduler: "_PoolScheduler", replica_id: int,
                  records: RequestRecords, steps: StepLog, on_finish: Callable[[FinishedRequest], None]):
@@ -342,9 +331,6 @@ class _LockstepRank(DataParallelRank):
 
     def wake(self) -> None:
         self.group.signal()
-
-    def end_window(self, sent_at_s: float) -> None:
-        pass
 
 
 class _LockstepInstance(DataParallelGroup):
@@ -392,9 +378,7 @@ class _DecodeInbox:
     boundary (after the step's plan is built, as vLLM allocates remote-KV requests in loop 2 of
     `schedule()`) or at once when the instance is idle, if nothing waits before it, fewer than
     max_num_seqs run, and its prompt + one token fit the free blocks above the watermark. It
-    then holds the prompt's blocks there while it crosses the link. A transfer queued while the
-    instance runs a decode window ends the window after the step under way (that step's end is
-    the next boundary).
+    then holds the prompt's blocks there while it crosses the link.
     """
 
     def __init__(self, env: simpy.Environment, target: _PoolScheduler, link: KvLink, log: "_TransferLog"):
@@ -420,9 +404,7 @@ class _DecodeInbox:
     def put(self, transfer: _Transfer) -> None:
         self.queue.append(transfer)
         if not self.target.inner.has_work():
-            self.poke()  # an idle instance admits it now
-        else:
-            self.target.replica.end_window(transfer.last_step_start_s)  # else at its next step boundary
+            self.poke()  # an idle instance admits it now; a busy one at its next step boundary
 
     def poke(self) -> None:
         if self.queue and not self._wake.triggered:
@@ -620,7 +602,7 @@ def simulate_disaggregated(
     request_ids = _unique_request_ids(requests)
     cluster = _Cluster(env, prefill, decode, link, kv_bytes_per_token, outcome_fn or StepOutcome.without_speculation,
                        seed, _sketch_window_s(requests, closed_loop, keep_token_times, trim_fraction),
-                       keep_token_times, keep_steps, fast_forward, getattr(closed_loop, "session_of", None),
+                       keep_token_times, keep_steps, getattr(closed_loop, "session_of", None),
                        record_files, request_ids)
     # The cluster is the one front door the dispatcher knows: it routes within its pools itself.
     dispatch = _Dispatcher(env, [cluster], router=None)
@@ -661,7 +643,7 @@ class _Cluster:
 
     def __init__(self, env, prefill: Pool, decode: Pool, link: KvLink, kv_bytes_per_token: float, outcome_fn,
                  seed: int, window_s: tuple[float, float], keep_token_times: bool, keep_steps: bool,
-                 fast_forward: bool, session_of: Callable[[int], int] | None = None,
+                 session_of: Callable[[int], int] | None = None,
                  files: RecordFiles | None = None, request_ids: np.ndarray | None = None):
         self.env = env
         self.on_finish: Callable[[FinishedRequest], None] | None = None  # a closed loop's next request
@@ -683,10 +665,9 @@ class _Cluster:
         self.prefill_replicas, self.decode_replicas, self.inboxes = [], [], []
         dp, n = prefill.data_parallel_size, self.num_prefill
         for k in range(0, n, dp):  # instance by instance, each of its DP ranks (one without DP)
-            # Prefill requests never decode: no decode windows (next_arrival_s None).
             self.prefill_replicas += _instance_ranks(
                 env, prefill, self.prefill_pool[k:k + dp], list(range(k, k + dp)), StepOutcome.without_speculation,
-                [lambda f, i=i: self._prefilled(f, i) for i in range(k, k + dp)], [None] * dp,
+                [lambda f, i=i: self._prefilled(f, i) for i in range(k, k + dp)],
                 [_PrefillRecords(i, False) for i in range(k, k + dp)], [self._step_log(i, keep_steps) for i in range(k, k + dp)])
         dp = decode.data_parallel_size
         for k in range(0, len(self.decode_pool), dp):
@@ -694,7 +675,6 @@ class _Cluster:
             inboxes = [_DecodeInbox(env, s, link, self.transfers) for s in self.decode_pool[k:k + dp]]
             self.decode_replicas += _instance_ranks(
                 env, decode, self.decode_pool[k:k + dp], ids, outcome_fn, [self._decoded] * dp,
-                [None] * len(inboxes),  # no decode windows in a cluster (`simulate_disaggregated`)
                 [RequestRecords(i, keep_token_times, window_s, self.stream) for i in ids],
                 [self._step_log(i, keep_steps) for i in ids])
             self.inboxes += inboxes
@@ -875,17 +855,17 @@ class _PrefillRecords(RequestRecords):
 
 
 def _instance_ranks(env: simpy.Environment, pool: Pool, schedulers: list[_PoolScheduler], replica_ids: list[int],
-                    outcome_fn, on_finish: list, next_arrival_s: list, records: list[RequestRecords],
-                    steps: list[StepLog]) -> list:
+                    outcome_fn, on_finish: list, records: list[RequestRecords], steps: list[StepLog]) -> list:
     """The ranks of one instance of `pool`, each set as its scheduler's `replica`: a
-    `PoolReplica` per rank (one without DP; a dense model's independent DP ranks), or the
-    `_LockstepRank`s of one `_LockstepInstance` (a mixture of experts' DP ranks)."""
+    `PoolReplica` per rank (one without DP; a dense model's independent DP ranks; no windows:
+    `simulate_disaggregated`), or the `_LockstepRank`s of one `_LockstepInstance` (a mixture
+    of experts' DP ranks)."""
     if pool.lockstep:
         ranks = _LockstepInstance(env, schedulers, pool.pricer.cost_model, outcome_fn, replica_ids, on_finish,
                                   records, steps).ranks
     else:
-        ranks = [PoolReplica(env, s, pool.pricer, outcome_fn, i, f, nxt, records=rec, steps=st)
-                 for s, i, f, nxt, rec, st in zip(schedulers, replica_ids, on_finish, next_arrival_s, records, steps)]
+        ranks = [PoolReplica(env, s, pool.pricer, outcome_fn, i, f, None, records=rec, steps=st)
+                 for s, i, f, rec, st in zip(schedulers, replica_ids, on_finish, records, steps)]
     for s, rank in zip(schedulers, ranks):
         s.replica = rank
     return ranks
