@@ -180,7 +180,9 @@ def test_chunk_step_prices_from_totals_equal_the_plans_lists_float_for_float_and
             expected.append(lists.predict_scheduled_step_s([1] * k + [q], [c + j for c in context] + [c_p],
                                                            [False] * k + [True], k + q, 1, k))
             c_p += q
-        assert totals.predict_chunk_steps_s(k, sum(context), chunk_context, chunks) == expected
+        durations, tally = totals.price_chunk_steps(k, sum(context), chunk_context, chunks)
+        totals.count_priced(tally, len(chunks))
+        assert durations == expected
     assert (totals.num_predictions, totals.out_of_grid_steps, totals.out_of_range) == (
         lists.num_predictions, lists.out_of_grid_steps, lists.out_of_range)
     assert lists.out_of_grid_steps > 0  # contexts past the tables are counted too

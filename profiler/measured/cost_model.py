@@ -636,21 +636,15 @@ class MeasuredCostModel:
                          if num_prefill_seqs else [])
         return self._price_indexed(q, context_tokens, num_tokens, prefill_index)
 
-    def predict_chunk_steps_s(self, num_decodes: int, decode_context_tokens: int, chunk_context_tokens: int,
-                              chunks: list[int]) -> list[float]:
-        """`predict_scheduled_step_s` of consecutive steps of `num_decodes` plain decodes and one
-        prompt's chunks (a replica's prefill window; the same floats and counts): step j has
-        query tokens [1] * num_decodes + [chunks[j]], the decodes holding
-        `decode_context_tokens` + j * num_decodes KV tokens in all and the prompt
-        `chunk_context_tokens` + sum(chunks[:j]); only those totals enter `_price_indexed`, so
-        no step's lists are built. A one-token chunk is priced as a decode row, as there."""
-        durations, tally = self.price_chunk_steps(num_decodes, decode_context_tokens, chunk_context_tokens, chunks)
-        self.count_priced(tally, len(chunks))
-        return durations
-
     def price_chunk_steps(self, num_decodes: int, decode_context_tokens: int, chunk_context_tokens: int,
                           chunks: list[int]) -> tuple[list[float], list[frozenset]]:
-        """(`predict_chunk_steps_s`'s durations, their tally for `count_priced`), nothing counted."""
+        """Durations (s) of consecutive steps of `num_decodes` plain decodes and one prompt's
+        chunks (a replica's prefill window), and their tally for `count_priced` (nothing counted
+        yet): step j is `price_scheduled_step` of query tokens [1] * num_decodes + [chunks[j]],
+        the decodes holding `decode_context_tokens` + j * num_decodes KV tokens in all and the
+        prompt `chunk_context_tokens` + sum(chunks[:j]) — the same floats — from those totals,
+        as only they enter `_price_indexed`; no step's lists are built. A one-token chunk is
+        priced as a decode row, as there."""
         k = num_decodes
         decode_total, chunk_context = decode_context_tokens, chunk_context_tokens
         durations, tally = [], []
