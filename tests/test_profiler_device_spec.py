@@ -201,8 +201,30 @@ def test_refitting_a100_from_the_importers_reader_gives_its_shipped_entry():
 
     entry = fit_system(_aic("a100_sxm"), BUILTIN_DEVICES["a100-80gb"])
     shipped = yaml.safe_load(FITS_FILE.read_text())["devices"]["a100-80gb"]
-    assert yaml.safe_load(yaml.safe_dump(entry, sort_keys=False)) == shipped
-    assert (entry["gemm_flops"], entry["memory_bandwidth"], entry["kernel_latency_us"]) == (0.7098, 0.6436, 4.536)
+    refit = _flatten(yaml.safe_load(yaml.safe_dump(entry, sort_keys=False)))
+    expected = _flatten(shipped)
+    assert refit.keys() == expected.keys()
+    # The fit is a scipy least-squares solve: its last printed digit (a p90 error of 31.36 vs
+    # 31.37 %) moves with the installed numpy/scipy, so numbers agree to 0.05 (absolute, in the
+    # shipped rounding's units) or 0.1 %; counts and names exactly.
+    for key, value in expected.items():
+        if isinstance(value, float):
+            assert refit[key] == pytest.approx(value, rel=1e-3, abs=0.05), key
+        else:
+            assert refit[key] == value, key
+    assert (entry["gemm_flops"], entry["memory_bandwidth"], entry["kernel_latency_us"]) == pytest.approx(
+        (0.7098, 0.6436, 4.536), rel=1e-3)
+
+
+def _flatten(tree, prefix: str = "") -> dict:
+    """{'a.b': leaf} for a nested mapping (lists indexed as 'a.0')."""
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, list) else None
+    if items is None:
+        return {prefix: tree}
+    flat = {}
+    for key, value in items:
+        flat.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
 
 
 @pytest.mark.slow
