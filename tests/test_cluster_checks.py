@@ -195,9 +195,9 @@ def test_config_as_run_of_a_cluster_point_loads_again():
 
 
 def counted_pool_points(monkeypatch) -> list[str]:
-    """The pools `pool_point` is called for from here on (experiments.config's and
+    """The pools `pool_point` is called for from here on (experiments.config.cluster's and
     experiments.point's name for it), in call order."""
-    import experiments.config as config
+    import experiments.config.cluster as config
     import experiments.point as point_module
 
     calls = []

@@ -261,9 +261,13 @@ def test_a_bad_value_given_with_set_is_named_as_a_set_without_a_file_line(tmp_pa
 
 def test_no_config_model_lets_nan_or_inf_through():
     # allow_inf_nan=False is set once on _Strict; a model that replaced model_config would lose it.
-    import experiments.config as config_module
-    models = [m for m in vars(config_module).values()
-              if isinstance(m, type) and issubclass(m, config_module._Strict) and m is not config_module._Strict]
+    import importlib
+    import pkgutil
+
+    import experiments.config as config_package
+    modules = [importlib.import_module(f"experiments.config.{m.name}") for m in pkgutil.iter_modules(config_package.__path__)]
+    models = {m for module in modules for m in vars(module).values()
+              if isinstance(m, type) and issubclass(m, config_package._Strict) and m is not config_package._Strict}
     assert len(models) >= 14
     assert [m.__name__ for m in models if m.model_config.get("allow_inf_nan") is not False] == []
 

@@ -1,0 +1,146 @@
+"""`engine:`: the serving engine of a point (scheduler, budgets, KV pool, parallelism, routing,
+speculative decoding), the keys only some schedulers read (`SCHEDULER_KEYS`) and the router rule
+shared with a cluster's pools (`check_router`). How the engine's parallel layout, KV pool and
+context fit the model and device is checked in `model_and_device.py`."""
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from experiments.config.base import _MAX_KV_BLOCKS, _MAX_REPLICAS, _MAX_STEP_TOKENS, _Seed, _StepTokens, _Strict
+from simulator.scheduler import SCHEDULERS
+
+
+# Keys that only some schedulers read; every other engine key applies to all of them.
+CHUNKING_SCHEDULERS = ("sarathi", "vllm_v1", "simple_chunking", "fastgen")
+SCHEDULER_KEYS: dict[str, set[str]] = {
+    **{name: {"chunk_size"} for name in CHUNKING_SCHEDULERS},
+    **{name: {"max_num_batched_tokens"} for name in ("vllm", "orca", "faster_transformer")},
+}
+SCHEDULER_KEYS["vllm_v1"] = {"chunk_size", "long_prefill_token_threshold", "enable_prefix_caching"}
+_SCHEDULER_SPECIFIC = set().union(*SCHEDULER_KEYS.values())
+
+
+class DraftModel(_Strict):
+    """Split-N with a draft model: the named (smaller) model's steps are priced by the cost model."""
+
+    model: str
+
+
+class AcceptanceFile(_Strict):
+    """Measured (proposed, accepted) pairs per verify step: a CSV with those two columns."""
+
+    file: str
+
+
+class EngineConfig(_Strict):
+    """Serving-engine settings of one point (DESIGN.md's `engine:` block)."""
+
+    scheduler: str = "sarathi"
+    chunk_size: _StepTokens = 512
+    max_num_batched_tokens: _StepTokens | None = None
+    long_prefill_token_threshold: _StepTokens | None = None
+    max_num_seqs: _StepTokens = 128
+    max_model_len: int | None = Field(default=None, ge=2, le=_MAX_STEP_TOKENS)
+    block_size: int = Field(default=16, ge=1, le=256)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    num_gpu_blocks: int | None = Field(default=None, ge=1, le=_MAX_KV_BLOCKS)  # and what the device holds
+    dtype: Literal["bf16", "fp8"] = "bf16"
+    kv_cache_dtype: Literal["bf16", "fp8"] = "bf16"
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    pipeline_parallel_size: int = Field(default=1, ge=1)
+    replicas: int = Field(default=1, ge=1, le=_MAX_REPLICAS)
+    router: Literal["round_robin", "least_outstanding", "random", "prefix_aware", "session_affinity"] = "round_robin"
+    router_overlap_weight: float = Field(default=1.0, ge=0, le=1e6)  # read by router prefix_aware only: weight of uncached prompt blocks against active blocks (simulator/router.py; Dynamo's --kv-overlap-score-weight)
+    # vLLM's --data-parallel-size and --enable-expert-parallel (simulator/data_parallel.py,
+    # profiler/moe_cost.py); expert_routing_skew: power-law exponent of expert popularity (0: uniform);
+    # num_gpus: optional check that replicas × data_parallel_size × tensor_parallel_size × pipeline_parallel_size match it
+    # (with cluster:, every pool's replicas × data_parallel_size × tensor_parallel_size × pipeline_parallel_size together).
+    data_parallel_size: int = Field(default=1, ge=1, le=1024)
+    enable_expert_parallel: bool = False
+    expert_routing_skew: float = Field(default=0.0, ge=0, le=4)
+    num_gpus: int | None = Field(default=None, ge=1)
+    preemption: Literal["recompute", "swap"] = "recompute"
+    policy: Literal["fcfs", "priority"] = "fcfs"
+    split_n: int = Field(default=0, ge=0, le=64)
+    acceptance: Annotated[float, Field(ge=0, le=1)] | list[Annotated[float, Field(ge=0, le=1)]] | AcceptanceFile = 0.7
+    draft: Literal["ngram"] | DraftModel = "ngram"
+    seed: _Seed = 0
+    on_too_long: Literal["reject", "truncate"] = "reject"  # prompt + output > max_model_len
+    enable_prefix_caching: bool = True  # vllm_v1 only, on as in vLLM V1 (simulator/scheduler/prefix_cache.py)
+
+    @field_validator("acceptance", mode="before")
+    @classmethod
+    def _acceptance_shape(cls, value: Any) -> Any:
+        # Checked here so the error names what is valid instead of pydantic's union branches.
+        valid = "a probability α in [0, 1], a list [α_1, ..., α_N] of them, or {file: CSV with proposed,accepted}"
+        if isinstance(value, dict):
+            return value
+        values = value if isinstance(value, list) else [value]
+        if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1
+                             for v in values):
+            raise ValueError(f"acceptance must be {valid}")  # _validate adds what it got
+        return value
+
+    @field_validator("scheduler")
+    @classmethod
+    def _known_scheduler(cls, value: str) -> str:
+        if value not in SCHEDULERS:
+            raise ValueError(f"unknown scheduler {value!r}; valid: {', '.join(sorted(SCHEDULERS))}")
+        return value
+
+    @model_validator(mode="after")
+    def _supported(self) -> "EngineConfig":
+        for key in self.model_fields_set & _SCHEDULER_SPECIFIC:
+            if key not in SCHEDULER_KEYS[self.scheduler]:
+                users = [s for s, keys in SCHEDULER_KEYS.items() if key in keys]
+                raise ValueError(
+                    f"engine.{key} is not used by scheduler {self.scheduler!r} (only by {', '.join(users)})"
+                )
+        check_router(self.router, "engine.router", self, "engine")
+        if self.split_n and isinstance(self.acceptance, list) and len(self.acceptance) != self.split_n:
+            raise ValueError(f"engine.acceptance lists {len(self.acceptance)} per-position probabilities but "
+                             f"split_n is {self.split_n}: give exactly one per draft position")
+        if self.scheduler in CHUNKING_SCHEDULERS and self.max_num_seqs > self.chunk_size:
+            raise ValueError(
+                f"max_num_seqs ({self.max_num_seqs}) must be <= chunk_size ({self.chunk_size}): "
+                "each decode takes one token of the budget"
+            )
+        return self
+
+    @property
+    def token_budget(self) -> int | None:
+        """Per-step token budget: chunk_size (chunking) or max_num_batched_tokens (None = max_model_len)."""
+        return self.chunk_size if self.scheduler in CHUNKING_SCHEDULERS else self.max_num_batched_tokens
+
+    def used_settings(self) -> dict[str, Any]:
+        """The settings this point's scheduler and router actually read, as table cells (for
+        CSV/Parquet columns: lists and mappings such as `acceptance` or `draft` become JSON text;
+        `router_overlap_weight` only beside router prefix_aware, the one that reads it)."""
+        return {k: json.dumps(v) if isinstance(v, (dict, list)) else v
+                for k, v in self.model_dump(mode="json").items()
+                if (k not in _SCHEDULER_SPECIFIC or k in SCHEDULER_KEYS[self.scheduler])
+                and (k != "router_overlap_weight" or self.router == "prefix_aware")}
+
+
+def check_router(router: str, router_key: str, e: EngineConfig, engine_key: str) -> None:
+    """The router checks of a colocated engine (`engine.router` over `engine:`) and of a cluster
+    pool (`cluster.<pool>.router` over the pool's merged engine, `check_cluster`): one rule for
+    both. `router_key` / `engine_key` name where the user sets them.
+
+    Raises:
+        ValueError: router prefix_aware without scheduler vllm_v1 and enable_prefix_caching true
+            (it routes by each replica's prefix cache, simulator/router.py); router_overlap_weight
+            set explicitly beside another router (only prefix_aware reads it: the default, 1,
+            is no setting and passes).
+    """
+    if router == "prefix_aware" and not (e.scheduler == "vllm_v1" and e.enable_prefix_caching):
+        raise ValueError(f"{router_key} prefix_aware routes by each replica's prefix cache: it needs "
+                         f"{engine_key}.scheduler vllm_v1 with {engine_key}.enable_prefix_caching true (got scheduler "
+                         f"{e.scheduler!r}, enable_prefix_caching {e.enable_prefix_caching})")
+    if "router_overlap_weight" in e.model_fields_set and router != "prefix_aware":
+        raise ValueError(f"{engine_key}.router_overlap_weight applies only to router: prefix_aware (its weight of "
+                         f"uncached prompt blocks against load); {router_key} {router} does not read it: remove it "
+                         f"or set {router_key}: prefix_aware")
