@@ -10,12 +10,31 @@ from experiments.config import (CHUNKING_SCHEDULERS, SCHEDULER_KEYS, AcceptanceF
                                 engine_gpus, pool_gpus, pool_points)
 from profiler import RooflineCostModel, get_device_spec, get_model_spec, kv_pool_blocks
 from profiler.cost_model import CostModel
+from profiler.model_spec import ModelSpec
+from profiler.quantization import kv_cache_dtype_bytes
 from simulator.acceptance import EmpiricalAcceptance, PositionalAcceptance, speculative_outcome_fn
 from simulator.disaggregated import KvLink
 from simulator.pricing import StepPricer
 from simulator.scheduler import BatchPlan, Scheduler, SchedulerConfig, StepOutcome, make_scheduler
 
-DTYPE_BYTES = {"bf16": 2, "fp8": 1}
+DTYPE_BYTES = {"bf16": 2}  # engine.dtype (the activations') → bytes per element
+
+
+def served_model(point: SweepConfig) -> ModelSpec:
+    """The point's model as vLLM serves it: its config.json's quantization, or a BF16 checkpoint
+    quantised at load by `engine.quantization` (`ModelSpec.served`).
+
+    Raises:
+        ValueError: an unknown model, or a quantization vLLM would refuse for the checkpoint.
+    """
+    return get_model_spec(point.model).served(point.engine.quantization)
+
+
+def kv_bytes_per_element(point: SweepConfig) -> int:
+    """Bytes per KV-cache element of the point's `engine.kv_cache_dtype` on its device
+    (`profiler.quantization.kv_cache_dtype_bytes`: auto/bf16 2, fp8* 1; FP8 refused on a card
+    without FP8)."""
+    return kv_cache_dtype_bytes(point.engine.kv_cache_dtype, get_device_spec(point.device))
 
 
 def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
@@ -27,7 +46,7 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
     one vLLM logs (its null block).
     """
     e = point.engine
-    model = get_model_spec(point.model)
+    model = served_model(point)
     max_model_len = e.max_model_len or model.max_model_len
     budget = e.token_budget or max_model_len
     stage_model = dataclasses.replace(model, num_layers=-(-model.num_layers // e.pipeline_parallel_size))
@@ -36,7 +55,7 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
         stage_model, get_device_spec(point.device),
         gpu_memory_utilization=e.gpu_memory_utilization, block_size=e.block_size,
         max_num_batched_tokens=budget, tensor_parallel_size=e.tensor_parallel_size,
-        dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=DTYPE_BYTES[e.kv_cache_dtype],
+        dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=kv_bytes_per_element(point),
         max_num_seqs=e.max_num_seqs, data_parallel_size=e.data_parallel_size,
         enable_expert_parallel=e.enable_expert_parallel)
     num_blocks = e.num_gpu_blocks or fitting_blocks
@@ -71,14 +90,15 @@ def build_pricer(point: SweepConfig, cost_model: CostModel) -> StepPricer:
     """The step pricer: `cost_model` (sharded by TP), pipeline stages with activation sends,
     draft-model steps for split-N with `draft: {model: NAME}`, and KV swap over the host link."""
     e = point.engine
-    model = get_model_spec(point.model)
+    model = served_model(point)
     device = get_device_spec(point.device)
     dtype_bytes = DTYPE_BYTES[e.dtype]
+    kv_dtype_bytes = kv_bytes_per_element(point)
     draft = None
     if isinstance(e.draft, DraftModel) and e.split_n > 0:
         draft = RooflineCostModel(get_model_spec(e.draft.model), device, tensor_parallel_size=e.tensor_parallel_size,
-                                  dtype_bytes=dtype_bytes, kv_dtype_bytes=DTYPE_BYTES[e.kv_cache_dtype])
-    kv_bytes = model.kv_bytes_per_token(DTYPE_BYTES[e.kv_cache_dtype], e.tensor_parallel_size)
+                                  dtype_bytes=dtype_bytes, kv_dtype_bytes=kv_dtype_bytes)
+    kv_bytes = model.kv_bytes_per_token(kv_dtype_bytes, e.tensor_parallel_size)
     return StepPricer(
         cost_model,
         draft_cost_model=draft,
@@ -127,7 +147,7 @@ def build_link(point: SweepConfig, pools: dict[str, SweepConfig] | None = None) 
     else:
         bandwidth = link.bandwidth_gb_s * 1e9
     model = get_model_spec(point.model)
-    dtype_bytes = DTYPE_BYTES[prefill.engine.kv_cache_dtype]
+    dtype_bytes = kv_bytes_per_element(prefill)
 
     def busiest_rank(pool: SweepConfig) -> tuple[float, int]:  # (KV bytes of one token, layers)
         e = pool.engine

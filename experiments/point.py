@@ -14,8 +14,8 @@ from experiments.config import (POOLS, ClosedLoopTrace, SweepConfig, TraceConfig
                                 pool_point, pool_points, slo_summary_key)
 from experiments.outputs import TEMP_PREFIX, write_atomic
 from experiments.deployment import (DTYPE_BYTES, build_link, build_outcome_fn, build_pricer, build_scheduler_config,
-                                    build_schedulers, cluster_gpus)
-from profiler import CostModel, RooflineCostModel, get_device_spec, get_model_spec
+                                    build_schedulers, cluster_gpus, kv_bytes_per_element, served_model)
+from profiler import CostModel, RooflineCostModel, get_device_spec
 from simulator.disaggregated import Pool, simulate_disaggregated
 from simulator.gc_pause import paused_gc
 from simulator.metrics import goodput_count
@@ -107,15 +107,20 @@ def build_cost_model(point: SweepConfig) -> CostModel:
     from profiler.engine_overhead import EngineOverhead, WithEngineOverhead
     from profiler.shipped import load_fitted, profile_dir_for  # scikit-learn: imported only when needed
 
-    model = get_model_spec(point.model)
+    model = served_model(point)  # quantised weights: config.json or engine.quantization
     device = get_device_spec(point.device)
+    kv_bytes = kv_bytes_per_element(point)
     if model.moe is not None:  # issue 18: experts priced by profiler/moe_cost.py
         from profiler.moe_cost import build_moe_cost_model
 
         return build_moe_cost_model(point.cost_model, model, device, e.tensor_parallel_size, e.data_parallel_size,
                                     e.enable_expert_parallel, e.expert_routing_skew, DTYPE_BYTES[e.dtype],
-                                    DTYPE_BYTES[e.kv_cache_dtype], cuda_graph_max_tokens=min(2 * e.max_num_seqs, 512))
+                                    kv_bytes, cuda_graph_max_tokens=min(2 * e.max_num_seqs, 512))
     directory = profile_dir_for(point.cost_model, device, point.model)
+    if directory is not None and (model.quantization is not None or kv_bytes != 2):
+        raise ValueError(f"cost_model {point.cost_model}: the profile {directory} times BF16 weights and KV cache; "
+                         f"this point serves {model.quantization.label if model.quantization else 'BF16 weights'} "
+                         f"with kv_cache_dtype {e.kv_cache_dtype}: use cost_model auto, roofline or measured:DIR")
     if directory is not None:
         fitted = load_fitted(directory, model, e.tensor_parallel_size, device=device.name)
         overhead = EngineOverhead.load(directory)
@@ -124,11 +129,11 @@ def build_cost_model(point: SweepConfig) -> CostModel:
         from profiler.measured.shipped import build_measured  # shipped or imported kernel tables
 
         measured = build_measured(point.cost_model, model, device, e.tensor_parallel_size, DTYPE_BYTES[e.dtype],
-                                  DTYPE_BYTES[e.kv_cache_dtype], cuda_graph_max_tokens=min(2 * e.max_num_seqs, 512))
+                                  kv_bytes, cuda_graph_max_tokens=min(2 * e.max_num_seqs, 512))
         if measured is not None:
             return measured
     return RooflineCostModel(model, device, tensor_parallel_size=e.tensor_parallel_size,
-                             dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=DTYPE_BYTES[e.kv_cache_dtype])
+                             dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=kv_bytes)
 
 
 def cost_model_columns(point: SweepConfig, cost_model) -> dict:
@@ -144,6 +149,10 @@ def cost_model_columns(point: SweepConfig, cost_model) -> dict:
     elif isinstance(cost_model, RooflineCostModel):  # `auto` without measured tables says so
         columns["cost_model_label"] = "roofline" + (" (no measured tables for this device and dtype)"
                                                     if point.cost_model == "auto" else "")
+        if cost_model.model.quantization is not None:  # what the weights' GEMMs were priced as
+            columns["cost_model_label"] += f"; weights {cost_model.model.quantization.label}"
+        if cost_model.kv_dtype_bytes == 1:
+            columns["cost_model_label"] += "; fp8 KV cache"
     else:
         columns["cost_model_label"] = point.cost_model
     return columns

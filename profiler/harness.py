@@ -128,7 +128,7 @@ def run_profile(model: ModelSpec, device_kind: str, budget_s: float, out_dir: st
         "source": "sarathi-sim profile",
         "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "device": describe_device(device_kind), "dtype": dtype_name, "dtype_bytes": dtype_bytes,
-        "kv_dtype_bytes": dtype_bytes, "model": asdict(model), "model_hash": model_hash(model),
+        "kv_dtype_bytes": dtype_bytes, "model": model.to_fields(), "model_hash": model_hash(model),
         "tensor_parallel_size": tensor_parallel_size, "block_size": block_size, "rates": rates,
         "budget_s": budget_s, "elapsed_s": round(elapsed_s, 3), "limits": asdict(limits),
         "attention_backend": bench.attention_backend, "seed": seed, "num_samples": num_samples,

@@ -21,10 +21,12 @@ field and saying the architecture is not supported yet — never a silent dense 
 - attention logit soft-capping (`attn_logit_softcapping`, Gemma-2), chunked local attention
   (`attention_chunk_size`, Llama 4), multi-token prediction layers (`num_nextn_predict_layers`:
   extra parameters), biases beyond Qwen2's q/k/v
-  (`attention_bias`, `mlp_bias`), a pre-quantized checkpoint (`quantization_config`), a
-  multimodal wrapper (`text_config`);
+  (`attention_bias`, `mlp_bias`), a multimodal wrapper (`text_config`);
 - any other `model_type` (Gemma-2, for one: its LM head is tied by default and each layer has four
   norms, so reading it as a Llama over-counts gemma-2-9b by its 0.92 B-parameter embedding).
+
+A pre-quantised checkpoint's `quantization_config` is read by `profiler.quantization`
+(`read_quantization_config`): a method or scheme it cannot price is a `ValueError` naming the field.
 
 Qwen2/2.5 and Qwen3 configs carry `sliding_window` with `use_sliding_window: false`: that is full
 attention, and accepted. The rule is vLLM's `ModelConfig.get_sliding_window` (`vllm/config`; pinned
@@ -42,6 +44,7 @@ from pathlib import Path
 
 from profiler.json_object import read_json_object
 from profiler.moe import MoESpec
+from profiler.quantization import read_quantization_config
 
 # model_type → (q/k/v projections carry biases, q/k RMSNorm per head). Sources: transformers
 # `modeling_qwen2.py` (`Qwen2Attention`: q_proj, k_proj, v_proj bias=True, o_proj bias=False),
@@ -79,8 +82,6 @@ _UNSUPPORTED_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("multi-token prediction layers", ("num_nextn_predict_layers",)),
     ("biases on every attention projection", ("attention_bias",)),
     ("MLP biases", ("mlp_bias",)),
-    ("a pre-quantized checkpoint (set engine.dtype instead, with the unquantized model's config)",
-     ("quantization_config",)),
     ("a multimodal model (its language model is in text_config)", ("text_config",)),
 )
 _SUPPORTED = ("dense Llama, Mistral (no sliding window), Qwen2/2.5 and Qwen3 decoders and Mixtral, Qwen2-MoE and "
@@ -181,6 +182,8 @@ def spec_fields(config: dict, path: Path) -> dict:
         qkv_bias=qkv_bias,
         qk_norm=qk_norm,
         moe=moe,
+        quantization=(read_quantization_config(config["quantization_config"], path)
+                      if config.get("quantization_config") is not None else None),
     )
 
 

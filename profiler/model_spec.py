@@ -7,11 +7,13 @@ the architectures this spec cannot describe: mixture of experts, sliding-window 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from profiler.hf_config import read_config_json, spec_fields
 from profiler.moe import MoESpec
+from profiler.quantization import WeightFormat, online_format
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,10 @@ class ModelSpec:
     qkv_bias: bool = False
     qk_norm: bool = False
     moe: MoESpec | None = None  # a mixture-of-experts block replaces the MLP in every layer
+    # The decoder layers' linear weights as quantised (config.json quantization_config or
+    # engine.quantization; profiler/quantization.py); None: BF16. Embedding, LM head, norms and
+    # biases stay BF16 (vLLM quantises `LinearBase` layers only).
+    quantization: WeightFormat | None = None
 
     def __post_init__(self) -> None:
         for field_name in ("num_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
@@ -54,6 +60,32 @@ class ModelSpec:
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(f"model {self.name!r}: num_attention_heads {self.num_attention_heads} is "
                              f"not a multiple of num_key_value_heads {self.num_key_value_heads}")
+        if self.moe is not None and self.quantization is not None:
+            raise ValueError(f"model {self.name!r}: quantised mixture-of-experts weights ({self.quantization.label}, "
+                             f"from {self.quantization.source}) are not priced yet: the fused-MoE tables are BF16")
+
+    def to_fields(self) -> dict:
+        """The spec as a JSON-ready dict (`dataclasses.asdict`), without `quantization` when it is
+        None: a BF16 model's dict (and its `profile_data.model_hash`) is what it was before
+        quantised models existed. `from_fields` reads it back."""
+        fields = asdict(self)
+        if fields["quantization"] is None:
+            del fields["quantization"]
+        return fields
+
+    @classmethod
+    def from_fields(cls, fields: dict) -> "ModelSpec":
+        """The spec `to_fields` (or `asdict`) wrote.
+
+        Raises:
+            TypeError / ValueError: unknown or missing keys, bad counts (as the constructor).
+        """
+        fields = dict(fields)
+        if isinstance(fields.get("moe"), dict):
+            fields["moe"] = MoESpec(**fields["moe"])
+        if isinstance(fields.get("quantization"), dict):
+            fields["quantization"] = WeightFormat(**fields["quantization"])
+        return cls(**fields)
 
     def kv_heads_per_rank(self, tp: int = 1) -> int:
         """Key/value heads each tensor-parallel rank stores.
@@ -137,9 +169,40 @@ class ModelSpec:
         lm_head = 0 if self.tie_word_embeddings else embedding
         return embedding + self.num_layers * per_layer + self.hidden_size + lm_head
 
+    def linear_params(self) -> int:
+        """Weights of the decoder layers' linear layers (elements): the ones a quantisation
+        method stores quantised (`layer_gemm_shapes` at tp 1 × layers; biases not included)."""
+        return self.num_layers * sum(in_dim * out_dim for _, in_dim, out_dim in self.layer_gemm_shapes())
+
     def weight_bytes(self, dtype_bytes: int) -> int:
-        """Bytes of all weights at `dtype_bytes` bytes per element (2 for bf16)."""
-        return self.num_params * dtype_bytes
+        """Bytes of all weights: `dtype_bytes` per element (2 for bf16), except the linear layers'
+        of a quantised model, at `quantization.bytes_per_param` (rounded up to a whole byte).
+        E.g. Llama-3.1-70B FP8: 68.45 B linear weights × 1 + 2.10 B others × 2 = 72.66 GB."""
+        if self.quantization is None:
+            return self.num_params * dtype_bytes
+        linear = self.linear_params()
+        return (self.num_params - linear) * dtype_bytes + math.ceil(linear * self.quantization.bytes_per_param)
+
+    def served(self, quantization: str | None) -> "ModelSpec":
+        """This model as vLLM serves it with `--quantization` (engine.quantization) `quantization`.
+
+        None keeps the checkpoint's format. A BF16 checkpoint with `fp8` is quantised at load
+        (`online_format`); a quantised checkpoint must name its own method (vLLM
+        `ModelConfig._verify_quantization` refuses a mismatch; its Marlin variants — awq_marlin,
+        gptq_marlin — are the same checkpoints).
+
+        Raises:
+            ValueError: a method vLLM would refuse for this checkpoint, or one not priced.
+        """
+        if quantization is None:
+            return self
+        if self.quantization is None:
+            return replace(self, quantization=online_format(quantization))
+        if quantization.removesuffix("_marlin") != self.quantization.method.removesuffix("_marlin"):
+            raise ValueError(f"engine.quantization {quantization!r} does not match the checkpoint's "
+                             f"quant_method {self.quantization.method!r} ({self.quantization.source}); vLLM refuses "
+                             "the mismatch: leave engine.quantization out or set it to the checkpoint's method")
+        return self
 
     def expert_params(self) -> int:
         """Routed-expert weights over all layers (elements): the part expert parallelism shards;
@@ -199,6 +262,25 @@ BUILTIN_MODELS: dict[str, ModelSpec] = {
                   moe=MoESpec(num_experts=8, num_experts_per_tok=2, expert_intermediate_size=14336)),
         ModelSpec("qwen3-30b-a3b", 48, 2048, 32, 4, 128, 6144, 151936, 40960, qk_norm=True,
                   moe=MoESpec(num_experts=128, num_experts_per_tok=8, expert_intermediate_size=768)),
+        # Llama 3.1 / 3.3 70B and 405B: meta-llama/Llama-3.1-70B, Llama-3.3-70B-Instruct, Llama-3.1-405B
+        # config.json (hidden 8192 / 16384, 80 / 126 layers, 64 / 128 heads, 8 KV heads, FFN 28672 /
+        # 53248, vocab 128256, max_position_embeddings 131072, untied); model cards: 70.6 B, 405 B.
+        _llama("llama-3.1-70b", 80, 8192, 64, 8, 28672, 128256, 131072),
+        _llama("llama-3.3-70b", 80, 8192, 64, 8, 28672, 128256, 131072),
+        _llama("llama-3.1-405b", 126, 16384, 128, 8, 53248, 128256, 131072),
+        # FP8 checkpoints: RedHatAI/Meta-Llama-3.1-70B-Instruct-FP8 (quant_method compressed-tensors,
+        # format float-quantized, FP8 weights and activations per tensor: W8A8, the `fp8` GEMMs) and
+        # Qwen/Qwen3-32B-FP8 (quant_method fp8, activation_scheme dynamic, weight_block_size [128, 128]:
+        # the `fp8_block` GEMMs); shapes as their BF16 models.
+        replace(_llama("llama-3.1-70b-fp8", 80, 8192, 64, 8, 28672, 128256, 131072),
+                quantization=WeightFormat("compressed-tensors", "fp8", 8,
+                                          source="RedHatAI/Meta-Llama-3.1-70B-Instruct-FP8 config.json")),
+        ModelSpec("qwen3-32b-fp8", 64, 5120, 64, 8, 128, 25600, 151936, 40960, qk_norm=True,
+                  quantization=WeightFormat("fp8", "fp8_block", 8, source="Qwen/Qwen3-32B-FP8 config.json")),
+        # Qwen/Qwen3-235B-A22B config.json: 94 layers, hidden 4096, 64 heads, 4 KV heads, head_dim 128,
+        # 128 experts of width 1536, top-8, vocab 151936, 40960 positions, untied (card: 235 B / 22 B active).
+        ModelSpec("qwen3-235b-a22b", 94, 4096, 64, 4, 128, 12288, 151936, 40960, qk_norm=True,
+                  moe=MoESpec(num_experts=128, num_experts_per_tok=8, expert_intermediate_size=1536)),
         # Qwen/Qwen3-30B-A3B-Instruct-2507: the same shapes, a 262,144-token context (its config.json).
         ModelSpec("qwen3-30b-a3b-instruct-2507", 48, 2048, 32, 4, 128, 6144, 151936, 262144, qk_norm=True,
                   moe=MoESpec(num_experts=128, num_experts_per_tok=8, expert_intermediate_size=768)),

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +42,7 @@ class ProfileError(ValueError):
 
 def model_hash(model: ModelSpec) -> str:
     """First 16 hex digits of the SHA-256 of the spec's fields as sorted JSON."""
-    return hashlib.sha256(json.dumps(asdict(model), sort_keys=True).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(model.to_fields(), sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -61,7 +61,7 @@ class Profile:
     @property
     def model(self) -> ModelSpec:
         """The profiled model's shapes (from the sidecar)."""
-        return ModelSpec(**self.meta["model"])
+        return ModelSpec.from_fields(self.meta["model"])
 
     @property
     def catalogue(self) -> OpCatalogue:
@@ -118,7 +118,7 @@ class Profile:
         if missing:
             raise ProfileError(f"{sidecar}: missing keys {missing}")
         try:
-            ModelSpec(**meta["model"])
+            ModelSpec.from_fields(meta["model"])
         except (TypeError, ValueError) as exc:  # unknown or missing shape keys, bad counts
             raise ProfileError(f"{sidecar}: model: not a model spec ({exc})") from None
         tables = {}

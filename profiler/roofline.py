@@ -47,6 +47,7 @@ from profiler.device_file import (DEFAULT_GEMM_FLOPS_EFFICIENCY, DEFAULT_MEMORY_
                                   DEFAULT_STEP_OVERHEAD_S)
 from profiler.device_spec import AttentionFit, DeviceSpec
 from profiler.model_spec import ModelSpec
+from profiler.quantization import kernel_for, weight_only_gemm_time_s
 
 # The assumed defaults, under the names `roofline_tuning` and `fitted` import.
 FLOPS_EFFICIENCY = DEFAULT_GEMM_FLOPS_EFFICIENCY
@@ -218,6 +219,13 @@ class RooflineCostModel:
                                  zip(given, (gemm.flops_efficiency, gemm.bandwidth_efficiency, gemm.latency_s)))
 
         self._layer_gemms = model.layer_gemm_shapes(tp)
+        # A quantised model's layer GEMMs run its format's kernel (profiler/quantization.py); the LM
+        # head stays BF16 (vLLM quantises `LinearBase` layers only, not `ParallelLMHead`).
+        self.weight_kernel = None if model.quantization is None else kernel_for(model.quantization, device)
+        if self.weight_kernel in ("fp8", "fp8_block"):
+            fp8 = device.gemm_terms(1)
+            self._layer_gemm_terms = tuple(d if v is None else v for v, d in
+                                           zip(given, (fp8.flops_efficiency, fp8.bandwidth_efficiency, fp8.latency_s)))
         self._lm_head_out = -(-model.vocab_size // tp)  # vocab-parallel LM head: ceil(vocab / tp)
         heads_per_rank = model.num_attention_heads // tp
         # Attention reads Q and writes O in the activation dtype; K and V live in the KV dtype.
@@ -355,10 +363,20 @@ class RooflineCostModel:
     def _gemm_s(self, m: int, n: int, k: int) -> float:
         return gemm_time_s(m, n, k, self.device, self.dtype_bytes, *self._gemm_terms)
 
+    def _layer_gemm_s(self, m: int, n: int, k: int) -> float:
+        """One decoder-layer GEMM: `_gemm_s`, or the quantised format's path (W8A8 FP8 at the FP8
+        peak and terms; weight-only at the BF16 terms with the packed weight bytes)."""
+        if self.weight_kernel is None:
+            return self._gemm_s(m, n, k)
+        if self.weight_kernel == "weight_only":
+            return weight_only_gemm_time_s(m, n, k, self.device, self.model.quantization.bytes_per_param,
+                                           *self._gemm_terms)
+        return gemm_time_s(m, n, k, self.device, 1, *self._layer_gemm_terms)
+
     def _token_parts(self, num_tokens: int) -> tuple[float, float, float]:
         """(linear_s, elementwise_s, all_reduce_s) of a step of `num_tokens` tokens, all layers."""
         layers = self.model.num_layers
-        linear_s = layers * sum(self._gemm_s(num_tokens, out_dim, in_dim) for _, in_dim, out_dim in self._layer_gemms)
+        linear_s = layers * sum(self._layer_gemm_s(num_tokens, out_dim, in_dim) for _, in_dim, out_dim in self._layer_gemms)
         elementwise_s = self._elementwise_bytes_per_token * num_tokens / self._bytes_per_s + self._elementwise_launch_s
         all_reduce_bytes = num_tokens * self.model.hidden_size * self.dtype_bytes
         all_reduce_s = self._num_all_reduces * ring_all_reduce_time_s(all_reduce_bytes, self.device,

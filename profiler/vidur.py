@@ -12,7 +12,6 @@ profiles in that format can be fitted like our own.
 """
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -99,7 +98,7 @@ def read_vidur_mlp(path: str | Path, tensor_parallel_size: int = 1, model: Model
     meta = {
         "source": f"vidur:{path}", "device": {"kind": "cuda", "name": gpu, "spec_name": device},
         "dtype": "float16", "dtype_bytes": _FP16_BYTES, "kv_dtype_bytes": _FP16_BYTES,
-        "model": asdict(spec), "model_hash": model_hash(spec),
+        "model": spec.to_fields(), "model_hash": model_hash(spec),
         "tensor_parallel_size": tensor_parallel_size,
         "rates": {"peak_flops": spec_device.peak_bf16_flops,
                   "mem_bandwidth_bytes_per_s": spec_device.mem_bandwidth_bytes_per_s,

@@ -139,7 +139,7 @@ def test_refusals():
     tables = synthetic_tables()
     with pytest.raises(MeasuredTableError, match="measured on device 'toy-gpu', cannot price device 'h100-sxm'"):
         MeasuredCostModel([tables], TOY, get_device_spec("h100-sxm"))
-    with pytest.raises(MeasuredTableError, match="bf16.*fp8"):
+    with pytest.raises(MeasuredTableError, match="activations are priced in bf16.*FP8 weights are the model's quantization"):
         MeasuredCostModel([tables], TOY, DEVICE, dtype_bytes=1)
     with pytest.raises(MeasuredTableError, match="at least one"):
         MeasuredCostModel([], TOY, DEVICE)

@@ -34,6 +34,16 @@ PUBLISHED = {
     "mixtral-8x7b": (46.7e9, 0.05e9),
     "qwen3-30b-a3b": (30.5e9, 0.05e9),
     "qwen3-30b-a3b-instruct-2507": (30.5e9, 0.05e9),
+    # meta-llama/Llama-3.1-70B and Llama-3.3-70B-Instruct model pages: 70.6B; Llama-3.1-405B: 406B
+    # (the page's safetensors count; the name rounds down). Qwen/Qwen3-235B-A22B card: 235B total.
+    "llama-3.1-70b": (70.6e9, 0.05e9),
+    "llama-3.3-70b": (70.6e9, 0.05e9),
+    "llama-3.1-405b": (406e9, 0.5e9),
+    "qwen3-235b-a22b": (235e9, 0.5e9),
+    # FP8 checkpoints count the same parameters (RedHatAI/Meta-Llama-3.1-70B-Instruct-FP8: 70.6B;
+    # Qwen/Qwen3-32B-FP8 card: "Number of Parameters: 32.8B"); their bytes differ, not their count.
+    "llama-3.1-70b-fp8": (70.6e9, 0.05e9),
+    "qwen3-32b-fp8": (32.8e9, 0.05e9),
 }
 # The same Qwen cards, "Number of Parameters (Non-Embedding)": 6.53B, 6.95B, 13.2B, 31.2B.
 PUBLISHED_NON_EMBEDDING = {"qwen2.5-7b": 6.53e9, "qwen3-8b": 6.95e9, "qwen3-14b": 13.2e9, "qwen3-32b": 31.2e9}
@@ -229,7 +239,6 @@ def test_gemma_2_is_refused_instead_of_over_counted(tmp_path):
 
 @pytest.mark.parametrize("extra, field", [
     ({"layer_types": ["sliding_attention", "full_attention"]}, r"layer_types with \['sliding_attention'\]"),
-    ({"quantization_config": {"quant_method": "awq", "bits": 4}}, "quantization_config="),
     ({"attention_bias": True}, r"attention_bias=True \(biases on every attention projection"),
     ({"mlp_bias": True}, r"mlp_bias=True \(MLP biases"),
     ({"model_type": "phi3"}, r"model_type='phi3' \(supported: llama, mistral, qwen2, qwen3"),

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from experiments.config.base import _MAX_KV_BLOCKS, _MAX_REPLICAS, _MAX_STEP_TOKENS, _Seed, _StepTokens, _Strict
+from profiler.quantization import ENGINE_QUANTIZATIONS
 from simulator.scheduler import SCHEDULERS
 
 
@@ -47,8 +48,11 @@ class EngineConfig(_Strict):
     block_size: int = Field(default=16, ge=1, le=256)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     num_gpu_blocks: int | None = Field(default=None, ge=1, le=_MAX_KV_BLOCKS)  # and what the device holds
-    dtype: Literal["bf16", "fp8"] = "bf16"
-    kv_cache_dtype: Literal["bf16", "fp8"] = "bf16"
+    # The activations' dtype (vLLM --dtype); quantised weights are `quantization` (vLLM
+    # --quantization) or the checkpoint's quantization_config (profiler/quantization.py).
+    dtype: Literal["bf16"] = "bf16"
+    quantization: Literal[ENGINE_QUANTIZATIONS] | None = None  # vLLM --quantization: fp8 quantises a BF16 checkpoint at load; others must match the checkpoint's quant_method
+    kv_cache_dtype: Literal["auto", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2"] = "bf16"  # vLLM --kv-cache-dtype; bf16 = auto
     tensor_parallel_size: int = Field(default=1, ge=1)
     pipeline_parallel_size: int = Field(default=1, ge=1)
     replicas: int = Field(default=1, ge=1, le=_MAX_REPLICAS)
@@ -82,6 +86,14 @@ class EngineConfig(_Strict):
         if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1
                              for v in values):
             raise ValueError(f"acceptance must be {valid}")  # _validate adds what it got
+        return value
+
+    @field_validator("dtype", mode="before")
+    @classmethod
+    def _activation_dtype(cls, value: Any) -> Any:
+        if value == "fp8":
+            raise ValueError("engine.dtype is the activations' dtype (bf16); FP8 weights are engine.quantization: fp8 "
+                             "(vLLM --quantization fp8) or an FP8 checkpoint's config.json")
         return value
 
     @field_validator("scheduler")

@@ -25,6 +25,25 @@ def _check_profile(cost_model: str, model, tensor_parallel_size: int, device_nam
         raise ValueError(f"cost_model: {exc}") from None
 
 
+def _check_quantization(model, device, e: EngineConfig) -> None:
+    """The point's weights and KV cache can be priced on its device (profiler/quantization.py):
+    engine.quantization against the checkpoint's, the device's kernel for the format, an FP8 KV
+    cache on a card with FP8.
+
+    Raises:
+        ValueError: naming engine.quantization / engine.kv_cache_dtype and what is valid.
+    """
+    from profiler.quantization import kernel_for, kv_cache_dtype_bytes
+
+    try:
+        served = model.served(e.quantization)
+        if served.quantization is not None:
+            kernel_for(served.quantization, device)
+    except ValueError as exc:
+        raise ValueError(f"engine.quantization: {exc}") from None
+    kv_cache_dtype_bytes(e.kv_cache_dtype, device)  # its message names engine.kv_cache_dtype
+
+
 def _check_kv_pool_override(e: EngineConfig, model, device) -> None:
     """ValueError unless `engine.num_gpu_blocks` could be held by one GPU of `device`.
 
@@ -109,6 +128,7 @@ def check_deployment(point: "SweepConfig") -> None:
         model.kv_heads_per_rank(e.tensor_parallel_size)
     except ValueError as exc:
         raise ValueError(f"engine.tensor_parallel_size: {exc}") from None
+    _check_quantization(model, device, e)
     if e.pipeline_parallel_size > model.num_layers:
         raise ValueError(f"engine.pipeline_parallel_size ({e.pipeline_parallel_size}) exceeds "
                          f"{model.name}'s {model.num_layers} layers")

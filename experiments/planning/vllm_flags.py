@@ -34,6 +34,13 @@ HF_MODEL_IDS = {
     "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",
     "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
     "qwen3-30b-a3b-instruct-2507": "Qwen/Qwen3-30B-A3B-Instruct-2507",
+    "llama-3.1-70b": "meta-llama/Llama-3.1-70B",
+    "llama-3.3-70b": "meta-llama/Llama-3.3-70B-Instruct",
+    "llama-3.1-405b": "meta-llama/Llama-3.1-405B",
+    "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
+    # FP8 checkpoints: vLLM reads their quantization_config itself (no --quantization needed).
+    "llama-3.1-70b-fp8": "RedHatAI/Meta-Llama-3.1-70B-Instruct-FP8",
+    "qwen3-32b-fp8": "Qwen/Qwen3-32B-FP8",
 }
 # A `cluster:` point is a prefill and a decode pool (simulator/disaggregated.py), not one command.
 DISAGGREGATED_FLAGS = ("(disaggregated: no single vllm serve command; serve each pool's instances with a KV "
@@ -116,8 +123,7 @@ def vllm_serve_command(point: Point) -> str:
     if getattr(point, "cluster", None) is not None:
         raise ValueError(DISAGGREGATED_FLAGS)
     e = point.engine
-    extra = ["--dtype", _VLLM_DTYPE[e.dtype]] if e.dtype in _VLLM_DTYPE else ["--quantization", "fp8"]
-    extra += ["--seed", str(e.seed)]
+    extra = ["--dtype", _VLLM_DTYPE[e.dtype], "--seed", str(e.seed)]
     return " ".join(["vllm", "serve", shlex.quote(vllm_model_argument(point.model)), vllm_serve_flags(point),
                      *map(shlex.quote, extra)])
 
@@ -180,8 +186,12 @@ def vllm_serve_flags(point: Point) -> str:
         flags += ["--data-parallel-size", str(e.data_parallel_size)]
     if e.enable_expert_parallel:
         flags += ["--enable-expert-parallel"]
-    if e.kv_cache_dtype == "fp8":
-        flags += ["--kv-cache-dtype", "fp8"]
+    # engine.quantization is vLLM's --quantization (a BF16 checkpoint quantised at load; a quantised
+    # checkpoint's own method needs no flag); kv_cache_dtype its --kv-cache-dtype (bf16 = auto).
+    if e.quantization:
+        flags += ["--quantization", e.quantization]
+    if e.kv_cache_dtype not in ("auto", "bf16"):
+        flags += ["--kv-cache-dtype", e.kv_cache_dtype]
     if e.policy == "priority":
         flags += ["--scheduling-policy", "priority"]
     if e.split_n:

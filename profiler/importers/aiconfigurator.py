@@ -6,7 +6,12 @@ Layout read: `SYSTEM/system.yaml` and `SYSTEM/{gemm,attention,comm}/vllm/<versio
 - `gemm_perf.parquet`: columns m, n, k, gemm_dtype, latency. One vLLM `RowParallelLinear`
   forward (x of m × k, weight k → n, no bias, TP disabled) captured in a CUDA graph; `latency`
   is **milliseconds** per GEMM (collector `collector/vllm/collect_gemm.py`: `latency_ms` of the
-  timed loop / the number of GEMMs in it). Only `gemm_dtype == bfloat16` rows are imported.
+  timed loop / the number of GEMMs in it). `gemm_dtype` bfloat16 → `gemm`; `fp8` → `gemm_fp8`
+  (vLLM `Fp8Config` with per-tensor static scales: the activations' FP8 quantisation and CUTLASS
+  `scaled_mm`, graph-captured); `fp8_block` → `gemm_fp8_block` (128 × 128 weight blocks, dynamic
+  per-token-group activation quantisation, DeepGEMM forced, timed **without** a CUDA graph, one
+  GEMM per timed call: small-m rows include launch overhead a graph-captured decode does not pay).
+  Other dtypes (`nvfp4`) are not imported.
 - `context_attention_perf.parquet`: batch_size, isl, num_heads, num_key_value_heads, head_dim,
   kv_cache_dtype, window_size, latency. vLLM's attention backend (`impl.forward`, the KV write
   included) over `batch_size` fresh prefills of `isl` tokens each (seq_lens = query_lens = isl,
@@ -21,7 +26,8 @@ Layout read: `SYSTEM/system.yaml` and `SYSTEM/{gemm,attention,comm}/vllm/<versio
   [size / 4096, 4096] tensor), graph-captured or eager; **milliseconds** per all-reduce.
   Imported as size_bytes = 2 × message_size.
 
-Imported: bf16 GEMMs; attention with a bf16 KV cache and no sliding window (window_size 0; some
+Imported: bf16, fp8 and fp8_block GEMMs; attention with a bf16 KV cache (`context_attention`,
+`decode_attention`) and with an fp8 one (`*_fp8_kv`), no sliding window (window_size 0; some
 systems' files have no window_size column: all their rows are full-window). Rows faster than the
 datasheet roofline of system.yaml (`faster_than_datasheet`) are dropped and counted in
 `meta["dropped_faster_than_datasheet"]`: h200_sxm's context attention from 1,536 tokens on runs
@@ -110,22 +116,29 @@ def read_source_table(system: Path, name: str, dropped: dict | None = None) -> t
     return usable_rows(table, path, dropped, times=("latency",), positive=_COUNTS[name]), path
 
 
-def convert_gemm(table: pd.DataFrame) -> pd.DataFrame:
-    """bf16 rows of `gemm_perf` as (m, n, k, time_s): latency ms → s."""
-    rows = table[table["gemm_dtype"] == "bfloat16"]
+# measured table → gemm_dtype rows it holds; attention table suffix → kv_cache_dtype rows.
+GEMM_DTYPES = {"gemm": "bfloat16", "gemm_fp8": "fp8", "gemm_fp8_block": "fp8_block"}
+KV_DTYPES = {"": "bfloat16", "_fp8_kv": "fp8"}
+_ELEMENT_BYTES = {"bfloat16": 2, "fp8": 1, "fp8_block": 1}
+
+
+def convert_gemm(table: pd.DataFrame, dtype: str = "bfloat16") -> pd.DataFrame:
+    """`dtype` rows of `gemm_perf` (bfloat16, fp8, fp8_block) as (m, n, k, time_s): latency ms → s."""
+    rows = table[table["gemm_dtype"] == dtype]
     out = pd.DataFrame({c: rows[c].astype(np.int64).to_numpy() for c in ("m", "n", "k")})
     out["time_s"] = rows["latency"].to_numpy(dtype=np.float64) * MS
     return out.sort_values(["n", "k", "m"], kind="stable").reset_index(drop=True)
 
 
-def _attention_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """bf16-KV rows without a sliding window (files without `window_size` have none)."""
+def _attention_rows(table: pd.DataFrame, kv_dtype: str = "bfloat16") -> pd.DataFrame:
+    """`kv_dtype`-KV rows without a sliding window (files without `window_size` have none)."""
     full_window = table["window_size"] == 0 if "window_size" in table else True
-    return table[(table["kv_cache_dtype"] == "bfloat16") & full_window]
+    return table[(table["kv_cache_dtype"] == kv_dtype) & full_window]
 
 
-def _convert_attention(table: pd.DataFrame, length_column: str, length_key: str) -> pd.DataFrame:
-    rows = _attention_rows(table)
+def _convert_attention(table: pd.DataFrame, length_column: str, length_key: str,
+                       kv_dtype: str = "bfloat16") -> pd.DataFrame:
+    rows = _attention_rows(table, kv_dtype)
     out = pd.DataFrame({"num_heads": rows["num_heads"], "num_kv_heads": rows["num_key_value_heads"],
                         "head_dim": rows["head_dim"], "batch_size": rows["batch_size"],
                         length_key: rows[length_column]}).astype(np.int64)
@@ -133,16 +146,16 @@ def _convert_attention(table: pd.DataFrame, length_column: str, length_key: str)
     return out.reset_index(drop=True)
 
 
-def convert_context_attention(table: pd.DataFrame) -> pd.DataFrame:
-    """bf16-KV, full-window rows of `context_attention_perf` as (heads, kv heads, head_dim,
-    batch_size, query_tokens = isl, time_s): latency ms → s."""
-    return _convert_attention(table, "isl", "query_tokens")
+def convert_context_attention(table: pd.DataFrame, kv_dtype: str = "bfloat16") -> pd.DataFrame:
+    """`kv_dtype`-KV (bfloat16 | fp8), full-window rows of `context_attention_perf` as (heads, kv
+    heads, head_dim, batch_size, query_tokens = isl, time_s): latency ms → s."""
+    return _convert_attention(table, "isl", "query_tokens", kv_dtype)
 
 
-def convert_decode_attention(table: pd.DataFrame) -> pd.DataFrame:
-    """bf16-KV, full-window rows of `generation_attention_perf` as (heads, kv heads, head_dim,
-    batch_size, kv_tokens = step, time_s): latency ms → s."""
-    return _convert_attention(table, "step", "kv_tokens")
+def convert_decode_attention(table: pd.DataFrame, kv_dtype: str = "bfloat16") -> pd.DataFrame:
+    """`kv_dtype`-KV (bfloat16 | fp8), full-window rows of `generation_attention_perf` as (heads,
+    kv heads, head_dim, batch_size, kv_tokens = step, time_s): latency ms → s."""
+    return _convert_attention(table, "step", "kv_tokens", kv_dtype)
 
 
 def convert_all_reduce(table: pd.DataFrame, path: Path | str = "custom_allreduce_perf.parquet") -> pd.DataFrame:
@@ -201,6 +214,9 @@ def import_aiconfigurator(system_dir: str | Path, device: str | None = None) -> 
             raise MeasuredTableError(f"{path}: no bf16 rows (columns gemm_dtype / kv_cache_dtype / allreduce_dtype)")
         tables[name] = converted
         origins[name] = {"from": str(path.relative_to(system.parent))}
+        for extra, rows in _quantized_tables(name, raw).items():  # fp8 GEMMs, fp8-KV attention
+            tables[extra] = rows
+            origins[extra] = {"from": str(path.relative_to(system.parent))}
         versions.add(path.parent.name)
         if "device" in raw:
             for gpu_name in raw["device"].astype(str).unique().tolist():
@@ -217,12 +233,16 @@ def import_aiconfigurator(system_dir: str | Path, device: str | None = None) -> 
         _check_decode_unit(tables["decode_attention"], float(gpu["mem_bw"]), system / _FILES["decode_attention"][1])
     too_fast = {}
     if gpu.get("bfloat16_tc_flops") and gpu.get("mem_bw"):
-        for name in ("gemm", "context_attention", "decode_attention"):
-            if name in tables:
-                keep = ~faster_than_datasheet(name, tables[name], float(gpu["bfloat16_tc_flops"]), float(gpu["mem_bw"]))
-                if not keep.all():
-                    too_fast[_FILES[name][1]] = int((~keep).sum())
-                    tables[name] = tables[name][keep].reset_index(drop=True)
+        for name in [t for t in tables if t.startswith(("gemm", "context_attention", "decode_attention"))]:
+            fp8 = name != "gemm" and name.startswith("gemm")
+            # FP8 GEMMs against the FP8 peak (system.yaml fp8_tc_flops; twice bf16 where absent).
+            peak = float(gpu.get("fp8_tc_flops") or 2 * float(gpu["bfloat16_tc_flops"])) if fp8 else float(gpu["bfloat16_tc_flops"])
+            family = "gemm" if name.startswith("gemm") else name.removesuffix("_fp8_kv")
+            keep = ~faster_than_datasheet(family, tables[name], peak, float(gpu["mem_bw"]),
+                                          element_bytes=1 if fp8 or name.endswith("_fp8_kv") else BF16_BYTES)
+            if not keep.all():
+                too_fast[name if name not in _FILES else _FILES[name][1]] = int((~keep).sum())
+                tables[name] = tables[name][keep].reset_index(drop=True)
         if "moe" in tables:
             keep = ~moe_faster_than_datasheet(tables["moe"], float(gpu["bfloat16_tc_flops"]), float(gpu["mem_bw"]))
             if not keep.all():
@@ -231,9 +251,11 @@ def import_aiconfigurator(system_dir: str | Path, device: str | None = None) -> 
     meta = {
         "source": SOURCE, "licence": LICENCE, "engine": "vllm", "engine_version": ", ".join(sorted(versions)),
         "device": {"name": ", ".join(sorted(device_names)) or system.name, "key": device, "system": system.name},
-        "dtype": "bfloat16", "units": {"time_s": "seconds (source: latency in milliseconds)",
+        "dtype": "bfloat16; gemm_fp8 / gemm_fp8_block: FP8 weights and activations; *_fp8_kv: FP8 KV cache",
+        "units": {"time_s": "seconds (source: latency in milliseconds)",
                                        "size_bytes": "bytes (source: message_size in bf16 elements)"},
-        "datasheet": {"bf16_flops": gpu.get("bfloat16_tc_flops"), "mem_bandwidth_bytes_per_s": gpu.get("mem_bw")},
+        "datasheet": {"bf16_flops": gpu.get("bfloat16_tc_flops"), "fp8_flops": gpu.get("fp8_tc_flops"),
+                      "mem_bandwidth_bytes_per_s": gpu.get("mem_bw")},
         "dropped_rows": dropped, "dropped_faster_than_datasheet": too_fast, "tables": origins,
     }
     if _skipped_checks(gpu):
@@ -257,7 +279,7 @@ def _datasheet(system_yaml: Path) -> dict:
     if not isinstance(gpu, dict):
         raise MeasuredTableError(f"{system_yaml}: key 'gpu' must be a mapping, got {type(gpu).__name__}")
     figures = {}
-    for key in ("bfloat16_tc_flops", "mem_bw"):
+    for key in ("bfloat16_tc_flops", "fp8_tc_flops", "mem_bw"):
         value = gpu.get(key)
         if value is None:
             continue
@@ -285,11 +307,31 @@ def _skipped_checks(gpu: dict) -> list[str]:
     return skipped
 
 
-def faster_than_datasheet(name: str, table: pd.DataFrame, peak_flops: float, mem_bw: float) -> np.ndarray:
+def _quantized_tables(name: str, raw: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The fp8 / fp8_block GEMM tables of a `gemm_perf` file and the fp8-KV attention tables of an
+    attention file (`GEMM_DTYPES`, `KV_DTYPES`), those with rows."""
+    out = {}
+    if name == "gemm":
+        for table, dtype in GEMM_DTYPES.items():
+            if table != "gemm" and (raw["gemm_dtype"] == dtype).any():
+                out[table] = convert_gemm(raw, dtype)
+    elif name in ("context_attention", "decode_attention"):
+        for suffix, kv_dtype in KV_DTYPES.items():
+            if suffix and (raw["kv_cache_dtype"] == kv_dtype).any():
+                rows = _CONVERTERS[name](raw, kv_dtype)
+                if not rows.empty:
+                    out[name + suffix] = rows
+    return out
+
+
+def faster_than_datasheet(name: str, table: pd.DataFrame, peak_flops: float, mem_bw: float,
+                          element_bytes: int = BF16_BYTES) -> np.ndarray:
     """Rows measured faster than the datasheet roofline allows (max of FLOPs / peak and bytes /
     bandwidth, at 100 % of both): L2-resident operands (the collector repeats one small shape) or
     mis-timed rows, which a serving step, streaming every layer's weights and KV, does not see.
 
+    `element_bytes` 1 for an FP8 GEMM (its weight and quantised input 1 byte, output bf16) or an
+    FP8 KV cache (K and V 1 byte).
     FLOPs and bytes: a GEMM 2 m n k and 2 (m k + k n + m n) bf16 bytes; a batch of b fresh
     prefills of s tokens 4 h d b s (s + 1) / 2 (causal QKᵀ and PV) and b s (2 kv + 2 h) d × 2
     bytes (K, V written and Q, O moved); a batch of b decodes over s KV tokens b s × 2 kv d × 2
@@ -301,15 +343,16 @@ def faster_than_datasheet(name: str, table: pd.DataFrame, peak_flops: float, mem
     t = table["time_s"].to_numpy(dtype=np.float64)
     if name == "gemm":
         m, n, k = (table[c].to_numpy(dtype=np.float64) for c in ("m", "n", "k"))
-        bound = np.maximum(2 * m * n * k / peak_flops, BF16_BYTES * (m * k + k * n + m * n) / mem_bw)
+        bound = np.maximum(2 * m * n * k / peak_flops, (element_bytes * (m * k + k * n) + BF16_BYTES * m * n) / mem_bw)
     else:
         b, h, kv, d = (table[c].to_numpy(dtype=np.float64) for c in ("batch_size", "num_heads", "num_kv_heads", "head_dim"))
         if name == "context_attention":
             q = table["query_tokens"].to_numpy(dtype=np.float64)
-            bound = np.maximum(4 * h * d * b * q * (q + 1) / 2 / peak_flops, b * q * (2 * kv + 2 * h) * d * BF16_BYTES / mem_bw)
+            bound = np.maximum(4 * h * d * b * q * (q + 1) / 2 / peak_flops,
+                               b * q * (2 * kv * element_bytes + 2 * h * BF16_BYTES) * d / mem_bw)
         else:
             s = table["kv_tokens"].to_numpy(dtype=np.float64)
-            bound = b * s * 2 * kv * d * BF16_BYTES / mem_bw
+            bound = b * s * 2 * kv * d * element_bytes / mem_bw
     return t < bound
 
 

@@ -29,7 +29,6 @@ The model's full shapes are not in these files: `model` must be given and must a
 """
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -199,7 +198,7 @@ def import_llmservingsim(model_dir: str | Path, model: ModelSpec, tensor_paralle
         "units": {"time_s": "seconds (source: time_us in microseconds)"},
         "measured_with": {"enforce_eager": (source_meta.get("engine_effective") or {}).get("enforce_eager"),
                           "profiled_model": source_meta.get("model")},
-        "model": asdict(model), "tensor_parallel_size": tensor_parallel_size,
+        "model": model.to_fields(), "tensor_parallel_size": tensor_parallel_size,
         "dropped_rows": dropped, "tables": origins,
     }
     return MeasuredTables(meta, tables)

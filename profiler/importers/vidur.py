@@ -14,7 +14,6 @@ The engine is Sarathi-Serve's (fp16), not vLLM: `engine` says so.
 """
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -86,7 +85,7 @@ def import_vidur(mlp_csv: str | Path, model: ModelSpec | None = None, tensor_par
         "device": {"name": gpu or device, "key": device},
         "dtype": "float16", "units": {"time_s": "seconds (source: milliseconds)",
                                       "size_bytes": "bytes (source: size in fp16 elements)"},
-        "model": asdict(profile.model), "tensor_parallel_size": tensor_parallel_size, "dropped_rows": dropped,
+        "model": profile.model.to_fields(), "tensor_parallel_size": tensor_parallel_size, "dropped_rows": dropped,
         "tables": origins,
     }
     return MeasuredTables(meta, tables)

@@ -3,8 +3,8 @@ in ../shared/profiles/ (never committed: only these compact derived tables are).
 
     .venv/bin/python -m profiler.measured.build_shipped [--profiles ../shared/profiles] [--out profiler/data/measured]
 
-What is kept, to stay small (< 2 MB in all): AIConfigurator's bf16 GEMMs with n, k ≤ 65536;
-attention at head_dim 128 and 64 with KV heads per rank ≤ 8 or equal to the query heads (GQA and
+What is kept, to stay small: AIConfigurator's bf16, fp8 and fp8_block GEMMs with n, k ≤ 65536;
+attention (bf16 and fp8 KV cache) at head_dim 128 and 64 with KV heads per rank ≤ 8 or equal to the query heads (GQA and
 MHA Llama/Qwen/Mistral shapes); every all-reduce row; the bf16 fused-MoE rows at the expert shapes
 of the built-in MoE models (Mixtral-8x7B, Qwen3-30B-A3B); LLMServingSim's dense and per-sequence ops
 whole and its attention table on the power-of-two grid the cost model reads. The output is the
@@ -35,7 +35,9 @@ MOE_SHAPES = {(m.hidden_size, m.moe.expert_intermediate_size, m.moe.num_experts_
 def compact_aiconfigurator(tables: MeasuredTables) -> MeasuredTables:
     """The rows the shipped defaults keep (module docstring)."""
     out = dict(tables.tables)
-    for name in ("context_attention", "decode_attention"):
+    for name in ("context_attention", "decode_attention", "context_attention_fp8_kv", "decode_attention_fp8_kv"):
+        if name not in out:
+            continue
         t = out[name]
         keep = t["head_dim"].isin((64, 128)) & ((t["num_kv_heads"] <= 8) | (t["num_kv_heads"] == t["num_heads"]))
         out[name] = t[keep].reset_index(drop=True)

@@ -67,6 +67,7 @@ from profiler.device_spec import DeviceSpec
 from profiler.measured.grid import LogGrid
 from profiler.measured.tables import MeasuredTableError, MeasuredTables
 from profiler.model_spec import ModelSpec
+from profiler.quantization import kernel_for, weight_only_gemm_time_s
 from profiler.roofline import (BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, STEP_OVERHEAD_S, gemm_time_s,
                                ring_all_reduce_time_s)
 
@@ -80,10 +81,16 @@ _IN_GRID: frozenset = frozenset()  # a step with every part on its grids
 _PREFILL_CACHE = 65536  # on-grid prefill chunk times kept by `_attention_layer_s` before it starts over
 
 
+# The GEMM table each weight kernel (`profiler.quantization.kernel_for`) is priced from; None:
+# the roofline (4-bit / 8-bit weight-only Marlin: no measured table).
+GEMM_TABLES = {"bf16": "gemm", "fp8": "gemm_fp8", "fp8_block": "gemm_fp8_block", "weight_only": None}
+
+
 def shape_key(model: ModelSpec) -> tuple:
-    """The fields that decide a layer's kernel shapes (not the layer count or context length)."""
+    """The fields that decide a layer's kernel shapes and kernels (not the layer count or context
+    length): a quantised model's weight format too (a model-specific table is of BF16 weights)."""
     return (model.hidden_size, model.num_attention_heads, model.num_key_value_heads, model.head_dim,
-            model.intermediate_size, model.vocab_size, model.qk_norm)
+            model.intermediate_size, model.vocab_size, model.qk_norm, model.quantization)
 
 
 def has_qk_norm(model: ModelSpec) -> bool:
@@ -113,7 +120,10 @@ class MeasuredCostModel:
         model: the model's shapes.
         device: the device's datasheet figures (roofline fallbacks, all-reduce without a table).
         tensor_parallel_size: GPUs the model is sharded over.
-        dtype_bytes, kv_dtype_bytes: must be 2 (the imported tables are bf16).
+        dtype_bytes: the activation dtype's bytes, must be 2 (BF16: vLLM's activations also with
+            quantised weights). The weights' format is `model.quantization`: FP8 W8A8 GEMMs from the
+            `gemm_fp8` / `gemm_fp8_block` tables, weight-only (Marlin) from the roofline, labelled.
+        kv_dtype_bytes: 2 (BF16 KV cache) or 1 (FP8: the `*_fp8_kv` attention tables).
         step_overhead_s: host time per step; default the device's `step_overhead_s` (an assumption
             unless the device file measured it: no imported table times the host).
         cuda_graph_max_tokens: steps up to this many tokens use the graph-mode all-reduce times.
@@ -124,8 +134,10 @@ class MeasuredCostModel:
         out_of_range: Counter of those steps by part ("gemm", "attention", "all_reduce", ...).
 
     Raises:
-        MeasuredTableError: no sources, a source measured on another device, an fp8 dtype, or a
-            model the TP degree cannot split (`ModelSpec` errors).
+        MeasuredTableError: no sources, a source measured on another device, an activation dtype
+            other than BF16, a KV dtype other than 1 or 2 bytes, or a model the TP degree cannot
+            split (`ModelSpec` errors); ValueError: a weight format the device cannot run
+            (`profiler.quantization.kernel_for`).
     """
 
     def __init__(self, sources: list[MeasuredTables], model: ModelSpec, device: DeviceSpec,
@@ -138,10 +150,13 @@ class MeasuredCostModel:
             if s.meta["device"].get("key") != device.name:
                 raise MeasuredTableError(f"{s.label}: measured on device {s.meta['device'].get('key')!r}, "
                                          f"cannot price device {device.name!r}")
-        if dtype_bytes != 2 or kv_dtype_bytes != 2:
-            raise MeasuredTableError(f"the measured tables are bf16; dtype_bytes {dtype_bytes} / kv_dtype_bytes "
-                                     f"{kv_dtype_bytes} (fp8) is not imported: use cost_model: roofline")
+        if dtype_bytes != 2 or kv_dtype_bytes not in (1, 2):
+            raise MeasuredTableError(f"activations are priced in bf16 (dtype_bytes 2) with a bf16 or fp8 KV cache "
+                                     f"(kv_dtype_bytes 2 or 1); got {dtype_bytes} / {kv_dtype_bytes}: FP8 weights are "
+                                     "the model's quantization (engine.quantization), not its dtype")
         self.sources, self.model, self.device = list(sources), model, device
+        self.kv_dtype_bytes = kv_dtype_bytes
+        self.weight_kernel = "bf16" if model.quantization is None else kernel_for(model.quantization, device)
         self.tp = tp = tensor_parallel_size
         self.layer_gemms = model.layer_gemm_shapes(tp)
         self.heads = model.num_attention_heads // tp
@@ -159,7 +174,7 @@ class MeasuredCostModel:
         self.parts: dict[str, str] = {}  # part → where its times come from
         self.roofline_parts: list[str] = []
         self.flops_efficiency, self.bandwidth_efficiency = self._fit_efficiencies()
-        self._gemm = {name: self._gemm_curve(name, k, n) for name, k, n in self.layer_gemms}
+        self._gemm = {name: self._gemm_curve(name, k, n, kernel=self.weight_kernel) for name, k, n in self.layer_gemms}
         self._all_reduce = self._all_reduce_curves()
         self._elementwise = self._elementwise_curves()
         self._lm_head, self._sampler = self._sequence_curves()
@@ -198,21 +213,29 @@ class MeasuredCostModel:
               / self.device.mem_bandwidth_bytes_per_s) if small.any() else defaults[1]
         return min(max(flops, 0.05), 1.0), min(max(bw, 0.05), 1.0)
 
-    def _roofline_gemm_s(self, m: float, n: float, k: float) -> float:
-        return gemm_time_s(max(m, 1.0), n, k, self.device, 2, self.flops_efficiency, self.bandwidth_efficiency,
-                           self.kernel_latency_s)
+    def _roofline_gemm_s(self, m: float, n: float, k: float, kernel: str = "bf16") -> float:
+        """The roofline of one GEMM on `kernel`'s path: BF16; FP8 W8A8 at the FP8 peak with the
+        activations' quantisation pass (`gemm_time_s` of 1-byte operands); weight-only at the BF16
+        peak with the packed weight bytes (`weight_only_gemm_time_s`). The bf16-fitted efficiencies."""
+        terms = (self.flops_efficiency, self.bandwidth_efficiency, self.kernel_latency_s)
+        if kernel == "weight_only":
+            return weight_only_gemm_time_s(max(m, 1.0), n, k, self.device, self.model.quantization.bytes_per_param, *terms)
+        return gemm_time_s(max(m, 1.0), n, k, self.device, 2 if kernel == "bf16" else 1, *terms)
 
-    def _gemm_roofline_v(self, m, n, k):
+    def _gemm_roofline_v(self, m, n, k, kernel: str = "bf16"):
         """`_roofline_gemm_s` over arrays (fills a GEMM grid's unmeasured cells)."""
-        return (np.maximum(2.0 * m * n * k / (self.device.peak_bf16_flops * self.flops_efficiency),
-                           2.0 * (m * k + k * n + m * n) / (self.device.mem_bandwidth_bytes_per_s * self.bandwidth_efficiency))
-                + self.kernel_latency_s)
+        fp8 = kernel in ("fp8", "fp8_block")
+        peak = self.device.peak_flops(1 if fp8 else 2)
+        bytes_per_s = self.device.mem_bandwidth_bytes_per_s * self.bandwidth_efficiency
+        num_bytes = (m * k + k * n) * (1.0 if fp8 else 2.0) + 2.0 * m * n + (3.0 * m * k if fp8 else 0.0)
+        return np.maximum(2.0 * m * n * k / (peak * self.flops_efficiency), num_bytes / bytes_per_s) + self.kernel_latency_s
 
     def _elementwise_roofline_s(self, num_bytes: float) -> float:
         return num_bytes / (self.device.mem_bandwidth_bytes_per_s * self.bandwidth_efficiency) + self.kernel_latency_s
 
-    def _gemm_curve(self, op: str, k: int, n: int, part: str | None = None) -> Curve:
-        """t(m) of one GEMM of this model (module docstring, preference order)."""
+    def _gemm_curve(self, op: str, k: int, n: int, part: str | None = None, kernel: str = "bf16") -> Curve:
+        """t(m) of one GEMM of this model on `kernel`'s path (bf16 | fp8 | fp8_block | weight_only;
+        `GEMM_TABLES`), module docstring's preference order."""
         part = part or op
         source = self._model_source("layer_ops")
         rows = source.tables["layer_ops"] if source is not None else None
@@ -220,22 +243,25 @@ class MeasuredCostModel:
             self.parts[part] = f"{source.label}: layer_ops.{op}"
             return _one_d(rows[rows["op"] == op], "num_tokens", f"{source.label} {op}",
                           lambda m: self._roofline_gemm_s(m, n, k))
-        source = self._device_source("gemm")
+        table = GEMM_TABLES[kernel]
+        source = self._device_source(table) if table is not None else None
         if source is None:
-            self.parts[part] = "roofline"
+            fmt = self.model.quantization
+            self.parts[part] = "roofline" + (f" ({fmt.label}, device efficiencies)" if kernel != "bf16" else "")
             self.roofline_parts.append(part)
-            return lambda m: (self._roofline_gemm_s(m, n, k), False)
-        grid = _gemm_grid(source, self._gemm_roofline_v)
+            return lambda m: (self._roofline_gemm_s(m, n, k, kernel), False)
+        grid = _gemm_grid(source, lambda m_, n_, k_: self._gemm_roofline_v(m_, n_, k_, kernel), table)
         blocks = max(1, math.ceil(n / grid.upper[1]))  # an LM head wider than the table
         n_block = n / blocks
         off_grid = not (grid.lower[1] <= n_block <= grid.upper[1] and grid.lower[2] <= k <= grid.upper[2])
-        self.parts[part] = f"{source.label}: gemm (m, {n_block:g}, {k})" + (f" × {blocks} column blocks" if blocks > 1 else "")
+        self.parts[part] = f"{source.label}: {table} (m, {n_block:g}, {k})" + (f" × {blocks} column blocks" if blocks > 1 else "")
         m_axis = grid.axes[0]
         # t(m_i, n, k) at every measured m: one log-space interpolation over (n, k) per m, once.
         column = pd.DataFrame({"m": m_axis, "time_s": [grid(m, n_block, k)[0] for m in m_axis]})
         anchor = grid.clamp(1.0, n_block, k)
-        ratio = self._roofline_gemm_s(1, n_block, k) / self._roofline_gemm_s(1, anchor[1], anchor[2]) if off_grid else 1.0
-        inner = _one_d(column, "m", f"{source.label} gemm", lambda m: self._roofline_gemm_s(m, n_block, k))
+        ratio = (self._roofline_gemm_s(1, n_block, k, kernel) / self._roofline_gemm_s(1, anchor[1], anchor[2], kernel)
+                 if off_grid else 1.0)
+        inner = _one_d(column, "m", f"{source.label} {table}", lambda m: self._roofline_gemm_s(m, n_block, k, kernel))
 
         def curve(m: float) -> tuple[float, bool]:
             t, out = inner(m)
@@ -331,10 +357,11 @@ class MeasuredCostModel:
         m = self.model
         per_rank = self.heads * m.head_dim
         self._attn_flops_per_pair = 4.0 * per_rank
-        self._attn_kv_bytes_per_token = 2.0 * self.kv_heads * m.head_dim * 2
+        self._attn_kv_bytes_per_token = 2.0 * self.kv_heads * m.head_dim * self.kv_dtype_bytes
         self._attn_qo_bytes_per_token = 2.0 * per_rank * 2
         self._mixed = self._prefill_grid = self._decode_grid = None
-        source = self._model_source("mixed_attention")
+        # A model-specific mixed table is of a BF16 KV cache; an FP8 one reads the `*_fp8_kv` tables.
+        source = self._model_source("mixed_attention") if self.kv_dtype_bytes == 2 else None
         if source is not None:
             rows = source.tables["mixed_attention"]
             self.parts["attention"] = f"{source.label}: mixed_attention"
@@ -343,8 +370,10 @@ class MeasuredCostModel:
         heads = (self.heads, self.kv_heads, m.head_dim)
         fill = {"context_attention": lambda b, isl: b * self._chunk_roofline_s(isl, 0.0),
                 "decode_attention": lambda b, kv: self._decode_roofline_s(b, kv - 1.0)}
-        for table, attr, key in (("context_attention", "_prefill_grid", "query_tokens"),
-                                 ("decode_attention", "_decode_grid", "kv_tokens")):
+        suffix = "_fp8_kv" if self.kv_dtype_bytes == 1 else ""
+        for family, attr, key in (("context_attention", "_prefill_grid", "query_tokens"),
+                                  ("decode_attention", "_decode_grid", "kv_tokens")):
+            table = family + suffix
             source = self._device_source(table)
             rows = source.tables[table] if source is not None else None
             if rows is not None:
@@ -356,7 +385,7 @@ class MeasuredCostModel:
                 continue
             self.parts[table] = f"{source.label}: {table} at heads {heads[0]}/{heads[1]}, head_dim {heads[2]}"
             setattr(self, attr, LogGrid.from_frame(rows, ["batch_size", key], source=f"{source.label} {table}",
-                                                   roofline=fill[table]))
+                                                   roofline=fill[family]))
 
     def _attention_roofline_s(self, pairs: float, kv_tokens: float, query_tokens: float) -> float:
         flops = self._attn_flops_per_pair * pairs
@@ -728,6 +757,12 @@ class MeasuredCostModel:
                        if s.model is not None else {})} for s in self.sources]
         label = "; ".join(dict.fromkeys(f"{s['name']} {s['engine']} {s['engine_version']}" for s in sources))
         label = f"measured ({label}) on {self.device.name}"
+        if self.model.quantization is not None:  # what the layer GEMMs were priced as
+            label += f"; weights {self.model.quantization.label}" + (
+                " run as FP8 Marlin weight-only (no FP8 tensor cores)" if self.weight_kernel == "weight_only"
+                and self.model.quantization.kernel != "weight_only" else "")
+        if self.kv_dtype_bytes == 1:
+            label += "; fp8 KV cache"
         if self.roofline_parts:  # parts no table covers: say so in the one-line label too
             label += f"; roofline for {', '.join(self.roofline_parts)}"
         return {"name": self.name, "kind": "measured", "label": label,
@@ -747,14 +782,16 @@ def _measured_width(op: str, source: MeasuredTables) -> float:
             "rotary_emb": (heads + kv) * m.head_dim, "qk_norm": (heads + kv) * m.head_dim}[op]
 
 
-def _gemm_grid(source: MeasuredTables, roofline: Callable[..., np.ndarray]) -> LogGrid:
-    """The (m, n, k) grid of a source's GEMM table, built once per tables object (kept on it:
-    the shipped tables are loaded once per process, so every point's model shares the grid;
-    `roofline` fills its unmeasured cells and depends only on the device and this table)."""
-    grid = source.__dict__.get("_gemm_grid")
+def _gemm_grid(source: MeasuredTables, roofline: Callable[..., np.ndarray], table: str = "gemm") -> LogGrid:
+    """The (m, n, k) grid of a source's GEMM table (`gemm`, `gemm_fp8`, `gemm_fp8_block`), built
+    once per tables object and table (kept on it: the shipped tables are loaded once per process,
+    so every point's model shares the grid; `roofline` fills its unmeasured cells and depends only
+    on the device and this table)."""
+    key = "_gemm_grid" if table == "gemm" else f"_gemm_grid_{table}"
+    grid = source.__dict__.get(key)
     if grid is None:
-        grid = source.__dict__["_gemm_grid"] = LogGrid.from_frame(source.tables["gemm"], ["m", "n", "k"],
-                                                                  source=f"{source.label} gemm", roofline=roofline)
+        grid = source.__dict__[key] = LogGrid.from_frame(source.tables[table], ["m", "n", "k"],
+                                                         source=f"{source.label} {table}", roofline=roofline)
     return grid
 
 

@@ -73,7 +73,9 @@ def build_measured(cost_model: str, model: ModelSpec, device: DeviceSpec, tensor
                    dtype_bytes: int = 2, kv_dtype_bytes: int = 2, **kwargs) -> MeasuredCostModel | None:
     """The measured cost model `cost_model` selects: `measured:DIR,...` (those directories, in that
     order) or `auto` (the shipped tables of the device); None for `auto` when the device has none
-    shipped or the dtype is not bf16 (the caller then uses the roofline).
+    shipped or the activation dtype is not bf16 (the caller then uses the roofline). Quantised
+    weights (`model.quantization`) and an FP8 KV cache (`kv_dtype_bytes` 1) are priced from the
+    tables' fp8 rows (`MeasuredCostModel`).
 
     Raises:
         ValueError / MeasuredTableError: a bad `measured:` value, tables of another device, or a
@@ -81,7 +83,7 @@ def build_measured(cost_model: str, model: ModelSpec, device: DeviceSpec, tensor
     """
     if cost_model == "auto":
         sources = shipped_sources(device.name, model, tensor_parallel_size)
-        if not sources or dtype_bytes != 2 or kv_dtype_bytes != 2:
+        if not sources or dtype_bytes != 2:
             return None
     else:
         sources = [load_tables(str(d)) for d in measured_dirs(cost_model)]

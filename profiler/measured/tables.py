@@ -14,6 +14,10 @@ A measured-table directory (written by `sarathi-sim profile import`, shipped und
     DIR/decode_attention.csv       num_heads, num_kv_heads, head_dim, batch_size, kv_tokens,
                                    time_s: a batch of one-token decodes over kv_tokens each
                                    (the new token included)
+    DIR/gemm_fp8.csv,              m, n, k, time_s: one W8A8 FP8 GEMM as vLLM's Fp8LinearMethod runs it
+    DIR/gemm_fp8_block.csv         (`gemm_fp8`: per-tensor scales; `gemm_fp8_block`: 128 × 128 weight
+                                   blocks), the activations' dynamic FP8 quantisation included
+    DIR/context_attention_fp8_kv.csv, decode_attention_fp8_kv.csv: as the two above, FP8 KV cache
     DIR/all_reduce.csv             num_gpus, mode (graph | eager), size_bytes, time_s
     DIR/layer_ops.csv              op, num_tokens, time_s: one call of one layer op of the model
                                    named in measured.json, at its TP degree (GEMMs and element-wise)
@@ -36,7 +40,7 @@ does not write are removed), and a directory holding anything else is refused
 
 Units: every `time_s` is seconds per call on one GPU (one TP rank); sizes are element counts
 except `size_bytes`; heads are per rank. A table a source lacks has no file. Per-head attention
-tables hold the KV cache in bf16 and no sliding window.
+tables hold the KV cache in bf16 (the `*_fp8_kv` ones in fp8) and no sliding window.
 """
 from __future__ import annotations
 
@@ -51,7 +55,6 @@ import pandas as pd
 from profiler.atomic_write import TEMP_PREFIX, write_bytes_whole
 from profiler.json_object import read_json_object
 from profiler.model_spec import ModelSpec
-from profiler.moe import MoESpec
 
 SIDECAR = "measured.json"
 FORMAT_VERSION = 1
@@ -59,6 +62,10 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "gemm": ("m", "n", "k", "time_s"),
     "context_attention": ("num_heads", "num_kv_heads", "head_dim", "batch_size", "query_tokens", "time_s"),
     "decode_attention": ("num_heads", "num_kv_heads", "head_dim", "batch_size", "kv_tokens", "time_s"),
+    "gemm_fp8": ("m", "n", "k", "time_s"),
+    "gemm_fp8_block": ("m", "n", "k", "time_s"),
+    "context_attention_fp8_kv": ("num_heads", "num_kv_heads", "head_dim", "batch_size", "query_tokens", "time_s"),
+    "decode_attention_fp8_kv": ("num_heads", "num_kv_heads", "head_dim", "batch_size", "kv_tokens", "time_s"),
     "all_reduce": ("num_gpus", "mode", "size_bytes", "time_s"),
     "layer_ops": ("op", "num_tokens", "time_s"),
     "sequence_ops": ("op", "num_seqs", "time_s"),
@@ -97,10 +104,7 @@ class MeasuredTables:
         """The model the model-specific tables were measured for, or None."""
         if not self.meta.get("model"):
             return None
-        fields = dict(self.meta["model"])
-        if fields.get("moe"):  # a mixture of experts, saved by dataclasses.asdict
-            fields["moe"] = MoESpec(**fields["moe"])
-        return ModelSpec(**fields)
+        return ModelSpec.from_fields(self.meta["model"])
 
     @property
     def tensor_parallel_size(self) -> int | None:
