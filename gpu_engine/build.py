@@ -7,6 +7,7 @@ import torch
 
 from gpu_engine.attention import paged_attention_torch
 from gpu_engine.checkpoint import load_weights
+from gpu_engine.fp8_linear import quantize_linears_
 from gpu_engine.engine import Engine
 from gpu_engine.kv_cache import KVCache
 from gpu_engine.model import Llama, ModelArgs
@@ -47,10 +48,18 @@ def build_model(args: ModelArgs, *, dtype: torch.dtype, device: torch.device | s
     model = model.to(dtype).to_empty(device=device)
     if args.spec.tie_word_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
+    fmt = args.spec.quantization
+    if fmt is not None and fmt.kernel not in ("fp8", "fp8_block"):
+        raise ValueError(f"the engine runs FP8 weights only; {args.spec.name} is {fmt.label} ({fmt.source})")
     if checkpoint_dir is not None:
+        if fmt is not None and fmt.source != "engine.quantization":
+            raise ValueError(f"{checkpoint_dir}: loading a pre-quantised checkpoint ({fmt.label}) is not implemented; "
+                             "give its BF16 checkpoint with engine.quantization: fp8, or run random weights")
         load_weights(model, checkpoint_dir)
     else:
         model.init_random_(seed)
+    if fmt is not None:  # FP8 weights per output channel (gpu_engine/fp8_linear.py), also for 128x128-block checkpoints
+        quantize_linears_(model)
     return model.eval()
 
 

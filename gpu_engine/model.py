@@ -24,7 +24,9 @@ from profiler import ModelSpec
 BUILTIN_ROPE_THETA = {"llama-3-8b": 500000.0, "llama-3-70b": 500000.0, "llama-3.1-8b": 500000.0,
                       "mistral-7b": 1000000.0, "mistral-nemo-12b": 1000000.0, "qwen2.5-7b": 1000000.0,
                       "qwen3-8b": 1000000.0, "qwen3-14b": 1000000.0, "qwen3-32b": 1000000.0,
-                      "mixtral-8x7b": 1000000.0}
+                      "mixtral-8x7b": 1000000.0, "llama-3.1-70b": 500000.0, "llama-3.3-70b": 500000.0,
+                      "llama-3.1-405b": 500000.0, "llama-3.1-70b-fp8": 500000.0, "qwen3-32b-fp8": 1000000.0,
+                      "qwen3-235b-a22b": 1000000.0}
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionMetadata, float], torch.Tensor]
 

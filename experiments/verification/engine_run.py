@@ -127,7 +127,9 @@ def _serve(point: SweepConfig, out_dir: Path, *, realtime: bool, weights: Option
     if dtype_name not in DTYPES:
         raise ValueError(f"--dtype {dtype_name!r} is not supported by the engine; valid: {', '.join(DTYPES)}")
     model_dir = _model_dir(point.model)
-    args = load_model_args(model_dir) if model_dir else ModelArgs.for_builtin(get_model_spec(point.model))
+    # The model as served: a quantised checkpoint or engine.quantization runs FP8 linears (gpu_engine/fp8_linear.py).
+    args = load_model_args(model_dir) if model_dir else ModelArgs.for_builtin(get_model_spec(point.model).served(
+        point.engine.quantization))
     checkpoint = weights or (model_dir if model_dir and any(model_dir.glob("*.safetensors")) else None)
     requests, info = load_requests(point.trace)
     if not isinstance(requests, list):
