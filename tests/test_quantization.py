@@ -164,7 +164,13 @@ def test_fp8_gemms_and_fp8_kv_decodes_come_from_the_measured_fp8_rows():
     assert parts["gate_up_proj"].endswith(": gemm_fp8 (m, 14336, 8192)")
     assert parts["lm_head"].split(": ")[1].startswith("gemm (m,")  # the LM head stays BF16
     assert "decode_attention_fp8_kv at heads 16/2" in parts["decode_attention_fp8_kv"]
-    assert "gemm_fp8_block (m," in block.describe()["parts"]["qkv_proj"]
+    # Block FP8: graph-captured steps (≤ 512 tokens here) from the graph-timed per-tensor rows, larger
+    # ones from the eager-timed block rows (AIConfigurator times fp8_block without a CUDA graph).
+    qkv = block.describe()["parts"]["qkv_proj"]
+    assert "gemm_fp8 (m, 5120, 5120) up to 512 tokens (graph-captured)" in qkv and "gemm_fp8_block (m, 5120, 5120) above" in qkv
+    per_tensor = build_measured("auto", get_model_spec("qwen3-32b").served("fp8"), h100, 2)
+    assert block._gemm["qkv_proj"](64) == per_tensor._gemm["qkv_proj"](64)
+    assert block._gemm["qkv_proj"](2048)[0] > per_tensor._gemm["qkv_proj"](2048)[0]
     assert "weights compressed-tensors W8A8 FP8; fp8 KV cache" in fp8.describe()["label"]
     # A decode step of 32 at TP 4 streams 17.1 GB of BF16 layer weights per rank, half that in FP8:
     # the FP8 GEMMs are faster by well over a quarter (measured: 0.60 of BF16 at m = 32).
