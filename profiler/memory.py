@@ -205,7 +205,8 @@ def vllm_kv_pool(
         gpu_memory_utilization: vLLM's flag, a fraction of cudaMemGetInfo's total.
         block_size: tokens per KV block.
         max_num_batched_tokens, max_num_seqs: the scheduler limits the profile run is shaped by.
-        dtype_bytes: weight bytes per parameter (2 bf16, 1 fp8).
+        dtype_bytes: bytes per unquantised parameter (2: bf16); a quantised model's linear layers
+            take `model.quantization.bytes_per_param` (`ModelSpec.weight_bytes`).
         kv_dtype_bytes: KV-cache bytes per element.
         data_parallel_size: DP ranks of a mixture of experts (its experts are split over DP × TP
             GPUs: `profiler.moe_memory`); no effect on a dense model.
