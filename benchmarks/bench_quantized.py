@@ -22,12 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
+from bench_measured import _row  # benchmarks/ is on sys.path when this file runs as a script
 from experiments.config import SweepConfig
 from experiments.deployment import build_scheduler_config
 from experiments.point import run_point
 from profiler.importers.aiconfigurator import import_aiconfigurator
 from profiler.measured.grid import LogGrid
-from profiler.measured.heldout import heldout_errors, mape
+from profiler.measured.heldout import heldout_errors
 
 PROFILES = Path(__file__).resolve().parents[2] / "shared" / "profiles"
 SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm", "rtx_pro_6000_server", "l40s")
@@ -57,12 +58,6 @@ def heldout_section() -> None:
                     errs[axis].append(e)
             _row(label, name, {a: np.concatenate(v) if v else np.array([]) for a, v in errs.items()}, ["batch", key])
     print()
-
-
-def _row(label: str, table: str, errors: dict[int, np.ndarray], names: list[str]) -> None:
-    summary = ", ".join(f"{n} {mape(errors[i]):.1f} % (n={errors[i].size})" for i, n in enumerate(names) if errors[i].size)
-    everything = np.concatenate([e for e in errors.values() if e.size])
-    print(f"| {label} | {table} | {summary} | {mape(everything):.1f} % |")
 
 
 def point(model: str, device: str, tp: int, clients: int, isl: int, osl: int, kv_cache_dtype: str = "bf16") -> SweepConfig:
