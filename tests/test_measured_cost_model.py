@@ -257,7 +257,8 @@ def test_shipped_tables_are_what_the_build_derives_from_the_public_files(tmp_pat
         for file in directory.iterdir():
             assert file.read_bytes() == (shipped / file.name).read_bytes(), f"{shipped / file.name} differs: rebuild it"
     total = sum(f.stat().st_size for f in MEASURED_DIR.rglob("*") if f.is_file())
-    assert total < 2 * 2**20
+    # < 2 MiB before the FP8 GEMM and FP8-KV attention tables (issue 32: 3.5 MiB with them).
+    assert total < 4 * 2**20
 
 
 def test_a_verify_reads_its_kv_once_not_once_per_query():
