@@ -11,7 +11,7 @@ from experiments.config import (CHUNKING_SCHEDULERS, SCHEDULER_KEYS, AcceptanceF
 from profiler import RooflineCostModel, get_device_spec, get_model_spec, kv_pool_blocks
 from profiler.cost_model import CostModel
 from profiler.model_spec import ModelSpec
-from profiler.quantization import kv_cache_dtype_bytes
+from profiler.quantization import kv_cache_dtype_bytes, resolved_kv_cache_dtype
 from simulator.acceptance import EmpiricalAcceptance, PositionalAcceptance, speculative_outcome_fn
 from simulator.disaggregated import KvLink
 from simulator.pricing import StepPricer
@@ -31,10 +31,12 @@ def served_model(point: SweepConfig) -> ModelSpec:
 
 
 def kv_bytes_per_element(point: SweepConfig) -> int:
-    """Bytes per KV-cache element of the point's `engine.kv_cache_dtype` on its device
-    (`profiler.quantization.kv_cache_dtype_bytes`: auto/bf16 2, fp8* 1; FP8 refused on a card
-    without FP8)."""
-    return kv_cache_dtype_bytes(point.engine.kv_cache_dtype, get_device_spec(point.device))
+    """Bytes per KV-cache element of the point's `engine.kv_cache_dtype` as vLLM resolves it
+    (`auto`: the checkpoint's KV quantisation where a ModelOpt checkpoint names one;
+    `profiler.quantization.resolved_kv_cache_dtype`) on its device (auto/bf16 2, fp8* 1; FP8
+    refused on a card without FP8)."""
+    kv_cache_dtype = resolved_kv_cache_dtype(point.engine.kv_cache_dtype, served_model(point).quantization)
+    return kv_cache_dtype_bytes(kv_cache_dtype, get_device_spec(point.device))
 
 
 def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:

@@ -40,7 +40,10 @@ checkpoint, a group size Marlin has no kernel for — is a `ValueError` naming t
 priced as BF16.
 
 KV cache (`vllm/config/cache.py`, `CacheDType`: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2, ...):
-`auto` is the model dtype (BF16 here); the FP8 kinds take 1 byte per element.
+the FP8 kinds take 1 byte per element; `auto` is the model dtype (BF16 here) except for a ModelOpt
+checkpoint that names its KV quantisation (`vllm/utils/torch_utils.py`,
+`resolve_kv_cache_dtype_string` / `get_kv_cache_quant_algo_string`: `quant_method` modelopt*,
+`kv_cache_scheme` or `kv_cache_quant_algo` FP8 → fp8), where `auto` is FP8 (`resolved_kv_cache_dtype`).
 """
 from __future__ import annotations
 
@@ -48,9 +51,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# engine.kv_cache_dtype values → bytes per element. "bf16" is this project's older spelling of
-# vLLM's `auto` for a BF16 model (kept so existing configs read the same).
-KV_CACHE_DTYPE_BYTES = {"auto": 2, "bf16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+# engine.kv_cache_dtype values → bytes per element. "bf16" (the default) is this project's older
+# spelling of vLLM's `auto`; "bfloat16" is BF16 whatever the checkpoint says (vLLM's value).
+KV_CACHE_DTYPE_BYTES = {"auto": 2, "bf16": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+AUTO_KV_CACHE_DTYPES = ("auto", "bf16")
 # engine.quantization values: vLLM's `--quantization` methods that quantise a BF16 checkpoint at
 # load (only `fp8`: `Fp8Config` with is_checkpoint_fp8_serialized false) or that must match the
 # checkpoint's own method (vLLM `ModelConfig._verify_quantization` refuses a mismatch).
@@ -76,6 +80,8 @@ class WeightFormat:
             per-tensor / per-channel / block formats (their scales are < 0.1 % of the weight).
         scale_bytes_per_group: bytes of scale (and zero point) per group (`group_size` > 0).
         source: where it was read (config.json's file and key, or `engine.quantization`).
+        kv_cache_dtype: the KV-cache dtype the checkpoint asks for ("fp8": a ModelOpt checkpoint's
+            `kv_cache_quant_algo` FP8), which vLLM's `auto` takes; None: the model dtype.
     """
 
     method: str
@@ -84,6 +90,7 @@ class WeightFormat:
     group_size: int = 0
     scale_bytes_per_group: float = 0.0
     source: str = ""
+    kv_cache_dtype: str | None = None
 
     @property
     def bytes_per_param(self) -> float:
@@ -104,6 +111,14 @@ class WeightFormat:
         if self.kernel == "weight_only":
             return f"{self.method} W{self.weight_bits}A16{group} (Marlin weight-only, roofline)"
         return f"{self.method} W8A8 FP8{' block 128x128' if self.kernel == 'fp8_block' else ''}"
+
+
+def resolved_kv_cache_dtype(kv_cache_dtype: str, quantization: WeightFormat | None) -> str:
+    """`engine.kv_cache_dtype` as vLLM resolves it: `auto` (and this project's `bf16`) becomes the
+    checkpoint's KV quantisation where it names one (`WeightFormat.kv_cache_dtype`), else stays."""
+    if kv_cache_dtype in AUTO_KV_CACHE_DTYPES and quantization is not None and quantization.kv_cache_dtype:
+        return quantization.kv_cache_dtype
+    return kv_cache_dtype
 
 
 def kv_cache_dtype_bytes(kv_cache_dtype: str, device=None) -> int:
@@ -158,7 +173,7 @@ def read_quantization_config(config: Any, path: Path | str) -> WeightFormat:
                          f"{', '.join(sorted(_READERS))} (vLLM 0.19 quantization methods)")
     fmt = reader(config, where)
     return WeightFormat(fmt.method, fmt.kernel, fmt.weight_bits, fmt.group_size, fmt.scale_bytes_per_group,
-                        source=f"{path} quantization_config")
+                        source=f"{path} quantization_config", kv_cache_dtype=_modelopt_kv(config, where))
 
 
 def _only_lm_head_skipped(skipped: Any, where: str) -> None:
@@ -198,6 +213,29 @@ def _modelopt(config: dict, where: str) -> WeightFormat:
     if isinstance(algo, str) and algo.upper() == "NVFP4":
         return _nvfp4("modelopt", where)
     raise ValueError(f"{where}.quant_algo {algo!r}: priced are FP8 (W8A8) and NVFP4")
+
+
+def _modelopt_kv(config: dict, where: str) -> str | None:
+    """The KV dtype a ModelOpt checkpoint asks `auto` to take (vLLM `get_kv_cache_quant_algo_string`:
+    only `quant_method` modelopt*; its `kv_cache_scheme` or `kv_cache_quant_algo`, top level or under
+    `quantization`); None for other methods or none named.
+
+    Raises:
+        ValueError: a KV quantisation other than FP8 (naming the field): vLLM would serve it, this
+            tool has no kernel table for it.
+    """
+    if not str(config.get("quant_method", "")).startswith("modelopt"):
+        return None
+    inner = config.get("quantization") if isinstance(config.get("quantization"), dict) else config
+    algo = (inner.get("kv_cache_scheme") or config.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo")
+            or config.get("kv_cache_quant_algo"))
+    if algo is None:
+        return None
+    if isinstance(algo, dict) and algo.get("dynamic") is False and algo.get("num_bits") == 8 and algo.get("type") == "float":
+        return "fp8"
+    if isinstance(algo, str) and algo.lower() in ("fp8", "fp8_e4m3"):
+        return "fp8"
+    raise ValueError(f"{where}.kv_cache_quant_algo {algo!r}: an FP8 KV cache is priced; other KV formats are not")
 
 
 def _modelopt_fp4(config: dict, where: str) -> WeightFormat:

@@ -129,7 +129,7 @@ def test_kv_bytes_per_token_per_format():
     for name in ("fp8", "fp8_e4m3", "fp8_e5m2"):
         assert model.kv_bytes_per_token(kv_cache_dtype_bytes(name, get_device_spec("h100-sxm"))) == 163_840
     assert model.kv_bytes_per_token(1, 2) == 81_920
-    with pytest.raises(ValueError, match="engine.kv_cache_dtype 'fp8_inc' is unknown; valid: auto, bf16, fp8"):
+    with pytest.raises(ValueError, match="engine.kv_cache_dtype 'fp8_inc' is unknown; valid: auto, bf16, bfloat16, fp8"):
         kv_cache_dtype_bytes("fp8_inc")
     with pytest.raises(ValueError, match="engine.kv_cache_dtype 'fp8': device 'a100-80gb' has no FP8 support"):
         kv_cache_dtype_bytes("fp8", get_device_spec("a100-80gb"))
@@ -223,3 +223,28 @@ def test_engine_keys_and_their_errors():
     command = vllm_serve_command(point)
     assert "--quantization fp8 --kv-cache-dtype fp8_e4m3" in command and command.startswith("vllm serve meta-llama/Llama-3.1-70B ")
     assert "--quantization" not in vllm_serve_command(SweepConfig.model_validate({**_point(), "model": "llama-3.1-70b-fp8"}))
+
+
+def test_auto_kv_cache_takes_a_modelopt_checkpoints_fp8_kv(tmp_path):
+    # nvidia ModelOpt FP8 exports name their KV quantisation; vLLM resolves --kv-cache-dtype auto to it
+    # (vllm/utils/torch_utils.py resolve_kv_cache_dtype_string), so the default pool is an FP8 one.
+    from experiments.deployment import build_scheduler_config, kv_bytes_per_element
+    from profiler.quantization import resolved_kv_cache_dtype
+
+    modelopt = {"quant_method": "modelopt", "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}}
+    fmt = read_quantization_config(modelopt, "m/config.json")
+    assert (fmt.kernel, fmt.kv_cache_dtype) == ("fp8", "fp8")
+    assert read_quantization_config(RED_HAT_FP8, "m/config.json").kv_cache_dtype is None  # only ModelOpt's is read
+    assert [resolved_kv_cache_dtype(kv, fmt) for kv in ("auto", "bf16", "bfloat16", "fp8_e5m2")] == [
+        "fp8", "fp8", "bfloat16", "fp8_e5m2"]
+    with pytest.raises(ValueError, match=r"kv_cache_quant_algo 'NVFP4': an FP8 KV cache is priced"):
+        read_quantization_config({**modelopt, "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "NVFP4"}}, "m")
+    path = write_config(tmp_path, "modelopt", modelopt)
+    default = SweepConfig.model_validate({**_point(), "model": path})
+    pinned = SweepConfig.model_validate({**_point(kv_cache_dtype="bfloat16"), "model": path})
+    assert (kv_bytes_per_element(default), kv_bytes_per_element(pinned)) == (1, 2)
+    blocks = build_scheduler_config(default).num_gpu_blocks, build_scheduler_config(pinned).num_gpu_blocks
+    assert blocks[0] in (2 * blocks[1] + 1, 2 * blocks[1] + 2)  # vllm_v1 keeps one null block of each pool
+    assert "--kv-cache-dtype bfloat16" in vllm_serve_command(pinned)
+    with pytest.raises(ValueError, match="engine.kv_cache_dtype 'fp8': device 'a100-80gb' has no FP8 support"):
+        SweepConfig.model_validate({**_point(), "model": path, "device": "a100-80gb"})

@@ -52,7 +52,7 @@ class EngineConfig(_Strict):
     # --quantization) or the checkpoint's quantization_config (profiler/quantization.py).
     dtype: Literal["bf16"] = "bf16"
     quantization: Literal[ENGINE_QUANTIZATIONS] | None = None  # vLLM --quantization: fp8 quantises a BF16 checkpoint at load; others must match the checkpoint's quant_method
-    kv_cache_dtype: Literal["auto", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2"] = "bf16"  # vLLM --kv-cache-dtype; bf16 = auto
+    kv_cache_dtype: Literal["auto", "bf16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"] = "bf16"  # vLLM --kv-cache-dtype; bf16 = auto (a ModelOpt checkpoint's FP8 KV, else the model's BF16); bfloat16 always BF16
     tensor_parallel_size: int = Field(default=1, ge=1)
     pipeline_parallel_size: int = Field(default=1, ge=1)
     replicas: int = Field(default=1, ge=1, le=_MAX_REPLICAS)

@@ -33,7 +33,7 @@ def _check_quantization(model, device, e: EngineConfig) -> None:
     Raises:
         ValueError: naming engine.quantization / engine.kv_cache_dtype and what is valid.
     """
-    from profiler.quantization import kernel_for, kv_cache_dtype_bytes
+    from profiler.quantization import kernel_for, kv_cache_dtype_bytes, resolved_kv_cache_dtype
 
     try:
         served = model.served(e.quantization)
@@ -41,7 +41,8 @@ def _check_quantization(model, device, e: EngineConfig) -> None:
             kernel_for(served.quantization, device)
     except ValueError as exc:
         raise ValueError(f"engine.quantization: {exc}") from None
-    kv_cache_dtype_bytes(e.kv_cache_dtype, device)  # its message names engine.kv_cache_dtype
+    # Its message names engine.kv_cache_dtype (an `auto` resolved to the checkpoint's FP8 included).
+    kv_cache_dtype_bytes(resolved_kv_cache_dtype(e.kv_cache_dtype, served.quantization), device)
 
 
 def _check_kv_pool_override(e: EngineConfig, model, device) -> None:

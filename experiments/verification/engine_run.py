@@ -271,7 +271,7 @@ def _model_dir(model: str) -> Optional[Path]:
 def _check_supported(point: SweepConfig) -> None:
     e = point.engine
     unsupported = {"replicas": e.replicas != 1, "tensor_parallel_size": e.tensor_parallel_size != 1,
-                   "pipeline_parallel_size": e.pipeline_parallel_size != 1, "kv_cache_dtype": e.kv_cache_dtype != "bf16",
+                   "pipeline_parallel_size": e.pipeline_parallel_size != 1, "kv_cache_dtype": e.kv_cache_dtype not in ("auto", "bf16", "bfloat16"),
                    "draft": isinstance(e.draft, DraftModel)}
     bad = [key for key, is_bad in unsupported.items() if is_bad]
     if bad:
