@@ -18,7 +18,7 @@ REQUEST = {"request_id": "r0", "input_toks": 100, "output_toks": 11, "arrival_ti
            "scheduled_ts": 1000.0, "first_token_ts": 1000.5, "last_token_ts": 1001.5}
 SUPPORTED = ("supported engine_kwargs: block_size, data_parallel_size, dtype, enable_chunked_prefill, "
              "enable_expert_parallel, enable_prefix_caching, kv_cache_dtype, max_model_len, max_num_batched_tokens, "
-             "max_num_seqs, model, pipeline_parallel_size, seed, tensor_parallel_size (and, not affecting timing, "
+             "max_num_seqs, model, pipeline_parallel_size, quantization, seed, tensor_parallel_size (and, not affecting timing, "
              "disable_log_requests, disable_log_stats, download_dir, enable_log_requests, served_model_name, "
              "trust_remote_code; speculative_config null)")
 
@@ -52,8 +52,6 @@ def _refusal(tmp_path: Path, extra: dict, instance: dict | None = None) -> str:
      "--against-run does not model it (simulating vLLM's default in its place would be a silent guess)"),
     ("enforce_eager", True, "True",
      "--against-run does not model it (simulating vLLM's default in its place would be a silent guess)"),
-    ("quantization", "fp8", "'fp8'",
-     "--against-run does not model it (simulating vLLM's default in its place would be a silent guess)"),
 ])
 def test_an_engine_argument_the_simulator_does_not_model_is_refused(tmp_path, key, value, said, why):
     meta = tmp_path / "vllm" / "meta.json"
@@ -76,6 +74,11 @@ def test_dtypes_and_switches_map_or_are_refused(tmp_path):
         "scheduler": "vllm_v1", "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "num_gpus": 1,
         "max_num_seqs": 128, "chunk_size": 2048, "seed": 42, "block_size": 32, "gpu_memory_utilization": 0.9}
     assert _engine(tmp_path / "b", {"kv_cache_dtype": "fp8_e5m2"})["kv_cache_dtype"] == "fp8"
+    # vLLM's --quantization is engine.quantization (issue 32); a method the tool does not know is refused.
+    assert _engine(tmp_path / "q", {"quantization": "fp8"})["quantization"] == "fp8"
+    meta = tmp_path / "q2" / "vllm" / "meta.json"
+    assert _refusal(tmp_path / "q2", {"quantization": "bitsandbytes"}).startswith(
+        f"{meta}: engine_kwargs.quantization is 'bitsandbytes'; expected null or one of fp8, fbgemm_fp8")
     for name, key, value, expected in (
             ("c", "dtype", "float16", "bfloat16 (the simulator prices bf16 weights and activations; 'auto' is the "
                                       "checkpoint's dtype, which the recording does not say)"),

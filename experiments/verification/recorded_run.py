@@ -33,6 +33,7 @@ import pandas as pd
 
 from experiments.outputs import write_atomic
 from profiler.json_object import read_json_object
+from profiler.quantization import ENGINE_QUANTIZATIONS
 from simulator.metrics import percentile_stats
 from traces.readers.fields import MAX_TOKENS
 from traces.time_bounds import MAX_SPAN_S, short_number
@@ -304,6 +305,7 @@ def _engine_int(kwargs: dict, key: str, meta_path: Path, minimum: int = 1) -> in
 # The generated config's engine keys read by their own rules (beside ENGINE_KWARGS's whole numbers)
 # → their engine_kwargs (`_dtype_and_switches`): a config error on one names that key.
 ENGINE_SWITCHES = {"enable_expert_parallel": "enable_expert_parallel", "kv_cache_dtype": "kv_cache_dtype",
+                   "quantization": "quantization",
                    "enable_prefix_caching": "enable_prefix_caching"}
 # Every engine_kwargs key `bundle_config` reads; `model` is checked against meta.json's `model`,
 # `dtype` and `enable_chunked_prefill` checked to be what the simulator models (`_dtype_and_switches`).
@@ -366,6 +368,11 @@ def _dtype_and_switches(kwargs: dict, meta_path: Path) -> dict:
             raise refuse("kv_cache_dtype", f"one of {', '.join(KV_CACHE_DTYPES)}")
         if KV_CACHE_DTYPES[kv]:
             engine["kv_cache_dtype"] = KV_CACHE_DTYPES[kv]
+    quantization = kwargs.get("quantization")  # vLLM --quantization: engine.quantization (profiler/quantization.py)
+    if quantization is not None:
+        if quantization not in ENGINE_QUANTIZATIONS:
+            raise refuse("quantization", f"null or one of {', '.join(ENGINE_QUANTIZATIONS)}")
+        engine["quantization"] = quantization
     for key in ("enable_prefix_caching", "enable_chunked_prefill"):
         if kwargs.get(key) is not None and not isinstance(kwargs[key], bool):
             raise refuse(key, "true, false or null")
