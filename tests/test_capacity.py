@@ -80,17 +80,44 @@ def test_capacity_sweep_end_to_end(tmp_path):
 
 
 def test_fleet_sizing_arithmetic():
-    from experiments.planning.search import fleet_row
+    from experiments.planning.fleet import fleet_row
     point = SweepConfig.model_validate({
         "trace": {"kind": "poisson", "qps": 1}, "engine": {"tensor_parallel_size": 2},
         "search": {}, "fleet": {"target_qps": 40, "gpu_hour_usd": 3.0}})
     trials = [{"passed": True, "throughput_rps": 10.0, "output_throughput_tps": 2000.0}]
-    row = fleet_row(point, 12.5, trials)
-    # ceil(40 / 12.5) = 4 replicas x TP 2 = 8 GPUs; $24/h over 40 req/s x 200 tokens x 3600 s.
-    assert row["fleet_replicas"] == 4 and row["fleet_gpus"] == 8
+    row = fleet_row(point, {"capacity_qps": 14.0, "capacity_ci_low": 12.5}, trials)
+    # From the interval's low end: ceil(40 × 1.1 / 12.5) = ceil(3.52) = 4 copies × TP 2 = 8 GPUs
+    # (the mean, 14, would give ceil(3.14) = 4 as well; 40 / 14 without headroom 3);
+    # $24/h over 40 req/s × 200 tokens × 3600 s.
+    assert row["fleet_sizing_qps"] == 12.5 and row["fleet_replicas"] == 4 and row["fleet_gpus"] == 8
     assert row["usd_per_million_output_tokens"] == pytest.approx(24 / (40 * 200 * 3600) * 1e6)
     with pytest.raises(Exception, match="fleet: sizing needs a capacity search"):
         SweepConfig.model_validate({"trace": {"kind": "poisson", "qps": 1}, "fleet": {"target_qps": 4}})
+
+
+def test_fleet_sizing_of_the_issue_case_never_takes_the_mean():
+    """Issue 29: capacity 26.9 QPS (interval 25.1–28.7) sized 50 QPS at ceil(50 / 26.9) = 2 GPUs.
+    From the low end with 10 % headroom: ceil(55 / 25.1) = 3; with headroom 0.3: ceil(65 / 25.1) = 3;
+    an interval down to 0 sizes nothing and says why."""
+    from experiments.planning.fleet import fleet_row, fleet_rule_text
+    point = SweepConfig.model_validate({
+        "trace": {"kind": "poisson", "qps": 1}, "search": {},
+        "fleet": {"target_qps": 50, "gpu_hour_usd": {"h100-sxm": 2.5}}})
+    row = fleet_row(point, {"capacity_qps": 26.9, "capacity_ci_low": 25.1}, [])
+    assert row["fleet_gpus"] == 3 and row["fleet_usd_per_hour"] == pytest.approx(7.5)
+    tight = point.model_copy(update={"fleet": point.fleet.model_copy(update={"headroom": 0.3})})
+    assert fleet_row(tight, {"capacity_qps": 26.9, "capacity_ci_low": 25.1}, [])["fleet_gpus"] == 3
+    wide = fleet_row(point, {"capacity_qps": 20.0, "capacity_ci_low": 0.0}, [])
+    assert "fleet_gpus" not in wide and "lower bound is 0" in wide["fleet_problem"]
+    assert fleet_row(point, {"capacity_qps": 26.9}, [])["fleet_sizing_qps"] == 26.9  # one seed: its capacity
+    assert fleet_rule_text(50, 0.1) == ("copies = ⌈50 QPS × (1 + 0.1 headroom) / the capacity's 95 % lower bound⌉ "
+                                        "(one seed: its capacity), GPUs = copies × the point's GPUs")
+
+
+def test_per_device_prices_must_name_every_device():
+    with pytest.raises(Exception, match="fleet.gpu_hour_usd has no price for device 'h100-sxm'"):
+        SweepConfig.model_validate({"trace": {"kind": "poisson", "qps": 1}, "search": {},
+                                    "fleet": {"target_qps": 50, "gpu_hour_usd": {"h200": 3.7, "a100-80gb": 1.8}}})
 
 
 def test_pareto_frontier_of_a_hand_made_table():

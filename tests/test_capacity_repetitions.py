@@ -76,11 +76,11 @@ def test_a_file_trace_with_seeds_is_warned_of_and_a_zero_width_interval_is_not_c
                                          "confidence interval).")
     assert file_trace_seeds_warning(base, 3) in summary.warnings
     assert "search.seeds 1 gives that capacity at 1/3 of the work" in file_trace_seeds_warning(base, 3)
-    assert summary.header[-1].endswith("the 95 % interval is over 3 seeds (engine seeds 10–12); the trace is a "
+    assert summary.header[-2].endswith("the 95 % interval is over 3 seeds (engine seeds 10–12); the trace is a "
                                        "file, replayed the same for every seed: the seeds vary only the engine's "
                                        "random draws (speculative acceptance, random routers).")
     profile = capacity_summary(_capacity_points([20.0, 22.0, 24.0]), _point(PROFILE), {"tbt_p99_s": 0.1})
-    assert profile.header[-1].endswith("the 95 % interval is over 3 seeds (trace seeds 7–9, engine seeds 10–12).")
+    assert profile.header[-2].endswith("the 95 % interval is over 3 seeds (trace seeds 7–9, engine seeds 10–12).")
     assert not any("file" in w for w in profile.warnings)
     # mean 22, s = 2, t(0.975, 2) = 4.302653: 22 ± 4.968 -> 17.0–27.0
     assert "(95 % interval 17–27)" in profile.recommendation[0]

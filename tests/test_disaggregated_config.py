@@ -96,14 +96,16 @@ def test_bad_cluster_keys_are_named(tmp_path, override, named):
 
 
 def test_fleet_sizing_of_a_cluster_counts_whole_clusters_and_all_their_gpus(tmp_path):
-    """A 2P(TP1) 3D(TP2) cluster is 8 GPUs; at a capacity of 12.5 req/s a 40 req/s target needs
-    ceil(40 / 12.5) = 4 clusters = 32 GPUs, at $3 a GPU-hour $96/h over 40 req/s × 200 tokens."""
-    from experiments.planning.search import capacity_row, fleet_row, per_gpu_row
+    """A 2P(TP1) 3D(TP2) cluster is 8 GPUs; at a capacity of 12.5 req/s a 40 req/s target with the
+    default 10 % headroom needs ceil(44 / 12.5) = 4 clusters = 32 GPUs, at $3 a GPU-hour $96/h over
+    40 req/s × 200 tokens."""
+    from experiments.planning.fleet import fleet_row
+    from experiments.planning.search import capacity_row, per_gpu_row
 
     (point,) = load(tmp_path, overrides=["search={qps: [1, 8]}", "fleet={target_qps: 40, gpu_hour_usd: 3}"])
     trials = [{"passed": True, "throughput_rps": 10.0, "output_throughput_tps": 2000.0}]
-    row = fleet_row(point, 12.5, trials)
-    assert row["fleet_replicas"] == 4 and row["fleet_gpus"] == 32
+    row = fleet_row(point, {"capacity_qps": 12.5}, trials)
+    assert row["fleet_replicas"] == 4 and row["fleet_gpus"] == 32 and row["fleet_usd_per_hour"] == 96
     assert row["usd_per_million_output_tokens"] == pytest.approx(96 / (40 * 200 * 3600) * 1e6)
     # A seed below the searched range counts 0 (dropping it overstated the capacity: 12.5 / 8).
     def per_gpu(capacities):  # the sweep's: per_gpu_row of capacity_row's mean over the seeds
@@ -116,13 +118,14 @@ def test_fleet_sizing_of_a_cluster_counts_whole_clusters_and_all_their_gpus(tmp_
 
 def test_fleet_sizing_counts_every_gpu_of_a_colocated_point():
     """Two TP2 replicas behind a router are 4 GPUs a copy (the sizing once counted TP × PP only,
-    2): 40 req/s at 12.5 needs 4 copies = 16 GPUs."""
-    from experiments.planning.search import fleet_row
+    2): 40 req/s × 1.1 headroom at 12.5 needs 4 copies = 16 GPUs."""
+    from experiments.planning.fleet import fleet_row
 
     point = SweepConfig.model_validate({"trace": {"kind": "poisson", "qps": 1}, "search": {},
                                         "engine": {"tensor_parallel_size": 2, "replicas": 2},
                                         "fleet": {"target_qps": 40}})
-    assert fleet_row(point, 12.5, []) == {"fleet_replicas": 4, "fleet_gpus": 16}
+    assert fleet_row(point, {"capacity_qps": 12.5}, []) == {"fleet_sizing_qps": 12.5, "fleet_replicas": 4,
+                                                            "fleet_gpus": 16}
 
 
 def test_capacity_search_of_a_cluster_reports_per_gpu_capacity_and_fleet(tmp_path):
@@ -141,7 +144,8 @@ def test_capacity_search_of_a_cluster_reports_per_gpu_capacity_and_fleet(tmp_pat
     row = pd.read_csv(out / "points.csv").iloc[0]
     assert row["num_gpus"] == 8 and row["capacity_qps"] > 0
     assert row["capacity_per_gpu_qps"] == pytest.approx(row["capacity_qps"] / 8)
-    assert row["fleet_gpus"] == 8 * row["fleet_replicas"] == 8 * np.ceil(20 / row["capacity_qps"])
+    # One seed: sized from its capacity, with the default 10 % headroom.
+    assert row["fleet_gpus"] == 8 * row["fleet_replicas"] == 8 * np.ceil(20 * 1.1 / row["capacity_qps"])
     assert "QPS per GPU" in result.output
 
 

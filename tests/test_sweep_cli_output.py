@@ -114,7 +114,8 @@ def test_capacity_search_prints_its_recommendation_warnings_and_command(tmp_path
                        "--max-num-seqs 64 --block-size 16 --gpu-memory-utilization 0.9 --dtype bfloat16 --seed 0")
     assert "error" not in result.output.lower() and "NaN" not in result.output
     trials = len(pd.read_csv(tmp_path / "o" / "trials.csv"))
-    assert f"1/1 searches done · {trials} trials in them" in result.output  # the bar counts searches, then trials
+    # Not a terminal: a progress line per search done (the bar counts searches, then trials).
+    assert f"capacity search cap: 1/1 point × seed searches done · {trials} trials in them (" in result.output
 
 
 INLINE_DEVICE = """

@@ -198,6 +198,11 @@ def _done(progress: Progress, task, advance: int = 1, **fields) -> None:
     was swallowed where it landed (`interrupts.check`)."""
     _TALLY["done"] += advance
     progress.update(task, advance=advance, **fields)
+    if progress.disable:  # stderr is no terminal (a log file, a pipe): a line per step instead of a bar
+        state = next(t for t in progress.tasks if t.id == task)
+        elapsed = time.strftime("%H:%M:%S", time.gmtime(state.elapsed or 0))
+        err_console.print(f"{state.description}: {int(state.completed)}/{int(state.total)} {_TALLY['unit']} done"
+                          f"{state.fields.get('trials_text', '')} ({elapsed})", markup=False, highlight=False)
     interrupts.check()
 
 
@@ -211,7 +216,8 @@ def _run_points(base: SweepConfig, points: list[dict], folder: RunFolder, jobs: 
     started = time.perf_counter()
     _count(len(points), "points")
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, transient=False) as progress:
+                  TimeElapsedColumn(), console=err_console, transient=False,
+                  disable=not err_console.is_terminal) as progress:
         task = progress.add_task(f"simulating {base.name}", total=len(points))
         results = run_sweep(points, jobs=jobs, on_done=lambda i, row: _done(progress, task), cache_dir=cache_dir,
                             backend=backend, ray_address=ray_address, point_ids=point_ids,
@@ -259,7 +265,7 @@ def _run_capacity(base: SweepConfig, points: list[dict], folder: RunFolder, jobs
     _count(len(points) * base.search.seeds, "point × seed searches")
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("searches done{task.fields[trials_text]}"), TimeElapsedColumn(),
-                  console=err_console) as progress:
+                  console=err_console, disable=not err_console.is_terminal) as progress:
         # A search's trials are counted when it finishes (the workers report nothing sooner), so
         # the bar counts searches done and, once some are, the trials they ran.
         task = progress.add_task(f"capacity search {base.name}", total=len(points) * base.search.seeds, trials=0,
@@ -450,6 +456,8 @@ def _print_capacity(table: pd.DataFrame, base: SweepConfig, slo: dict, policy_ch
     for _, row in failed.iterrows():
         err_console.print(f"[red]point {row['point_id']} ({escape(str(row['label']))}) failed:[/red] "
                           f"{escape(str(row['error']))}", highlight=False)
+    for line in summary.header[-2:]:  # what capacity means here: the SLOs, trials, and the sustained-load rule
+        console.print(_rich_text(line), style="dim", highlight=False)
     for line in summary.recommendation:
         console.print(_rich_text(line), highlight=False)
     for line in summary.warnings:

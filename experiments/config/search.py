@@ -16,7 +16,9 @@ from traces.time_bounds import MAX_QPS, short_number
 class SearchConfig(_Strict):
     """Capacity search per point (experiments/planning/capacity.py): bisection on QPS within `qps`.
 
-    Each trial simulates `num_requests` at one QPS; warm-up and drain (`trim_fraction` of the
+    Each trial simulates `num_requests` per instance (replicas × DP, over every pool of a
+    `cluster:`) at one QPS, and passes only in steady state (experiments/planning/steady_state.py),
+    lengthened up to `max_trial_scale` × when undecided; warm-up and drain (`trim_fraction` of the
     arrival span at each end) are left out of the latency statistics; the search repeats for
     `seeds` seeds for a confidence interval: repetition k runs the trace's `seed` + k (its
     sampling) and the engine's `seed` + k (speculative acceptance, random routers), as the xPyD
@@ -30,6 +32,9 @@ class SearchConfig(_Strict):
     seeds: int = Field(default=3, ge=1, le=20)
     trim_fraction: float = Field(default=0.1, ge=0, lt=0.5)
     max_trials: int = Field(default=20, ge=2, le=60)
+    # An undecided trial (SLOs met, backlog not steady) is rerun with twice the requests up to this
+    # many times the first trial's (experiments/planning/trial_length.py); 1: never lengthened.
+    max_trial_scale: int = Field(default=4, ge=1, le=64)
     loads: list[Annotated[float, Field(gt=0, le=MAX_QPS)]] = []  # QPS grid for the load-dependent policy table
 
     @field_validator("qps")

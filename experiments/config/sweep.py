@@ -12,7 +12,7 @@ from pydantic import field_validator, model_validator
 from experiments.config.base import _Strict
 from experiments.config.cluster import _NO_POOL_WEIGHT, ClusterConfig, check_cluster
 from experiments.config.engine import EngineConfig
-from experiments.config.fleet import FleetConfig
+from experiments.config.fleet import FleetConfig, price_problem
 from experiments.config.layouts import LayoutsConfig
 from experiments.config.model_and_device import check_deployment
 from experiments.config.output import OutputConfig
@@ -83,6 +83,9 @@ class SweepConfig(_Strict):
     def _fleet_needs_search(self) -> "SweepConfig":
         if self.fleet is not None and self.search is None:
             raise ValueError("fleet: sizing needs a capacity search; add search: {...}")
+        problem = price_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")

@@ -113,21 +113,29 @@ def find_capacity(passes: Callable[[float], bool], low_qps: float, high_qps: flo
 
 def _narrow_by_saturation(trial: Callable[[float], bool], low: float, high: float, served: float | None,
                           trials_left: int) -> tuple[float, float]:
-    """Try 0.95 μ and 1.1 μ (μ = `served`, the rate an overloaded trial at `high` served) where they
-    fall inside (low, high); each trial moves one end of the bracket, as bisection would."""
+    """Try 0.95 μ (μ = `served`, the rate an overloaded trial at `high` served), then 1.1 μ when it
+    passes or 0.85 μ and 0.7 μ when it fails, where they fall inside (low, high); each trial moves
+    one end of the bracket, as bisection would. A sustained capacity is often below μ (a queue
+    near saturation is not steady), so after a failing guess the next steps down, not up."""
     if served is None or not served > 0:
         return low, high
-    for guess in (0.95 * served, 1.1 * served):
-        if trials_left <= 0 or not low < guess < high or (high - low) / high <= SATURATION_MIN_BRACKET:
-            continue
-        trials_left -= 1
-        if trial(guess):
-            low = guess
+    factor = 0.95
+    while factor is not None:
+        guess = factor * served
+        if trials_left <= 0 or (high - low) / high <= SATURATION_MIN_BRACKET:
+            break
+        if guess <= low or guess >= high:  # known already: below a passing rate passes, above a failing one fails
+            passed = guess <= low
         else:
-            high = guess
+            trials_left -= 1
+            passed = trial(guess)
+            low, high = (guess, high) if passed else (low, guess)
+        factor = _NEXT_GUESS.get((factor, passed))
     return low, high
 
 
+# The saturation guesses: (factor of μ, passed) → the next factor (none: bisect).
+_NEXT_GUESS = {(0.95, True): 1.1, (0.95, False): 0.85, (0.85, False): 0.7}
 # Below this relative bracket width plain bisection is as quick as guessing from saturation.
 SATURATION_MIN_BRACKET = 0.2
 

@@ -24,6 +24,7 @@ import pandas as pd  # noqa: E402
 
 from experiments.config import POOLS, ClosedLoopTrace, FileTrace, SweepConfig, layouts_of, slo_summary_key  # noqa: E402
 from experiments.planning.capacity import short_trials_warning  # noqa: E402
+from experiments.planning.steady_state import rule_text  # noqa: E402
 from experiments.planning.repetitions import file_trace_seeds_warning, seeds_note  # noqa: E402
 from experiments.planning.search import pareto_frontier, policy_table  # noqa: E402
 from experiments.outputs import save_figure, write_text  # noqa: E402
@@ -700,6 +701,7 @@ CAPACITY_COLUMNS = {
     "capacity_ci_low": "95 % CI low",
     "capacity_ci_high": "95 % CI high",
     "capacity_by_seed": "by seed",
+    "sustained_throughput_rps": "sustained req/s at capacity",
     "capacity_at_bound": "at search bound",
     "num_gpus": "GPUs",
     "capacity_per_gpu_qps": "QPS per GPU",
@@ -745,11 +747,12 @@ def capacity_summary(points: pd.DataFrame, base: SweepConfig, slo: dict[str, flo
         deployment_line(points, base, "(what prices each step is stated below)"),
         *cost_model_lines(ok), *device_lines(ok, base), *layout_lines(base),
         f"Capacity = highest QPS meeting every SLO ({', '.join(f'{k} ≤ {v:g}' for k, v in slo.items())}"
-        f"{'' if base.slo else ', Sarathi-Serve strict defaults for this model size'}), by bisection on trials of "
-        f"{s.num_requests} requests to {s.precision:.1%} precision within {list(s.qps)} QPS; "
+        f"{'' if base.slo else ', Sarathi-Serve strict defaults for this model size'}) in steady state, by bisection "
+        f"to {s.precision:.1%} precision within {list(s.qps)} QPS on trials of {_trial_sizes_text(ok, s)}; "
         f"{s.trim_fraction:.0%} warm-up and drain trimmed; {_seeds_text(base, s.seeds)}.",
+        f"Sustained-load rule: {rule_text(slo)}.",
     ]
-    warnings = []
+    warnings = _cap_warnings(ok)
     short = short_trials_warning(s.num_requests)
     if short:
         warnings.append(short)
@@ -809,6 +812,33 @@ def capacity_summary(points: pd.DataFrame, base: SweepConfig, slo: dict[str, flo
                      + "; ".join(f"{format_cell(r['QPS from'])}–{format_cell(r['QPS to'])} QPS → {r['best point']}"
                                  for _, r in bands.iterrows()) + ".")
     return CapacitySummary(header, lines, warnings, command, int(best["point_id"]))
+
+
+def _trial_sizes_text(ok: pd.DataFrame, s) -> str:
+    """'2,048 requests per instance (first trial 2,048 requests, lengthened up to 8,192 when
+    undecided)', with each distinct first/cap pair of the points (their instances differ)."""
+    pairs = []
+    if {"trial_requests_first", "trial_requests_cap"} <= set(ok):
+        for first, cap in ok[["trial_requests_first", "trial_requests_cap"]].dropna().drop_duplicates().itertuples(
+                index=False):
+            pairs.append(f"{int(first):,}" + (f" → up to {int(cap):,}" if cap > first else ""))
+    sizes = f" (a point's first trial, lengthened when undecided: {'; '.join(pairs)})" if pairs else ""
+    return (f"{s.num_requests:,} requests per instance (replicas × DP, every pool of a cluster){sizes}; "
+            f"search.max_trial_scale {s.max_trial_scale}×")
+
+
+def _cap_warnings(ok: pd.DataFrame) -> list[str]:
+    """One line per point with trials undecided at the cap (`sustained_summary`'s `at_cap_qps`)."""
+    if "trials_at_cap" not in ok:
+        return []
+    lines = []
+    for _, row in ok[ok["trials_at_cap"].fillna(0) > 0].iterrows():
+        lines.append(f"{row['label']}: {int(row['trials_at_cap'])} trial(s) still undecided at the cap of "
+                     f"{int(row['trial_requests_cap']):,} requests (QPS and verdict: {row['at_cap_qps']}); a trial that "
+                     "still drifted or fell short of the offered rate failed, one short only of effectively independent "
+                     "samples was judged on its SLOs at that length. Raise search.max_trial_scale to decide them on "
+                     "longer trials.")
+    return lines
 
 
 def _fleet_lines(ok: pd.DataFrame, base: SweepConfig) -> list[str]:

@@ -8,6 +8,8 @@ import pandas as pd
 
 from experiments.planning.capacity import confidence_interval, default_slo, find_capacity
 from experiments.planning.repetitions import trial_point
+from experiments.planning.steady_state import Trial, drift_floor_s, run_until_decided
+from experiments.planning.trial_length import trial_length
 from experiments.config import POOLS, ClosedLoopTrace, SweepConfig
 from experiments.deployment import cluster_gpus
 from experiments.point import run_point
@@ -17,7 +19,7 @@ TRIAL_COLUMNS = ("point_id", "label", "seed", "trial_qps", "passed", "offered_qp
                  "output_throughput_tps",
                  "ttft_s_p50", "ttft_s_p90", "ttft_s_p99", "tbt_s_p50", "tbt_s_p99", "tpot_s_p50",
                  "e2e_s_p50", "scheduling_delay_s_p50", "num_preemptions", "completed", "rejected",
-                 "cost_model_label", "cost_model_steps_out_of_range")
+                 "cost_model_label", "cost_model_steps_out_of_range", "num_steps")
 # A `cluster:` point's trials also keep each pool's cost model (`simulate_cluster`), for its
 # capacity row (`cost_model_summary`); a colocated point's trials have no such columns.
 POOL_COST_COLUMNS = tuple(f"{pool}_{key}" for pool in POOLS
@@ -29,10 +31,10 @@ def search_slo(point: SweepConfig) -> dict[str, float]:
     return point.slo or default_slo(get_model_spec(point.model).num_params)
 
 
-def trial_config(point: SweepConfig, qps: float, seed: int) -> SweepConfig:
+def trial_config(point: SweepConfig, qps: float, seed: int, num_requests: int | None = None) -> SweepConfig:
     """The point at `qps` as repetition `seed` runs it (its trace's and engine's seeds + `seed`,
-    `experiments.planning.repetitions.repetition_point`, as the xPyD search's repetitions) with the
-    search's trial size; repetition 0 is the point's own seeds.
+    `experiments.planning.repetitions.repetition_point`, as the xPyD search's repetitions) with
+    `num_requests` (default: the first trial's, `search_length`); repetition 0 is the point's own seeds.
 
     Raises:
         ValueError: a closed-loop trace (its load is a number of clients, not a QPS), or a seed +
@@ -41,29 +43,87 @@ def trial_config(point: SweepConfig, qps: float, seed: int) -> SweepConfig:
     search = point.search
     if isinstance(point.trace, ClosedLoopTrace):
         raise ValueError("capacity search sets a QPS; a closed-loop trace is sized by its clients instead")
-    return trial_point(point, seed, qps, search.num_requests).model_copy(update={"slo": search_slo(point)})
+    size = search_length(point).base if num_requests is None else num_requests
+    return trial_point(point, seed, qps, size).model_copy(update={"slo": search_slo(point)})
+
+
+def search_length(point: SweepConfig):
+    """The point's `experiments.planning.trial_length.TrialLength`: `search.num_requests` per
+    instance, lengthened up to `search.max_trial_scale` ×."""
+    return trial_length(point, point.search.num_requests, point.search.max_trial_scale)
 
 
 def search_capacity(point: SweepConfig, point_id: int, seed: int) -> tuple[float, list[dict]]:
-    """Bisection for one point and seed; returns (capacity QPS, one row per trial)."""
+    """Bisection for one point and seed; returns (capacity QPS, one row per trial run: an
+    undecided trial and its lengthened runs each have a row). A QPS passes only when its trial
+    meets every SLO in steady state (`experiments.planning.steady_state.run_until_decided`)."""
     search = point.search
     rows: list[dict] = []
-
+    length = search_length(point)
+    floor_s = drift_floor_s(search_slo(point))
     served: dict[float, float] = {}
 
     def passes(qps: float) -> bool:
-        row = run_point(trial_config(point, qps, seed), point_id, trim_fraction=search.trim_fraction).row
-        passed = bool(row["slo_met"])
-        rows.append({**{k: row.get(k, np.nan) for k in TRIAL_COLUMNS},
-                     **{k: row[k] for k in POOL_COST_COLUMNS if k in row}, "seed": seed, "trial_qps": qps,
-                     "passed": passed})
-        served[qps] = row.get("throughput_rps", np.nan)
-        return passed
+        def record(trial: Trial) -> None:
+            row = trial.result.row
+            rows.append({**{k: row.get(k, np.nan) for k in TRIAL_COLUMNS},
+                         **{k: row[k] for k in POOL_COST_COLUMNS if k in row}, "seed": seed, "trial_qps": qps,
+                         **trial_columns(trial)})
+            served[qps] = row.get("throughput_rps", np.nan)
+
+        return run_until_decided(
+            lambda n: run_point(trial_config(point, qps, seed, n), point_id, trim_fraction=search.trim_fraction),
+            lambda result: bool(result.row["slo_met"]), length.base, length.next, search.trim_fraction, floor_s,
+            record)
 
     low, high = search.qps
     result = find_capacity(passes, low, high, search.precision, max_qps=high, max_trials=search.max_trials,
                            served_qps=lambda qps: served.get(qps) if served.get(qps, 0) > 0 else None)
     return result.capacity_qps, rows
+
+
+# `trial_columns`' keys, beside TRIAL_COLUMNS in every trial row; `sustained_summary`'s in every capacity row.
+STEADY_COLUMNS = ("passed", "verdict", "undecided_at_cap", "trial_requests", "completion_ratio", "delay_rise_s",
+                  "drift_t", "effective_samples", "sustained_throughput_rps", "not_steady")
+SUSTAINED_COLUMNS = ("trial_requests_first", "trial_requests_cap", "trials_lengthened", "trials_at_cap", "at_cap_qps",
+                     "sustained_throughput_rps")
+
+
+def trial_columns(trial: Trial) -> dict:
+    """A trial row's steady-state columns: `passed`, `verdict` (passed / failed / undecided),
+    `undecided_at_cap`, `trial_requests`, `completion_ratio`, `delay_rise_s`, `drift_t`,
+    `effective_samples`, `sustained_throughput_rps` (completions inside the measured window / its length: the rate
+    served with warm-up and drain left out) and `not_steady` (why, '' when steady)."""
+    check = trial.check
+    return {"passed": trial.passed, "verdict": trial.verdict.value, "undecided_at_cap": trial.at_cap,
+            "trial_requests": trial.num_requests, "completion_ratio": check.completion_ratio,
+            "delay_rise_s": check.delay_rise_s, "drift_t": check.drift_t,
+            "effective_samples": check.effective_samples, "sustained_throughput_rps": check.completions / check.window_s if check.window_s > 0 else np.nan,
+            "not_steady": check.why_not_steady()}
+
+
+def sustained_summary(point: SweepConfig, trials: list[dict]) -> dict:
+    """A capacity row's trial-length and steady-state columns: `trial_requests_first` and
+    `trial_requests_cap` (`search_length`), `trials_lengthened` (runs undecided and run again
+    longer), `trials_at_cap` (undecided at the cap, decided by `steady_state.at_cap`) and
+    `at_cap_qps` (their QPS and verdict, e.g. '21.7 passed'), and `sustained_throughput_rps`: the
+    mean over seeds of the completions per second inside the measured window of each seed's last
+    passing trial at its capacity (NaN without one)."""
+    length = search_length(point)
+    capped = [t for t in trials if t.get("undecided_at_cap")]
+    at_capacity = {}
+    for t in trials:  # each seed's highest passing QPS, its longest run
+        if t.get("passed"):
+            best = at_capacity.get(t["seed"])
+            if best is None or (t["trial_qps"], t.get("trial_requests", 0)) >= (best["trial_qps"],
+                                                                               best.get("trial_requests", 0)):
+                at_capacity[t["seed"]] = t
+    sustained = [t.get("sustained_throughput_rps", np.nan) for t in at_capacity.values()]
+    return {"trial_requests_first": length.base, "trial_requests_cap": length.cap,
+            "trials_lengthened": sum(t.get("verdict") == "undecided" for t in trials), "trials_at_cap": len(capped),
+            "at_cap_qps": ", ".join(f"{t['trial_qps']:.4g} {t['verdict']}" for t in capped),
+            "sustained_throughput_rps": float(np.nanmean(sustained)) if sustained and not np.isnan(sustained).all()
+            else np.nan}
 
 
 def capacity_row(label: str, point_id: int, capacities: list[float], max_qps: float) -> dict:
@@ -113,28 +173,6 @@ def per_gpu_row(point: SweepConfig, capacity_qps: float) -> dict:
     GPU" (Zhong et al., OSDI'24 §2.1) with the search's percentile SLOs as the bar."""
     gpus = cluster_gpus(point)
     return {"num_gpus": gpus, "capacity_per_gpu_qps": capacity_qps / gpus}
-
-
-def fleet_row(point: SweepConfig, capacity_qps: float, trials: list[dict]) -> dict:
-    """Copies of this point's deployment needed for the fleet's target QPS (`fleet_replicas`:
-    replicas of a one-replica point, whole xPyD clusters of a `cluster:` point), their GPUs
-    (copies × `cluster_gpus`), and cost per million output tokens. Assumes copies behind a
-    router add capacity linearly (no cross-copy contention). `capacity_qps` is `capacity_row`'s
-    mean, which counts a seed below the searched range as 0: the copies are then an upper bound,
-    which the report's fleet line says (`report._fleet_lines`, from `seeds_below_lowest_rate`).
-    """
-    fleet = point.fleet
-    if fleet is None or not capacity_qps > 0:
-        return {}
-    replicas = math.ceil(fleet.target_qps / capacity_qps)
-    row = {"fleet_replicas": replicas, "fleet_gpus": replicas * cluster_gpus(point)}
-    passing = [t for t in trials if t["passed"] and t["throughput_rps"] > 0]
-    if fleet.gpu_hour_usd is not None and passing:
-        tokens_per_request = float(np.mean([t["output_throughput_tps"] / t["throughput_rps"] for t in passing]))
-        usd_per_hour = row["fleet_gpus"] * fleet.gpu_hour_usd
-        tokens_per_hour = fleet.target_qps * tokens_per_request * 3600
-        row["usd_per_million_output_tokens"] = usd_per_hour / tokens_per_hour * 1e6
-    return row
 
 
 LOAD_COLUMNS = ("point_id", "label", "trial_qps", "slo_met", "throughput_rps", "output_throughput_tps",
