@@ -195,6 +195,7 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0,
     row = {"point_id": point_id, "label": describe_point(point), **settings_columns(point)}
     row.update(cluster_row)
     row.update(num_gpu_blocks=sched_config.num_gpu_blocks, max_model_len=sched_config.max_model_len,
+               trace_qps=getattr(point.trace, "qps", None),  # the configured load: a sweep axis is a load, not a config
                offered_qps=mean_rate_qps(result.requests["arrival_s"].to_numpy()), **info)
     row.update(result.summary)
     row.update(cost_model_columns(point, cost_model))

@@ -87,25 +87,31 @@ def test_a_file_trace_with_seeds_is_warned_of_and_a_zero_width_interval_is_not_c
     assert file_trace_seeds_warning(base, 1) is None
 
 
-def test_the_fleet_line_says_when_it_is_sized_from_seeds_counted_zero():
-    """capc.yaml at search.qps [33, 80]: seeds 35 QPS, below, below -> mean 35 / 3 = 11.67 QPS,
-    ceil(100 / 11.67) = 9 copies of a 3-GPU cluster = 27 GPUs. It said "9 copies" as if
-    measured; the true mean lies in [11.67, 11.67 + 2 × 33 / 3 = 33.67], so 9 is an upper bound."""
+def test_the_fleet_is_sized_from_the_interval_low_end_and_says_when_it_cannot_be():
+    """capc.yaml at search.qps [33, 80]: seeds 35 QPS, below, below. The mean (35 / 3, seeds below
+    counted 0) once sized 9 copies "at most"; the interval's low end is now what sizes a fleet, and
+    here it is 0: no fleet, and the line says why. Seeds 35, 36, 37: mean 36, s = 1,
+    t(0.975, 2) = 4.302653, low end 36 − 2.484 = 33.516; ceil(100 × 1.1 / 33.516) = 4 copies of a
+    3-replica point = 12 GPUs (the mean without headroom gave 3 copies, 9 GPUs)."""
+    from experiments.planning.fleet import fleet_row
+
     base = SweepConfig.model_validate({"trace": PROFILE, "search": {**SEARCH, "qps": [33, 80]},
-                                       "fleet": {"target_qps": 100}})
-    capacity = 35.0 / 3
-    points = _capacity_points([35.0, math.nan, math.nan], fleet_replicas=math.ceil(100 / capacity), fleet_gpus=27)
-    line = next(text for text in capacity_summary(points, base, {"tbt_p99_s": 0.1}).recommendation
-                if text.startswith("Fleet"))
-    assert line == ("Fleet for 100 QPS: fewest GPUs with **p0** — at most 9 copies of its deployment, at most 27 GPUs "
-                    "(copies assumed to add capacity linearly behind a router); 2 of 3 seeds met the SLOs at no load "
-                    "searched (not even 33 QPS) and count 0 in the mean capacity it is sized from, which understates "
-                    "it, so the fleet may be smaller: lower search.qps to size it.")
-    measured = _capacity_points([35.0, 36.0, 37.0], fleet_replicas=3, fleet_gpus=9)
-    line = next(text for text in capacity_summary(measured, base, {"tbt_p99_s": 0.1}).recommendation
-                if text.startswith("Fleet"))
-    assert line == ("Fleet for 100 QPS: fewest GPUs with **p0** — 3 copies of its deployment, 9 GPUs (copies assumed "
-                    "to add capacity linearly behind a router).")
+                                       "engine": {"replicas": 3}, "fleet": {"target_qps": 100}})
+
+    def fleet_lines(capacities):
+        points = _capacity_points(capacities)
+        points = points.assign(**fleet_row(base, points.iloc[0].to_dict(), []))
+        return [t for t in capacity_summary(points, base, {"tbt_p99_s": 0.1}).recommendation
+                if t.startswith("Fleet")]
+
+    assert fleet_lines([35.0, math.nan, math.nan]) == [
+        "Fleet for 100 QPS: not sized — the capacity's 95 % lower bound is 0 (the seeds spread too widely): no fleet is "
+        "sized from it; more seeds (search.seeds) narrow the interval."]
+    line, rule = fleet_lines([35.0, 36.0, 37.0])
+    assert line == ("Fleet for 100 QPS: fewest GPUs with **p0** — 4 copies of its deployment, 12 GPUs, sized from "
+                    "33.5 QPS a copy (copies assumed to add capacity linearly behind a router).")
+    assert rule == ("Fleet rule: copies = ⌈100 QPS × (1 + 0.1 headroom) / the capacity's 95 % lower bound⌉ (one seed: "
+                    "its capacity), GPUs = copies × the point's GPUs.")
 
 
 def test_the_short_trial_caution_is_one_text_for_both_searches():

@@ -50,18 +50,19 @@ def test_points_are_labelled_by_what_differs():
     assert point_labels(mixed) == ["vllm", "sarathi chunk=256"]
 
 
-def test_recommendation_breaks_a_goodput_tie_by_slo_headroom_and_names_what_it_gives_up():
+def test_recommendation_breaks_a_goodput_tie_by_slo_margin_and_names_what_it_gives_up():
     # A and B both meet the SLOs with goodput within 1 % (10.0 vs 10.05) and equal throughput;
-    # A's worst ratio is TBT 0.05 / 0.1 = 0.5, B's 0.09 / 0.1 = 0.9: A wins on headroom. C misses TBT.
+    # A's margin is TBT (0.1 − 0.05) / 0.1 = 50 % of the limit, B's 10 %: A wins on SLO margin. C misses TBT.
     points = pd.DataFrame([_point(0, "A", ttft_s_p90=0.4), _point(1, "B", goodput_rps=10.05, tbt_s_p99=0.09),
                            _point(2, "C", tbt_s_p99=0.2, goodput_rps=12.0)])
     choice = recommendation(points, SLO)
-    assert (choice.best["label"], choice.runner_up["label"], choice.decided_by) == ("A", "B", "SLO headroom")
-    assert choice.headroom == {0: 0.5, 1: pytest.approx(0.9)}
+    assert (choice.best["label"], choice.runner_up["label"], choice.decided_by) == ("A", "B", "SLO margin")
+    assert choice.margin == {0: pytest.approx(50.0), 1: pytest.approx(10.0)}
     lines = recommendation_lines(choice, points, SLO)
     assert lines[0].startswith("Recommended at this load: **A (point 0: llama-3-8b on h100-sxm)**")
     assert lines[1].startswith("Rule: among the points meeting every SLO, the highest goodput")
-    assert "it lost on SLO headroom (0.90 against 0.50; goodput and throughput within 1 %)" in lines[2]
+    assert ("it lost on SLO margin (10 % against 50 % of the limit, more than 5 points apart; goodput and throughput "
+            "within 1 %)") in lines[2]
     # A's P90 TTFT is 0.4 s against B's 0.1 s: 4.0× — the trade the rule made, said out loud.
     assert lines[3] == "Against the runner-up the recommendation gives up TTFT P90 0.4 s against 0.1 s (4.0× higher)."
 
@@ -90,7 +91,7 @@ def test_only_point_meeting_the_slos_and_none_meeting_them():
 def test_tables_mark_the_recommended_row_and_each_value_over_its_slo():
     points = pd.DataFrame([_point(0, "A"), _point(1, "B", tbt_s_p99=0.2, truncated=3)])
     requests, latency, kv = points_tables(points, SLO, best_id=0)
-    assert requests.columns == ["point", "completed", "truncated", "rejected", "offered QPS", "req/s",
+    assert requests.columns == ["point", "completed", "truncated", "rejected", "offered QPS", "req/s (over the makespan)",
                                 "goodput (req/s)", "out tok/s", "SLO met", "SLOs missed"]
     assert requests.cells[1][requests.columns.index("truncated")] == "3"
     assert requests.cells[1][-1] == "TBT P99 > 0.1 s" and requests.cells[0][-1] == "—"
@@ -180,12 +181,15 @@ def test_the_report_states_what_priced_the_steps_and_the_device_figures():
     points = pd.DataFrame({"point_id": [0, 1], "label": ["a", "b"], "device": ["h100-sxm", "h100-sxm"],
                            "cost_model_label": ["measured (aiconfigurator vllm 0.19.0) on h100-sxm",
                                                 "roofline (no measured tables for this device and dtype)"],
-                           "cost_model_steps_out_of_range": [3, 0]})
+                           "cost_model_steps_out_of_range": [3, 0], "num_steps": [400, 500]})
     lines = cost_model_lines(points)
     assert lines[0] == ("Step times: measured (aiconfigurator vllm 0.19.0) on h100-sxm (point 0); "
                         "roofline (no measured tables for this device and dtype) (point 1).")
     assert lines[1].startswith("Roofline step times are estimates")
-    assert lines[2] == "Steps outside the measured grids (priced by the roofline scaled from the grid's edge): 3 at a."
+    # A share of the point's steps (issue 29: a bare "38209" said nothing): 3 of 400.
+    assert lines[2] == ("Steps outside the measured grids (priced by the roofline scaled from the grid's edge): "
+                        "0.8% of 400 steps (3) at a.")
+    assert "3 steps at a." in cost_model_lines(points.drop(columns="num_steps"))[2]  # no step count: the count
     base = SweepConfig.model_validate({"name": "x", "model": "llama-3-8b", "device": "h100-sxm",
                                        "trace": {"kind": "poisson", "qps": 1, "num_requests": 10,
                                                  "prompt_tokens": 8, "output_tokens": 8}})
@@ -255,3 +259,27 @@ def test_a_report_where_no_point_drew_a_line_has_no_empty_legend(tmp_path):
         warnings.simplefilter("error")
         write_report(points, requests, base, tmp_path)
     assert (tmp_path / "plots" / "tbt_cdf.png").is_file() and (tmp_path / "report.md").is_file()
+
+
+def test_points_on_different_gpu_counts_are_compared_per_gpu():
+    """Issue 29: a 2-replica point at 9.56 req/s was picked over one GPU at 8.96 that met every SLO.
+    Per GPU: 4.78 against 8.96 req/s, so the one GPU wins, on throughput per GPU."""
+    points = pd.DataFrame([_point(0, "2 replicas", throughput_rps=9.56, goodput_rps=float("nan"), num_gpus=2),
+                           _point(1, "1 GPU", throughput_rps=8.96, goodput_rps=float("nan"), num_gpus=1)])
+    choice = recommendation(points, SLO)
+    assert (choice.best["label"], choice.decided_by, choice.per_gpu) == ("1 GPU", "throughput", True)
+    lines = recommendation_lines(choice, points, SLO)
+    assert "it lost on throughput per GPU (4.78 against 8.96 req/s per GPU)" in lines[2]
+    assert lines[1].endswith("(goodput and throughput compared per GPU: the points differ in GPUs).")
+
+
+def test_a_load_axis_gets_one_pick_per_load_not_the_highest_load():
+    points = pd.DataFrame([_point(0, "A qps=4", trace_qps=4.0, throughput_rps=4.0, goodput_rps=4.0),
+                           _point(1, "B qps=4", trace_qps=4.0, throughput_rps=4.0, goodput_rps=4.0, tbt_s_p99=0.09),
+                           _point(2, "A qps=8", trace_qps=8.0, throughput_rps=8.0, goodput_rps=8.0, tbt_s_p99=0.2),
+                           _point(3, "B qps=8", trace_qps=8.0, throughput_rps=8.0, goodput_rps=8.0)])
+    lines = recommendation_lines(recommendation(points, SLO), points, SLO)
+    assert lines[0].startswith("The points differ in offered load (trace.qps), which is a load, not a configuration")
+    assert lines[1].startswith("At 4 QPS: **A qps=4 (point 0")  # margin 50 % against B's 10 %
+    assert lines[2].startswith("At 8 QPS: **B qps=8 (point 3")  # A misses TBT at 8 QPS
+    assert lines[3].startswith("Rule: among the points meeting every SLO")

@@ -83,6 +83,7 @@ def search_xpyd(
     from experiments.planning.backends import BackendError, check_available
     from experiments.planning.disaggregation import (DEFAULT_SEEDS, check_seeds, comparison, plan, ranking,
                                                       search_layouts, search_warnings, write_report)
+    from experiments.planning.trial_length import DEFAULT_MAX_SCALE
 
     try:
         check_available(backend, ray_address)
@@ -114,7 +115,8 @@ def search_xpyd(
               "num_requests": num_requests or (search_keys.num_requests if search_keys else DEFAULT_NUM_REQUESTS),
               "precision": search_keys.precision if search_keys else DEFAULT_PRECISION,
               "trim_fraction": search_keys.trim_fraction if search_keys else 0.1,
-              "max_trials": search_keys.max_trials if search_keys else DEFAULT_MAX_TRIALS}
+              "max_trials": search_keys.max_trials if search_keys else DEFAULT_MAX_TRIALS,
+              "max_trial_scale": search_keys.max_trial_scale if search_keys else DEFAULT_MAX_SCALE}
     out_dir = out or Path("runs") / f"{base.name}-xpyd"
     # Absolute: Ray workers may run in another working directory.
     kwargs["cache_dir"] = None if no_cache else (out_dir / CACHE_DIR).resolve()
@@ -124,7 +126,8 @@ def search_xpyd(
         with RunFolder(out_dir, inputs=[config]) as folder:
             frame = search_layouts(start, found, jobs=jobs, on_done=lambda row: _progress(done, row), seeds=seeds,
                                    backend=backend, ray_address=ray_address, **kwargs)
-            folder.attempt(write_report, frame, start, folder.path, attainment, kwargs["num_requests"],
+            folder.attempt(write_report, frame, start, folder.path, attainment, kwargs["num_requests"], found,
+                           kwargs["max_trial_scale"],
                            outputs=("disaggregation.csv", "disaggregation.md", "disaggregation.png"))
             folder.attempt(folder.remove_stale)
             message = folder.failure_message()

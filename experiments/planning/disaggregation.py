@@ -45,6 +45,9 @@ from experiments.planning.repetitions import file_trace_seeds_warning, seeds_not
 from experiments.planning.layouts import MAX_LAYOUT_GPUS, layout_problem
 from experiments.planning.layouts import Layout as ParallelLayout
 from experiments.planning.search import capacity_row
+from experiments.planning.deploy import deploy_commands
+from experiments.planning.steady_state import drift_floor_s, rule_text, run_until_decided
+from experiments.planning.trial_length import DEFAULT_MAX_SCALE, trial_length
 from experiments.point import run_point
 from profiler import get_model_spec
 
@@ -219,10 +222,14 @@ def slo_attainment(requests: pd.DataFrame, thresholds_s: dict[str, float], trim_
 def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: float = DEFAULT_ATTAINMENT,
                     qps: tuple[float, float] = (0.5, 8.0), num_requests: int = 1000, seed: int | None = None,
                     precision: float = 0.05, trim_fraction: float = 0.1, max_trials: int = 16,
-                    max_qps: float | None = None, cache_dir: Path | None = None, seed_offset: int = 0):
+                    max_qps: float | None = None, cache_dir: Path | None = None, seed_offset: int = 0,
+                    max_trial_scale: int = DEFAULT_MAX_SCALE):
     """Highest QPS at which `layout` meets `attainment` (`slo_attainment`), by bisection from the
     bracket `qps`, whose top is doubled while it passes up to `max_qps` (default 64 × qps[1]).
-    Each trial is the point's trace at that rate, `num_requests` long, seeded by `seed` (None:
+    Each trial is the point's trace at that rate, `num_requests` per instance long (`experiments.
+    planning.trial_length`: the same requests per instance whatever the layout, rerun with double
+    the requests up to `max_trial_scale` × while undecided), and passes only in steady state
+    (`experiments.planning.steady_state`, the sweep's capacity search's rule), seeded by `seed` (None:
     the trace's own `seed`) + `seed_offset`; the engine's `seed` (random routers, speculative
     acceptance) gets `seed_offset` added too (`search`'s repetition k: `experiments.planning.
     repetitions.repetition_point`, shared with the sweep's capacity search). With `cache_dir`, each
@@ -234,8 +241,8 @@ def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: 
         `experiments.planning.capacity.CapacityResult` (capacity NaN when even qps[0] fails,
         `max_qps` when even that passes).
     """
-    def at(rate: float) -> SweepConfig:  # a file trace is time-scaled to the rate, cut to num_requests
-        return trial_point(layout.point, seed_offset, rate, num_requests, trace_seed=seed)
+    def at(rate: float, size: int) -> SweepConfig:  # a file trace is time-scaled to the rate, cut to `size`
+        return trial_point(layout.point, seed_offset, rate, size, trace_seed=seed)
 
     run = run_point
     if cache_dir is not None:
@@ -249,10 +256,17 @@ def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: 
 
     served: dict[float, float] = {}
 
+    length = trial_length(layout.point, num_requests, max_trial_scale)
+    floor_s = drift_floor_s(thresholds_s)
+
     def passes(rate: float) -> bool:
-        result = run(at(rate), 0, trim_fraction)
-        served[rate] = result.row["throughput_rps"]
-        return slo_attainment(result.requests, thresholds_s, trim_fraction) >= attainment
+        def run_at(size: int):
+            result = run(at(rate, size), 0, trim_fraction)
+            served[rate] = result.row["throughput_rps"]
+            return result
+
+        return run_until_decided(run_at, lambda r: slo_attainment(r.requests, thresholds_s, trim_fraction) >= attainment,
+                                 length.base, length.next, trim_fraction, floor_s)
 
     return find_capacity(passes, qps[0], qps[1], precision=precision, max_qps=max_qps or 64 * qps[1],
                          max_trials=max_trials, served_qps=served.get)
@@ -563,10 +577,13 @@ def search_warnings(base: SweepConfig, seeds: int, num_requests: int | None) -> 
 
 
 def write_report(frame: pd.DataFrame, base: SweepConfig, out: Path, attainment: float,
-                 num_requests: int | None = None) -> list[Path]:
+                 num_requests: int | None = None, layouts: list[Layout] | None = None,
+                 max_trial_scale: int = DEFAULT_MAX_SCALE) -> list[Path]:
     """disaggregation.csv, .md and .png in `out` (each written atomically, `experiments.outputs`);
     a layout that could not run is a row with its error, and has no bar. The .md's warnings are
-    `search_warnings` (trials of `num_requests`; None: not known, no trial-length caution)."""
+    `search_warnings` (trials of `num_requests` per instance; None: not known, no trial-length
+    caution); it states the sustained-load rule, and with `layouts` (the searched ones) the best
+    layout's deploy commands (`experiments.planning.deploy.deploy_commands`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -585,6 +602,7 @@ def write_report(frame: pd.DataFrame, base: SweepConfig, out: Path, attainment: 
              "seed's bisection failed at (the capacity lies below them); a seed that met the SLOs at no tested "
              "rate counts as 0. Layouts whose intervals overlap are not told apart.", "",
              f"Ranking: {ranking(frame)}.", "", f"{comparison(frame)}.", "",
+             *_sustained_lines(base, num_requests, max_trial_scale),
              *(line for text in search_warnings(base, seeds, num_requests) for line in (f"Warning: {text}", "")),
              "| layout | kind | capacity (req/s) | goodput per GPU (req/s) | vs the best | capacity by seed | trials |",
              "|---|---|---|---|---|---|---|"]
@@ -599,6 +617,7 @@ def write_report(frame: pd.DataFrame, base: SweepConfig, out: Path, attainment: 
                 capacity += f" [{_bound(r['capacity_ci_low'])}, {_bound(r['capacity_ci_high_bracket'])}]"
             lines.append(f"| {r['label']} | {r['kind']} | {capacity}{bound} | {per_gpu_text(r)} | {r['vs_best']} | "
                          f"{r['capacity_by_seed']} | {r['trials']} |")
+    lines += _deploy_lines(frame, layouts)
     ran = frame[~failed]
     fig, ax = plt.subplots(figsize=(8, 0.35 * max(len(ran), 1) + 1.2))
     colours = ["tab:blue" if k == "disaggregated" else "tab:orange" for k in ran["kind"]]
@@ -616,6 +635,29 @@ def write_report(frame: pd.DataFrame, base: SweepConfig, out: Path, attainment: 
                save_figure(fig, out / "disaggregation.png", dpi=110)]
     plt.close(fig)
     return written
+
+
+def _sustained_lines(base: SweepConfig, num_requests: int | None, max_trial_scale: int) -> list[str]:
+    """The trial length and the sustained-load rule every layout's trials were judged by."""
+    trials = (f"Trials: {num_requests:,} requests per instance (a layout's replicas × DP over both pools, so every "
+              f"instance sees as many), rerun with double the requests while undecided up to {max_trial_scale}× "
+              "the first. " if num_requests is not None else "")
+    return [f"{trials}Sustained-load rule: {rule_text(base.goodput)}.", ""]
+
+
+def _deploy_lines(frame: pd.DataFrame, layouts: list[Layout] | None) -> list[str]:
+    """'## Deploy the best layout' with its commands, when the best layout ran and is known."""
+    ran = frame[frame["error"].isna()] if "error" in frame else frame
+    if layouts is None or ran.empty or not ran["capacity_qps"].notna().any():
+        return []
+    best = next((layout for layout in layouts if layout.label == ran.iloc[0]["label"]), None)
+    if best is None:
+        return []
+    try:
+        commands = deploy_commands(best.point)
+    except ValueError as exc:  # a model without a known repository: say so instead of a command
+        return ["", f"## Deploy {best.label}", "", f"No command: {exc}"]
+    return ["", f"## Deploy {best.label}", "", "```bash", *commands, "```"]
 
 
 def _cell(text) -> str:

@@ -24,8 +24,10 @@ import pandas as pd  # noqa: E402
 
 from experiments.config import POOLS, ClosedLoopTrace, FileTrace, SweepConfig, layouts_of, slo_summary_key  # noqa: E402
 from experiments.planning.capacity import short_trials_warning  # noqa: E402
+from experiments.planning.fleet import fleet_rule_text  # noqa: E402
 from experiments.planning.steady_state import rule_text  # noqa: E402
 from experiments.planning.repetitions import file_trace_seeds_warning, seeds_note  # noqa: E402
+from experiments.planning.request_notes import identical_lines, sustained_throughput_rps  # noqa: E402
 from experiments.planning.search import pareto_frontier, policy_table  # noqa: E402
 from experiments.outputs import save_figure, write_text  # noqa: E402
 from experiments.point import device_name  # noqa: E402
@@ -43,7 +45,8 @@ REQUEST_COLUMNS = {
     "rejected_kv_capacity": "rej. KV capacity",
     "rejected_budget": "rej. budget",
     "offered_qps": "offered QPS",
-    "throughput_rps": "req/s",
+    "throughput_rps": "req/s (over the makespan)",
+    "sustained_throughput_rps": "sustained req/s (while arriving)",
     "goodput_rps": "goodput (req/s)",
     "num_gpus": "GPUs",
     "goodput_rps_per_gpu": "goodput per GPU (req/s)",
@@ -157,16 +160,20 @@ def write_report(points: pd.DataFrame, requests: pd.DataFrame | None, base: Swee
     ok = points[points["error"].isna()] if "error" in points else points
     choice = recommendation(points, base.slo)
     best_id = None if choice is None else int(choice.best["point_id"])
-    figures = [
-        _bar(ok, "tbt_s_p99", "P99 TBT (s)", base.slo.get("tbt_p99_s"), plots_dir / "tbt_p99.png", best_id),
-        _bar(ok, "ttft_s_p90", "P90 TTFT (s)", base.slo.get("ttft_p90_s"), plots_dir / "ttft_p90.png", best_id),
-    ]
-    if requests is not None and len(requests) and "token_times_s" in requests:  # absent: output.token_times false
+    plotted = base.slo or {"tbt_p99_s": None, "ttft_p90_s": None}  # the configured SLO metrics, each with its line
+    figures = [_bar(ok, slo_summary_key(key), f"{metric_title(slo_summary_key(key))} (s)", limit,
+                    plots_dir / f"{key.removesuffix('_s')}.png", best_id)
+               for key, limit in plotted.items() if slo_summary_key(key) in ok]
+    have_requests = requests is not None and len(requests) > 0
+    if have_requests and "token_times_s" in requests:  # absent: output.token_times false
         figures.append(_tbt_cdf(ok, requests, base.slo.get("tbt_p99_s"), plots_dir / "tbt_cdf.png"))
+    if have_requests and len(ok) and {"arrival_s", "completion_s", "finish_reason"} <= set(requests):
+        ok = ok.assign(sustained_throughput_rps=ok["point_id"].map(sustained_throughput_rps(requests)))
 
     tables = points_tables(ok, base.slo, best_id)
     header = _header_lines(points, base)
-    sections = [("Recommendation", recommendation_lines(choice, points, base.slo))]
+    notes = identical_lines(requests, dict(zip(ok["point_id"].astype(int), ok["label"]))) if have_requests else []
+    sections = [("Recommendation", recommendation_lines(choice, points, base.slo) + notes)]
     failed = points[points["error"].notna()] if "error" in points else points.iloc[0:0]
     write_text(out_dir / "report.md", _markdown("Sweep report", header, sections, tables, failed, figures, out_dir))
     html_path = out_dir / "report.html"
@@ -174,18 +181,23 @@ def write_report(points: pd.DataFrame, requests: pd.DataFrame | None, base: Swee
     return html_path
 
 
-def slo_headroom(points: pd.DataFrame, slo: dict[str, float]) -> pd.Series:
-    """Per point, the worst ratio of a metric to its SLO (< 1 means every SLO is met)."""
-    ratios = [points[slo_summary_key(k)].astype(float) / v for k, v in slo.items()]
-    return pd.concat(ratios, axis=1).max(axis=1, skipna=False).fillna(np.inf)
+def slo_margin(points: pd.DataFrame, slo: dict[str, float]) -> pd.Series:
+    """Per point, the SLO margin in % of the limit: the smallest (limit − value) / limit × 100 over
+    the SLOs (higher is better; ≥ 0 means every SLO is met; −inf where a metric is undefined)."""
+    margins = [(1 - points[slo_summary_key(k)].astype(float) / v) * 100 for k, v in slo.items()]
+    return pd.concat(margins, axis=1).min(axis=1, skipna=False).fillna(-np.inf)
 
 
 # Goodput or throughput within this fraction of the best counts as a tie: below saturation every
 # point serves the offered load, and such differences are the tail of one sampled trace.
 RECOMMEND_TIE_FRACTION = 0.01
+# SLO margins within this many points of the limit (%) are ties: one trace's percentiles move so much.
+SLO_MARGIN_TIE_POINTS = 5.0
 RECOMMEND_RULE = ("among the points meeting every SLO, the highest goodput (when goodput thresholds are set), "
-                  "then the highest throughput, counting values within 1 % of the best as equal; then the most "
-                  "SLO headroom (the lowest worst ratio of a metric to its SLO); then the lower point number")
+                  "then the highest throughput, each per GPU when the points differ in GPUs, counting values within "
+                  "1 % of the best as equal; then the largest SLO margin (the smallest (limit − value) / limit over "
+                  "the SLOs, in % of the limit), margins within 5 points counted equal; then the fewest GPUs; then "
+                  "the lower point number")
 # Metrics compared between the recommendation and its runner-up: (column, lower is better).
 _TRADE_METRICS = (("goodput_rps", False), ("throughput_rps", False), ("ttft_s_p90", True), ("ttft_s_p50", True),
                   ("tbt_s_p99", True), ("tpot_s_p50", True), ("e2e_s_p50", True), ("scheduling_delay_s_p50", True))
@@ -197,15 +209,18 @@ class Recommendation:
 
     Attributes:
         best, runner_up: rows of the points table (runner_up None when one point meets the SLOs).
-        decided_by: 'goodput', 'throughput', 'SLO headroom' or 'point order' (the first step of
-            `RECOMMEND_RULE` at which the runner-up lost), or 'the only point meeting every SLO'.
-        headroom: worst metric/SLO ratio per point id (of the points meeting every SLO).
+        decided_by: 'goodput', 'throughput' (per GPU or not, `per_gpu`), 'SLO margin', 'GPUs' or
+            'point order' (the first step of `RECOMMEND_RULE` at which the runner-up lost), or
+            'the only point meeting every SLO'.
+        margin: SLO margin (% of the limit) per point id (of the points meeting every SLO).
+        per_gpu: the points differ in GPUs, so goodput and throughput were compared per GPU.
     """
 
     best: pd.Series
     runner_up: pd.Series | None
     decided_by: str
-    headroom: dict[int, float]
+    margin: dict[int, float]
+    per_gpu: bool = False
 
 
 def recommendation(points: pd.DataFrame, slo: dict[str, float]) -> Recommendation | None:
@@ -213,34 +228,40 @@ def recommendation(points: pd.DataFrame, slo: dict[str, float]) -> Recommendatio
     if not slo or "error" in points and points["error"].notna().all():
         return None
     ok = points[points["error"].isna()] if "error" in points else points
-    ratio = slo_headroom(ok, slo)
-    meeting = ok[ratio <= 1]
+    margin_pct = slo_margin(ok, slo)
+    meeting = ok[margin_pct >= 0]
     if meeting.empty:
         return None
-    headroom = {int(pid): float(r) for pid, r in zip(ok["point_id"], ratio) if r <= 1}
-    best, stage = _pick(meeting, headroom)
+    margin = {int(pid): float(m) for pid, m in zip(ok["point_id"], margin_pct) if m >= 0}
+    per_gpu = "num_gpus" in meeting and meeting["num_gpus"].nunique() > 1
+    best, stage = _pick(meeting, margin, per_gpu)
     rest = meeting[meeting["point_id"] != best["point_id"]]
     if rest.empty:
-        return Recommendation(best, None, "the only point meeting every SLO", headroom)
-    runner_up, _ = _pick(rest, headroom)
-    return Recommendation(best, runner_up, stage(int(runner_up["point_id"])), headroom)
+        return Recommendation(best, None, "the only point meeting every SLO", margin, per_gpu)
+    runner_up, _ = _pick(rest, margin, per_gpu)
+    return Recommendation(best, runner_up, stage(int(runner_up["point_id"])), margin, per_gpu)
 
 
-def _pick(candidates: pd.DataFrame, headroom: dict[int, float]):
+def _pick(candidates: pd.DataFrame, margin: dict[int, float], per_gpu: bool):
     """The best row by `RECOMMEND_RULE` and a function giving the step at which another point lost."""
     lost_at: dict[int, str] = {}
     pool = candidates
     for column, name in (("goodput_rps", "goodput"), ("throughput_rps", "throughput")):
         if column not in pool or not pool[column].notna().any():
             continue
-        values = pool[column].astype(float)
+        values = pool[column].astype(float) / (pool["num_gpus"].astype(float) if per_gpu else 1.0)
         keep = values >= (1 - RECOMMEND_TIE_FRACTION) * values.max()
         lost_at.update({int(pid): name for pid in pool.loc[~keep, "point_id"]})
         pool = pool[keep]
-    ordered = pool.assign(_h=[headroom[int(pid)] for pid in pool["point_id"]]).sort_values(["_h", "point_id"])
+    margins = pd.Series([margin[int(pid)] for pid in pool["point_id"]], index=pool.index)
+    keep = margins >= margins.max() - SLO_MARGIN_TIE_POINTS
+    lost_at.update({int(pid): "SLO margin" for pid in pool.loc[~keep, "point_id"]})
+    pool = pool[keep]
+    gpus = pool["num_gpus"].astype(float) if "num_gpus" in pool else pd.Series(1.0, index=pool.index)
+    ordered = pool.assign(_g=gpus).sort_values(["_g", "point_id"])
     best = ordered.iloc[0]
     for _, row in ordered.iloc[1:].iterrows():
-        lost_at[int(row["point_id"])] = "SLO headroom" if row["_h"] > best["_h"] else "point order"
+        lost_at[int(row["point_id"])] = "GPUs" if row["_g"] > best["_g"] else "point order"
     return candidates.loc[ordered.index[0]], lambda pid: lost_at[pid]
 
 
@@ -265,13 +286,16 @@ def recommendation_lines(choice: Recommendation | None, points: pd.DataFrame, sl
         return ["No SLO is set (`slo:`), so no point is recommended; the tables give every metric."]
     if ok.empty or int(ok["num_requests"].max() or 0) == 0:
         return ["No point ran any request: nothing to judge against the SLOs."]
+    if "trace_qps" in ok and ok["trace_qps"].nunique() > 1:
+        return load_axis_lines(ok, slo)
     if choice is None:
         return [f"No point meets every SLO at this load ({_slo_text(slo)}): lower the load, relax the SLOs, "
                 "or search capacity (`search:`)."]
     best = choice.best
     lines = [f"Recommended at this load: **{point_name(best)}** — {_metrics_text(best)}.",
-             f"Rule: {RECOMMEND_RULE}. Only the SLOs set ({_slo_text(slo)}) count; its headroom is "
-             f"{choice.headroom[int(best['point_id'])]:.2f}."]
+             f"Rule: {RECOMMEND_RULE}. Only the SLOs set ({_slo_text(slo)}) count; its SLO margin is "
+             f"{choice.margin[int(best['point_id'])]:.0f} % of the limit"
+             + (" (goodput and throughput compared per GPU: the points differ in GPUs)." if choice.per_gpu else ".")]
     runner = choice.runner_up
     if runner is None:
         lines.append("It is the only point meeting every SLO.")
@@ -284,12 +308,34 @@ def recommendation_lines(choice: Recommendation | None, points: pd.DataFrame, sl
     return lines
 
 
+def load_axis_lines(points: pd.DataFrame, slo: dict[str, float]) -> list[str]:
+    """The recommendation when the points differ in offered load (`trace.qps` as a sweep axis): a
+    load is not a configuration, so one pick per load by `RECOMMEND_RULE`, and a pointer to the
+    capacity search for the most load each configuration sustains."""
+    lines = ["The points differ in offered load (trace.qps), which is a load, not a configuration: the highest load "
+             "would always look best. Per load, by the rule below; for the most load each configuration sustains, "
+             "run a capacity search (`search:`)."]
+    for qps, group in points.groupby("trace_qps", sort=True):
+        choice = recommendation(group, slo)
+        lines.append(f"At {qps:g} QPS: " + (f"**{point_name(choice.best)}** — {_metrics_text(choice.best)}."
+                                            if choice is not None else f"no point meets every SLO ({_slo_text(slo)})."))
+    lines.append(f"Rule: {RECOMMEND_RULE}.")
+    return lines
+
+
 def _decided_text(choice: Recommendation, best: pd.Series, runner: pd.Series) -> str:
-    if choice.decided_by == "SLO headroom":
-        return (f"SLO headroom ({choice.headroom[int(runner['point_id'])]:.2f} against "
-                f"{choice.headroom[int(best['point_id'])]:.2f}; goodput and throughput within 1 %)")
+    if choice.decided_by == "SLO margin":
+        return (f"SLO margin ({choice.margin[int(runner['point_id'])]:.0f} % against "
+                f"{choice.margin[int(best['point_id'])]:.0f} % of the limit, more than {SLO_MARGIN_TIE_POINTS:g} "
+                "points apart; goodput and throughput within 1 %)")
+    if choice.decided_by == "GPUs":
+        return (f"GPUs ({int(runner['num_gpus'])} against {int(best['num_gpus'])}; goodput, throughput and SLO "
+                "margin equal within the rule's bands)")
     if choice.decided_by in ("goodput", "throughput"):
         column = "goodput_rps" if choice.decided_by == "goodput" else "throughput_rps"
+        if choice.per_gpu:
+            return (f"{choice.decided_by} per GPU ({format_cell(runner[column] / runner['num_gpus'])} against "
+                    f"{format_cell(best[column] / best['num_gpus'])} req/s per GPU)")
         return f"{choice.decided_by} ({format_cell(runner[column])} against {format_cell(best[column])} req/s)"
     return "point order (equal on every step of the rule)"
 
@@ -488,9 +534,27 @@ def cost_model_lines(points: pd.DataFrame) -> list[str]:
         if "prefill_cost_model_steps_out_of_range" in points:
             out = out + points["prefill_cost_model_steps_out_of_range"].fillna(0).astype(int)
         if out.gt(0).any():
-            at = ", ".join(f"{n} at {label}" for label, n in zip(points["label"], out) if n > 0)
+            steps = _step_counts(points)
+            at = ", ".join(f"{_share_text(n, total)} at {label}"
+                           for label, n, total in zip(points["label"], out, steps) if n > 0)
             lines.append(f"Steps outside the measured grids (priced by the roofline scaled from the grid's edge): {at}.")
     return lines
+
+
+def _step_counts(points: pd.DataFrame) -> list[float]:
+    """Each point's steps (a sweep's `num_steps`, a capacity search's `cost_model_steps`: its
+    trials' summed); NaN for a cluster (its prefill pool's steps are not counted) or where unknown."""
+    column = "num_steps" if "num_steps" in points else "cost_model_steps"
+    if column not in points or "prefill_cost_model_steps_out_of_range" in points:
+        return [math.nan] * len(points)
+    return points[column].astype(float).tolist()
+
+
+def _share_text(count: int, steps: float) -> str:
+    """'4.1 % of 1,146,000 steps (47,054)', or the bare count without a step total."""
+    if not steps > 0:
+        return f"{count:,} steps"
+    return f"{count / steps:.1%} of {int(steps):,} steps ({count:,})"
 
 
 def device_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
@@ -706,9 +770,34 @@ CAPACITY_COLUMNS = {
     "num_gpus": "GPUs",
     "capacity_per_gpu_qps": "QPS per GPU",
     "fleet_replicas": "copies for target",
+    "fleet_sizing_qps": "sized from (QPS a copy)",
     "fleet_gpus": "GPUs for target",
+    "fleet_usd_per_hour": "fleet $ / hour",
     "usd_per_million_output_tokens": "$ / M output tokens",
 }
+
+
+PER_GPU_RULE = ("the points differ in GPUs, so the highest capacity per GPU (mean capacity over seeds / the point's "
+                "GPUs: replicas × TP × PP × DP, or every pool's); ties go to the lower point number")
+PER_DOLLAR_RULE = ("the points differ in GPUs or devices and fleet.gpu_hour_usd prices them, so the cheapest fleet for "
+                   "the target (USD per hour, each device at its price; the fleet rule below); then the highest "
+                   "capacity per GPU, then the lower point number")
+
+
+def capacity_ranking(ranked: pd.DataFrame) -> tuple[pd.DataFrame, str, tuple[str, str]]:
+    """The points with a capacity, best first, the rule that ranked them, and (the column it
+    compared, its unit): per dollar (`PER_DOLLAR_RULE`) when the points differ in GPUs or
+    devices and a fleet is priced, per GPU (`PER_GPU_RULE`) when they differ in GPUs, else by
+    capacity (`CAPACITY_RULE`)."""
+    differ = any(c in ranked and ranked[c].nunique() > 1 for c in ("num_gpus", "device"))
+    if differ and "fleet_usd_per_hour" in ranked and ranked["fleet_usd_per_hour"].notna().all():
+        return (ranked.sort_values(["fleet_usd_per_hour", "capacity_per_gpu_qps", "point_id"],
+                                   ascending=[True, False, True]), PER_DOLLAR_RULE, ("fleet_usd_per_hour", "USD/h"))
+    if "num_gpus" in ranked and ranked["num_gpus"].nunique() > 1 and "capacity_per_gpu_qps" in ranked:
+        return (ranked.sort_values(["capacity_per_gpu_qps", "point_id"], ascending=[False, True]), PER_GPU_RULE,
+                ("capacity_per_gpu_qps", "QPS per GPU"))
+    return (ranked.sort_values(["capacity_qps", "point_id"], ascending=[False, True]), CAPACITY_RULE,
+            ("capacity_qps", "QPS"))
 
 
 CAPACITY_RULE = ("the highest capacity (mean over seeds) among the points that met the SLOs at some load; "
@@ -776,7 +865,7 @@ def capacity_summary(points: pd.DataFrame, base: SweepConfig, slo: dict[str, flo
                             "the mean: " + ", ".join(f"{r['label']} ({int(r['seeds_below_lowest_rate'])} of "
                                                      f"{s.seeds})" for _, r in some.iterrows())
                             + "; lower search.qps to measure them.")
-    ranked = ok[ok["capacity_qps"].notna()].sort_values(["capacity_qps", "point_id"], ascending=[False, True])
+    ranked, rule, (column, unit) = capacity_ranking(ok[ok["capacity_qps"].notna()])
     if ranked.empty:
         return CapacitySummary(header, ["No point meets the SLOs even at the lowest load searched."], warnings,
                                None, None)
@@ -784,7 +873,7 @@ def capacity_summary(points: pd.DataFrame, base: SweepConfig, slo: dict[str, flo
     at_bound = _is_true(best.get("capacity_at_bound"))
     lines = [f"Recommended: **{point_name(best)}** — capacity {best['capacity_qps']:.3g} QPS"
              f"{_interval_text(best)}{' (at the top of the searched range: raise search.qps)' if at_bound else ''}.",
-             f"Rule: {CAPACITY_RULE}."]
+             f"Rule: {rule}."]
     for _, row in ranked.iterrows():  # every point at the bound, not only the recommended one
         if _is_true(row.get("capacity_at_bound")):
             warnings.append(f"{row['label']} passed at the top of search.qps ({s.qps[1]:g} QPS): its capacity is "
@@ -792,9 +881,15 @@ def capacity_summary(points: pd.DataFrame, base: SweepConfig, slo: dict[str, flo
     if len(ranked) > 1:
         runner = ranked.iloc[1]
         overlap = _intervals_overlap(best, runner)
+        if column == "capacity_qps":
+            versus = f", {(1 - runner[column] / best[column]):.1%} less"
+        else:  # by the rule's metric: less per GPU, more USD an hour
+            change = 1 - runner[column] / best[column] if column == "capacity_per_gpu_qps" else \
+                runner[column] / best[column] - 1
+            versus = (f"; {format_cell(runner[column])} {unit} against {format_cell(best[column])}, "
+                      f"{change:.1%} {'less' if column == 'capacity_per_gpu_qps' else 'more'}")
         lines.append(f"Runner-up: **{point_name(runner)}** — capacity {runner['capacity_qps']:.3g} QPS"
-                     f"{_interval_text(runner)}, "
-                     f"{(1 - runner['capacity_qps'] / best['capacity_qps']):.1%} less"
+                     f"{_interval_text(runner)}{versus}"
                      + ("; the 95 % intervals overlap, so the difference is within seed noise." if overlap else "."))
     command = best.get("vllm_command")
     command = None if _is_missing(command) else str(command)
@@ -842,10 +937,19 @@ def _cap_warnings(ok: pd.DataFrame) -> list[str]:
 
 
 def _fleet_lines(ok: pd.DataFrame, base: SweepConfig) -> list[str]:
-    if base.fleet is None or "fleet_gpus" not in ok or not ok["fleet_gpus"].notna().any():
+    """The fleet line: the point needing the fewest GPUs (the cheapest where priced) for the target,
+    the sizing rule (`experiments.planning.fleet`), and why a point has no fleet."""
+    if base.fleet is None:
         return []
-    cheapest = ok.loc[ok["fleet_gpus"].astype(float).idxmin()]
-    price = f" at ${base.fleet.gpu_hour_usd:g}/GPU-hour" if base.fleet.gpu_hour_usd else ""
+    rule = f"Fleet rule: {fleet_rule_text(base.fleet.target_qps, base.fleet.headroom)}."
+    if "fleet_gpus" not in ok or not ok["fleet_gpus"].notna().any():
+        problems = ok["fleet_problem"].dropna() if "fleet_problem" in ok else pd.Series(dtype=object)
+        return [f"Fleet for {base.fleet.target_qps:g} QPS: not sized — {problems.iloc[0]}." if len(problems) else
+                f"Fleet for {base.fleet.target_qps:g} QPS: not sized (no point has a capacity)."]
+    sized = ok[ok["fleet_gpus"].notna()]
+    priced = "fleet_usd_per_hour" in sized and sized["fleet_usd_per_hour"].notna().all()
+    cheapest = sized.loc[sized["fleet_usd_per_hour" if priced else "fleet_gpus"].astype(float).idxmin()]
+    price = f", ${cheapest['fleet_usd_per_hour']:.4g}/hour" if priced else ""
     bound = _is_true(cheapest.get("capacity_at_bound"))
     below = cheapest.get("seeds_below_lowest_rate")
     below = 0 if _is_missing(below) else int(below)
@@ -854,14 +958,15 @@ def _fleet_lines(ok: pd.DataFrame, base: SweepConfig) -> list[str]:
     if bound:
         notes.append("its capacity is only a lower bound (it passed at the top of search.qps), so the fleet may be "
                      "smaller")
-    if below:  # counted 0 in the mean the fleet is sized from (experiments.planning.search.capacity_row)
+    if below:  # counted 0 in the interval the fleet is sized from (experiments.planning.search.capacity_row)
         notes.append(f"{below} of {base.search.seeds} seeds met the SLOs at no load searched (not even "
-                     f"{base.search.qps[0]:g} QPS) and count 0 in the mean capacity it is sized from, which "
+                     f"{base.search.qps[0]:g} QPS) and count 0 in the capacity it is sized from, which "
                      "understates it, so the fleet may be smaller: lower search.qps to size it")
-    return [f"Fleet for {base.fleet.target_qps:g} QPS: fewest GPUs with **{cheapest['label']}** — "
-            f"{most}{int(cheapest['fleet_replicas'])} copies of its deployment, {most}{int(cheapest['fleet_gpus'])} "
-            f"GPUs{price} (copies assumed to add capacity linearly behind a router)"
-            + "".join(f"; {note}" for note in notes) + "."]
+    return [f"Fleet for {base.fleet.target_qps:g} QPS: {'cheapest' if priced else 'fewest GPUs'} with "
+            f"**{cheapest['label']}** — {most}{int(cheapest['fleet_replicas'])} copies of its deployment, "
+            f"{most}{int(cheapest['fleet_gpus'])} GPUs{price}, sized from {cheapest['fleet_sizing_qps']:.3g} QPS a copy "
+            "(copies assumed to add capacity linearly behind a router)" + "".join(f"; {note}" for note in notes) + ".",
+            rule]
 
 
 def _is_true(value) -> bool:
@@ -927,10 +1032,10 @@ def write_capacity_report(points: pd.DataFrame, trials: pd.DataFrame, base: Swee
         figures.append(_pareto_plot(loads, plots_dir / "pareto.png"))
     if "burstiness" in ok and ok["burstiness"].nunique() > 1:
         figures.append(_burst_headroom(ok, plots_dir / "capacity_vs_burstiness.png"))
-    for metric, key in (("tbt_s_p99", "tbt_p99_s"), ("scheduling_delay_s_p50", "scheduling_delay_p50_s"),
-                        ("ttft_s_p90", "ttft_p90_s")):
+    for key, limit in slo.items():  # the configured SLO metrics, each with its limit
+        metric = slo_summary_key(key)
         if len(trials) and metric in trials:
-            figures.append(_latency_vs_qps(trials, metric, slo.get(key), plots_dir / f"{metric}_vs_qps.png"))
+            figures.append(_latency_vs_qps(trials, metric, limit, plots_dir / f"{metric}_vs_qps.png"))
     recommendation = summary.recommendation + ([f"Serve it with: `{summary.command}`"] if summary.command else [])
     sections = [("Recommendation", recommendation)] + ([("Warnings", summary.warnings)] if summary.warnings else [])
     tables = [capacity_table(ok, summary.best_id)]
@@ -1013,6 +1118,8 @@ def _capacity_bars(points: pd.DataFrame, path: Path, best_id: int | None = None)
 def _latency_vs_qps(trials: pd.DataFrame, metric: str, slo: float | None, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     first_seed = trials[trials["seed"] == trials["seed"].min()]
+    if "trial_requests" in first_seed:  # a lengthened trial: its longest run decided it
+        first_seed = first_seed.sort_values("trial_requests").drop_duplicates(["label", "trial_qps"], keep="last")
     for label, group in first_seed.groupby("label", sort=False):
         group = group.sort_values("trial_qps")
         ax.plot(group["trial_qps"], group[metric], marker="o", label=label)

@@ -10,7 +10,7 @@ from experiments.planning.capacity import confidence_interval, default_slo, find
 from experiments.planning.repetitions import trial_point
 from experiments.planning.steady_state import Trial, drift_floor_s, run_until_decided
 from experiments.planning.trial_length import trial_length
-from experiments.config import POOLS, ClosedLoopTrace, SweepConfig
+from experiments.config import POOLS, ClosedLoopTrace, SweepConfig, slo_summary_key
 from experiments.deployment import cluster_gpus
 from experiments.point import run_point
 from profiler import get_model_spec
@@ -60,13 +60,15 @@ def search_capacity(point: SweepConfig, point_id: int, seed: int) -> tuple[float
     search = point.search
     rows: list[dict] = []
     length = search_length(point)
-    floor_s = drift_floor_s(search_slo(point))
+    slo = search_slo(point)
+    floor_s = drift_floor_s(slo)
+    slo_columns = [slo_summary_key(key) for key in slo]  # every SLO metric, for the report's plots
     served: dict[float, float] = {}
 
     def passes(qps: float) -> bool:
         def record(trial: Trial) -> None:
             row = trial.result.row
-            rows.append({**{k: row.get(k, np.nan) for k in TRIAL_COLUMNS},
+            rows.append({**{k: row.get(k, np.nan) for k in (*TRIAL_COLUMNS, *slo_columns)},
                          **{k: row[k] for k in POOL_COST_COLUMNS if k in row}, "seed": seed, "trial_qps": qps,
                          **trial_columns(trial)})
             served[qps] = row.get("throughput_rps", np.nan)
@@ -162,6 +164,10 @@ def cost_model_summary(trials: list[dict]) -> dict:
         if labels:
             summary[label_key] = labels[0]
             summary[out_key] = sum(int(t.get(out_key) or 0) for t in trials)
+    if "cost_model_label" in summary:  # the steps they were out of (a cluster's: the decode pool's)
+        steps = [t.get("num_steps") for t in trials]
+        known = all(isinstance(n, (int, float, np.integer, np.floating)) and not math.isnan(n) for n in steps)
+        summary["cost_model_steps"] = int(sum(steps)) if known else np.nan  # cached before steps were kept: unknown
     return summary
 
 
