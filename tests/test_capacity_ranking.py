@@ -36,3 +36,15 @@ def test_priced_points_on_different_devices_rank_per_dollar_and_equal_gpus_by_ca
     same = _rows(capacity=[20.0, 22.0], gpus=[1, 1], device=["h200"] * 2, usd=[None, None])
     ranked, rule, _ = capacity_ranking(same)
     assert list(ranked["label"]) == ["p1", "p0"] and rule == CAPACITY_RULE
+
+
+def test_trials_undecided_at_the_cap_are_named_with_the_rule():
+    points = _rows(capacity=[21.7], gpus=[1], device=["h200"], usd=[None]).assign(
+        trials_at_cap=[2], trial_requests_first=[2048], trial_requests_cap=[8192], at_cap_qps=["21.75 passed, 22.6 failed"])
+    base = SweepConfig.model_validate({"trace": {"kind": "poisson", "qps": 1}, "search": {"seeds": 1}})
+    summary = capacity_summary(points, base, {"ttft_p99_s": 2.0})
+    assert ("p0: 2 trial(s) still undecided at the cap of 8,192 requests (QPS and verdict: 21.75 passed, 22.6 failed); "
+            "a trial that still drifted or fell short of the offered rate failed") in summary.warnings[0]
+    assert summary.header[-1].startswith("Sustained-load rule: a load passes only in steady state")
+    assert "2,048 requests per instance (replicas × DP, every pool of a cluster) (a point's first trial, lengthened " \
+           "when undecided: 2,048 → up to 8,192); search.max_trial_scale 4×" in summary.header[-2]

@@ -12,6 +12,7 @@ import html
 import math
 import re
 import textwrap
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -638,7 +639,9 @@ def _add_legend(ax, **kwargs) -> None:
 
 def _save(fig, path: Path) -> Path:
     """Write a figure as PNG (110 dpi, tight layout) and release it."""
-    fig.tight_layout()
+    with warnings.catch_warnings():  # a layout matplotlib cannot tighten (long labels) is saved as laid out
+        warnings.simplefilter("ignore", UserWarning)
+        fig.tight_layout()
     try:
         save_figure(fig, path, dpi=110)  # whole or not at all (experiments.outputs)
     finally:
@@ -1127,7 +1130,8 @@ def _latency_vs_qps(trials: pd.DataFrame, metric: str, slo: float | None, path: 
         ax.axhline(slo, color="#C44E52", linestyle="--", label=f"SLO {slo:g} s")
     ax.set_xlabel("QPS")
     ax.set_ylabel(f"{metric_title(metric)} (s)")
-    ax.set_yscale("log")
+    if (first_seed[metric].astype(float) > 0).any():  # a log axis of no positive value warns and shows nothing
+        ax.set_yscale("log")
     ax.set_title(f"{metric_title(metric)} of the bisection trials (first seed)")
     _add_legend(ax, fontsize=8, loc="upper left")
     return _save(fig, path)
