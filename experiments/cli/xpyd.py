@@ -52,7 +52,8 @@ def search_xpyd(
     qps: Optional[str] = typer.Option(None, "--qps", help="Starting bracket LOW,HIGH in req/s (default: search.qps, "
                                                           "else 0.5,8)."),
     num_requests: Optional[int] = typer.Option(None, "--num-requests", min=1,
-                                               help="Requests per trial (default: search.num_requests, else 1000)."),
+                                               help="Requests per instance of a trial (a layout's replicas × DP "
+                                                    "over both pools; default: search.num_requests, else 1000)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<name>-xpyd)."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a config key: --set trace.seed=1 "
                                                                  "(repeatable)."),
