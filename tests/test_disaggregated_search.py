@@ -128,7 +128,9 @@ def test_a_repetition_offsets_the_trace_and_engine_seeds(monkeypatch):
 
 # A bracket where every layout's bisection fails somewhere and the two seeds differ (88 vs 96,
 # 44 vs 52 req/s), so the interval is not degenerate.
-TWO_SEEDS = {"qps": (2.0, 8.0), "num_requests": 80, "max_trials": 10, "precision": 0.1}
+# Fixed trials (max_trial_scale 1): these tests are of the search's layouts and seeds, not of lengthening
+# (tests/test_steady_state.py), and stay cheap.
+TWO_SEEDS = {"qps": (2.0, 8.0), "num_requests": 80, "max_trials": 10, "precision": 0.1, "max_trial_scale": 1}
 T_975_ONE_DOF = 12.706204736  # Student-t 97.5 % quantile, 1 degree of freedom (two seeds)
 
 
@@ -378,7 +380,11 @@ def test_a_dense_dp_engine_searches_as_replicas_do():
                    **TWO_SEEDS).set_index("label")
     assert sorted(frame.index) == ["1P(TP1) 1D(TP1)", "colocated 1x TP1 DP2", "colocated 2x TP1"]
     assert frame["error"].isna().all()
-    assert frame.loc["colocated 1x TP1 DP2", "capacity_qps"] == frame.loc["colocated 2x TP1", "capacity_qps"]
+    # Equal within the bisection's precision: the steady-state tests read each request's queueing
+    # delay, where the DP balancer's and the router's ties may differ, so their verdicts on a
+    # trial near capacity (and its lengthening) can too.
+    assert frame.loc["colocated 1x TP1 DP2", "capacity_qps"] == pytest.approx(
+        frame.loc["colocated 2x TP1", "capacity_qps"], rel=0.1)
 
 
 # A base with a DP2 decode pool (as cluster.decode.engine.data_parallel_size), and a colocated DP2 engine.
