@@ -227,7 +227,7 @@ T = "trace: {kind: poisson, qps: 2, num_requests: 10}\n"
     (T + "search: {precision: -0.1}\n", "search.precision (line 2): Input should be greater than 0"),
     (T + "search: {num_requests: 100000000000}\n", "search.num_requests (line 2): Input should be less than or equal to 10000000"),
     (T + "search: {}\nfleet: {target_qps: .nan}\n", "fleet.target_qps (line 3): Input should be a finite number"),
-    (T + "search: {}\nfleet: {target_qps: 10, gpu_hour_usd: -1}\n", "fleet.gpu_hour_usd (line 3): Input should be greater than 0"),
+    (T + "search: {}\nfleet: {target_qps: 10, gpu_hour_usd: -1}\n", "fleet.gpu_hour_usd (line 3): must be a finite price > 0 in USD per GPU-hour, or a price per device name"),
 ])
 def test_every_number_is_finite_and_in_range_with_its_key_and_line(tmp_path, text, expected):
     assert f"c.yaml: {expected}" in error_of(tmp_path, text)

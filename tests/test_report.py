@@ -189,7 +189,8 @@ def test_the_report_states_what_priced_the_steps_and_the_device_figures():
     # A share of the point's steps (issue 29: a bare "38209" said nothing): 3 of 400.
     assert lines[2] == ("Steps outside the measured grids (priced by the roofline scaled from the grid's edge): "
                         "0.8% of 400 steps (3) at a.")
-    assert "3 steps at a." in cost_model_lines(points.drop(columns="num_steps"))[2]  # no step count: the count
+    assert lines[2].startswith("Steps outside") and cost_model_lines(points.drop(columns="num_steps"))[2].endswith(
+        "edge): 3 at a.")  # no step count: the bare count
     base = SweepConfig.model_validate({"name": "x", "model": "llama-3-8b", "device": "h100-sxm",
                                        "trace": {"kind": "poisson", "qps": 1, "num_requests": 10,
                                                  "prompt_tokens": 8, "output_tokens": 8}})

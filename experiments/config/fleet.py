@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from experiments.config.base import _Strict
 
@@ -19,6 +19,17 @@ class FleetConfig(_Strict):
     target_qps: float = Field(gt=0)
     gpu_hour_usd: _Price | dict[str, _Price] | None = None
     headroom: float = Field(default=0.1, ge=0, le=10)  # burst headroom above the target, as a fraction of it
+
+    @field_validator("gpu_hour_usd", mode="before")
+    @classmethod
+    def _prices(cls, value):
+        # One message naming both forms, instead of pydantic's one per member of the union.
+        prices = value.values() if isinstance(value, dict) else [value]
+        if value is not None and not all(isinstance(p, (int, float)) and not isinstance(p, bool)
+                                         and 0 < p < float("inf") for p in prices):
+            raise ValueError("must be a finite price > 0 in USD per GPU-hour, or a price per device name, e.g. "
+                             "{h200: 3.7, a100-80gb: 1.8}")
+        return value
 
 
 def price_problem(point) -> str | None:

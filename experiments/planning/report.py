@@ -554,7 +554,7 @@ def _step_counts(points: pd.DataFrame) -> list[float]:
 def _share_text(count: int, steps: float) -> str:
     """'4.1 % of 1,146,000 steps (47,054)', or the bare count without a step total."""
     if not steps > 0:
-        return f"{count:,} steps"
+        return str(count)
     return f"{count / steps:.1%} of {int(steps):,} steps ({count:,})"
 
 
