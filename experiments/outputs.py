@@ -15,8 +15,9 @@ Every command that writes a folder of outputs (`sweep`, `simulate`, `engine run`
 - **Whole files or none.** `write_atomic` writes a temporary file in the target's folder and
   renames it into place (`profiler.atomic_write.write_whole`: `os.replace`, atomic on POSIX within
   one filesystem), so a full disk or a kill leaves the previous file or none, never a truncated
-  one; a failure raises `OutputWriteError` naming the file. Leftover temporaries (`.tmp-sarathi-*`) of a killed run are
-  removed at the next claim.
+  one; a failure raises `OutputWriteError` naming the file. Temporaries (`.tmp-sarathi-*`) are removed when the
+  run releases the folder, however it ends (a SIGTERM'd sweep's point spool files too); a SIGKILLed run's
+  are removed at the next claim.
 - **One run's outputs at a time.** Just before a rerun renames its first output into place, the
   files the earlier run listed are deleted (`RunFolder.record`), except those kept across runs: a
   ledger appended to (`write_atomic(keep=True)`), or a file another command wrote into the folder.
@@ -211,7 +212,10 @@ class RunFolder:
                 self._listed |= {p.relative_to(self.path).as_posix() for p in own}
                 self._write_manifest()
         finally:
-            self._unlock()
+            try:  # a run stopped (SIGTERM, Ctrl-C, an error) leaves no spool files of its points
+                _remove_temporaries(self.path)
+            finally:
+                self._unlock()
 
     def _refuse_foreign(self) -> None:
         foreign = foreign_files(self.path, limit=2)

@@ -3,6 +3,7 @@ inside runs/, every output is written whole or not at all (a full disk names wha
 written and keeps the finished points), and one run at a time holds a folder."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
@@ -366,3 +367,25 @@ def test_a_folder_that_cannot_be_locked_is_refused_not_run_unlocked(tmp_path, mo
     with pytest.raises(OutputFolderError, match=r"run: cannot be locked \(No locks available\); choose a folder on"):
         RunFolder(tmp_path / "run").__enter__()
     assert not outputs._ACTIVE
+
+
+# ----- issue 30 item 7: a stopped sweep leaves no point spool files ------------------------------
+
+@pytest.mark.parametrize("stop", [None, "Terminated", "error"])
+def test_releasing_a_run_folder_removes_its_point_spool_files_however_the_run_ends(tmp_path, stop):
+    # A SIGTERM'd sweep left `.tmp-sarathi-point-*` files (its points' records as they ran)
+    # until the next run claimed the folder. `Terminated` is what interrupts.py raises on SIGTERM.
+    from experiments.cli.interrupts import Terminated
+    from experiments.point import temporary_record_file
+
+    folder = tmp_path / "run"
+    raised = {"Terminated": Terminated("SIGTERM"), "error": ValueError("a point failed")}.get(stop)
+    with pytest.raises(type(raised)) if raised else contextlib.nullcontext():
+        with RunFolder(folder):
+            spools = [temporary_record_file(folder, 3, name) for name in ("requests", "steps")]
+            cached = temporary_record_file(folder / ".cache", 0, "requests")
+            assert all(p.exists() for p in spools + [cached])
+            if raised:
+                raise raised
+    assert _temporaries(folder) == []
+    assert {p.name for p in folder.iterdir()} == {MANIFEST, LOCK, ".cache"}
