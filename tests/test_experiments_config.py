@@ -349,3 +349,16 @@ def test_validation_problems_is_one_line_of_keys_and_messages():
     assert validation_problems(whole.value, root_key="engine") == f"engine: {used}"
     assert validation_problems(whole.value, root_key="engine", message=lambda e: e["msg"]) == (
         f"engine: Value error, {used}")  # a caller's own message, as it gives it
+
+
+@pytest.mark.parametrize("value, shown", [("{min: 5}", "{'min': 5}"), ("[vllm]", "['vllm']")])
+def test_a_scheduler_that_is_a_mapping_or_list_in_the_file_is_a_config_error(tmp_path, value, shown):
+    # Once `TypeError: unhashable type` from the scheduler-keys lookup (issue 30 item 6); --set and
+    # a variant already gave a clean error, the file did not.
+    message = error_of(tmp_path, f"trace: {{kind: poisson, qps: 2, num_requests: 10}}\nengine: {{scheduler: {value}}}\n")
+    assert message.endswith(f"c.yaml: engine.scheduler (line 2): must be the name of one scheduler (faster_transformer, "
+                            f"fastgen, orca, sarathi, simple_chunking, vllm, vllm_v1), got {shown}")
+    by_set = error_of(tmp_path, BASE, [f"engine.scheduler={value}"])  # a --set mapping merges as dotted keys
+    assert by_set == "--set engine.scheduler.min: engine.scheduler.min: scheduler is not a mapping" if "min" in value \
+        else by_set.endswith(f"c.yaml: --set engine.scheduler: must be the name of one scheduler (faster_transformer, "
+                             f"fastgen, orca, sarathi, simple_chunking, vllm, vllm_v1), got {shown}")

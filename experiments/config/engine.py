@@ -96,9 +96,11 @@ class EngineConfig(_Strict):
                              "(vLLM --quantization fp8) or an FP8 checkpoint's config.json")
         return value
 
-    @field_validator("scheduler")
+    @field_validator("scheduler", mode="before")
     @classmethod
-    def _known_scheduler(cls, value: str) -> str:
+    def _known_scheduler(cls, value: Any) -> str:
+        if not isinstance(value, str):  # a mapping or list in a config file: one message naming the choices
+            raise ValueError(f"must be the name of one scheduler ({', '.join(sorted(SCHEDULERS))}), got {value!r}")
         if value not in SCHEDULERS:
             raise ValueError(f"unknown scheduler {value!r}; valid: {', '.join(sorted(SCHEDULERS))}")
         return value

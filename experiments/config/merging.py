@@ -109,7 +109,7 @@ def _apply_overrides(tree: dict, combo: dict[str, Any], set_keys: dict[str, Any]
     skipped = []
     engine = tree.get("engine")
     if isinstance(engine, dict) and "engine.scheduler" not in set_keys:
-        reads = SCHEDULER_KEYS.get(engine.get("scheduler", EngineConfig.model_fields["scheduler"].default), set())
+        reads = _keys_read_by(engine.get("scheduler", EngineConfig.model_fields["scheduler"].default))
         for key in set_keys:
             leaf = key.removeprefix("engine.")
             if key.startswith("engine.") and leaf in _SCHEDULER_SPECIFIC and leaf not in reads and key not in combo:
@@ -127,13 +127,19 @@ def _get_dotted(tree: dict, dotted: str):
     return node
 
 
+def _keys_read_by(scheduler: Any) -> set[str]:
+    """The scheduler-specific keys `scheduler` reads; none for a value that is no scheduler's name
+    (`{min: 5}`, `[vllm]`: not hashable, it once raised TypeError here; validation names it next)."""
+    return SCHEDULER_KEYS.get(scheduler, set()) if isinstance(scheduler, str) else set()
+
+
 def _drop_unused_scheduler_keys(tree: dict, explicit: dict[str, Any]) -> None:
     """When the scheduler was changed (by a variant or --set), drop the inherited keys that only
     other schedulers read; keys set explicitly alongside the change stay (and are checked)."""
     engine = tree.get("engine")
     if "engine.scheduler" not in explicit or not isinstance(engine, dict):
         return
-    used = SCHEDULER_KEYS.get(engine.get("scheduler", "sarathi"), set())
+    used = _keys_read_by(engine.get("scheduler", "sarathi"))
     for key in _SCHEDULER_SPECIFIC - used:
         if f"engine.{key}" not in explicit:
             engine.pop(key, None)
