@@ -362,3 +362,23 @@ def test_a_scheduler_that_is_a_mapping_or_list_in_the_file_is_a_config_error(tmp
     assert by_set == "--set engine.scheduler.min: engine.scheduler.min: scheduler is not a mapping" if "min" in value \
         else by_set.endswith(f"c.yaml: --set engine.scheduler: must be the name of one scheduler (faster_transformer, "
                              f"fastgen, orca, sarathi, simple_chunking, vllm, vllm_v1), got {shown}")
+
+
+MOE = """
+model: qwen3-30b-a3b
+trace: {kind: poisson, qps: 2, num_requests: 10}
+engine: {scheduler: vllm_v1, chunk_size: 2048, expert_routing_skew: 1.0}
+"""
+
+
+def test_a_routing_skew_the_measured_moe_tables_lack_is_a_config_error_at_load(tmp_path):
+    # Once accepted at load (the docs allow 0-4) and failed per point at run time (issue 30 item 8).
+    routings = "(0 (balanced), 1.01 (power_law_1.01), 1.2 (power_law_1.2))"
+    assert error_of(tmp_path, MOE).endswith(
+        f"c.yaml: engine.expert_routing_skew (line 4): 1 is no routing of the measured MoE tables that price this "
+        f"point's experts {routings}; choose one of them, or cost_model: roofline for another exponent")
+    load_config(write(tmp_path, MOE), ["engine.expert_routing_skew=1.2"])  # a measured routing
+    load_config(write(tmp_path, MOE), ["cost_model=roofline"])  # the roofline takes any exponent
+    pools = "cluster: {prefill: {}, decode: {engine: {expert_routing_skew: 2.5}}}\n"
+    assert "c.yaml: cluster.decode.engine.expert_routing_skew" in error_of(
+        tmp_path, MOE.replace("expert_routing_skew: 1.0", "expert_routing_skew: 0") + pools)

@@ -8,7 +8,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from experiments.config.base import _MAX_REPLICAS, _Strict, validation_problems
 from experiments.config.engine import EngineConfig, check_router
-from experiments.config.model_and_device import _check_parallel_layout, engine_gpus
+from experiments.config.model_and_device import _check_parallel_layout, check_routing_skew, engine_gpus
 from experiments.config.trace import SessionsTrace
 from profiler import get_device_spec, get_model_spec
 from profiler.unknown_key import unknown_key_message
@@ -201,6 +201,7 @@ def check_cluster(point: "SweepConfig") -> None:
                 get_device_spec(device)
             except ValueError as exc:
                 raise ValueError(f"cluster.{pool}.device: {exc}") from None
+        check_routing_skew(point.cost_model, model, get_device_spec(pools[pool].device), e, f"cluster.{pool}.engine")
         check_router(e.router, f"cluster.{pool}.router", e, f"cluster.{pool}.engine")
     dtypes = {pool: p.engine.kv_cache_dtype for pool, p in pools.items()}
     if len(set(dtypes.values())) > 1:

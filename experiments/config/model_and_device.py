@@ -5,6 +5,8 @@ acceptance file of split-N, and `engine.max_model_len` within the model's contex
 (`check_deployment`, run by `SweepConfig` before any point runs)."""
 from __future__ import annotations
 
+import math
+
 from experiments.config.engine import AcceptanceFile, DraftModel, EngineConfig
 from experiments.config.trace import ClosedLoopTrace
 from profiler import get_device_spec, get_model_spec
@@ -108,6 +110,27 @@ def _check_parallel_layout(e: EngineConfig, model, check_num_gpus: bool = True, 
                          "group (replicas: 1)")
 
 
+def check_routing_skew(cost_model: str, model, device, e: EngineConfig, key: str = "engine") -> None:
+    """ValueError (naming `<key>.expert_routing_skew`) when a mixture of experts' skew is not one
+    of the routings the measured MoE tables hold (`profiler.moe_cost.MEASURED_SKEWS`) and the
+    point's experts would be priced from such a table: when the config loads, not as a failure of
+    each point at run time. Builds the point's MoE cost model only for a skew outside those."""
+    from profiler.moe_cost import MEASURED_SKEWS, build_moe_cost_model
+
+    if model.moe is None or cost_model.startswith("profile:") or any(
+            math.isclose(e.expert_routing_skew, skew) for skew in MEASURED_SKEWS):
+        return
+    try:
+        build_moe_cost_model(cost_model, model, device, e.tensor_parallel_size, e.data_parallel_size,
+                             e.enable_expert_parallel, e.expert_routing_skew)
+    except ValueError as exc:
+        if str(exc).startswith("engine.expert_routing_skew"):
+            routings = ", ".join(f"{skew:g} ({name})" for skew, name in MEASURED_SKEWS.items())
+            raise ValueError(f"{key}.expert_routing_skew: {e.expert_routing_skew:g} is no routing of the measured MoE "
+                             f"tables that price this point's experts ({routings}); choose one of them, or "
+                             "cost_model: roofline for another exponent") from None
+
+
 def check_deployment(point: "SweepConfig") -> None:
     """Names and shapes checked before any point runs (`SweepConfig._deployment_fits`): model,
     device, TP split, PP depth, the parallel layout, a KV pool override, a measured profile's
@@ -134,6 +157,8 @@ def check_deployment(point: "SweepConfig") -> None:
         raise ValueError(f"engine.pipeline_parallel_size ({e.pipeline_parallel_size}) exceeds "
                          f"{model.name}'s {model.num_layers} layers")
     _check_parallel_layout(e, model, check_num_gpus=point.cluster is None)  # a cluster's: check_cluster
+    if point.cluster is None:  # a cluster's pools: check_cluster
+        check_routing_skew(point.cost_model, model, device, e)
     if e.num_gpu_blocks is not None:
         _check_kv_pool_override(e, model, device)
     if point.cost_model.startswith("profile:") and model.moe is None and point.cluster is None:
