@@ -107,7 +107,8 @@ class EmpiricalAcceptance:
         """Read a CSV with columns `proposed,accepted` (one row per verify step).
 
         Raises:
-            ValueError: missing file or columns, or rows with accepted > proposed; names the file.
+            ValueError: missing file or columns, a count that is not a whole number (row named: the
+                file's line), or rows with accepted > proposed; names the file.
         """
         try:
             frame = pd.read_csv(path)
@@ -116,6 +117,13 @@ class EmpiricalAcceptance:
         missing = {"proposed", "accepted"} - set(frame.columns)
         if missing:
             raise ValueError(f"{path}: acceptance file needs columns proposed,accepted; missing {sorted(missing)}")
+        for column in ("proposed", "accepted"):  # counts of tokens: 1.9 was once read as 1
+            values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+            bad = np.flatnonzero(~np.isfinite(values) | (values != np.round(values)) | (np.abs(values) > 2**31 - 1))
+            if bad.size:
+                raise ValueError(f"{path}: line {bad[0] + 2}: {column} {frame[column].iloc[bad[0]]} is not a whole "
+                                 f"number of draft tokens up to 2,147,483,647 ({bad.size} such row{'s' if bad.size > 1 else ''}); "
+                                 "each row is one verify step's proposed,accepted counts")
         try:
             return cls(frame["proposed"].to_numpy(), frame["accepted"].to_numpy(), seed)
         except ValueError as exc:

@@ -47,6 +47,22 @@ def test_empirical_acceptance_caps_to_granted(tmp_path):
         EmpiricalAcceptance.from_file(bad)
 
 
+@pytest.mark.parametrize("text, said", [
+    ("proposed,accepted\n3,1\n3,1.9\n2,2\n", "line 3: accepted 1.9 is not a whole number"),
+    ("proposed,accepted\n3,1\n2.5,1\n", "line 3: proposed 2.5 is not a whole number"),
+    ("proposed,accepted\n3,\n", "line 2: accepted nan is not a whole number"),
+    ("proposed,accepted\nthree,1\n", "line 2: proposed three is not a whole number"),
+    ("proposed,accepted\n1e20,1\n", "line 2: proposed 1e+20 is not a whole number of draft tokens up to 2,147,483,647"),
+])
+def test_an_acceptance_file_of_counts_that_are_not_whole_names_the_line(tmp_path, text, said):
+    # accepted = 1.9 was read as 1: results byte-identical to a file of 1s (issue 30 item 5).
+    path = tmp_path / "acc.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError) as info:
+        EmpiricalAcceptance.from_file(path)
+    assert str(info.value).startswith(f"{path}: {said}")
+
+
 def run(requests, split_n, alpha=0.8, seed=0, **cfg):
     cfg.setdefault("chunk_size", 256)
     cfg.setdefault("max_num_seqs", 16)
