@@ -164,3 +164,30 @@ def test_verify_against_run_help_names_every_bundle_file():
     text = " ".join(result.output.replace("│", " ").split())
     assert ("(LLMServingSim bundle: vllm/requests.jsonl and vllm/meta.json, optionally vllm/timeseries.csv and "
             "config.json) to simulate and compare with.") in text
+
+
+MIXED_ACCEPTANCE = """
+name: mixed
+trace: {kind: poisson, qps: 2, num_requests: 10, prompt_tokens: 100, output_tokens: 8}
+engine: {scheduler: sarathi, split_n: 2}
+variants:
+  - {engine.acceptance: {file: acc.csv}}
+  - {engine.acceptance: 0.6}
+  - {engine.acceptance: [[0.8, 0.5]]}
+"""
+
+
+def test_points_of_mixed_acceptance_kinds_write_every_table_and_rerun(tmp_path):
+    # A number in one point and a file or per-position list in another ended the sweep in
+    # ArrowInvalid after simulating every point: only points.csv was written (issue 30 item 1).
+    (tmp_path / "acc.csv").write_text("proposed,accepted\n2,1\n2,2\n")
+    config = tmp_path / "mixed.yaml"
+    config.write_text(MIXED_ACCEPTANCE)
+    for _ in range(2):  # the rerun (served from the results cache) crashed the same way
+        result = runner.invoke(app, ["sweep", str(config), "--out", str(tmp_path / "run"), "--jobs", "1"])
+        assert result.exit_code == 0, result.output
+        parquet = pd.read_parquet(tmp_path / "run" / "points.parquet")
+        assert parquet["acceptance"].tolist() == [f'{{"file": "{tmp_path / "acc.csv"}"}}', "0.6", "[0.8, 0.5]"]
+        assert pd.read_csv(tmp_path / "run" / "points.csv", dtype=str)["acceptance"].tolist() \
+            == parquet["acceptance"].tolist()
+        assert all((tmp_path / "run" / name).is_file() for name in ("requests.parquet", "steps.parquet", "report.md"))

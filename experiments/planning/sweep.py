@@ -15,6 +15,7 @@ rows from the cached simulations.
 from __future__ import annotations
 
 import errno
+import json
 import os
 from concurrent.futures import as_completed
 from contextlib import contextmanager
@@ -309,13 +310,18 @@ def _landed(value: PointResult | Shipped, config: SweepConfig, point_id: int, re
 def rows_frame(rows: list[dict]) -> pd.DataFrame:
     """One row per point; a column whose values are all integers stays integer (nullable Int64)
     where some points lack it (a failed point, a key another scheduler does not read), so
-    points.csv writes 512, not 512.0."""
+    points.csv writes 512, not 512.0. A column mixing text and numbers (`acceptance`: 0.6 in one
+    point, a file's JSON in another) holds them all as text, as JSON (0.6 -> "0.6", the same cell
+    in points.csv), so points.parquet can be written: it once ended the sweep in ArrowInvalid."""
     frame = pd.DataFrame(rows)
     for column in frame.columns:
         values = [r[column] for r in rows if column in r and r[column] is not None]
         if values and all(pd.api.types.is_integer(v) for v in values) \
                 and frame[column].dtype.kind == "f":
             frame[column] = frame[column].astype("Int64")
+        elif any(isinstance(v, str) for v in values) and not all(isinstance(v, str) for v in values):
+            frame[column] = [v if isinstance(v, str) or v is None or v is pd.NA or (isinstance(v, float) and v != v)
+                             else json.dumps(v) for v in frame[column]]
     return frame
 
 
