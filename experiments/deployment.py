@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from experiments.config import (CHUNKING_SCHEDULERS, SCHEDULER_KEYS, AcceptanceFile, DraftModel, SweepConfig,
-                                engine_gpus, pool_gpus, pool_points)
+from experiments.config import (CHUNKING_SCHEDULERS, MAX_KV_BLOCKS, SCHEDULER_KEYS, AcceptanceFile, DraftModel,
+                                SweepConfig, engine_gpus, pool_gpus, pool_points)
 from profiler import RooflineCostModel, get_device_spec, get_model_spec, kv_pool_blocks
 from profiler.cost_model import CostModel
 from profiler.model_spec import ModelSpec
@@ -61,6 +61,11 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
         max_num_seqs=e.max_num_seqs, data_parallel_size=e.data_parallel_size,
         enable_expert_parallel=e.enable_expert_parallel)
     num_blocks = e.num_gpu_blocks or fitting_blocks
+    if num_blocks > MAX_KV_BLOCKS:  # before any pool is allocated (a pool costs ~40-58 bytes a block)
+        device = get_device_spec(point.device).name
+        raise ValueError(f"engine.block_size: {device}'s memory holds {num_blocks:,} KV blocks of {e.block_size} tokens "
+                         f"of {model.name}, more than the {MAX_KV_BLOCKS:,} one pool may hold "
+                         "in the simulator; use a larger block_size or cap the pool with engine.num_gpu_blocks")
     if e.scheduler == "vllm_v1":
         # vLLM V1 takes block 0 as its null block and never hands it out (vllm/v1/core/block_pool.py
         # `BlockPool.__init__`: `self.null_block = self.free_block_queue.popleft()`; `get_usage`

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from profiler.unknown_key import unknown_key_message
 
@@ -61,6 +61,39 @@ DEFAULT_LINK_LATENCY_US = {"nvlink": 10.0, "xgmi": 10.0, "pcie": 20.0}
 
 _Positive = Field(gt=0, allow_inf_nan=False)
 
+# Physical bounds of a device's figures (issue 30): a figure beyond them is an error naming the key,
+# the largest real card and the bound, not a number that sizes a KV pool of 10^17 blocks
+# (memory_gib 1e12 was OOM-killed at 24 GB) or makes every step's time inf (bandwidth 1e-305).
+# The largest cards shipping (2025): NVIDIA B300 and AMD Instinct MI355X, 288 GB (268 GiB) of
+# HBM3E at 8,000 GB/s, MI355X ~2,500 dense BF16 and ~5,000 dense FP8 TFLOPS, NVLink 5 at
+# 900 GB/s per direction, PCIe 6.0 x16 at 128 GB/s (vendors' datasheets [recall; the shipped
+# b200.yaml, 180 GiB / 7,700 GB/s / 2,250 / 4,500 TFLOPS, is the largest card with a file here]).
+# The upper bounds are about ten times those (what-if devices fit); the lower ones a tenth or less of
+# the slowest host described as a device (tests/data/engine/tiny_engine.yaml: a CPU at 0.0688
+# TFLOPS and 12.4 GB/s). Each: (low, high, the largest real card's figure as the error says it).
+# Efficiencies are fractions of those peaks: at least 0.1 % (the fits span 0.07-1; a fraction of
+# 1e-305 divided into a step's FLOPs is inf), and a latency is at most 1 s a call (a step is ms).
+_MIN_FRACTION = 0.001
+_MAX_LATENCY_US = 1e6
+FIGURE_BOUNDS: dict[str, tuple[float, float, str]] = {
+    "memory_gib": (0.0625, 4096.0, "268 GiB (288 GB) on B300 / MI355X"),
+    "dense_bf16_tflops": (0.001, 25_000.0, "~2,500 on MI355X"),
+    "dense_fp8_tflops": (0.001, 50_000.0, "~5,000 on MI355X"),
+    "memory_bandwidth_gb_per_s": (1.0, 80_000.0, "8,000 on B300 / MI355X"),
+    "gpu_link.gb_per_s_per_direction": (0.1, 10_000.0, "900 for NVLink 5"),
+    "host_link.gb_per_s_per_direction": (0.1, 2_000.0, "128 for PCIe 6.0 x16"),
+}
+
+
+def check_figure(key: str, value: float | None) -> float | None:
+    """`value` of the device figure `key` (a `FIGURE_BOUNDS` key), or ValueError naming the bounds
+    and the largest real card's figure."""
+    low, high, largest = FIGURE_BOUNDS[key]
+    if value is not None and not low <= value <= high:
+        raise ValueError(f"outside what a real device has: give {low:g} to {high:g} (the largest real card has "
+                         f"{largest}); check the unit in the key's name")
+    return value
+
 
 class _Strict(BaseModel):
     # strict: YAML `true` is not the number 1, nor the text "1e3" (PyYAML reads exponents without
@@ -73,7 +106,12 @@ class GpuLink(_Strict):
 
     kind: Literal["nvlink", "pcie", "xgmi"]
     gb_per_s_per_direction: float = _Positive
-    latency_us: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    latency_us: float | None = Field(default=None, gt=0, le=_MAX_LATENCY_US, allow_inf_nan=False)
+
+    @field_validator("gb_per_s_per_direction")
+    @classmethod
+    def _physical(cls, value: float) -> float:
+        return check_figure("gpu_link.gb_per_s_per_direction", value)
 
 
 class HostLink(_Strict):
@@ -81,30 +119,35 @@ class HostLink(_Strict):
 
     gb_per_s_per_direction: float = _Positive
 
+    @field_validator("gb_per_s_per_direction")
+    @classmethod
+    def _physical(cls, value: float) -> float:
+        return check_figure("host_link.gb_per_s_per_direction", value)
+
 
 class AllReduceTerms(_Strict):
     """One TP degree's all-reduce: latency (µs) and the fraction of the ring bound's bandwidth."""
 
-    latency_us: float = Field(ge=0, allow_inf_nan=False)
-    link_bandwidth: float = Field(gt=0, le=2, allow_inf_nan=False)
+    latency_us: float = Field(ge=0, le=_MAX_LATENCY_US, allow_inf_nan=False)
+    link_bandwidth: float = Field(ge=_MIN_FRACTION, le=2, allow_inf_nan=False)
 
 
 class GemmTerms(_Strict):
     """A GEMM path's own roofline terms: fractions of the peaks and a latency per call (µs)."""
 
-    flops: float = Field(gt=0, le=1, allow_inf_nan=False)
-    memory_bandwidth: float = Field(gt=0, le=1, allow_inf_nan=False)
-    kernel_latency_us: float = Field(ge=0, allow_inf_nan=False)
+    flops: float = Field(ge=_MIN_FRACTION, le=1, allow_inf_nan=False)
+    memory_bandwidth: float = Field(ge=_MIN_FRACTION, le=1, allow_inf_nan=False)
+    kernel_latency_us: float = Field(ge=0, le=_MAX_LATENCY_US, allow_inf_nan=False)
 
 
 class AttentionTerms(_Strict):
     """The attention kernel's own roofline terms: fractions of the peaks, a latency per call (µs)
     and a cost per sequence in the batch (µs: block-table walks, whole KV blocks read)."""
 
-    flops: float = Field(gt=0, le=1, allow_inf_nan=False)
-    memory_bandwidth: float = Field(gt=0, le=1, allow_inf_nan=False)
-    latency_us: float = Field(ge=0, allow_inf_nan=False)
-    per_sequence_us: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    flops: float = Field(ge=_MIN_FRACTION, le=1, allow_inf_nan=False)
+    memory_bandwidth: float = Field(ge=_MIN_FRACTION, le=1, allow_inf_nan=False)
+    latency_us: float = Field(ge=0, le=_MAX_LATENCY_US, allow_inf_nan=False)
+    per_sequence_us: float = Field(default=0.0, ge=0, le=_MAX_LATENCY_US, allow_inf_nan=False)
 
 
 class Efficiency(_Strict):
@@ -112,9 +155,11 @@ class Efficiency(_Strict):
     fp8_gemm absent: FP8 GEMMs at the BF16 GEMM terms; attention absent: the GEMM terms, no
     per-sequence cost)."""
 
-    gemm_flops: float = Field(default=DEFAULT_GEMM_FLOPS_EFFICIENCY, gt=0, le=1, allow_inf_nan=False)
-    memory_bandwidth: float = Field(default=DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY, gt=0, le=1, allow_inf_nan=False)
-    kernel_latency_us: float = Field(default=round(DEFAULT_KERNEL_LATENCY_S * 1e6, 9), ge=0, allow_inf_nan=False)
+    gemm_flops: float = Field(default=DEFAULT_GEMM_FLOPS_EFFICIENCY, ge=_MIN_FRACTION, le=1, allow_inf_nan=False)
+    memory_bandwidth: float = Field(default=DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY, ge=_MIN_FRACTION, le=1,
+                                    allow_inf_nan=False)
+    kernel_latency_us: float = Field(default=round(DEFAULT_KERNEL_LATENCY_S * 1e6, 9), ge=0, le=_MAX_LATENCY_US,
+                                     allow_inf_nan=False)
     fp8_gemm: GemmTerms | None = None
     attention: AttentionTerms | None = None
     all_reduce: dict[int, AllReduceTerms] = {}
@@ -147,8 +192,14 @@ class DeviceFile(_Strict):
     gpu_link: GpuLink
     host_link: HostLink
     efficiency: Efficiency | Literal["fitted"] = Efficiency()
-    step_overhead_ms: float = Field(default=round(DEFAULT_STEP_OVERHEAD_S * 1e3, 9), ge=0, allow_inf_nan=False)
+    step_overhead_ms: float = Field(default=round(DEFAULT_STEP_OVERHEAD_S * 1e3, 9), ge=0, le=_MAX_LATENCY_US / 1e3,
+                                    allow_inf_nan=False)
     sources: list[str] = []
+
+    @field_validator("memory_gib", "dense_bf16_tflops", "dense_fp8_tflops", "memory_bandwidth_gb_per_s")
+    @classmethod
+    def _physical(cls, value: float | None, info) -> float | None:
+        return check_figure(info.field_name, value)
 
 
 def looks_like_path(value: str) -> bool:

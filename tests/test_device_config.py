@@ -7,6 +7,7 @@ import textwrap
 
 import numpy as np
 import pytest
+import yaml
 
 from experiments.config import ConfigError, SweepConfig, load_config
 from experiments.point import build_cost_model
@@ -74,3 +75,60 @@ def test_bad_inline_key_and_unknown_name(tmp_path):
         config(tmp_path, "device: " + INLINE.replace("kind: pcie", "kind: ethernet"))
     with pytest.raises(ConfigError, match="unknown device 'tpu-v5'; built-in devices are"):
         config(tmp_path, "device: tpu-v5")
+
+
+@pytest.mark.parametrize("line, leaf, value, bounds, largest", [
+    ("memory_gib: 24", "memory_gib", "1.0e+12", "0.0625 to 4096", "268 GiB (288 GB) on B300 / MI355X"),  # 10^17 blocks
+    ("memory_gib: 24", "memory_gib", "1.0e+6", "0.0625 to 4096", "268 GiB (288 GB) on B300 / MI355X"),
+    ("memory_bandwidth_gb_per_s: 1000", "memory_bandwidth_gb_per_s", "1.0e-305", "1 to 80000",
+     "8,000 on B300 / MI355X"),  # every step inf
+    ("dense_bf16_tflops: 100", "dense_bf16_tflops", "1.0e+9", "0.001 to 25000", "~2,500 on MI355X"),
+    ("gpu_link: {kind: pcie, gb_per_s_per_direction: 32}", "gpu_link.gb_per_s_per_direction", "1.0e+9",
+     "0.1 to 10000", "900 for NVLink 5"),
+])
+def test_a_device_figure_beyond_any_real_card_names_the_key_and_the_largest_card(tmp_path, line, leaf, value, bounds,
+                                                                                 largest):
+    # Issue 30 items 2 and 4: memory_gib 1e12 put no cap on the KV pool (OOM at 24 GB), bandwidth
+    # 1e-305 made step times inf ("completed 40, TTFT n/a", exit 0).
+    (tmp_path / "big.yaml").write_text(CARD.replace(line, line.replace(line.rsplit(": ", 1)[1].rstrip("}"), value)))
+    with pytest.raises(ConfigError) as info:
+        config(tmp_path, "device: big.yaml")
+    assert f"{tmp_path / 'big.yaml'}: {leaf}: outside what a real device has: give {bounds} (the largest real card " \
+        f"has {largest}); check the unit in the key's name (got {float(value)!r})" in str(info.value)
+
+
+def test_an_efficiency_of_almost_nothing_is_refused_not_priced_as_inf(tmp_path):
+    (tmp_path / "slow.yaml").write_text(CARD.replace("gemm_flops: 0.5", "gemm_flops: 1.0e-305"))
+    with pytest.raises(ConfigError, match=r"slow.yaml: efficiency.gemm_flops: Input should be greater than or equal "
+                                          r"to 0.001"):
+        config(tmp_path, "device: slow.yaml")
+
+
+def test_every_shipped_device_is_within_the_physical_bounds():
+    from profiler.device_file import DEVICES_DIR, device_fields_from_file
+
+    assert len([device_fields_from_file(path) for path in sorted(DEVICES_DIR.glob("*.yaml"))]) == 12
+
+
+def test_a_kv_pool_derived_beyond_what_the_simulator_holds_is_refused_before_allocation(tmp_path):
+    # A 4 TiB card (within the bounds) holding a tiny model's KV in blocks of 1 token: 15.5 billion
+    # blocks, ~40 bytes each in the simulator, refused before any pool is built.
+    from pathlib import Path
+
+    from experiments.deployment import build_scheduler_config
+
+    tiny = Path(__file__).resolve().parent / "data" / "engine" / "tiny" / "config.json"
+    big = INLINE.replace("memory_gib: 24", "memory_gib: 4096")
+    point = SweepConfig.model_validate(yaml.safe_load(f"""
+        model: {tiny}
+        device: {big}
+        trace: {{kind: poisson, qps: 2, num_requests: 10, prompt_tokens: 50, output_tokens: 5}}
+        engine: {{scheduler: sarathi, block_size: 1, chunk_size: 64, max_num_seqs: 8}}
+        """))
+    with pytest.raises(ValueError) as info:
+        build_scheduler_config(point)
+    assert str(info.value) == ("engine.block_size: inline-card's memory holds 15,460,701,431 KV blocks of 1 tokens of "
+                               "tiny, more than the 33,554,432 one pool may hold in the simulator; use a larger "
+                               "block_size or cap the pool with engine.num_gpu_blocks")
+    capped = point.model_copy(update={"engine": point.engine.model_copy(update={"num_gpu_blocks": 4096})})
+    assert build_scheduler_config(capped).num_gpu_blocks == 4096

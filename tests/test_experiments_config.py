@@ -186,7 +186,7 @@ T = "trace: {kind: poisson, qps: 2, num_requests: 10}\n"
     ("trace: {kind: poisson, qps: 2, seed: -1}\n", "trace.seed (line 1): Input should be greater than or equal to 0 (got -1)"),
     (T + "engine: {seed: 4294967296}\n", "engine.seed (line 2): Input should be less than or equal to 4294967295"),
     (T + "engine: {num_gpu_blocks: 9200000000000000000}\n",
-     "engine.num_gpu_blocks (line 2): Input should be less than or equal to 2147483647 (got 9200000000000000000)"),
+     "engine.num_gpu_blocks (line 2): Input should be less than or equal to 33554432 (got 9200000000000000000)"),
     # llama-3-8b: 2 (K, V) x 32 layers x 8 KV heads x 128 x 1 byte x 16 tokens = 1 MiB a block; 80 GiB / 1 MiB.
     (T + "engine: {num_gpu_blocks: 81921}\n",
      "engine.num_gpu_blocks (line 2): 81921 blocks are more KV than one h100-sxm holds: blocks of 16 tokens of "

@@ -35,7 +35,8 @@ expands into), `validate.py` (errors naming file, key and line), `loader.py` (`l
 `labels.py` (`describe_point`, `point_labels`). Everything public is imported here:
 `from experiments.config import X` is the way in.
 """
-from experiments.config.base import ConfigError, ConfigWarning, _Strict, validation_problems  # noqa: F401 (_Strict: tests walk its models)
+# _Strict: tests walk its models
+from experiments.config.base import MAX_KV_BLOCKS, ConfigError, ConfigWarning, _Strict, validation_problems  # noqa: F401
 from experiments.config.cluster import (POOLS, ClusterConfig, LinkConfig, PoolConfig, check_cluster, cluster_label,
                                         pool_gpus, pool_point, pool_points)
 from experiments.config.engine import (CHUNKING_SCHEDULERS, SCHEDULER_KEYS, AcceptanceFile, DraftModel, EngineConfig,
@@ -58,8 +59,8 @@ from experiments.config.variants import layouts_of
 __all__ = [
     "AcceptanceFile", "CHUNKING_SCHEDULERS", "ClosedLoopTrace", "ClusterConfig", "ConfigError", "ConfigWarning",
     "DraftModel", "EngineConfig", "FileTrace", "FleetConfig", "LATENCY_METRICS", "LayoutsConfig", "LengthClip",
-    "LengthSpec", "LengthsFileTrace", "LinkConfig", "OutputConfig", "PERCENTILES", "POOLS", "PoolConfig",
-    "ProfileTrace", "SCHEDULER_KEYS", "SearchConfig", "SessionsTrace", "SweepConfig", "SyntheticTrace",
+    "LengthSpec", "LengthsFileTrace", "LinkConfig", "MAX_KV_BLOCKS", "OutputConfig", "PERCENTILES", "POOLS",
+    "PoolConfig", "ProfileTrace", "SCHEDULER_KEYS", "SearchConfig", "SessionsTrace", "SweepConfig", "SyntheticTrace",
     "TRACE_KINDS", "TraceConfig", "check_cluster", "check_router", "cluster_label", "describe_point",
     "engine_gpus", "file_trace_info", "layouts_of", "load_config", "point_labels", "pool_gpus", "pool_point",
     "pool_points", "repetition_seed_problem", "slo_summary_key", "validation_problems",

@@ -28,11 +28,14 @@ _MAX_REQUESTS = 10_000_000
 _MAX_STEP_TOKENS = 2**24
 _MAX_SEED = 2**32 - 1
 _MAX_REPLICAS = 10_000  # one SimPy process and one KV pool each
-# KV blocks one GPU may hold: block ids above 2**31 - 1 do not fit the int32 block table the
-# attention kernels read (vllm/v1/worker/block_table.py, `BlockTable.block_table`), and the
-# simulator's free list costs ~36 bytes a block (9.2e18 blocks grew to 13 GB before being
-# killed). `_check_kv_pool_override` also bounds it by the device's memory.
-_MAX_KV_BLOCKS = 2**31 - 1
+# KV blocks one GPU's pool may hold, given (`engine.num_gpu_blocks`) or derived from the device's
+# memory (`experiments.deployment.build_scheduler_config`), checked before the pool is allocated:
+# the simulator's free list and prefix cache cost 40-58 bytes a block (measured: 2 M blocks of
+# sarathi / vllm_v1), so 2**25 blocks are ~2 GB a pool; 9.2e18 blocks once grew to 13 GB before being
+# killed. The largest real pool is ~2.5 M blocks of 16 tokens (a 288 GB card holding a 0.6 B
+# model's FP8 KV at TP 8); vLLM's block table is int32 (vllm/v1/worker/block_table.py).
+# `_check_kv_pool_override` also bounds an override by the device's memory.
+MAX_KV_BLOCKS = 2**25
 _MAX_THINK_TIME_S = 1e6  # 11.6 days; float seconds keep sub-microsecond resolution far beyond it
 _Seed = Annotated[int, Field(ge=0, le=_MAX_SEED)]
 _Requests = Annotated[int, Field(ge=1, le=_MAX_REQUESTS)]

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from experiments.config.base import _MAX_KV_BLOCKS, _MAX_REPLICAS, _MAX_STEP_TOKENS, _Seed, _StepTokens, _Strict
+from experiments.config.base import MAX_KV_BLOCKS, _MAX_REPLICAS, _MAX_STEP_TOKENS, _Seed, _StepTokens, _Strict
 from profiler.quantization import ENGINE_QUANTIZATIONS
 from simulator.scheduler import SCHEDULERS
 
@@ -47,7 +47,7 @@ class EngineConfig(_Strict):
     max_model_len: int | None = Field(default=None, ge=2, le=_MAX_STEP_TOKENS)
     block_size: int = Field(default=16, ge=1, le=256)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    num_gpu_blocks: int | None = Field(default=None, ge=1, le=_MAX_KV_BLOCKS)  # and what the device holds
+    num_gpu_blocks: int | None = Field(default=None, ge=1, le=MAX_KV_BLOCKS)  # and what the device holds
     # The activations' dtype (vLLM --dtype); quantised weights are `quantization` (vLLM
     # --quantization) or the checkpoint's quantization_config (profiler/quantization.py).
     dtype: Literal["bf16"] = "bf16"
