@@ -39,6 +39,14 @@ def kv_bytes_per_element(point: SweepConfig) -> int:
     return kv_cache_dtype_bytes(kv_cache_dtype, get_device_spec(point.device))
 
 
+def served_context_tokens(point: SweepConfig) -> int:
+    """The longest prompt + output a replica of `point` serves: `engine.max_model_len`, else the
+    model's context (vLLM's default); of a `cluster:` point, the longest of its pools'."""
+    if point.cluster is not None:
+        return max(served_context_tokens(pool) for pool in pool_points(point).values())
+    return point.engine.max_model_len or get_model_spec(point.model).max_model_len
+
+
 def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
     """The scheduler knobs of a point, with the KV pool from the memory model unless overridden.
 
@@ -49,7 +57,7 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
     """
     e = point.engine
     model = served_model(point)
-    max_model_len = e.max_model_len or model.max_model_len
+    max_model_len = served_context_tokens(point)
     budget = e.token_budget or max_model_len
     stage_model = dataclasses.replace(model, num_layers=-(-model.num_layers // e.pipeline_parallel_size))
     # Computed even when num_gpu_blocks overrides it: it raises when the weights do not fit.

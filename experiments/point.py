@@ -14,7 +14,8 @@ from experiments.config import (POOLS, ClosedLoopTrace, SweepConfig, TraceConfig
                                 pool_point, pool_points, slo_summary_key)
 from experiments.outputs import TEMP_PREFIX, write_atomic
 from experiments.deployment import (DTYPE_BYTES, build_link, build_outcome_fn, build_pricer, build_scheduler_config,
-                                    build_schedulers, cluster_gpus, kv_bytes_per_element, served_model)
+                                    build_schedulers, cluster_gpus, kv_bytes_per_element, served_context_tokens,
+                                    served_model)
 from profiler import CostModel, RooflineCostModel, get_device_spec
 from simulator.disaggregated import Pool, simulate_disaggregated
 from simulator.gc_pause import paused_gc
@@ -39,8 +40,10 @@ class PointResult:
     files: dict[str, Path] = field(default_factory=dict)
 
 
-def load_requests(trace: TraceConfig) -> tuple[list[Request], dict]:
-    """Build the request list a trace config describes (each kind's `load()` in experiments/config.py).
+def load_requests(trace: TraceConfig, max_context_tokens: int | None = None) -> tuple[list[Request], dict]:
+    """Build the request list a trace config describes (each kind's `load()` in experiments/config/trace.py).
+    `max_context_tokens`: the engine's max_model_len, bounding the prefix ids of a sessions
+    trace's turns (no served request holds more; `traces.sessions.SessionWorkload`).
 
     Returns:
         (requests sorted by arrival, info dict with the trace's source and rejected rows).
@@ -50,7 +53,7 @@ def load_requests(trace: TraceConfig) -> tuple[list[Request], dict]:
             a closed-loop trace returns its `ClosedLoopWorkload`, which the simulator drives.
     """
     if isinstance(trace, ClosedLoopTrace):
-        workload = trace.workload()
+        workload = trace.workload(max_context_tokens) if trace.kind == "sessions" else trace.workload()
         return workload, {"trace_source": _closed_loop_source(trace, workload), "trace_rows_rejected": 0,
                           # a sessions file's unknown columns; a generated closed loop has none
                           "trace_ignored_columns": ", ".join(getattr(workload, "ignored_columns", ()))}
@@ -172,7 +175,7 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0,
     removes; a killed run's are removed at the folder's next claim), written in place and
     removed when the run fails.
     """
-    requests, info = load_requests(point.trace)
+    requests, info = load_requests(point.trace, served_context_tokens(point))
 
     def run(files: RecordFiles | None):
         if point.cluster is not None:  # prefill/decode disaggregation: the decode pool's pool and cost model label the row

@@ -246,3 +246,25 @@ def test_generated_ids_survive_a_canonical_jsonl_round_trip(tmp_path):
     from traces.errors import TraceFormatError
     with pytest.raises(TraceFormatError, match="row 2.*prefix_block_tokens"):
         read_trace(bad, strict=True)
+
+
+def test_turns_far_longer_than_the_context_name_only_the_served_context(tmp_path):
+    # Three turns of 10^9 user tokens (within the per-row bound), all rejected as too long, took
+    # 78 s and raised MemoryError building 62.5 M prefix ids a turn (issue 30 item 3).
+    from experiments.config import SweepConfig
+    from experiments.point import run_point
+
+    huge = SessionWorkload.from_turns([[(10**9, 10)] * 3], max_context_tokens=8192)
+    requests = [huge.initial_requests()[0]] + [huge._issue(0, 0.0) for _ in range(2)]
+    assert [r.prompt_tokens for r in requests] == [10**9, 2 * 10**9 + 10, 3 * 10**9 + 20]
+    assert [len(r.prefix_hash_ids) for r in requests] == [512, 512, 512]  # 8,192 tokens / 16
+    small = [[(40, 8), (30, 5)]]  # shorter than the cap: the same ids as without one
+    capped, whole = (SessionWorkload.from_turns(small, max_context_tokens=cap) for cap in (8192, None))
+    assert [r.prefix_hash_ids for r in capped.initial_requests()] == [r.prefix_hash_ids for r in whole.initial_requests()]
+
+    (tmp_path / "turns.csv").write_text("session_id,turn,user_tokens,output_tokens\n"
+                                        + "".join(f"1,{t},1000000000,10\n" for t in range(3)))
+    point = SweepConfig.model_validate({"trace": {"kind": "sessions", "path": str(tmp_path / "turns.csv")},
+                                        "engine": {"scheduler": "vllm_v1"}})
+    row = run_point(point).row
+    assert (row["completed"], row["rejected_too_long"]) == (0, 3)

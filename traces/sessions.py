@@ -51,6 +51,10 @@ class SessionWorkload(ClosedLoopWorkload):
         session_qps: conversations start as a Poisson process at this rate (conversations per
             second; conversation s at the s-th arrival, the first at 0 s, gaps drawn from
             `default_rng([seed, 1])`, apart from the lengths); None: all start at 0 s.
+        max_context_tokens: the longest prompt + answer the engine serves (its max_model_len):
+            a turn's `prefix_hash_ids` name at most that many tokens, as no served request holds
+            more; None: the whole stream. It bounds each request's ids before they are built (three
+            turns of 10^9 user tokens, all rejected as too long, once took 78 s and raised MemoryError).
 
     A turn whose prompt + answer exceed max_model_len is rejected by the scheduler (counted as
     rejected_too_long) and the conversation goes on, every later turn being longer still.
@@ -62,7 +66,7 @@ class SessionWorkload(ClosedLoopWorkload):
 
     def __init__(self, num_sessions: int, turns: int, think_time_s: float = 0.0, user_tokens: Any = 128,
                  output_tokens: Any = 128, shared_prefix_tokens: int = 0, num_prefixes: int = 1, seed: int = 0,
-                 session_qps: float | None = None):
+                 session_qps: float | None = None, max_context_tokens: int | None = None):
         if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
             raise ValueError(f"turns must be an int >= 1, got {turns!r}")
         check_shared_prefix(shared_prefix_tokens, num_prefixes)
@@ -78,6 +82,7 @@ class SessionWorkload(ClosedLoopWorkload):
         self._turns_issued = [0] * num_sessions
         self._context_tokens = [shared_prefix_tokens] * num_sessions  # the conversation so far
         self.session_qps = session_qps
+        self.max_context_tokens = max_context_tokens
         self.ignored_columns: tuple[str, ...] = ()  # columns of a turns file not read (`from_turns`)
         self._start_s = ([0.0] * num_sessions if session_qps is None
                          else poisson_arrivals(session_qps, num_sessions, np.random.default_rng([seed, 1])).tolist())
@@ -85,7 +90,8 @@ class SessionWorkload(ClosedLoopWorkload):
     @classmethod
     def from_turns(cls, conversations: list[list[tuple[int, int]]], think_time_s: float = 0.0,
                    shared_prefix_tokens: int = 0, num_prefixes: int = 1, seed: int = 0,
-                   session_qps: float | None = None, ignored_columns: tuple[str, ...] = ()) -> "SessionWorkload":
+                   session_qps: float | None = None, ignored_columns: tuple[str, ...] = (),
+                   max_context_tokens: int | None = None) -> "SessionWorkload":
         """Conversations given turn by turn: conversations[s][t] = (new user tokens, answer
         tokens) of turn t of conversation s (`read_sessions`). `turns` is then the longest.
         `ignored_columns`: the columns of their file that were not read
@@ -102,7 +108,7 @@ class SessionWorkload(ClosedLoopWorkload):
                     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                         raise ValueError(f"turn lengths must be ints >= 1, got {value!r}")
         workload = cls(len(conversations), max(len(turns) for turns in conversations), think_time_s, 1, 1,
-                       shared_prefix_tokens, num_prefixes, seed, session_qps)
+                       shared_prefix_tokens, num_prefixes, seed, session_qps, max_context_tokens)
         workload._conversations = [list(turns) for turns in conversations]
         workload.ignored_columns = tuple(ignored_columns)
         workload.num_requests = sum(len(turns) for turns in conversations)
@@ -133,8 +139,9 @@ class SessionWorkload(ClosedLoopWorkload):
         self._context_tokens[client_id] = prompt + answer
         request_id = self.num_issued
         self._client_of.append(client_id)
+        named = prompt + answer if self.max_context_tokens is None else min(prompt + answer, self.max_context_tokens)
         return Request(request_id, float(arrival_s), prompt, answer,
-                       prefix_hash_ids=self._stream_ids(client_id, prompt + answer),
+                       prefix_hash_ids=self._stream_ids(client_id, named),
                        prefix_block_tokens=GENERATED_BLOCK_TOKENS)
 
     def _stream_ids(self, session: int, num_tokens: int) -> tuple[int, ...]:

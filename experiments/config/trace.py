@@ -283,15 +283,18 @@ class SessionsTrace(ClosedLoopTrace):
                              "sessions; leave it out")
         return self
 
-    def workload(self) -> SessionWorkload:
-        """The conversations the simulator drives (traces.sessions.SessionWorkload)."""
+    def workload(self, max_context_tokens: int | None = None) -> SessionWorkload:
+        """The conversations the simulator drives (traces.sessions.SessionWorkload), each turn's
+        prefix ids naming at most `max_context_tokens` (the engine's max_model_len) tokens."""
         if self.path is not None:
             loaded = read_sessions(Path(self.path).expanduser())
             return SessionWorkload.from_turns(loaded.conversations, self.think_time_s, self.shared_prefix_tokens,
-                                              self.num_prefixes, self.seed, self.session_qps, loaded.ignored_columns)
+                                              self.num_prefixes, self.seed, self.session_qps, loaded.ignored_columns,
+                                              max_context_tokens)
         user, output = self.distributions()
         return SessionWorkload(self.clients, self.turns, self.think_time_s, user, output,
-                               self.shared_prefix_tokens, self.num_prefixes, self.seed, self.session_qps)
+                               self.shared_prefix_tokens, self.num_prefixes, self.seed, self.session_qps,
+                               max_context_tokens)
 
 
 TraceConfig = Annotated[
