@@ -132,3 +132,32 @@ def test_a_kv_pool_derived_beyond_what_the_simulator_holds_is_refused_before_all
                                "block_size or cap the pool with engine.num_gpu_blocks")
     capped = point.model_copy(update={"engine": point.engine.model_copy(update={"num_gpu_blocks": 4096})})
     assert build_scheduler_config(capped).num_gpu_blocks == 4096
+
+
+def test_file_and_inline_devices_are_labelled_and_described_by_their_names_once_each(tmp_path):
+    # A device given by file was labelled by its path; report.md listed it twice (the inline
+    # device's name was not found and the base's file stood in for it) and the inline one had no
+    # line (issue 30 item 9).
+    import pandas as pd
+
+    from experiments.config import point_labels
+    from experiments.planning.report import device_lines, point_devices
+
+    (tmp_path / "devices").mkdir()
+    (tmp_path / "devices" / "card.yaml").write_text(CARD)
+    path = tmp_path / "c.yaml"
+    path.write_text("model: llama-3-8b\ndevice: devices/card.yaml\ncost_model: roofline\n"
+                    "trace: {kind: poisson, qps: 2, num_requests: 10}\n"
+                    f"variants:\n  - {{device: devices/card.yaml}}\n  - {{device: h100-sxm}}\n  - {{device: {INLINE}}}\n")
+    base, points = load_config(path)
+    configs = [SweepConfig.model_validate(p) for p in points]
+    assert point_labels(configs) == ["my-card · sarathi chunk=512", "h100-sxm · sarathi chunk=512",
+                                     "inline-card · sarathi chunk=512"]
+    table = pd.DataFrame({"device": ["my-card", "h100-sxm", "inline-card"]})
+    lines = device_lines(table, base, point_devices(points))
+    assert [line.split(":")[0] for line in lines] == ["Device my-card", "Device h100-sxm", "Device inline-card"]
+    assert lines[2] == ("Device inline-card: 24 GiB, 100 TFLOP/s dense BF16, 2000 GB/s; GPU link pcie 32 GB/s per "
+                        "direction; roofline efficiencies GEMM 0.50 of peak, bandwidth 0.50 (given in device (inline)); "
+                        "figures from device (inline).")
+    assert device_lines(table, base)[2] == ("Device inline-card: its figures are not known to this report (a file or "
+                                            "inline device of points not given to it).")

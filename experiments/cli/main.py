@@ -209,7 +209,7 @@ def _done(progress: Progress, task, advance: int = 1, **fields) -> None:
 def _run_points(base: SweepConfig, points: list[dict], folder: RunFolder, jobs: Optional[int],
                 cache_dir: Optional[Path], backend: str, ray_address: Optional[str],
                 point_ids: Optional[List[int]] = None) -> None:
-    from experiments.planning.report import write_report
+    from experiments.planning.report import point_devices, write_report
     from experiments.planning.sweep import (config_as_run, one_run_only, remove_point_files, run_sweep, sweep_requests,
                                             write_results)
 
@@ -226,7 +226,8 @@ def _run_points(base: SweepConfig, points: list[dict], folder: RunFolder, jobs: 
         interrupts.check()  # a signal swallowed in the last point: no outputs of a stopped run
         with one_run_only(folder):
             table = write_results(results, folder, config_as_run(base))
-            folder.attempt(lambda: write_report(table, sweep_requests(results), base, folder.path), outputs=REPORT_FILES)
+            folder.attempt(lambda: write_report(table, sweep_requests(results), base, folder.path, point_devices(points)),
+                           outputs=REPORT_FILES)
     finally:
         remove_point_files(results)
     _print_table(table, base)
@@ -256,7 +257,7 @@ def _run_capacity(base: SweepConfig, points: list[dict], folder: RunFolder, jobs
     by `point_ids` (default 0, 1, ...: `simulate --point K` numbers its one point K)."""
     import pandas as pd
 
-    from experiments.planning.report import write_capacity_report
+    from experiments.planning.report import point_devices, write_capacity_report
     from experiments.planning.search import search_slo
     from experiments.planning.sweep import config_as_run, one_run_only, run_capacity_sweep, write_capacity_results
 
@@ -291,7 +292,7 @@ def _run_capacity(base: SweepConfig, points: list[dict], folder: RunFolder, jobs
     with one_run_only(folder):
         write_capacity_results(table, trials, folder, config_as_run(base), loads)
         folder.attempt(write_capacity_report, table, trials, base, slo, folder.path, policy_check, loads,
-                       outputs=REPORT_FILES)
+                       point_devices(points), outputs=REPORT_FILES)
     _print_capacity(table, base, slo, policy_check, loads)
     _finish(folder, table, cache_dir, started)
     _exit_if_failed(table)

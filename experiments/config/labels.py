@@ -168,9 +168,8 @@ def _flat_settings(point: SweepConfig, explicit_only: bool = False) -> dict[str,
     tree["engine"] = point.engine.model_dump(mode="json", include=read, exclude_unset=explicit_only)
     flat: dict[str, Any] = {}
 
-    if "device" in tree:  # a built-in, file or inline device by its name (a file by its path's name)
-        tree["device"] = tree["device"].get("name", json.dumps(tree["device"], sort_keys=True)) \
-            if isinstance(tree["device"], dict) else tree["device"]
+    if "device" in tree:  # a built-in, file or inline device by its `name:` (a file's was once its path)
+        tree["device"] = get_device_spec(tree["device"]).name
 
     def walk(node: dict, prefix: str) -> None:
         for key, value in node.items():

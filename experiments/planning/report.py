@@ -154,7 +154,8 @@ def _is_missing(value) -> bool:
         return False
 
 
-def write_report(points: pd.DataFrame, requests: pd.DataFrame | None, base: SweepConfig, out_dir: Path) -> Path:
+def write_report(points: pd.DataFrame, requests: pd.DataFrame | None, base: SweepConfig, out_dir: Path,
+                 devices: tuple = ()) -> Path:
     """Write report.md, report.html and plots/*.png into `out_dir`; return the HTML path."""
     plots_dir = out_dir / "plots"
     plots_dir.mkdir(parents=True, exist_ok=True)
@@ -172,7 +173,7 @@ def write_report(points: pd.DataFrame, requests: pd.DataFrame | None, base: Swee
         ok = ok.assign(sustained_throughput_rps=ok["point_id"].map(sustained_throughput_rps(requests)))
 
     tables = points_tables(ok, base.slo, best_id)
-    header = _header_lines(points, base)
+    header = _header_lines(points, base, devices)
     notes = identical_lines(requests, dict(zip(ok["point_id"].astype(int), ok["label"]))) if have_requests else []
     sections = [("Recommendation", recommendation_lines(choice, points, base.slo) + notes)]
     failed = points[points["error"].notna()] if "error" in points else points.iloc[0:0]
@@ -426,12 +427,12 @@ def trace_line(first: pd.Series, base: SweepConfig) -> str:
             f"{measured}; a sampled trace differs slightly from its nominal rate).")
 
 
-def _header_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
+def _header_lines(points: pd.DataFrame, base: SweepConfig, devices: tuple = ()) -> list[str]:
     ok = points[points["error"].isna()] if "error" in points else points
     lines = [deployment_line(points, base, "(what prices each step is stated below)")]
     if ok.empty:
         return lines + ["Every point failed: see the errors below."]
-    lines += cost_model_lines(ok) + device_lines(ok, base) + layout_lines(base)
+    lines += cost_model_lines(ok) + device_lines(ok, base, devices) + layout_lines(base)
     first = ok.iloc[0]
     lines.append(trace_line(first, base))
     skipped = int(first.get("trace_rows_rejected", 0) or 0)
@@ -558,32 +559,56 @@ def _share_text(count: int, steps: float) -> str:
     return f"{count / steps:.1%} of {int(steps):,} steps ({count:,})"
 
 
-def device_lines(points: pd.DataFrame, base: SweepConfig) -> list[str]:
+def device_lines(points: pd.DataFrame, base: SweepConfig, devices: tuple = ()) -> list[str]:
     """The device figures the points were priced with (profiler device spec `describe()`): memory,
     dense BF16 FLOP/s, bandwidth, GPU link and the efficiencies, with their sources; every
-    cluster pool's device (`prefill_device` beside `device`, the decode pool's)."""
+    cluster pool's device (`prefill_device` beside `device`, the decode pool's). Each device once,
+    found by its name among `devices` (the points' `device:` values as run: built-in names, files,
+    inline mappings; `point_devices`), the base's and its pools', else the built-ins; two devices
+    of one name with different figures get a line each. A device found nowhere (a report of
+    another run's points) is said to be so, never described by another device's figures."""
     from profiler import get_device_spec
 
     columns = [c for c in ("prefill_device", "device") if c in points]
     names = list(dict.fromkeys(str(v) for c in columns for v in points[c].dropna())) or [device_name(base)]
-    # A file or inline device is found by its name among the base's and its pools' (else the base's).
-    own = [base.device] + [getattr(base.cluster, pool).device for pool in POOLS
-                           if base.cluster is not None and getattr(base.cluster, pool).device is not None]
+    own = [*devices, base.device] + [getattr(base.cluster, pool).device for pool in POOLS
+                                     if base.cluster is not None and getattr(base.cluster, pool).device is not None]
+    known: dict[str, object] = {}  # each distinct device (by its description), in order
+    for device in own:
+        spec = get_device_spec(device)
+        known.setdefault(repr(sorted(spec.describe().items())), spec)
     lines = []
     for name in names:
-        try:  # a built-in by name, else the base point's own (file or inline) description
-            spec = get_device_spec(name)
-        except (ValueError, KeyError):
-            specs = [get_device_spec(device) for device in own]
-            spec = next((s for s in specs if s.name == name), specs[0])
-        d = spec.describe()
-        link = d.get("gpu_link") or {}
-        lines.append(f"Device {d['name']}: {d['memory_gib']:g} GiB, {d['dense_bf16_tflops']:g} TFLOP/s dense BF16, "
-                     f"{d['memory_bandwidth_gb_per_s']:g} GB/s; GPU link {link.get('kind', '?')} "
-                     f"{link.get('gb_per_s_per_direction', float('nan')):g} GB/s per direction; roofline efficiencies "
-                     f"GEMM {d['gemm_flops_efficiency']:.2f} of peak, bandwidth {d['memory_bandwidth_efficiency']:.2f} "
-                     f"({d.get('efficiency_source', 'assumed')}); figures from {d.get('source', 'the device file')}.")
+        specs = [spec for spec in known.values() if spec.name == name]
+        if not specs:
+            try:
+                specs = [get_device_spec(name)]  # a built-in
+            except ValueError:
+                lines.append(f"Device {name}: its figures are not known to this report (a file or inline device "
+                             "of points not given to it).")
+                continue
+        for spec in specs:
+            d = spec.describe()
+            link = d.get("gpu_link") or {}
+            lines.append(f"Device {d['name']}: {d['memory_gib']:g} GiB, {d['dense_bf16_tflops']:g} TFLOP/s dense "
+                         f"BF16, {d['memory_bandwidth_gb_per_s']:g} GB/s; GPU link {link.get('kind', '?')} "
+                         f"{link.get('gb_per_s_per_direction', float('nan')):g} GB/s per direction; roofline "
+                         f"efficiencies GEMM {d['gemm_flops_efficiency']:.2f} of peak, bandwidth "
+                         f"{d['memory_bandwidth_efficiency']:.2f} ({d.get('efficiency_source', 'assumed')}); figures "
+                         f"from {d.get('source', 'the device file')}.")
     return lines
+
+
+def point_devices(points: list[dict]) -> tuple:
+    """The `device:` values of point dicts as `load_config` gives them (paths absolute): each
+    point's and each of its cluster pools', for `device_lines`."""
+    found = []
+    for point in points:
+        found.append(point.get("device", SweepConfig.model_fields["device"].default))
+        cluster = point.get("cluster") or {}
+        found += [cluster[pool]["device"] for pool in POOLS
+                  if isinstance(cluster.get(pool), dict) and cluster[pool].get("device") is not None]
+    return tuple(found)
 
 
 def _bar(points: pd.DataFrame, column: str, ylabel: str, slo: float | None, path: Path,
@@ -829,7 +854,8 @@ class CapacitySummary:
 
 
 def capacity_summary(points: pd.DataFrame, base: SweepConfig, slo: dict[str, float],
-                     policy_check: pd.DataFrame | None = None, loads: pd.DataFrame | None = None) -> CapacitySummary:
+                     policy_check: pd.DataFrame | None = None, loads: pd.DataFrame | None = None,
+                     devices: tuple = ()) -> CapacitySummary:
     """Summarise a capacity search's points table (`run_capacity_sweep`) by `CAPACITY_RULE`."""
     s = base.search
     ok = points[points["error"].isna()] if "error" in points else points
@@ -837,7 +863,7 @@ def capacity_summary(points: pd.DataFrame, base: SweepConfig, slo: dict[str, flo
         ok = ok.assign(capacity_qps=np.nan)
     header = [
         deployment_line(points, base, "(what prices each step is stated below)"),
-        *cost_model_lines(ok), *device_lines(ok, base), *layout_lines(base),
+        *cost_model_lines(ok), *device_lines(ok, base, devices), *layout_lines(base),
         f"Capacity = highest QPS meeting every SLO ({', '.join(f'{k} ≤ {v:g}' for k, v in slo.items())}"
         f"{'' if base.slo else ', Sarathi-Serve strict defaults for this model size'}) in steady state, by bisection "
         f"to {s.precision:.1%} precision within {list(s.qps)} QPS on trials of {_trial_sizes_text(ok, s)}; "
@@ -1016,7 +1042,7 @@ def capacity_table(points: pd.DataFrame, best_id: int | None) -> ReportTable:
 
 def write_capacity_report(points: pd.DataFrame, trials: pd.DataFrame, base: SweepConfig, slo: dict[str, float],
                           out_dir: Path, policy_check: pd.DataFrame | None = None,
-                          loads: pd.DataFrame | None = None) -> Path:
+                          loads: pd.DataFrame | None = None, devices: tuple = ()) -> Path:
     """report.md / report.html of a capacity search: capacity per point with its interval, the
     latency-vs-QPS curves of the bisection trials with the SLO lines, the recommended point (by
     `CAPACITY_RULE`, with its runner-up) and its `vllm serve` command, and the warnings of
@@ -1026,7 +1052,7 @@ def write_capacity_report(points: pd.DataFrame, trials: pd.DataFrame, base: Swee
     ok = points[points["error"].isna()] if "error" in points else points
     if "capacity_qps" not in ok:  # every point failed: the report lists the errors only
         ok = ok.assign(capacity_qps=np.nan, capacity_ci_low=np.nan, capacity_ci_high=np.nan)
-    summary = capacity_summary(points, base, slo, policy_check, loads)
+    summary = capacity_summary(points, base, slo, policy_check, loads, devices)
     figures = [_capacity_bars(ok, plots_dir / "capacity.png", summary.best_id)]
     heatmap = _chunk_n_heatmap(ok, plots_dir / "capacity_chunk_x_n.png")
     if heatmap is not None:
