@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from experiments.config import (CHUNKING_SCHEDULERS, MAX_KV_BLOCKS, SCHEDULER_KEYS, AcceptanceFile, DraftModel,
+from experiments.config import (CHUNKING_SCHEDULERS, MAX_KV_BLOCKS, POOLS, SCHEDULER_KEYS, AcceptanceFile, DraftModel,
                                 SweepConfig, engine_gpus, pool_gpus, pool_points)
 from profiler import RooflineCostModel, get_device_spec, get_model_spec, kv_pool_blocks
 from profiler.cost_model import CostModel
@@ -42,9 +42,11 @@ def kv_bytes_per_element(point: SweepConfig) -> int:
 def served_context_tokens(point: SweepConfig) -> int:
     """The longest prompt + output a replica of `point` serves: `engine.max_model_len`, else the
     model's context (vLLM's default); of a `cluster:` point, the longest of its pools'."""
-    if point.cluster is not None:
-        return max(served_context_tokens(pool) for pool in pool_points(point).values())
-    return point.engine.max_model_len or get_model_spec(point.model).max_model_len
+    model_len = get_model_spec(point.model).max_model_len
+    if point.cluster is not None:  # a pool's engine keys over the point's, as `pool_point` merges them (not built here)
+        return max(getattr(point.cluster, pool).engine.get("max_model_len", point.engine.max_model_len) or model_len
+                   for pool in POOLS)
+    return point.engine.max_model_len or model_len
 
 
 def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
