@@ -5,10 +5,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import re
 import subprocess
 import sys
 from importlib.metadata import version
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -46,3 +48,26 @@ def test_version_and_a_lazy_command_runs():
     assert result.exit_code == 0 and "stats" in result.output and "convert" in result.output
     result = CliRunner().invoke(app, ["flags", "--help"])
     assert result.exit_code == 0 and "--point" in result.output
+
+
+COMMANDS = [["sweep"], ["simulate"], ["flags"], ["trace", "stats"], ["trace", "convert"], ["engine", "run"],
+            ["profile"], ["profile", "import"], ["fit"], ["calibrate"], ["search-xpyd"], ["verify"]]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_help_at_80_columns_cuts_nothing_and_wraps_paragraphs_whole(command, monkeypatch):
+    # Rich's panels cut option names and defaults at 80 columns ("engine.enable_expert_par…",
+    # "--engine-overh…") and kept the docstrings' line breaks mid-sentence (issue 30 item 10).
+    monkeypatch.setenv("COLUMNS", "80")
+    result = CliRunner().invoke(app, [*command, "--help"])
+    assert result.exit_code == 0, result.output
+    assert not re.search(r"[\w.-]…", result.output)  # a cut word (the help's own "…/path" is no cut)
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+    description = result.output.split("\nArguments:")[0].split("\nOptions:")[0].split("\n\n")[1:]
+    for paragraph in description:  # filled to the width: no line ends early but a paragraph's last
+        lines = paragraph.splitlines()
+        assert all(len(line) >= 60 for line in lines[:-1] if not line.lstrip().startswith(("-", "•"))), paragraph
+    if command == ["search-xpyd"]:
+        assert "config's engine.enable_expert_parallel)." in result.output
+    if command == ["calibrate"]:
+        assert "--engine-overhead / --no-engine-overhead" in result.output

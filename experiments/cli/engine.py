@@ -18,7 +18,7 @@ from experiments.config import ConfigError
 from experiments.outputs import OutputWriteError
 from experiments.verification.engine_run import run_config
 
-engine_app = typer.Typer(add_completion=False, no_args_is_help=True,
+engine_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                          help="Run a config's trace on the real torch engine (gpu_engine).")
 console = Console(width=max(shutil.get_terminal_size((120, 24)).columns, 120))
 

@@ -48,7 +48,7 @@ def load_command(name: str, target: Any):
     if isinstance(target, typer.Typer):
         command = typer.main.get_group(target)
     else:
-        holder = typer.Typer(add_completion=False)
+        holder = typer.Typer(add_completion=False, rich_markup_mode=None)
         holder.command(name=name)(target)
         command = typer.main.get_command(holder)
     command.name = name

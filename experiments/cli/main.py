@@ -61,7 +61,7 @@ class _App(typer.Typer):
         return interrupts.run_command(lambda: super(_App, self).__call__(*args, **kwargs))
 
 
-app = _App(cls=_Commands, add_completion=False, no_args_is_help=True,
+app = _App(cls=_Commands, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
            help="Capacity planning for LLM serving: simulate chunked prefill, paged KV and schedulers.")
 
 

@@ -96,7 +96,7 @@ def fit(
 
 # `sarathi-sim profile` is a group: without a sub-command it times this machine (`profile` above);
 # `sarathi-sim profile import` reads a public kernel database.
-profile_app = typer.Typer(add_completion=False, help="Time the model's ops on this machine, or `profile import` "
+profile_app = typer.Typer(add_completion=False, rich_markup_mode=None, help="Time the model's ops on this machine, or `profile import` "
                                                     "public kernel tables.")
 profile_app.callback(invoke_without_command=True)(profile)
 

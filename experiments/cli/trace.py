@@ -19,7 +19,7 @@ from traces import (LengthsLoadResult, TraceFormatError, TraceLoadResult, TraceS
 from traces.readers.formats import detect_format, format_by_name
 from traces.writers import LAYOUTS, layout_of, write_canonical_text
 
-trace_app = typer.Typer(add_completion=False, no_args_is_help=True,
+trace_app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                         help="Inspect a trace or lengths file (stats) or write it as a canonical trace (convert).")
 _WIDTH = max(shutil.get_terminal_size((120, 24)).columns, 120)
 console = Console(width=_WIDTH)
