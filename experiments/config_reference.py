@@ -1,11 +1,11 @@
-"""The config reference page, generated from the pydantic models of `experiments/config.py`.
+"""The config reference page, generated from the pydantic models of `experiments/config/`.
 
     python -m experiments.config_reference > docs/config.md
 
 Every key of every block: its type, default and bounds as the models validate them, and the
-comment written beside it in config.py (the why of a key lives there, once). The committed page
+comment written beside it in its model's file (the why of a key lives there, once). The committed page
 is checked against this output by tests/test_config_reference.py, so it cannot drift from the
-code: after changing config.py, run the command above.
+code: after changing a file of experiments/config/, run the command above.
 """
 from __future__ import annotations
 
@@ -38,10 +38,10 @@ _CONSTRAINTS = (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<"))
 def render() -> str:
     """The whole reference page (Markdown)."""
     out = ["# Config reference", "",
-           "Generated from the pydantic models in `experiments/config.py` by "
+           "Generated from the pydantic models in `experiments/config/` by "
            "`python -m experiments.config_reference > docs/config.md`; do not edit by hand. "
-           "How configs work (variants, `--set`, precedence, relative paths) is in the module docstring of "
-           "`experiments/config.py` and the README; examples are in `experiments/configs/`.", ""]
+           "How configs work (variants, `--set`, precedence, relative paths) is in [configs.md](configs.md) and "
+           "the docstring of `experiments/config/__init__.py`; examples are in `experiments/configs/`.", ""]
     for title, model, prefix in sections():
         out += _section(title, model, prefix)
     out += _slo_section()

@@ -11,7 +11,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "config.md"
 
 def test_committed_reference_is_up_to_date():
     assert DOC.read_text() == render(), (
-        "docs/config.md is out of date with experiments/config.py: run "
+        "docs/config.md is out of date with experiments/config/: run "
         "`python -m experiments.config_reference > docs/config.md`")
 
 
