@@ -32,6 +32,7 @@ SCALAR_COLUMNS = {
     "finish_reason": np.int8, "generated_tokens": np.int64, "first_scheduled_s": np.float64,
     "first_token_s": np.float64, "completion_s": np.float64, "num_preemptions": np.int64,
     "recomputed_tokens": np.int64, "cached_tokens": np.int64, "resumed_cached_tokens": np.int64,
+    "cpu_hit_tokens": np.int64, "kv_load_wait_s": np.float64,
 }
 _REASON_CODE = {reason: code for code, reason in enumerate(FINISH_REASONS)}
 # Finished requests staged before they become typed rows. 256 (~50k tokens) keeps a flush's

@@ -189,11 +189,24 @@ class Replica:
             start_s = self._last_step_start_s = self.env.now
             plan = self.scheduler.schedule(start_s)
             if not plan.columns.request_ids:  # `plan.is_empty`, without two property calls per step
+                if (yield from self._wait_for_kv_load()):
+                    continue
                 raise SimulationStalled(self._stall_message(start_s))
             duration_s = self.pricer.step_s(plan)
             yield self.env.timeout(duration_s)
             self._complete(plan)
             self.steps.append(start_s, duration_s, plan, self.replica_id)
+
+    def _wait_for_kv_load(self):
+        """Nothing to run but requests waiting for their KV loads from an offload tier: wait
+        until the first is done, or an arrival (vLLM's engine polls them with empty steps,
+        `simulator.scheduler.kv_offload`). Returns False when no load is in flight."""
+        done_s = self.scheduler.next_load_done_s()
+        if done_s == math.inf:
+            return False
+        if done_s > self.env.now:
+            yield self.env.any_of([self.env.timeout(delay_until_s(self.env.now, done_s)), self._wait()])
+        return True
 
     def _decode_window(self, running: list, max_steps: int):
         """Up to `max_steps` plain decode steps of every running sequence as one SimPy timeout,
@@ -437,6 +450,8 @@ class Replica:
             if plan.is_empty:
                 first_stage.release(request)
                 if self.scheduler.num_executing == 0:
+                    if (yield from self._wait_for_kv_load()):
+                        continue
                     raise SimulationStalled(self._stall_message(self.env.now))
                 yield self._wait()  # everything schedulable is in flight: wait for a completion
                 continue

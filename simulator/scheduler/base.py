@@ -16,6 +16,7 @@ import numpy as np
 
 from simulator.scheduler.block_manager import BlockManager, blocks_for
 from simulator.scheduler.config import SchedulerConfig
+from simulator.scheduler.kv_offload import KvOffload
 from simulator.scheduler.prefix_cache import PrefixCachingBlockManager
 from simulator.scheduler.plan import (
     COMPLETED,
@@ -149,6 +150,26 @@ class Scheduler:
         self._swap_out_tokens = 0
         self._now_s = 0.0  # time of the schedule() call under way
         self._partial_prefill: Sequence | None = None  # a prompt the latest plan left unfinished (`decode_window`)
+        self.kv_offload: KvOffload | None = None  # the offloading connector (`attach_kv_offload`)
+
+    def attach_kv_offload(self, offload: KvOffload) -> None:
+        """Put an offload tier behind this scheduler's prefix cache (`simulator.scheduler.kv_offload`).
+
+        Raises:
+            ValueError: the scheduler has no prefix cache (vLLM's offloading connector keys
+                blocks by their prefix-cache hashes), or a block size other than the pool's.
+        """
+        if not (self.supports_prefix_caching and self.prefix_caching):
+            raise ValueError(f"KV offload needs the prefix cache (scheduler vllm_v1 with enable_prefix_caching), "
+                             f"scheduler {self.name!r} has it {'on' if self.prefix_caching else 'off'}")
+        if offload.block_size != self.config.block_size:
+            raise ValueError(f"KV offload block size {offload.block_size} != the pool's {self.config.block_size}")
+        self.kv_offload = offload
+
+    def next_load_done_s(self) -> float:
+        """When the earliest KV load in flight is done (inf with none): a replica with nothing
+        else to run waits until then (vLLM's engine polls the loads with empty steps)."""
+        return self.kv_offload.next_load_done_s() if self.kv_offload is not None else float("inf")
 
     def _token_budget(self) -> int:
         c = self.config
@@ -207,7 +228,13 @@ class Scheduler:
         several micro-batches in flight) are not scheduled again until it is.
         """
         self._now_s = now_s  # admissions stamp first_scheduled_s with it (`_admit_head`)
+        offload = self.kv_offload
+        if offload is not None:
+            offload.poll(now_s)  # loads and stores done by now (vLLM: after the step that just ended)
         entries, preempted = self._build_plan(now_s)
+        if offload is not None:
+            for seq, q, _ in entries:  # write-through: the blocks this step fills
+                offload.note_scheduled(seq, seq.num_computed_tokens + q)
         if entries:
             seqs, queries, drafts, ids, contexts, prefills, emits, counts = self._plan_columns(entries)
         else:
@@ -383,8 +410,8 @@ class Scheduler:
         """
         running = self.running
         if (self._waiting_items or self._in_flight_plans or not running or self.config.split_n
-                or not self._decodes_all_run(len(running))):
-            return running, 0
+                or not self._decodes_all_run(len(running)) or self.kv_offload is not None):
+            return running, 0  # (offload: every step's stores are priced at its end)
         partial = self._partial_prefill
         if partial is not None and partial.num_computed_tokens < partial.prefill_target_tokens \
                 and partial.request_id in self._in_flight:
@@ -826,9 +853,13 @@ class Scheduler:
         bm = self.block_manager
         hit_tokens = len(hit_blocks) * bm.block_size if hit_blocks else 0
         reserve = self._admission_tokens(seq, num_query_tokens) + hit_tokens
+        loaded = self.kv_offload is not None and seq.load_started_s == seq.load_started_s  # its KV load is done
         if hit_tokens:
             needed = blocks_for(reserve, bm.block_size) - len(hit_blocks) + bm.num_evictable(hit_blocks)
             if bm.num_free - needed < bm.watermark_blocks:
+                return None
+        elif loaded:  # it holds the loaded blocks already
+            if bm.num_free - bm._extra_blocks(seq.request_id, reserve) < bm.watermark_blocks:
                 return None
         elif not bm.can_admit(reserve):
             return None
@@ -839,7 +870,10 @@ class Scheduler:
             bm.admit_cached(seq.request_id, hit_blocks)
             seq.num_computed_tokens = hit_tokens
         bm.grow_to(seq.request_id, reserve)
-        if self.prefix_caching:
+        if loaded:
+            seq.load_wait_s += self._now_s - seq.load_started_s
+            seq.load_started_s = float("nan")
+        elif self.prefix_caching:
             if not seq.swapped_tokens:
                 seq.record_admission(hit_tokens)
             if seq.request.prefix_hash_ids:  # content others may hit; the rest lazily (free_sequence)
@@ -887,6 +921,8 @@ class Scheduler:
         """Free `seq`'s blocks and return it to `waiting` (recompute, or swap to host)."""
         self.running.remove(seq)
         del self._in_flight[seq.request_id]
+        if self.kv_offload is not None:
+            self.kv_offload.request_done(seq.request_id, self._now_s)
         self._free_kv(seq, resumes=self.config.preemption != "swap")
         if self.config.preemption == "swap":
             seq.swap_out()
@@ -998,18 +1034,21 @@ class Scheduler:
     def _finish(self, seq: Sequence, now_s: float) -> FinishedRequest:
         self.running.remove(seq)
         del self._in_flight[seq.request_id]
+        if self.kv_offload is not None:
+            self.kv_offload.request_done(seq.request_id, now_s)
         self._free_kv(seq, resumes=False)
         r = seq.request
         cached = seq.num_cached_tokens
         # Positional, in the field order (request_id, arrival_s, prompt_tokens, output_tokens,
         # finish_reason, generated_tokens, first_scheduled_s, first_token_s, completion_s,
-        # num_preemptions, recomputed_tokens, cached_tokens, resumed_cached_tokens,
-        # token_times_s): a call with 14 keywords costs twice as much, once per request.
+        # num_preemptions, recomputed_tokens, cached_tokens, resumed_cached_tokens, cpu_hit_tokens,
+        # kv_load_wait_s, token_times_s): a call with 16 keywords costs twice as much, once per request.
         return FinishedRequest(
             r.request_id, r.arrival_s, r.prompt_tokens, r.output_tokens,
             COMPLETED if seq.max_output_tokens == r.output_tokens else TRUNCATED,
             seq.num_generated_tokens, seq.first_scheduled_s, seq.first_token_s, now_s, seq.num_preemptions,
-            seq.recomputed_tokens, cached if cached > 0 else 0, seq.resumed_cached_tokens, seq.token_times_s)
+            seq.recomputed_tokens, cached if cached > 0 else 0, seq.resumed_cached_tokens, seq.cpu_hit_tokens,
+            seq.load_wait_s, seq.token_times_s)
 
 
 def _steps_fitting(room: list[int], block_size: int, free_blocks: int, steps: int) -> int:

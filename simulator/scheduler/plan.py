@@ -242,7 +242,8 @@ class FinishedRequest:
     `cached_tokens`: prompt tokens served from the prefix cache at the first admission (vLLM's
     `num_cached_tokens`); `resumed_cached_tokens`: tokens hit at re-admissions after recompute
     preemptions; `recomputed_tokens`: tokens computed again after preemptions (dropped and not
-    hit). `token_times_s` holds one entry per produced token; a speculative emission of k tokens repeats
+    hit). With a KV offload tier: `cpu_hit_tokens` loaded from host memory (every admission),
+    `kv_load_wait_s` spent waiting for those loads before being scheduled. `token_times_s` holds one entry per produced token; a speculative emission of k tokens repeats
     its time k times. Times are NaN where they never happened (a rejected request).
     """
 
@@ -259,4 +260,6 @@ class FinishedRequest:
     recomputed_tokens: int = 0
     cached_tokens: int = 0
     resumed_cached_tokens: int = 0
+    cpu_hit_tokens: int = 0
+    kv_load_wait_s: float = 0.0
     token_times_s: list[float] = field(default_factory=list)

@@ -24,6 +24,10 @@ class Sequence:
     `Request.num_cached_tokens`; -1 before it), `resumed_cached_tokens` the hits of later
     re-admissions after recompute preemptions. A preemption drops `dropped_tokens` of KV; the
     re-admission recomputes those its hit does not cover (`recomputed_tokens`).
+
+    KV offload (`simulator.scheduler.kv_offload`): `cpu_hit_tokens` were loaded from the host
+    tier (at every admission, first or after a preemption), after `load_wait_s` seconds waiting
+    for the loads; `load_started_s` is when the load under way began (NaN when none).
     """
 
     request: Request
@@ -40,6 +44,9 @@ class Sequence:
     dropped_tokens: int = 0
     num_cached_tokens: int = -1
     resumed_cached_tokens: int = 0
+    cpu_hit_tokens: int = 0
+    load_wait_s: float = 0.0
+    load_started_s: float = float("nan")
     token_times_s: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -78,14 +85,16 @@ class Sequence:
         self.prefill_target_tokens = self.num_tokens
         self.num_preemptions += 1
 
-    def record_admission(self, hit_tokens: int) -> None:
-        """Account an admission whose prefix-cache hit covered `hit_tokens` (0 without caching)."""
+    def record_admission(self, hit_tokens: int, loaded_tokens: int = 0) -> None:
+        """Account an admission whose prefix-cache hit covered `hit_tokens` (0 without caching)
+        and whose KV load from an offload tier `loaded_tokens` more."""
         if self.num_cached_tokens < 0:
             self.num_cached_tokens = hit_tokens
         else:
             self.resumed_cached_tokens += hit_tokens
+        self.cpu_hit_tokens += loaded_tokens
         if self.dropped_tokens:
-            self.recomputed_tokens += max(0, self.dropped_tokens - hit_tokens)
+            self.recomputed_tokens += max(0, self.dropped_tokens - hit_tokens - loaded_tokens)
             self.dropped_tokens = 0
 
     def swap_out(self) -> None:

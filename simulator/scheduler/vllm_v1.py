@@ -123,6 +123,9 @@ class VllmV1Scheduler(Scheduler):
 
     def _admit_waiting(self, entries: list[Entry], budget: int, threshold: int | None) -> None:
         """Loop 2: admit from the head of `waiting`, each with its cache hit and a first chunk."""
+        if self.kv_offload is not None:
+            self._admit_waiting_offload(entries, budget, threshold)
+            return
         size = self.config.block_size
         while budget > 0 and self.waiting:
             head = self.waiting.head()
@@ -134,3 +137,76 @@ class VllmV1Scheduler(Scheduler):
                 break
             entries.append((seq, n, 0))
             budget -= n
+
+    def _admit_waiting_offload(self, entries: list[Entry], budget: int, threshold: int | None) -> None:
+        """Loop 2 with an offload tier (`simulator.scheduler.kv_offload`; vLLM `Scheduler.schedule`
+        with a connector): a request whose KV load is under way is skipped (it keeps its place at
+        the head of `waiting`); one whose load is done resumes with the loaded tokens computed
+        (`_update_waiting_for_remote_kv`: one less when they are every token); a fresh request
+        takes its GPU hit, then asks the tier for the blocks after it (`match`) and, on a hit,
+        allocates them and starts their load with no compute this step (no budget), else is
+        admitted as without a tier. A request whose hit blocks another one is loading is
+        skipped for this step. Stops where loop 2 stops (budget, `max_num_seqs`, a request that
+        does not fit)."""
+        offload = self.kv_offload
+        bm = self.block_manager
+        size = self.config.block_size
+        waiting = self.waiting
+        skipped: list[Sequence] = []
+        now_s = self._now_s
+        while budget > 0 and waiting:
+            if not self._can_admit_more():
+                break
+            head = waiting.head()
+            rid = head.request_id
+            state = offload.loading.get(rid)
+            if state is not None:
+                if state[0] > now_s:  # WAITING_FOR_REMOTE_KVS: not done
+                    skipped.append(waiting.pop_head())
+                    continue
+                loaded = offload.finish_load(rid)
+                head.num_computed_tokens = loaded - 1 if loaded >= head.num_tokens else loaded
+                bm.cache_blocks(rid, head.num_computed_tokens, head.request)
+            if head.num_computed_tokens or head.swapped_tokens:
+                hit, ext = [], 0
+            else:
+                hit = self._cache_hit(head)
+                found = offload.match(head, len(hit))
+                if found is None:  # a hit block is being loaded for another request: ask again next step
+                    skipped.append(waiting.pop_head())
+                    continue
+                ext, keys = found
+            if ext:
+                if not self._start_load(head, hit, ext, keys):
+                    break
+                skipped.append(waiting.pop_head())
+                continue
+            pending = head.num_pending_tokens - len(hit) * size
+            n = min(pending, budget, threshold or pending)
+            seq = self._admit_head(n, hit)
+            if seq is None:
+                break
+            entries.append((seq, n, 0))
+            budget -= n
+        for seq in reversed(skipped):  # back at the head, in their order
+            waiting.add_preempted(seq) if waiting.policy == "fcfs" else waiting.add_arrival(seq)
+
+    def _start_load(self, seq: Sequence, hit: list[int], ext_blocks: int, keys: list) -> bool:
+        """Allocate `seq`'s GPU hit and `ext_blocks` blocks for the tier's hit, and start their load
+        (vLLM `allocate_slots(num_new_tokens=0 + external)`, `update_state_after_alloc`); False
+        (nothing changed) when the free blocks do not hold them."""
+        bm = self.block_manager
+        size = bm.block_size
+        gpu_tokens = len(hit) * size
+        total = gpu_tokens + ext_blocks * size
+        needed = ext_blocks + (bm.num_evictable(hit) if hit else 0)
+        if bm.num_free - needed < bm.watermark_blocks:
+            return False
+        rid = seq.request_id
+        if hit:
+            bm.admit_cached(rid, hit)
+        bm.grow_to(rid, total)
+        seq.record_admission(gpu_tokens, ext_blocks * size)
+        seq.load_started_s = self._now_s
+        self.kv_offload.start_load(seq, keys, total, self._now_s)
+        return True

@@ -1,0 +1,311 @@
+"""KV offload to host memory behind the GPU prefix cache: the scheduler side of vLLM's native
+offloading connector (`--kv-offloading-backend native --kv-offloading-size GiB`).
+
+Read from vLLM's source (the code index holds several snapshots; the semantics below are the
+same in each one read):
+- `vllm/config/vllm.py` (`_post_init_kv_transfer_config`): `native` becomes the
+  `OffloadingConnector` with `cpu_bytes_to_use = kv_offloading_size * (1 << 30)`, one budget
+  for all TP ranks together.
+- `vllm/v1/kv_offload/cpu.py` (`CPUOffloadingSpec`, snapshot 02fcc61): the tier holds
+  `cpu_bytes_to_use // kv_bytes_per_offloaded_block` blocks, a block's bytes being every
+  layer's page on every rank (`page_size_bytes * len(kv_cache_tensors) * world_size`); the
+  offloaded block is the GPU block (block_size_factor 1, the default); eviction is LRU.
+- `vllm/v1/kv_offload/lru_manager.py` (`LRUOffloadingManager`, snapshot 3a04cf8): `lookup`
+  counts the leading blocks that are stored and ready; `touch` moves blocks to the MRU end
+  (in reverse, so a prefix's first block is the most recent); `prepare_store` skips blocks
+  already held, evicts the LRU blocks no load holds (ref count 0) and gives up (stores
+  nothing) when too few can be evicted; a block being stored is not ready (not hit, not
+  evicted) until `complete_store`; `prepare_load` / `complete_load` hold a block while it is
+  read.
+- `vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py`
+  (`OffloadingConnectorScheduler`, single-file form; `offloading/scheduler.py` at 0072b0b
+  splits it out unchanged in these respects):
+  - `get_num_new_matched_tokens(request, num_computed_tokens)`: touches every full block of
+    the request, then looks up the blocks after the GPU hit; the hit is counted in whole
+    blocks after the GPU's, at least one; it is loaded asynchronously (`True`); a hit on a
+    block another request is loading defers the request (`None`: asked again next step).
+  - `update_state_after_alloc`: `prepare_load` of the hit blocks into the GPU blocks just
+    allocated for them; the request's next block to store is the one after them.
+  - `_get_reqs_to_store` (each step, in `build_connector_meta`): every scheduled request
+    stores the blocks that this step's tokens fill (write-through, by block, not at GPU
+    eviction); the worker defers each store job to the start of the next engine step
+    (`prepare_store_kv`: "so that offloading starts AFTER transfers related to token
+    sampling").
+  - `update_connector_output` / worker `get_finished`: a request's stored blocks become
+    ready (`complete_store`) once the request has finished and all its store jobs are done
+    (a preempted request's at its preemption, `build_connector_meta`); a finished load is
+    reported at the end of the step in which it completed.
+- `vllm/v1/core/sched/scheduler.py` (`Scheduler.schedule`, loop 2): a request whose load is
+  asynchronous takes its GPU blocks now, computes nothing (`num_new_tokens = 0`, no budget),
+  is set `WAITING_FOR_REMOTE_KVS` and stays at its place in `waiting`; later loops skip it
+  until `_update_waiting_for_remote_kv` sees its load finished, which sets
+  `num_computed_tokens` to the loaded blocks' tokens (one less when they cover every token:
+  the last is recomputed for its logits) and caches the blocks; it is then scheduled as any
+  waiting request with those tokens computed.
+
+Timing (the simulator's part): each direction of the host link is one FIFO transfer stream
+(vLLM's CPU-GPU handler copies on its own CUDA stream per direction, overlapped with the
+forward pass, `vllm/v1/kv_offload/worker/cpu_gpu.py`), at the device's host-link bandwidth;
+a transfer of n blocks takes n × bytes per block (one rank's shard; the ranks copy in
+parallel over their own links) / bandwidth. Loads start when they are scheduled, stores at
+the end of the step that filled them. Compute is not slowed by the copies.
+
+Not modelled: the wait of a preempted request's unfinished stores (vLLM's worker waits for
+them synchronously, `handle_preemptions`), the GPU blocks of a finished request held until
+its stores finish (`request_finished` delays their free; here they are freed at once), and
+vLLM's optional store filter (`store_threshold`) and ARC policy (`eviction_policy: arc`).
+"""
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from simulator.scheduler.prefix_cache import BlockKey, block_keys
+from simulator.scheduler.sequence import Sequence
+
+_NOT_READY = -1  # a block's ref count while it is being stored (vLLM's BlockStatus before complete_store)
+
+
+class LruTier:
+    """One offload tier of `num_blocks` blocks, LRU (vLLM `LRUOffloadingManager`).
+
+    A block is held as key -> ref count: -1 while it is being stored (not ready), else the
+    loads reading it. The dict's order is LRU first.
+    """
+
+    def __init__(self, name: str, num_blocks: int):
+        if num_blocks < 0:
+            raise ValueError(f"{name} tier: num_blocks must be >= 0, got {num_blocks}")
+        self.name = name
+        self.num_blocks = num_blocks
+        self.blocks: OrderedDict[BlockKey, int] = OrderedDict()
+
+    def lookup(self, keys: list[BlockKey]) -> int:
+        """Leading `keys` stored and ready."""
+        blocks = self.blocks
+        hits = 0
+        for key in keys:
+            ref = blocks.get(key)
+            if ref is None or ref == _NOT_READY:
+                break
+            hits += 1
+        return hits
+
+    def touch(self, keys: list[BlockKey]) -> None:
+        """Move the held `keys` to the MRU end, the first last (the most recent)."""
+        blocks = self.blocks
+        for key in reversed(keys):
+            if key in blocks:
+                blocks.move_to_end(key)
+
+    def prepare_load(self, keys: list[BlockKey]) -> None:
+        for key in keys:
+            self.blocks[key] += 1
+
+    def complete_load(self, keys: list[BlockKey]) -> None:
+        blocks = self.blocks
+        for key in keys:
+            if key in blocks and blocks[key] > 0:
+                blocks[key] -= 1
+
+    def prepare_store(self, keys: list[BlockKey]) -> list[BlockKey] | None:
+        """Allocate the `keys` not held yet (not ready until `complete_store`), evicting LRU
+        blocks with no reader; None (nothing changed) when too few can be evicted."""
+        blocks = self.blocks
+        new = [key for key in keys if key not in blocks]
+        excess = len(blocks) + len(new) - self.num_blocks
+        if excess > 0:
+            victims = []
+            for key, ref in blocks.items():
+                if ref == 0:
+                    victims.append(key)
+                    if len(victims) == excess:
+                        break
+            else:
+                return None
+            for key in victims:
+                del blocks[key]
+        for key in new:
+            blocks[key] = _NOT_READY
+        return new
+
+    def complete_store(self, keys: list[BlockKey]) -> None:
+        blocks = self.blocks
+        for key in keys:
+            if blocks.get(key) == _NOT_READY:
+                blocks[key] = 0
+
+
+@dataclass
+class OffloadStats:
+    """Counters of one replica's offload tier (bytes as the host link moves them: one rank's
+    shard per block, `KvOffload.bytes_per_block`)."""
+
+    loads: int = 0
+    load_blocks: int = 0
+    load_bytes: int = 0  # host -> GPU
+    store_blocks: int = 0
+    store_bytes: int = 0  # GPU -> host
+    stores_skipped_blocks: int = 0  # a full tier with every block held by a load: vLLM skips the store
+
+
+class KvOffload:
+    """The offloading connector of one replica's scheduler (module docstring).
+
+    Args:
+        cpu_blocks: blocks the CPU tier holds (`offload_blocks`).
+        block_size: tokens per block (the GPU's).
+        bytes_per_block: bytes one rank moves per block over its host link.
+        h2d_bytes_per_s, d2h_bytes_per_s: host-link bandwidth per direction (bytes/s).
+
+    Raises:
+        ValueError: a bandwidth that is not positive, a negative size.
+    """
+
+    def __init__(self, cpu_blocks: int, block_size: int, bytes_per_block: float, h2d_bytes_per_s: float,
+                 d2h_bytes_per_s: float):
+        if not (h2d_bytes_per_s > 0 and d2h_bytes_per_s > 0):
+            raise ValueError(f"host-link bandwidth must be > 0, got {h2d_bytes_per_s}, {d2h_bytes_per_s}")
+        if bytes_per_block <= 0:
+            raise ValueError(f"bytes_per_block must be > 0, got {bytes_per_block}")
+        self.cpu = LruTier("cpu", cpu_blocks)
+        self.block_size = block_size
+        self.bytes_per_block = bytes_per_block
+        self.load_s_per_block = bytes_per_block / h2d_bytes_per_s
+        self.store_s_per_block = bytes_per_block / d2h_bytes_per_s
+        self.stats = OffloadStats()
+        self._h2d_free_s = 0.0  # when the host->GPU stream has no transfer queued
+        self._d2h_free_s = 0.0
+        self._next_store: dict[int, int] = {}  # request id -> its next block to store
+        self._unsubmitted: list[tuple[int, list[BlockKey]]] = []  # stores of the last step, submitted at the next
+        self._storing: dict[int, tuple[list[BlockKey], float]] = {}  # request id -> (keys stored, last job's end)
+        self._ready: list[tuple[float, int, list[BlockKey]]] = []  # heap of (time, seq no., keys) to complete
+        self._counter = 0
+        self.loading: dict[int, tuple[float, int, list[BlockKey]]] = {}  # request id -> (done at, hit tokens, keys)
+        self._being_loaded: dict[BlockKey, int] = {}  # key -> loads reading it
+
+    # ----- time ---------------------------------------------------------------------------
+    def poll(self, now_s: float) -> None:
+        """What vLLM learns at a step's end (`update_connector_output`): stores whose request
+        finished and whose transfers are done by `now_s` become ready; last step's store jobs
+        are submitted now (the next step starts)."""
+        if self._unsubmitted:
+            self._submit_stores(now_s)
+        ready = self._ready
+        while ready and ready[0][0] <= now_s:
+            _, _, keys = heapq.heappop(ready)
+            self.cpu.complete_store(keys)
+
+    def next_load_done_s(self) -> float:
+        """The earliest time a load now in flight is done (inf with none)."""
+        return min((done for done, _, _ in self.loading.values()), default=float("inf"))
+
+    def _submit_stores(self, now_s: float) -> None:
+        for rid, keys in self._unsubmitted:
+            start = max(now_s, self._d2h_free_s)
+            end = self._d2h_free_s = start + len(keys) * self.store_s_per_block
+            stored, _ = self._storing.get(rid, ([], 0.0))
+            stored += keys
+            self._storing[rid] = (stored, end)
+            self.stats.store_blocks += len(keys)
+            self.stats.store_bytes += round(len(keys) * self.bytes_per_block)
+        self._unsubmitted = []
+
+    # ----- admission ------------------------------------------------------------------------
+    def match(self, seq: Sequence, gpu_hit_blocks: int) -> tuple[int, list[BlockKey]] | None:
+        """`get_num_new_matched_tokens`: (blocks hit after the GPU's `gpu_hit_blocks`, their keys),
+        (0, []) for none, None when a hit block is being loaded by another request (ask again
+        next step). Touches the request's full blocks in the tier (LRU)."""
+        size = self.block_size
+        full = seq.num_tokens // size
+        if full - gpu_hit_blocks < 1:
+            return 0, []
+        keys = block_keys(seq.request, size, 0, full)
+        self.cpu.touch(keys)
+        tail = keys[gpu_hit_blocks:]
+        hits = self.cpu.lookup(tail)
+        if not hits:
+            return 0, []
+        hit_keys = tail[:hits]
+        if self._being_loaded and any(key in self._being_loaded for key in hit_keys):
+            return None
+        return hits, hit_keys
+
+    def start_load(self, seq: Sequence, keys: list[BlockKey], loaded_tokens: int, now_s: float) -> float:
+        """`update_state_after_alloc`: read `keys` into the GPU blocks just allocated; the
+        request's KV will cover `loaded_tokens` once done. Returns when the load is done."""
+        self.cpu.prepare_load(keys)
+        for key in keys:
+            self._being_loaded[key] = self._being_loaded.get(key, 0) + 1
+        start = max(now_s, self._h2d_free_s)
+        done = self._h2d_free_s = start + len(keys) * self.load_s_per_block
+        rid = seq.request_id
+        self.loading[rid] = (done, loaded_tokens, keys)
+        self._next_store[rid] = loaded_tokens // self.block_size
+        stats = self.stats
+        stats.loads += 1
+        stats.load_blocks += len(keys)
+        stats.load_bytes += round(len(keys) * self.bytes_per_block)
+        return done
+
+    def finish_load(self, request_id: int) -> int:
+        """The load of `request_id` is seen done (`complete_load`); returns its loaded tokens."""
+        _, tokens, keys = self.loading.pop(request_id)
+        self.cpu.complete_load(keys)
+        being = self._being_loaded
+        for key in keys:
+            n = being[key] - 1
+            if n:
+                being[key] = n
+            else:
+                del being[key]
+        return tokens
+
+    # ----- stores ---------------------------------------------------------------------------
+    def note_scheduled(self, seq: Sequence, num_tokens_after: int) -> None:
+        """`_get_reqs_to_store` for one scheduled request that will hold `num_tokens_after`
+        computed tokens after this step: the blocks they fill are stored (submitted at the
+        next step's start, `poll`)."""
+        size = self.block_size
+        full = num_tokens_after // size
+        rid = seq.request_id
+        start = self._next_store.get(rid, 0)
+        if full <= start:
+            return
+        keys = block_keys(seq.request, size, start, full)
+        new = self.cpu.prepare_store(keys)
+        if new is None:
+            self.stats.stores_skipped_blocks += len(keys)
+            return  # vLLM logs "cannot store" and tries again at the next step
+        self._next_store[rid] = full
+        if new:
+            self.cpu.touch(block_keys(seq.request, size, 0, full))
+            self._unsubmitted.append((rid, new))
+
+    def request_done(self, request_id: int, now_s: float) -> None:
+        """The request finished or was preempted: its stored blocks become ready once its store
+        jobs are done (finished: the worker's `finished_sending`; preempted:
+        `build_connector_meta` completes them at once, as the worker waits for the jobs)."""
+        self._next_store.pop(request_id, None)
+        if any(rid == request_id for rid, _ in self._unsubmitted):
+            self._submit_stores(now_s)  # its last step's stores: submitted as the next step starts
+        entry = self._storing.pop(request_id, None)
+        if entry is not None:
+            keys, end = entry
+            self._counter += 1
+            heapq.heappush(self._ready, (max(now_s, end), self._counter, keys))
+
+
+def offload_blocks(tier_bytes: float, bytes_per_block_all_ranks: float) -> int:
+    """Blocks a tier of `tier_bytes` holds: floor(bytes / a block's bytes over every layer and
+    rank) (vLLM `CPUOFfloadingSpec`: `cpu_bytes_to_use // kv_bytes_per_offloaded_block`).
+
+    Raises:
+        ValueError: a negative size or a block of no bytes.
+    """
+    if tier_bytes < 0:
+        raise ValueError(f"tier size must be >= 0 bytes, got {tier_bytes}")
+    if bytes_per_block_all_ranks <= 0:
+        raise ValueError(f"a block's bytes must be > 0, got {bytes_per_block_all_ranks}")
+    return int(tier_bytes // bytes_per_block_all_ranks)

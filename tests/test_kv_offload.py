@@ -1,0 +1,156 @@
+"""KV offload to a CPU tier behind the prefix cache (simulator/scheduler/kv_offload.py): a
+hand-worked sequence of three conversations, the LRU tier, and a tier that changes nothing."""
+from __future__ import annotations
+
+import pytest
+
+from simulator.scheduler import SchedulerConfig, make_scheduler
+from simulator.scheduler.kv_offload import KvOffload, LruTier, offload_blocks
+from traces import Request
+
+BLOCK = 16
+MB = 1e6
+PCIE = 1e9  # the stated link: 1 GB/s a direction, so one 1 MB block moves in 1 ms
+
+
+def request(rid: int, arrival_s: float, tokens: int, ids: tuple[int, ...]) -> Request:
+    """A one-token answer to a prompt whose 16-token blocks `ids` name."""
+    return Request(rid, arrival_s, tokens, 1, prefix_hash_ids=ids, prefix_block_tokens=BLOCK)
+
+
+def serve(scheduler, req: Request, step_s: float = 0.01) -> tuple[float, object]:
+    """Add `req` at its arrival and run it to its end; returns (the time it finished, its record).
+    A step that schedules nothing (its KV is loading) waits for the load."""
+    assert scheduler.add_request(req) is None
+    now = req.arrival_s
+    while True:
+        plan = scheduler.schedule(now)
+        if not plan.columns.request_ids:
+            now = scheduler.next_load_done_s()
+            continue
+        now += step_s
+        finished = scheduler.complete_step(plan, None, now)
+        if finished:
+            return now, finished[0]
+
+
+def conversation_scheduler() -> tuple[object, KvOffload]:
+    scheduler = make_scheduler("vllm_v1", SchedulerConfig(num_gpu_blocks=8, block_size=BLOCK, chunk_size=512,
+                                                          max_model_len=1024, max_num_seqs=8))
+    offload = KvOffload(cpu_blocks=16, block_size=BLOCK, bytes_per_block=MB, h2d_bytes_per_s=PCIE,
+                        d2h_bytes_per_s=PCIE)
+    scheduler.attach_kv_offload(offload)
+    return scheduler, offload
+
+
+def cpu_order(offload: KvOffload) -> list[str]:
+    """The tier's blocks, LRU first, as 'a0' (conversation a, block 0)."""
+    return [f"{'abc'[key[0] // 100]}{key[0] % 100}" for key in offload.cpu.blocks]
+
+
+def test_three_conversations_on_8_gpu_and_16_cpu_blocks():
+    """Conversations a (turns A1, A2), b (B1, B2) and c (C1); ids 0.. name a's blocks, 100.. b's,
+    200.. c's. GPU pool of 8 blocks, free queue 0..7; CPU tier of 16.
+
+    A1 (64 tokens, a0-a3) takes GPU blocks 0-3 and stores a0-a3 (write-through); freed tail
+    first, the queue is 4 5 6 7 3 2 1 0. B1 (96 tokens, b0-b5) takes 4 5 6 7 3 2, evicting a3 and
+    a2 from the GPU, and stores b0-b5. A2 (96 tokens, a0-a5) hits a0, a1 on the GPU (32 tokens)
+    and a2, a3 in the CPU tier (32 tokens): it allocates 2 blocks, waits 2 x 1 MB / 1 GB/s =
+    2 ms for their load, then computes 32 tokens and stores a4, a5 (12 blocks in the tier). C1
+    (112 tokens, c0-c6) evicts the tier's 3 LRU blocks: b5 b4 b3 (A2's lookup touched a0-a3,
+    so b's blocks were the oldest). B2 (128 tokens, b0-b7) finds nothing of b on the GPU (C1
+    took those blocks) and b0-b2 in the tier (b3 is gone): 48 tokens, a 3 ms load; its stores
+    of b3-b7 evict a5 a4 a3 a2 a1.
+    """
+    scheduler, offload = conversation_scheduler()
+    a, b, c = range(0, 8), range(100, 108), range(200, 208)
+    end, a1 = serve(scheduler, request(0, 0.0, 64, tuple(a[:4])))
+    assert (a1.cached_tokens, a1.cpu_hit_tokens, a1.kv_load_wait_s) == (0, 0, 0.0)
+    assert end == pytest.approx(0.01) and cpu_order(offload) == ["a3", "a2", "a1", "a0"]
+    assert offload.cpu.lookup([(i, (i + 1) * BLOCK) for i in a[:4]]) == 0  # stores done at 0.014: not ready yet
+
+    _, b1 = serve(scheduler, request(1, 0.02, 96, tuple(b[:6])))
+    assert offload.cpu.lookup([(i, (i + 1) * BLOCK) for i in a[:4]]) == 4  # ready since 0.014
+    assert scheduler.block_manager.free_block_ids() == [1, 0, 2, 3, 7, 6, 5, 4]
+
+    end, a2 = serve(scheduler, request(2, 0.04, 96, tuple(a[:6])))
+    assert (a2.cached_tokens, a2.cpu_hit_tokens) == (32, 32)
+    assert a2.kv_load_wait_s == pytest.approx(0.002)  # 2 blocks x 1 MB at 1 GB/s
+    assert a2.first_scheduled_s == pytest.approx(0.042) and end == pytest.approx(0.052)
+    assert cpu_order(offload) == ["b5", "b4", "b3", "b2", "b1", "b0", "a5", "a4", "a3", "a2", "a1", "a0"]
+
+    serve(scheduler, request(3, 0.06, 112, tuple(c[:7])))
+    assert cpu_order(offload) == ["b2", "b1", "b0", "a5", "a4", "a3", "a2", "a1", "a0",
+                                  "c6", "c5", "c4", "c3", "c2", "c1", "c0"]
+
+    _, b2 = serve(scheduler, request(4, 0.08, 128, tuple(b[:8])))
+    assert (b2.cached_tokens, b2.cpu_hit_tokens) == (0, 48)
+    assert b2.kv_load_wait_s == pytest.approx(0.003)
+    assert cpu_order(offload) == ["a0", "c6", "c5", "c4", "c3", "c2", "c1", "c0",
+                                  "b7", "b6", "b5", "b4", "b3", "b2", "b1", "b0"]
+    stats = offload.stats
+    assert (stats.store_blocks, stats.load_blocks, stats.loads) == (4 + 6 + 2 + 7 + 5, 2 + 3, 2)
+    assert (stats.store_bytes, stats.load_bytes) == (24 * MB, 5 * MB)
+
+
+def test_a_hit_on_blocks_another_request_is_loading_waits_for_that_load():
+    """vLLM `get_num_new_matched_tokens` returns None while a hit block is being loaded: the
+    second request is skipped until the first's load is done, then hits the GPU copy."""
+    scheduler, offload = conversation_scheduler()
+    serve(scheduler, request(0, 0.0, 64, (0, 1, 2, 3)))
+    serve(scheduler, request(1, 0.02, 128, tuple(range(100, 108))))  # evicts a0-a3 from the GPU
+    for rid in (2, 3):
+        scheduler.add_request(request(rid, 0.04, 80, (0, 1, 2, 3, 9 + rid)))
+    assert not scheduler.schedule(0.04).columns.request_ids  # 2 loads a0-a3 (4 ms); 3 waits for them
+    assert offload.stats.loads == 1 and scheduler.next_load_done_s() == pytest.approx(0.044)
+    plan = scheduler.schedule(0.044)
+    assert plan.columns.request_ids == [2, 3]
+    assert plan.columns.query_tokens == [16, 16]  # 3 hits the blocks 2 loaded, on the GPU now
+    assert plan.columns.context_tokens == [64, 64]
+
+
+def test_a_tier_that_holds_nothing_changes_no_record():
+    """Every hook runs (stores refused, lookups miss, decode windows off) and the records are
+    those of the scheduler without a tier."""
+    def run(with_tier: bool):
+        scheduler = make_scheduler("vllm_v1", SchedulerConfig(num_gpu_blocks=12, block_size=BLOCK, chunk_size=64,
+                                                              max_model_len=1024, max_num_seqs=4))
+        if with_tier:
+            scheduler.attach_kv_offload(KvOffload(0, BLOCK, MB, PCIE, PCIE))
+        reqs = [Request(i, 0.003 * i, 40 + 7 * i, 3 + i % 5, prefix_hash_ids=(1, 2, 10 + i), prefix_block_tokens=BLOCK)
+                for i in range(12)]
+        now, out, pending = 0.0, [], list(reqs)
+        while pending or scheduler.has_work():
+            while pending and pending[0].arrival_s <= now:
+                scheduler.add_request(pending.pop(0))
+            if not scheduler.has_work():
+                now = pending[0].arrival_s
+                continue
+            plan = scheduler.schedule(now)
+            now += 0.001 + 0.0001 * sum(plan.columns.query_tokens)
+            out += scheduler.complete_step(plan, None, now)
+        return sorted(out, key=lambda f: f.request_id)
+
+    plain, tiered = run(False), run(True)
+    assert [f.num_preemptions for f in plain] != [0] * 12  # the small pool preempts: the hooks matter
+    assert tiered == plain
+
+
+def test_lru_tier_evicts_the_oldest_unread_block_and_refuses_when_all_are_read():
+    tier = LruTier("cpu", 2)
+    assert tier.prepare_store(["x", "y"]) == ["x", "y"] and tier.lookup(["x"]) == 0  # not ready yet
+    tier.complete_store(["x", "y"])
+    tier.prepare_load(["x"])  # read: not evictable
+    assert tier.prepare_store(["z"]) == ["z"] and list(tier.blocks) == ["x", "z"]  # y evicted
+    assert tier.prepare_store(["w"]) is None  # x is read, z not ready: nothing evictable
+    tier.complete_load(["x"])
+    tier.complete_store(["z"])
+    tier.touch(["x"])
+    assert tier.prepare_store(["w", "x"]) == ["w"] and list(tier.blocks) == ["x", "w"]
+
+
+def test_tier_capacity_is_bytes_over_a_blocks_bytes_on_every_rank():
+    # Qwen3-32B bf16: 64 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes = 256 KiB a token, 4 MiB a block
+    assert offload_blocks(100 * 2**30, 16 * 262144) == 25600
+    with pytest.raises(ValueError, match=">= 0"):
+        offload_blocks(-1, 4)
