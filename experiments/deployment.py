@@ -16,6 +16,7 @@ from simulator.acceptance import EmpiricalAcceptance, PositionalAcceptance, spec
 from simulator.disaggregated import KvLink
 from simulator.pricing import StepPricer
 from simulator.scheduler import BatchPlan, Scheduler, SchedulerConfig, StepOutcome, make_scheduler
+from simulator.scheduler.kv_offload import KvOffload, offload_blocks
 
 DTYPE_BYTES = {"bf16": 2}  # engine.dtype (the activations') → bytes per element
 
@@ -98,9 +99,40 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
 def build_schedulers(point: SweepConfig, config: SchedulerConfig) -> list[Scheduler]:
     """One scheduler (with its own KV pool) per DP rank of each replica: replicas ×
     `data_parallel_size`, replica by replica (a colocated DP engine is one replica; a cluster
-    pool's instances may each be a DP engine, `simulator.disaggregated.Pool`)."""
+    pool's instances may each be a DP engine, `simulator.disaggregated.Pool`). With
+    `engine.kv_offload` each gets its own offload tier (`build_kv_offload`)."""
     e = point.engine
-    return [make_scheduler(e.scheduler, config) for _ in range(e.replicas * e.data_parallel_size)]
+    schedulers = [make_scheduler(e.scheduler, config) for _ in range(e.replicas * e.data_parallel_size)]
+    if e.kv_offload is not None and e.kv_offload.cpu_gib > 0:
+        for scheduler in schedulers:
+            scheduler.attach_kv_offload(build_kv_offload(point))
+    return schedulers
+
+
+def kv_offload_block_bytes(point: SweepConfig) -> tuple[float, float]:
+    """(bytes of one KV block on one rank, bytes of one block over every rank of a replica) of
+    a point: `ModelSpec.kv_bytes_per_token(kv dtype, TP)` × block_size for the ceil(layers / PP)
+    layers of a pipeline stage, and that × TP × PP (vLLM `CPUOffloadingSpec`: page size ×
+    layers × world size, so replicated KV heads count on every rank)."""
+    e = point.engine
+    model = get_model_spec(point.model)
+    layers = -(-model.num_layers // e.pipeline_parallel_size)
+    rank = model.kv_bytes_per_token(DTYPE_BYTES[e.kv_cache_dtype], e.tensor_parallel_size) * layers \
+        / model.num_layers * e.block_size
+    return rank, rank * e.tensor_parallel_size * e.pipeline_parallel_size
+
+
+def build_kv_offload(point: SweepConfig) -> KvOffload:
+    """The offload tier of one replica (`simulator.scheduler.kv_offload`): `engine.kv_offload.cpu_gib`
+    GiB (vLLM `--kv-offloading-size`, `cpu_bytes_to_use = size * (1 << 30)` over all ranks) in
+    blocks of the pool's size, moved over the device's host link (each rank its own shard over
+    its own link, at `host_link_bandwidth_bytes_per_s` each way)."""
+    e = point.engine
+    device = get_device_spec(point.device)
+    rank_bytes, replica_bytes = kv_offload_block_bytes(point)
+    blocks = offload_blocks(e.kv_offload.cpu_gib * 2**30, replica_bytes)
+    link = device.host_link_bandwidth_bytes_per_s
+    return KvOffload(blocks, e.block_size, rank_bytes, link, link)
 
 
 def build_pricer(point: SweepConfig, cost_model: CostModel) -> StepPricer:

@@ -19,7 +19,7 @@ from experiments.deployment import (DTYPE_BYTES, build_link, build_outcome_fn, b
 from profiler import CostModel, RooflineCostModel, get_device_spec
 from simulator.disaggregated import Pool, simulate_disaggregated
 from simulator.gc_pause import paused_gc
-from simulator.metrics import goodput_count
+from simulator.metrics import goodput_count, kv_offload_stats
 from simulator.records_stream import RecordFiles
 from simulator.simulate import simulate
 from traces.trace_stats import mean_rate_qps
@@ -182,13 +182,15 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0,
             return simulate_cluster(point, requests, trim_fraction, files)  # files written as it runs
         sched_config = build_scheduler_config(point)
         cost_model = build_cost_model(point)
-        result = simulate(requests, build_schedulers(point, sched_config), build_pricer(point, cost_model),
+        schedulers = build_schedulers(point, sched_config)
+        result = simulate(requests, schedulers, build_pricer(point, cost_model),
                           outcome_fn=build_outcome_fn(point), router=point.engine.router, seed=point.engine.seed,
                           router_overlap_weight=point.engine.router_overlap_weight,
                           trim_fraction=trim_fraction, keep_token_times=point.output.token_times,
                           keep_steps=point.output.steps, data_parallel=point.engine.data_parallel_size > 1,
                           record_files=files)
-        return result, sched_config, cost_model, {}
+        tiers = [s.kv_offload for s in schedulers if s.kv_offload is not None]
+        return result, sched_config, cost_model, kv_offload_stats(result.requests, tiers) if tiers else {}
 
     write_files = _with_temporary_files if temporary else _with_record_files
     (result, sched_config, cost_model, cluster_row), files = write_files(records_dir, point_id, point.output.steps, run)

@@ -10,6 +10,8 @@ A device file (or an inline `device:` mapping in a config) in datasheet units:
     memory_bandwidth_gb_per_s: 864
     gpu_link: {kind: pcie, gb_per_s_per_direction: 32, latency_us: 20}   # kind nvlink|pcie|xgmi
     host_link: {gb_per_s_per_direction: 32}
+    host_memory_gib: 256               # optional: host memory per GPU (the node's / its GPUs), sizes engine.kv_offload
+    disk_gb_per_s: 6                   # optional: local disk read/write bandwidth, for a disk KV tier
     efficiency:                        # optional; absent = the assumed defaults;
       gemm_flops: 0.6                  #   `fitted` = the shipped fit for this name
       memory_bandwidth: 0.8
@@ -191,6 +193,8 @@ class DeviceFile(_Strict):
     memory_bandwidth_gb_per_s: float = _Positive
     gpu_link: GpuLink
     host_link: HostLink
+    host_memory_gib: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    disk_gb_per_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     efficiency: Efficiency | Literal["fitted"] = Efficiency()
     step_overhead_ms: float = Field(default=round(DEFAULT_STEP_OVERHEAD_S * 1e3, 9), ge=0, le=_MAX_LATENCY_US / 1e3,
                                     allow_inf_nan=False)
@@ -265,6 +269,8 @@ def device_fields_from_mapping(raw: Any, where: str, source: str | None = None) 
         "interconnect_latency_s": latency_us / 1e6,
         "peak_fp8_flops": None if spec.dense_fp8_tflops is None else spec.dense_fp8_tflops * 1e12,
         "host_link_bandwidth_bytes_per_s": spec.host_link.gb_per_s_per_direction * 1e9,
+        "host_memory_gib": spec.host_memory_gib,
+        "disk_bandwidth_bytes_per_s": None if spec.disk_gb_per_s is None else spec.disk_gb_per_s * 1e9,
         "interconnect_kind": link.kind,
         "gemm_flops_efficiency": efficiency.gemm_flops,
         "memory_bandwidth_efficiency": efficiency.memory_bandwidth,

@@ -72,7 +72,10 @@ class DeviceSpec:
             (`all_reduce`) says otherwise.
         peak_fp8_flops: dense FP8 peak, FLOP/s; None where the tensor cores have no FP8 (Ampere).
         host_link_bandwidth_bytes_per_s: GPU-host link per direction (PCIe), bytes/s; prices KV
-            swapping.
+            swapping and KV offload loads and stores.
+        host_memory_gib: host memory per GPU (the node's divided by its GPUs), GiB; bounds an
+            `engine.kv_offload` CPU tier. None: not known (a tier is then an error).
+        disk_bandwidth_bytes_per_s: local disk bandwidth, bytes/s, for a disk KV tier; None: not known.
         interconnect_kind: "nvlink", "pcie" or "xgmi" (AMD Infinity Fabric).
         gemm_flops_efficiency: fraction of the dense peak GEMMs and attention reach.
         memory_bandwidth_efficiency: fraction of the bandwidth memory-bound kernels reach.
@@ -105,6 +108,8 @@ class DeviceSpec:
     all_reduce: tuple[tuple[int, AllReduceFit], ...] = ()  # (tp, fit) pairs: keeps the spec hashable
     source: str = ""
     efficiency_source: str = "assumed defaults"
+    host_memory_gib: float | None = None
+    disk_bandwidth_bytes_per_s: float | None = None
 
     def peak_flops(self, dtype_bytes: int) -> float:
         """Dense tensor-core peak (FLOP/s) for GEMMs whose operands are `dtype_bytes` wide.

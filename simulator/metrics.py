@@ -290,6 +290,33 @@ def prefix_cache_stats(requests: pd.DataFrame) -> dict[str, float]:
     }
 
 
+def kv_offload_stats(requests: pd.DataFrame, tiers: list) -> dict[str, float]:
+    """KV offload counters of a run (`simulator.scheduler.kv_offload`): tokens loaded from the
+    CPU tier (every admission, first or after a preemption), their share of the prompt tokens
+    queried (`prefix_cache_stats`' denominator), bytes moved each way over the host link (one
+    rank's shard per block, summed over replicas), and the time requests waited for their loads
+    (mean and P99 over the requests that loaded, and their count).
+
+    Args:
+        requests: the requests frame (`cpu_hit_tokens`, `kv_load_wait_s` columns).
+        tiers: each replica's `KvOffload`.
+    """
+    served = requests[requests["first_scheduled_s"].notna()]
+    queries = int(served["prompt_tokens"].sum())
+    hits = int(served["cpu_hit_tokens"].sum())
+    waits = served.loc[served["cpu_hit_tokens"] > 0, "kv_load_wait_s"].to_numpy()
+    return {
+        "kv_offload_cpu_blocks": sum(t.cpu.num_blocks for t in tiers),
+        "kv_offload_cpu_hits_tokens": hits,
+        "kv_offload_cpu_hit_rate": hits / queries if queries else float("nan"),
+        "kv_offload_load_bytes": sum(t.stats.load_bytes for t in tiers),
+        "kv_offload_store_bytes": sum(t.stats.store_bytes for t in tiers),
+        "kv_offload_loading_requests": len(waits),
+        "kv_load_wait_s_mean": float(waits.mean()) if len(waits) else float("nan"),
+        "kv_load_wait_s_p99": float(np.percentile(waits, 99)) if len(waits) else float("nan"),
+    }
+
+
 def goodput_count(requests: pd.DataFrame, thresholds_s: dict[str, float]) -> int:
     """Completed requests meeting every per-request threshold (`vllm bench serve --goodput`, DistServe).
 

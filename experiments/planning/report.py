@@ -73,6 +73,12 @@ KV_COLUMNS = {
     "recomputed_tokens": "recomputed tokens",  # computed again after preemption, net of prefix-cache hits
     "prefix_cache_hit_rate": "prefix-cache hit rate",  # vLLM's prefix_cache_hits / prefix_cache_queries
     "preempted_cache_hits_tokens": "cache hits after preemption",  # vLLM's preempted hits, counted apart
+    # engine.kv_offload points only (simulator.metrics.kv_offload_stats):
+    "kv_offload_cpu_hit_rate": "CPU-tier hit rate",  # prompt tokens loaded from host memory / queried
+    "kv_offload_load_bytes": "bytes loaded (host to GPU)",
+    "kv_offload_store_bytes": "bytes stored (GPU to host)",
+    "kv_load_wait_s_mean": "load wait mean (s)",
+    "kv_load_wait_s_p99": "load wait P99 (s)",
 }
 _BREAKDOWN = ("rejected_too_long", "rejected_kv_capacity", "rejected_budget")
 _PER_GPU = ("num_gpus", "goodput_rps_per_gpu")  # shown when some point has more than one GPU

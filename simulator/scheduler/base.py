@@ -151,6 +151,7 @@ class Scheduler:
         self._now_s = 0.0  # time of the schedule() call under way
         self._partial_prefill: Sequence | None = None  # a prompt the latest plan left unfinished (`decode_window`)
         self.kv_offload: KvOffload | None = None  # the offloading connector (`attach_kv_offload`)
+        self._last_step_end_s = 0.0  # end of the latest step completed
 
     def attach_kv_offload(self, offload: KvOffload) -> None:
         """Put an offload tier behind this scheduler's prefix cache (`simulator.scheduler.kv_offload`).
@@ -232,9 +233,11 @@ class Scheduler:
         if offload is not None:
             offload.poll(now_s)  # loads and stores done by now (vLLM: after the step that just ended)
         entries, preempted = self._build_plan(now_s)
-        if offload is not None:
-            for seq, q, _ in entries:  # write-through: the blocks this step fills
-                offload.note_scheduled(seq, seq.num_computed_tokens + q)
+        if offload is not None:  # write-through: the blocks this step fills (few entries fill one)
+            size, stored = offload.block_size, offload.stored_blocks
+            for seq, tokens in [(seq, c + q) for seq, q, _ in entries
+                                if (c := seq.num_computed_tokens) + q >= (stored.get(seq.request_id, 0) + 1) * size]:
+                offload.note_scheduled(seq, tokens)
         if entries:
             seqs, queries, drafts, ids, contexts, prefills, emits, counts = self._plan_columns(entries)
         else:
@@ -322,6 +325,7 @@ class Scheduler:
         (one token per emitting sequence) without building it: the simulator's default.
         """
         finished = []
+        self._last_step_end_s = now_s  # a decode window's first step starts here (`_offload_window`)
         c = plan.columns
         seqs = plan.scheduled or [self._in_flight[rid] for rid in c.request_ids]
         self._end_flight(c.request_ids)
@@ -410,8 +414,13 @@ class Scheduler:
         """
         running = self.running
         if (self._waiting_items or self._in_flight_plans or not running or self.config.split_n
-                or not self._decodes_all_run(len(running)) or self.kv_offload is not None):
-            return running, 0  # (offload: every step's stores are priced at its end)
+                or not self._decodes_all_run(len(running))):
+            return running, 0
+        offload = self.kv_offload
+        if offload is not None:  # a store refused (a full tier) is tried again every step: step by step
+            stored, size = offload.stored_blocks, offload.block_size
+            if [seq for seq in running if stored.get(seq.request_id, 0) < seq.num_computed_tokens // size]:
+                return running, 0
         partial = self._partial_prefill
         if partial is not None and partial.num_computed_tokens < partial.prefill_target_tokens \
                 and partial.request_id in self._in_flight:
@@ -465,6 +474,8 @@ class Scheduler:
         new_blocks = [0] * steps  # blocks first needed at each step
         finished = []
         caching = self.prefix_caching
+        if self.kv_offload is not None:
+            self._offload_window(decodes, step_end_s)
         # The plain pool's growth inline (`BlockManager.grow_to`): `decode_window` checked that
         # the free blocks cover the window, and a decoding sequence always holds a table.
         tables = bm._tables if type(bm) is BlockManager else None
@@ -495,6 +506,33 @@ class Scheduler:
             if generated >= seq.max_output_tokens:
                 finished.append(self._finish(seq, step_end_s[-1]))
         return new_blocks, finished
+
+    def _offload_window(self, decodes: list[Sequence], step_end_s: list[float]) -> None:
+        """The offload tier's work in a window of plain decode steps ending at `step_end_s`, as
+        those steps' `schedule` calls would do it: step j starts at the previous step's end (the
+        first at the last step completed), polls the tier there (`KvOffload.poll`: submits the
+        stores of step j - 1, completes those due) and stores the blocks step j fills, in plan
+        order. Only steps that fill a block do anything but poll; a poll's completions only
+        matter to the next store or lookup, so polling at those steps and after the last one
+        leaves the tier as every step's poll would. `decode_window` checked that no store is
+        owed from before (every running sequence's computed blocks are stored)."""
+        offload = self.kv_offload
+        size = offload.block_size
+        steps = len(step_end_s)
+        events: dict[int, list[Sequence]] = {}  # step -> sequences filling a block in it, plan order
+        for seq in decodes:
+            computed = seq.num_computed_tokens
+            for j in range(size - 1 - computed % size, steps, size):  # step j writes token computed + j
+                events.setdefault(j, []).append(seq)
+        last = -1
+        for j in sorted(events):
+            offload.poll(step_end_s[j - 1] if j else self._last_step_end_s)
+            for seq in events[j]:
+                offload.note_scheduled(seq, seq.num_computed_tokens + j + 1)
+            last = j
+        if 0 <= last < steps - 1:
+            offload.poll(step_end_s[last])  # step last + 1 submits them
+        self._last_step_end_s = step_end_s[-1]
 
     def prefill_window(self, chain_admissions: bool = True) -> PrefillWindow | None:
         """The next steps that are certain to be the running decodes plus the next chunks of the

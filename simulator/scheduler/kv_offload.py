@@ -58,7 +58,7 @@ vLLM's optional store filter (`store_threshold`) and ARC policy (`eviction_polic
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from simulator.scheduler.prefix_cache import BlockKey, block_keys
@@ -95,9 +95,8 @@ class LruTier:
     def touch(self, keys: list[BlockKey]) -> None:
         """Move the held `keys` to the MRU end, the first last (the most recent)."""
         blocks = self.blocks
-        for key in reversed(keys):
-            if key in blocks:
-                blocks.move_to_end(key)
+        # C-level passes: a request touches all its blocks at every store (~100s of keys)
+        deque(map(blocks.move_to_end, filter(blocks.__contains__, reversed(keys))), 0)
 
     def prepare_load(self, keys: list[BlockKey]) -> None:
         for key in keys:
@@ -177,12 +176,13 @@ class KvOffload:
         self.stats = OffloadStats()
         self._h2d_free_s = 0.0  # when the host->GPU stream has no transfer queued
         self._d2h_free_s = 0.0
-        self._next_store: dict[int, int] = {}  # request id -> its next block to store
+        self.stored_blocks: dict[int, int] = {}  # request id -> blocks stored so far (the next to store)
         self._unsubmitted: list[tuple[int, list[BlockKey]]] = []  # stores of the last step, submitted at the next
         self._storing: dict[int, tuple[list[BlockKey], float]] = {}  # request id -> (keys stored, last job's end)
         self._ready: list[tuple[float, int, list[BlockKey]]] = []  # heap of (time, seq no., keys) to complete
         self._counter = 0
         self.loading: dict[int, tuple[float, int, list[BlockKey]]] = {}  # request id -> (done at, hit tokens, keys)
+        self._keys: dict[int, list[BlockKey]] = {}  # request id -> its blocks' keys so far (`_keys_of`)
         self._being_loaded: dict[BlockKey, int] = {}  # key -> loads reading it
 
     # ----- time ---------------------------------------------------------------------------
@@ -212,6 +212,16 @@ class KvOffload:
             self.stats.store_bytes += round(len(keys) * self.bytes_per_block)
         self._unsubmitted = []
 
+    def _keys_of(self, seq: Sequence, num_blocks: int) -> list[BlockKey]:
+        """The keys of `seq`'s blocks, at least its first `num_blocks` (`block_keys`, kept per
+        request and extended as it grows: the live list, never shorten it)."""
+        keys = self._keys.get(seq.request_id)
+        if keys is None:
+            keys = self._keys[seq.request_id] = []
+        if len(keys) < num_blocks:
+            keys += block_keys(seq.request, self.block_size, len(keys), num_blocks)
+        return keys
+
     # ----- admission ------------------------------------------------------------------------
     def match(self, seq: Sequence, gpu_hit_blocks: int) -> tuple[int, list[BlockKey]] | None:
         """`get_num_new_matched_tokens`: (blocks hit after the GPU's `gpu_hit_blocks`, their keys),
@@ -221,7 +231,7 @@ class KvOffload:
         full = seq.num_tokens // size
         if full - gpu_hit_blocks < 1:
             return 0, []
-        keys = block_keys(seq.request, size, 0, full)
+        keys = self._keys_of(seq, full)[:full]
         self.cpu.touch(keys)
         tail = keys[gpu_hit_blocks:]
         hits = self.cpu.lookup(tail)
@@ -242,7 +252,7 @@ class KvOffload:
         done = self._h2d_free_s = start + len(keys) * self.load_s_per_block
         rid = seq.request_id
         self.loading[rid] = (done, loaded_tokens, keys)
-        self._next_store[rid] = loaded_tokens // self.block_size
+        self.stored_blocks[rid] = loaded_tokens // self.block_size
         stats = self.stats
         stats.loads += 1
         stats.load_blocks += len(keys)
@@ -270,24 +280,25 @@ class KvOffload:
         size = self.block_size
         full = num_tokens_after // size
         rid = seq.request_id
-        start = self._next_store.get(rid, 0)
+        start = self.stored_blocks.get(rid, 0)
         if full <= start:
             return
-        keys = block_keys(seq.request, size, start, full)
-        new = self.cpu.prepare_store(keys)
+        keys = self._keys_of(seq, full)
+        new = self.cpu.prepare_store(keys[start:full])
         if new is None:
-            self.stats.stores_skipped_blocks += len(keys)
+            self.stats.stores_skipped_blocks += full - start
             return  # vLLM logs "cannot store" and tries again at the next step
-        self._next_store[rid] = full
+        self.stored_blocks[rid] = full
         if new:
-            self.cpu.touch(block_keys(seq.request, size, 0, full))
+            self.cpu.touch(keys[:full])
             self._unsubmitted.append((rid, new))
 
     def request_done(self, request_id: int, now_s: float) -> None:
         """The request finished or was preempted: its stored blocks become ready once its store
         jobs are done (finished: the worker's `finished_sending`; preempted:
         `build_connector_meta` completes them at once, as the worker waits for the jobs)."""
-        self._next_store.pop(request_id, None)
+        self.stored_blocks.pop(request_id, None)
+        self._keys.pop(request_id, None)
         if any(rid == request_id for rid, _ in self._unsubmitted):
             self._submit_stores(now_s)  # its last step's stores: submitted as the next step starts
         entry = self._storing.pop(request_id, None)
