@@ -202,10 +202,9 @@ class Replica:
         until the first is done, or an arrival (vLLM's engine polls them with empty steps,
         `simulator.scheduler.kv_offload`). Returns False when no load is in flight."""
         done_s = self.scheduler.next_load_done_s()
-        if done_s == math.inf:
+        if done_s <= self.env.now:  # none in flight, or done and still not schedulable: stalled
             return False
-        if done_s > self.env.now:
-            yield self.env.any_of([self.env.timeout(delay_until_s(self.env.now, done_s)), self._wait()])
+        yield self.env.any_of([self.env.timeout(delay_until_s(self.env.now, done_s)), self._wait()])
         return True
 
     def _decode_window(self, running: list, max_steps: int):
@@ -472,8 +471,16 @@ class Replica:
         self._signal()
 
     def _stall_message(self, now_s: float) -> str:
-        return (f"{self.scheduler.name}: {len(self.scheduler.waiting)} waiting and "
-                f"{len(self.scheduler.running)} running requests but nothing schedulable at t={now_s:.6f}s")
+        message = (f"{self.scheduler.name}: {len(self.scheduler.waiting)} waiting and "
+                   f"{len(self.scheduler.running)} running requests but nothing schedulable at t={now_s:.6f}s")
+        if self.scheduler.kv_offload is not None and not self.scheduler.running:
+            held = sum(self.scheduler.block_manager.blocks_held(s.request_id) for s in self.scheduler.waiting)
+            if held:
+                message += (f": waiting requests hold {held} of {self.scheduler.block_manager.num_blocks} KV blocks "
+                            "for their loads from the offload tier and none fits beside the others (vLLM allocates "
+                            "a load's blocks when it starts and never preempts for a waiting request): the KV pool "
+                            "is too small for these prompts with offload; give more KV blocks")
+        return message
 
 
 def decode_steps_s(cost_model, context_tokens: list[int], first_step: int, num_steps: int) -> list[float]:

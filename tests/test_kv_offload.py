@@ -154,3 +154,69 @@ def test_tier_capacity_is_bytes_over_a_blocks_bytes_on_every_rank():
     assert offload_blocks(100 * 2**30, 16 * 262144) == 25600
     with pytest.raises(ValueError, match=">= 0"):
         offload_blocks(-1, 4)
+
+
+# ----- engine.kv_offload: config, errors and a run's columns ---------------------------------
+
+def offload_point(kv_offload=None, device="h100-sxm", **engine):
+    from experiments.config import SweepConfig
+
+    tree = {"model": "llama-3-8b", "device": device, "cost_model": "roofline",
+            "trace": {"kind": "sessions", "clients": 6, "turns": 3, "session_qps": 2.0, "think_time_s": 0.5,
+                      "shared_prefix_tokens": 256, "num_prefixes": 2,
+                      "prompt_tokens": {"dist": "fixed", "tokens": 300}, "output_tokens": {"dist": "fixed", "tokens": 40},
+                      "seed": 0},
+            "engine": {"scheduler": "vllm_v1", "chunk_size": 512, "max_num_seqs": 16, "num_gpu_blocks": 200}}
+    tree["engine"].update(engine)
+    if kv_offload is not None:
+        tree["engine"]["kv_offload"] = kv_offload
+    return SweepConfig.model_validate(tree)
+
+
+def refused(*args, **kwargs) -> str:
+    with pytest.raises(ValueError) as info:
+        offload_point(*args, **kwargs)
+    return str(info.value)
+
+
+def test_bad_tiers_are_errors_naming_the_key():
+    assert "engine.kv_offload.cpu_gib" in refused({"cpu_gib": -1}) and "greater than or equal to 0" in refused(
+        {"cpu_gib": -1})
+    assert ("engine.kv_offload.cpu_gib: 300 GiB per engine x 1 DP rank(s) exceeds the 256 GiB of host memory of a "
+            "replica's 1 GPU(s)") in refused({"cpu_gib": 300})
+    assert "engine.kv_offload.disk_gib: vLLM's native OffloadingConnector has a CPU tier only" in refused(
+        {"cpu_gib": 10, "disk_gib": 100})
+    assert ("engine.kv_offload needs engine.scheduler vllm_v1 with engine.enable_prefix_caching true"
+            in refused({"cpu_gib": 10}, enable_prefix_caching=False))
+    assert "engine.kv_offload.connector: lmcache is not modelled" in refused({"cpu_gib": 10, "connector": "lmcache"})
+    assert "engine.kv_offload.cpu_gib: 0.0001 GiB holds no KV block (2 MiB each" in refused({"cpu_gib": 0.0001})
+
+
+def test_a_device_without_host_memory_cannot_size_a_tier():
+    assert "engine.kv_offload.cpu_gib: device 'l40s' gives no host_memory_gib" in refused({"cpu_gib": 10}, "l40s")
+
+
+def test_a_zero_tier_gives_todays_records_and_a_tier_its_columns():
+    from experiments.point import run_point
+
+    plain, zero, tiered = (run_point(offload_point(k)) for k in (None, {"cpu_gib": 0}, {"cpu_gib": 1}))
+    columns = [c for c in plain.requests.columns if c != "token_times_s"]
+    pd_equal = plain.requests[columns].equals(zero.requests[columns])
+    assert pd_equal and list(map(list, plain.requests["token_times_s"])) == list(map(list, zero.requests["token_times_s"]))
+    assert "kv_offload_cpu_hit_rate" not in plain.row and "kv_offload" not in plain.row
+    row = tiered.row
+    assert row["kv_offload_cpu_blocks"] == 512  # 1 GiB / (16 tokens x 128 KiB) of llama-3-8b
+    assert row["kv_offload_cpu_hits_tokens"] == int(tiered.requests["cpu_hit_tokens"].sum()) > 0
+    assert row["kv_offload_load_bytes"] == row["kv_offload_cpu_hits_tokens"] // 16 * 2 * 2**20
+    assert row["kv_offload_store_bytes"] > 0 and row["kv_load_wait_s_mean"] > 0
+    assert row["ttft_s_p50"] < plain.row["ttft_s_p50"]
+
+
+def test_loads_that_fill_a_small_pool_stall_with_a_message_saying_why():
+    """Two conversations' loads each take 58 of 119 blocks and neither request then fits: vLLM
+    never preempts for a waiting request, so it would spin on empty steps; the simulator stops."""
+    from experiments.point import run_point
+    from simulator.replica import SimulationStalled
+
+    with pytest.raises(SimulationStalled, match="waiting requests hold 116 of 119 KV blocks for their loads"):
+        run_point(offload_point({"cpu_gib": 1}, num_gpu_blocks=120))

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from experiments.config.base import MAX_KV_BLOCKS, _MAX_REPLICAS, _MAX_STEP_TOKENS, _Seed, _StepTokens, _Strict
+from experiments.config.kv_offload import KvOffloadConfig, check_kv_offload
 from profiler.quantization import ENGINE_QUANTIZATIONS
 from simulator.scheduler import SCHEDULERS
 
@@ -74,6 +75,7 @@ class EngineConfig(_Strict):
     seed: _Seed = 0
     on_too_long: Literal["reject", "truncate"] = "reject"  # prompt + output > max_model_len
     enable_prefix_caching: bool = True  # vllm_v1 only, on as in vLLM V1 (simulator/scheduler/prefix_cache.py)
+    kv_offload: KvOffloadConfig | None = None  # KV tier in host memory (vLLM --kv-offloading-size), vllm_v1 only
 
     @field_validator("acceptance", mode="before")
     @classmethod
@@ -114,6 +116,7 @@ class EngineConfig(_Strict):
                     f"engine.{key} is not used by scheduler {self.scheduler!r} (only by {', '.join(users)})"
                 )
         check_router(self.router, "engine.router", self, "engine")
+        check_kv_offload(self)
         if self.split_n and isinstance(self.acceptance, list) and len(self.acceptance) != self.split_n:
             raise ValueError(f"engine.acceptance lists {len(self.acceptance)} per-position probabilities but "
                              f"split_n is {self.split_n}: give exactly one per draft position")
@@ -136,7 +139,8 @@ class EngineConfig(_Strict):
         return {k: json.dumps(v) if isinstance(v, (dict, list)) else v
                 for k, v in self.model_dump(mode="json").items()
                 if (k not in _SCHEDULER_SPECIFIC or k in SCHEDULER_KEYS[self.scheduler])
-                and (k != "router_overlap_weight" or self.router == "prefix_aware")}
+                and (k != "router_overlap_weight" or self.router == "prefix_aware")
+                and (k != "kv_offload" or self.kv_offload is not None)}
 
 
 def check_router(router: str, router_key: str, e: EngineConfig, engine_key: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from experiments.config.engine import AcceptanceFile, DraftModel, EngineConfig
+from experiments.config.kv_offload import check_kv_offload_host
 from experiments.config.trace import ClosedLoopTrace
 from profiler import get_device_spec, get_model_spec
 
@@ -63,6 +64,23 @@ def _check_kv_pool_override(e: EngineConfig, model, device) -> None:
             f"engine.num_gpu_blocks: {e.num_gpu_blocks} blocks are more KV than one {device.name} holds: blocks of "
             f"{e.block_size} tokens of {model.name} take {block_bytes:,} bytes each even at 1 byte a value, so its "
             f"{device.memory_gib:g} GiB hold at most {most_blocks:,} (with no weights)")
+
+
+_KV_DTYPE_BYTES = {"bf16": 2, "fp8": 1}  # as experiments.deployment.DTYPE_BYTES (which imports this package)
+
+
+def _check_kv_offload(point: "SweepConfig", model, device) -> None:
+    """`engine.kv_offload` against the device's host memory (`check_kv_offload_host`, a block's
+    bytes as `experiments.deployment.kv_offload_block_bytes`); not with `cluster:` (pools and a
+    host tier are not modelled together)."""
+    e = point.engine
+    if point.cluster is not None:
+        raise ValueError("engine.kv_offload with cluster: is not modelled (prefill/decode pools with a host tier); "
+                         "remove one of them")
+    layers = -(-model.num_layers // e.pipeline_parallel_size)
+    rank_bytes = model.kv_bytes_per_token(_KV_DTYPE_BYTES[e.kv_cache_dtype], e.tensor_parallel_size) * layers \
+        / model.num_layers * e.block_size
+    check_kv_offload_host(e, device, rank_bytes * e.tensor_parallel_size * e.pipeline_parallel_size)
 
 
 def engine_gpus(e: EngineConfig) -> int:
@@ -159,6 +177,8 @@ def check_deployment(point: "SweepConfig") -> None:
     _check_parallel_layout(e, model, check_num_gpus=point.cluster is None)  # a cluster's: check_cluster
     if point.cluster is None:  # a cluster's pools: check_cluster
         check_routing_skew(point.cost_model, model, device, e)
+    if e.kv_offload is not None:
+        _check_kv_offload(point, model, device)
     if e.num_gpu_blocks is not None:
         _check_kv_pool_override(e, model, device)
     if point.cost_model.startswith("profile:") and model.moe is None and point.cluster is None:
