@@ -494,7 +494,7 @@ def test_finished_request_fields_are_in_the_order_finish_passes_them():
     assert [f.name for f in dataclasses.fields(FinishedRequest)] == [
         "request_id", "arrival_s", "prompt_tokens", "output_tokens", "finish_reason", "generated_tokens",
         "first_scheduled_s", "first_token_s", "completion_s", "num_preemptions", "recomputed_tokens",
-        "cached_tokens", "resumed_cached_tokens", "token_times_s"]
+        "cached_tokens", "resumed_cached_tokens", "cpu_hit_tokens", "kv_load_wait_s", "token_times_s"]
     scheduler = _decoding_sarathi(1, prompt_tokens=20, output_tokens=2)
     plan = scheduler.schedule(1.0)
     (finished,) = scheduler.complete_step(plan, None, 2.0)

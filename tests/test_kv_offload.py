@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.scheduler import SchedulerConfig, make_scheduler
-from simulator.scheduler.kv_offload import KvOffload, LruTier, offload_blocks
+from simulator.scheduler.kv_offload import KvOffload, LruTier, offload_blocks, tier_key
 from traces import Request
 
 BLOCK = 16
@@ -45,7 +45,7 @@ def conversation_scheduler() -> tuple[object, KvOffload]:
 
 def cpu_order(offload: KvOffload) -> list[str]:
     """The tier's blocks, LRU first, as 'a0' (conversation a, block 0)."""
-    return [f"{'abc'[key[0] // 100]}{key[0] % 100}" for key in offload.cpu.blocks]
+    return [f"{'abc'[(key >> 25) // 100]}{(key >> 25) % 100}" for key in offload.cpu.order()]
 
 
 def test_three_conversations_on_8_gpu_and_16_cpu_blocks():
@@ -67,10 +67,10 @@ def test_three_conversations_on_8_gpu_and_16_cpu_blocks():
     end, a1 = serve(scheduler, request(0, 0.0, 64, tuple(a[:4])))
     assert (a1.cached_tokens, a1.cpu_hit_tokens, a1.kv_load_wait_s) == (0, 0, 0.0)
     assert end == pytest.approx(0.01) and cpu_order(offload) == ["a3", "a2", "a1", "a0"]
-    assert offload.cpu.lookup([(i, (i + 1) * BLOCK) for i in a[:4]]) == 0  # stores done at 0.014: not ready yet
+    assert offload.cpu.lookup([tier_key((i, (i + 1) * BLOCK)) for i in a[:4]]) == 0  # stores done at 0.014: not ready
 
     _, b1 = serve(scheduler, request(1, 0.02, 96, tuple(b[:6])))
-    assert offload.cpu.lookup([(i, (i + 1) * BLOCK) for i in a[:4]]) == 4  # ready since 0.014
+    assert offload.cpu.lookup([tier_key((i, (i + 1) * BLOCK)) for i in a[:4]]) == 4  # ready since 0.014
     assert scheduler.block_manager.free_block_ids() == [1, 0, 2, 3, 7, 6, 5, 4]
 
     end, a2 = serve(scheduler, request(2, 0.04, 96, tuple(a[:6])))
@@ -141,12 +141,12 @@ def test_lru_tier_evicts_the_oldest_unread_block_and_refuses_when_all_are_read()
     assert tier.prepare_store(["x", "y"]) == ["x", "y"] and tier.lookup(["x"]) == 0  # not ready yet
     tier.complete_store(["x", "y"])
     tier.prepare_load(["x"])  # read: not evictable
-    assert tier.prepare_store(["z"]) == ["z"] and list(tier.blocks) == ["x", "z"]  # y evicted
+    assert tier.prepare_store(["z"]) == ["z"] and tier.order() == ["x", "z"]  # y evicted
     assert tier.prepare_store(["w"]) is None  # x is read, z not ready: nothing evictable
     tier.complete_load(["x"])
     tier.complete_store(["z"])
     tier.touch(["x"])
-    assert tier.prepare_store(["w", "x"]) == ["w"] and list(tier.blocks) == ["x", "w"]
+    assert tier.prepare_store(["w", "x"]) == ["w"] and tier.order() == ["x", "w"]
 
 
 def test_tier_capacity_is_bytes_over_a_blocks_bytes_on_every_rank():
@@ -220,3 +220,82 @@ def test_loads_that_fill_a_small_pool_stall_with_a_message_saying_why():
 
     with pytest.raises(SimulationStalled, match="waiting requests hold 116 of 119 KV blocks for their loads"):
         run_point(offload_point({"cpu_gib": 1}, num_gpu_blocks=120))
+
+
+class ReferenceLru:
+    """vLLM's `LRUOffloadingManager` as written (an OrderedDict, one move_to_end per key)."""
+
+    def __init__(self, num_blocks: int):
+        from collections import OrderedDict
+
+        self.num_blocks, self.blocks = num_blocks, OrderedDict()
+
+    def touch(self, keys, n=None, owner=None):
+        for key in reversed(keys[:len(keys) if n is None else n]):
+            if key in self.blocks:
+                self.blocks.move_to_end(key)
+
+    def prepare_store(self, keys):
+        new = [k for k in keys if k not in self.blocks]
+        excess = len(self.blocks) + len(new) - self.num_blocks
+        if excess > 0:
+            victims = [k for k, ref in self.blocks.items() if ref == 0][:excess]
+            if len(victims) < excess:
+                return None
+            for k in victims:
+                del self.blocks[k]
+        for k in new:
+            self.blocks[k] = -1
+        return new
+
+
+def test_segment_lru_keeps_vllms_order_on_random_requests():
+    """Requests with growing key lists (shared prefixes), touching at admission and storing as
+    they grow (touching all their keys after each store), loads holding blocks, stores completed
+    late: the segment LRU's order, its evictions and refusals are the OrderedDict's."""
+    import random
+
+    rng = random.Random(7)
+    for trial in range(30):
+        tier, ref = LruTier("cpu", rng.randint(4, 40)), ReferenceLru(0)
+        ref.num_blocks = tier.num_blocks
+        live: dict[int, list] = {}
+        for step in range(400):
+            op = rng.random()
+            if op < 0.15 or not live:  # a new request: a shared prefix, then its own keys
+                rid = step
+                prefix = [("p", rng.randint(0, 3), i) for i in range(rng.randint(0, 4))]
+                live[rid] = prefix + [(rid, i) for i in range(rng.randint(1, 12))]
+                keys = live[rid]
+                n = rng.randint(1, len(keys))
+                tier.touch(keys, n, rid)
+                ref.touch(keys, n)
+            elif op < 0.75:  # a request stores its next blocks, then touches them all
+                rid = rng.choice(list(live))
+                keys = live[rid]
+                if rng.random() < 0.3:
+                    keys += [(rid, len(keys) + i) for i in range(rng.randint(1, 3))]
+                end = rng.randint(1, len(keys))
+                start = rng.randint(0, end - 1)
+                got, want = tier.prepare_store(keys[start:end]), ref.prepare_store(keys[start:end])
+                assert got == want
+                if got:
+                    tier.touch(keys, end, rid)
+                    ref.touch(keys, end)
+            elif op < 0.85:  # stores complete; a load holds or releases a block
+                for key, value in list(ref.blocks.items()):
+                    if value == -1 and rng.random() < 0.5:
+                        ref.blocks[key] = tier.blocks[key] = 0
+                    elif value >= 0 and rng.random() < 0.1:
+                        ref.blocks[key] = tier.blocks[key] = value + 1 if rng.random() < 0.5 or not value else value - 1
+            else:
+                rid = rng.choice(list(live))
+                del live[rid]
+                tier.forget(rid)
+            assert tier.order() == list(ref.blocks), (trial, step)
+            assert tier.blocks == dict(ref.blocks)
+
+
+def test_tier_keys_are_one_to_one():
+    keys = [(h, e) for h in (-3, 0, 1, 2**40) for e in (16, 32, 2**23)] + [(r, j, 0) for r in (0, 1, 7) for j in (0, 1, 5)]
+    assert len({tier_key(k) for k in keys}) == len(keys)

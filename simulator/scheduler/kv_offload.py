@@ -58,20 +58,40 @@ vLLM's optional store filter (`store_threshold`) and ARC policy (`eviction_polic
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict, deque
+from collections import deque
+from itertools import islice, repeat
 from dataclasses import dataclass
 
 from simulator.scheduler.prefix_cache import BlockKey, block_keys
 from simulator.scheduler.sequence import Sequence
 
 _NOT_READY = -1  # a block's ref count while it is being stored (vLLM's BlockStatus before complete_store)
+_END_BITS = 24  # a block's end token < 2**24 (max_model_len is far below)
+
+
+def tier_key(key: BlockKey) -> int:
+    """A block's identity (`prefix_cache.block_key`) as one int, for the tier's dicts (an int
+    hashes as itself; a tuple is hashed anew at every look-up, the tier's main cost): a
+    shared block (hash id h, end token e) is 2 (h 2**24 + e), even; a request's own block
+    (request id r, index j) is 2 (r 2**24 + j) + 1, odd. One-to-one while e, j < 2**24."""
+    if len(key) == 2:
+        return (key[0] << _END_BITS | key[1]) << 1
+    return ((key[0] << _END_BITS | key[1]) << 1) | 1
 
 
 class LruTier:
     """One offload tier of `num_blocks` blocks, LRU (vLLM `LRUOffloadingManager`).
 
     A block is held as key -> ref count: -1 while it is being stored (not ready), else the
-    loads reading it. The dict's order is LRU first.
+    loads reading it. The LRU order is the OrderedDict order vLLM keeps, held as segments so
+    that a touch costs C-level passes: a request touches all its blocks at every block it
+    stores (hundreds of keys), and moving each to the end one by one cost more than the rest of
+    the simulation. A segment is one touch (its keys newest first: vLLM moves them to the end
+    in reverse) or one store (its new keys in order, appended); a key's place is in the latest
+    segment that holds it (`_seg_of`), so the order is the segments' in time and, inside one,
+    its orientation, counting only the keys whose latest segment it is (`order`). Eviction
+    walks that order from the oldest (`_victims`). A segment no key calls its own is dead:
+    flagged when its owner's next touch covers it or a walk finds it empty, and dropped.
     """
 
     def __init__(self, name: str, num_blocks: int):
@@ -79,7 +99,13 @@ class LruTier:
             raise ValueError(f"{name} tier: num_blocks must be >= 0, got {num_blocks}")
         self.name = name
         self.num_blocks = num_blocks
-        self.blocks: OrderedDict[BlockKey, int] = OrderedDict()
+        self.blocks: dict[BlockKey, int] = {}
+        self._seg_of: dict[BlockKey, list] = {}  # key -> its latest segment
+        # Oldest first; a segment is [keys, n (its keys are keys[:n]), newest_first, dead, skip
+        # (entries at its old end known to be no one's: never walked again)].
+        self._segments: deque[list] = deque()
+        self._latest: dict[object, list] = {}  # owner -> its latest touch (`touch`)
+        self._num_dead = 0
 
     def lookup(self, keys: list[BlockKey]) -> int:
         """Leading `keys` stored and ready."""
@@ -92,11 +118,69 @@ class LruTier:
             hits += 1
         return hits
 
-    def touch(self, keys: list[BlockKey]) -> None:
-        """Move the held `keys` to the MRU end, the first last (the most recent)."""
+    def touch(self, keys: list[BlockKey], n: int | None = None, owner: object = None) -> None:
+        """Move the held keys of `keys[:n]` to the MRU end, the first last (the most recent:
+        vLLM `touch` moves them in reverse). `owner` (a request) marks its previous touch dead
+        when this one covers it (its keys list is the same live list, at least as long)."""
+        n = len(keys) if n is None else n
         blocks = self.blocks
-        # C-level passes: a request touches all its blocks at every store (~100s of keys)
-        deque(map(blocks.move_to_end, filter(blocks.__contains__, reversed(keys))), 0)
+        seg = [keys, n, True, False, 0]
+        self._seg_of.update(zip(filter(blocks.__contains__, islice(keys, n)), repeat(seg)))
+        self._segments.append(seg)
+        if owner is not None:
+            previous = self._latest.get(owner)
+            if previous is not None and previous[0] is keys and previous[1] <= n and not previous[3]:
+                previous[3] = True  # every key it placed is placed again here (or gone)
+                self._num_dead += 1
+            self._latest[owner] = seg
+        if self._num_dead > 64 and 2 * self._num_dead > len(self._segments):
+            self._segments = deque(seg for seg in self._segments if not seg[3])
+            self._num_dead = 0
+
+    def forget(self, owner: object) -> None:
+        """`owner` touches no more (a finished request)."""
+        self._latest.pop(owner, None)
+
+    def order(self) -> list[BlockKey]:
+        """The held keys, LRU first (vLLM's OrderedDict order)."""
+        seg_of = self._seg_of
+        out = []
+        for seg in self._segments:
+            keys, n, newest_first = seg[0], seg[1], seg[2]
+            for i in (range(n - 1, -1, -1) if newest_first else range(n)):
+                if seg_of.get(keys[i]) is seg:
+                    out.append(keys[i])
+        return out
+
+    def _victims(self, count: int) -> list[BlockKey] | None:
+        """The `count` LRU-first keys with no reader (ref 0), or None when fewer exist (vLLM
+        `prepare_store`'s walk). Entries found to be no one's at a segment's old end are skipped
+        from then on; a segment with none left is flagged dead."""
+        blocks, seg_of, segments = self.blocks, self._seg_of, self._segments
+        while segments and segments[0][3]:  # the dead at the old end: never walked again
+            segments.popleft()
+            self._num_dead -= 1
+        victims = []
+        for seg in segments:
+            if seg[3]:
+                continue
+            keys, n, newest_first, _, skip = seg
+            consumed = True  # every entry so far is no one's
+            for i in (range(n - 1 - skip, -1, -1) if newest_first else range(skip, n)):
+                key = keys[i]
+                if seg_of.get(key) is not seg:
+                    if consumed:
+                        seg[4] += 1
+                    continue
+                consumed = False
+                if blocks[key] == 0:
+                    victims.append(key)
+                    if len(victims) == count:
+                        return victims
+            if consumed:
+                seg[3] = True
+                self._num_dead += 1
+        return None
 
     def prepare_load(self, keys: list[BlockKey]) -> None:
         for key in keys:
@@ -115,18 +199,17 @@ class LruTier:
         new = [key for key in keys if key not in blocks]
         excess = len(blocks) + len(new) - self.num_blocks
         if excess > 0:
-            victims = []
-            for key, ref in blocks.items():
-                if ref == 0:
-                    victims.append(key)
-                    if len(victims) == excess:
-                        break
-            else:
+            victims = self._victims(excess)
+            if victims is None:
                 return None
+            seg_of = self._seg_of
             for key in victims:
-                del blocks[key]
-        for key in new:
-            blocks[key] = _NOT_READY
+                del blocks[key], seg_of[key]
+        if new:
+            blocks.update(zip(new, repeat(_NOT_READY)))
+            seg = [new, len(new), False, False, 0]
+            self._seg_of.update(zip(new, repeat(seg)))
+            self._segments.append(seg)
         return new
 
     def complete_store(self, keys: list[BlockKey]) -> None:
@@ -219,7 +302,7 @@ class KvOffload:
         if keys is None:
             keys = self._keys[seq.request_id] = []
         if len(keys) < num_blocks:
-            keys += block_keys(seq.request, self.block_size, len(keys), num_blocks)
+            keys += map(tier_key, block_keys(seq.request, self.block_size, len(keys), num_blocks))
         return keys
 
     # ----- admission ------------------------------------------------------------------------
@@ -231,9 +314,9 @@ class KvOffload:
         full = seq.num_tokens // size
         if full - gpu_hit_blocks < 1:
             return 0, []
-        keys = self._keys_of(seq, full)[:full]
-        self.cpu.touch(keys)
-        tail = keys[gpu_hit_blocks:]
+        keys = self._keys_of(seq, full)
+        self.cpu.touch(keys, full, seq.request_id)
+        tail = keys[gpu_hit_blocks:full]
         hits = self.cpu.lookup(tail)
         if not hits:
             return 0, []
@@ -290,7 +373,7 @@ class KvOffload:
             return  # vLLM logs "cannot store" and tries again at the next step
         self.stored_blocks[rid] = full
         if new:
-            self.cpu.touch(keys[:full])
+            self.cpu.touch(keys, full, rid)
             self._unsubmitted.append((rid, new))
 
     def request_done(self, request_id: int, now_s: float) -> None:
@@ -299,6 +382,7 @@ class KvOffload:
         `build_connector_meta` completes them at once, as the worker waits for the jobs)."""
         self.stored_blocks.pop(request_id, None)
         self._keys.pop(request_id, None)
+        self.cpu.forget(request_id)
         if any(rid == request_id for rid, _ in self._unsubmitted):
             self._submit_stores(now_s)  # its last step's stores: submitted as the next step starts
         entry = self._storing.pop(request_id, None)
