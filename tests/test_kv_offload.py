@@ -299,3 +299,44 @@ def test_segment_lru_keeps_vllms_order_on_random_requests():
 def test_tier_keys_are_one_to_one():
     keys = [(h, e) for h in (-3, 0, 1, 2**40) for e in (16, 32, 2**23)] + [(r, j, 0) for r in (0, 1, 7) for j in (0, 1, 5)]
     assert len({tier_key(k) for k in keys}) == len(keys)
+
+
+def test_vllm_serve_flags_of_a_point_with_offload():
+    from experiments.planning.vllm_flags import vllm_serve_flags
+
+    flags = vllm_serve_flags(offload_point({"cpu_gib": 50}))
+    assert flags.endswith("--num-gpu-blocks-override 200 --kv-offloading-backend native --kv-offloading-size 50")
+    assert "--kv-offloading" not in vllm_serve_flags(offload_point({"cpu_gib": 0}))
+
+
+def test_a_decode_window_leaves_the_tier_as_its_steps_would():
+    """Running decodes filling blocks at different steps: `decode_window` + `advance_decodes`
+    give the step-by-step path's records, and its tier (order, readiness, store times, link)."""
+    import copy
+
+    def started():
+        scheduler, offload = conversation_scheduler()
+        scheduler.block_manager.__init__(64, BLOCK)  # room for the decodes
+        for rid, (tokens, out) in enumerate([(40, 40), (57, 30), (70, 45)]):
+            scheduler.add_request(Request(rid, 0.0, tokens, out, prefix_hash_ids=tuple(range(10 * rid, 10 * rid + 9)),
+                                          prefix_block_tokens=BLOCK))
+        plan = scheduler.schedule(0.0)
+        scheduler.complete_step(plan, None, 0.01)
+        return scheduler, offload
+
+    window, stepwise = started(), started()
+    running, steps = window[0].decode_window()
+    assert steps == 29  # up to request 1's last token
+    ends = [0.01 + 0.002 * (j + 1) for j in range(steps)]
+    _, finished_window = window[0].advance_decodes(ends)
+    finished_steps, now = [], 0.01
+    for end in ends:
+        plan = stepwise[0].schedule(now)
+        finished_steps += stepwise[0].complete_step(plan, None, end)
+        now = end
+    assert finished_window == finished_steps and [f.request_id for f in finished_steps] == [1]
+    a, b = window[1], stepwise[1]
+    assert a.cpu.order() == b.cpu.order() and a.cpu.blocks == b.cpu.blocks
+    assert (a._storing, a._ready, a._unsubmitted, a._d2h_free_s) == (b._storing, b._ready, b._unsubmitted,
+                                                                      b._d2h_free_s)
+    assert a.stats == b.stats and a.stats.store_blocks > 9

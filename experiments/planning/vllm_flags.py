@@ -155,6 +155,7 @@ def vllm_serve_flags(point: Point) -> str:
     simulator's default) with chunked prefill off. `engine.num_gpu_blocks` becomes
     `--num-gpu-blocks-override` (vLLM's CacheConfig.num_gpu_blocks_override).
     Split-N maps to `--speculative-config` (`ngram`, or `draft_model` with the draft's name).
+    `engine.kv_offload` maps to `--kv-offloading-backend native --kv-offloading-size GiB`.
     vLLM's own policy is v1's; a point simulated under another scheduler shares only its flags.
     A disaggregated point (`cluster:`) has no one command: `DISAGGREGATED_FLAGS` says so.
     """
@@ -194,6 +195,9 @@ def vllm_serve_flags(point: Point) -> str:
         flags += ["--kv-cache-dtype", e.kv_cache_dtype]
     if e.policy == "priority":
         flags += ["--scheduling-policy", "priority"]
+    if e.kv_offload is not None and e.kv_offload.cpu_gib > 0:
+        # vllm/config/vllm.py: native -> OffloadingConnector, cpu_bytes_to_use = size * 2**30 (all ranks)
+        flags += ["--kv-offloading-backend", e.kv_offload.connector, "--kv-offloading-size", f"{e.kv_offload.cpu_gib:g}"]
     if e.split_n:
         spec = {"method": "ngram", "num_speculative_tokens": e.split_n}
         if isinstance(e.draft, DraftModel):

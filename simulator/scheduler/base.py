@@ -512,9 +512,9 @@ class Scheduler:
         those steps' `schedule` calls would do it: step j starts at the previous step's end (the
         first at the last step completed), polls the tier there (`KvOffload.poll`: submits the
         stores of step j - 1, completes those due) and stores the blocks step j fills, in plan
-        order. Only steps that fill a block do anything but poll; a poll's completions only
-        matter to the next store or lookup, so polling at those steps and after the last one
-        leaves the tier as every step's poll would. `decode_window` checked that no store is
+        order. Only steps that fill a block, and the steps after them (which submit those
+        stores), do anything but poll; a poll's completions only matter to the next store or
+        lookup, so polling there leaves the tier as every step's poll would. `decode_window` checked that no store is
         owed from before (every running sequence's computed blocks are stored)."""
         offload = self.kv_offload
         size = offload.block_size
@@ -524,14 +524,12 @@ class Scheduler:
             computed = seq.num_computed_tokens
             for j in range(size - 1 - computed % size, steps, size):  # step j writes token computed + j
                 events.setdefault(j, []).append(seq)
-        last = -1
         for j in sorted(events):
             offload.poll(step_end_s[j - 1] if j else self._last_step_end_s)
             for seq in events[j]:
                 offload.note_scheduled(seq, seq.num_computed_tokens + j + 1)
-            last = j
-        if 0 <= last < steps - 1:
-            offload.poll(step_end_s[last])  # step last + 1 submits them
+            if j < steps - 1:
+                offload.poll(step_end_s[j])  # step j + 1 starts: submits them
         self._last_step_end_s = step_end_s[-1]
 
     def prefill_window(self, chain_admissions: bool = True) -> PrefillWindow | None:
@@ -960,7 +958,7 @@ class Scheduler:
         self.running.remove(seq)
         del self._in_flight[seq.request_id]
         if self.kv_offload is not None:
-            self.kv_offload.request_done(seq.request_id, self._now_s)
+            self.kv_offload.request_done(seq.request_id, self._now_s, finished=False)
         self._free_kv(seq, resumes=self.config.preemption != "swap")
         if self.config.preemption == "swap":
             seq.swap_out()

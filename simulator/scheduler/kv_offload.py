@@ -376,11 +376,14 @@ class KvOffload:
             self.cpu.touch(keys, full, rid)
             self._unsubmitted.append((rid, new))
 
-    def request_done(self, request_id: int, now_s: float) -> None:
-        """The request finished or was preempted: its stored blocks become ready once its store
-        jobs are done (finished: the worker's `finished_sending`; preempted:
-        `build_connector_meta` completes them at once, as the worker waits for the jobs)."""
-        self.stored_blocks.pop(request_id, None)
+    def request_done(self, request_id: int, now_s: float, finished: bool = True) -> None:
+        """The request finished or (not `finished`) was preempted: its stored blocks become
+        ready once its store jobs are done (finished: the worker's `finished_sending`;
+        preempted: `build_connector_meta` completes them at once, as the worker waits for the
+        jobs). A preempted request keeps its next block to store (vLLM resets only its block
+        ids), so blocks it stored are not stored again when it is recomputed."""
+        if finished:
+            self.stored_blocks.pop(request_id, None)
         self._keys.pop(request_id, None)
         self.cpu.forget(request_id)
         if any(rid == request_id for rid, _ in self._unsubmitted):
