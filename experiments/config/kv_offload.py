@@ -2,14 +2,13 @@
 (simulator/scheduler/kv_offload.py), and its checks."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field
 
 from experiments.config.base import _Strict
 
-if TYPE_CHECKING:
-    from experiments.config.engine import EngineConfig
+# `EngineConfig` (experiments.config.engine) is named in annotations only, as text: it imports this module.
 
 
 class KvOffloadConfig(_Strict):
