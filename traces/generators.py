@@ -12,7 +12,8 @@ import numpy as np
 from traces.arrivals import arrival_times_s
 from traces.length_distributions import length_distribution, sample_lengths
 from traces.ordering import requests_in_arrival_order
-from traces.request import Request
+from traces.request import Request, requests_from_columns
+from traces.shared_prefix import GENERATED_BLOCK_TOKENS
 
 
 def synthetic_trace(
@@ -74,3 +75,60 @@ def lengths_with_arrivals(
         raise ValueError(f"{len(prompt_tokens)} prompt lengths but {len(output_tokens)} output lengths")
     arrival_s = arrival_times_s(arrival, qps, len(prompt_tokens), np.random.default_rng(seed), burstiness)
     return requests_in_arrival_order(arrival_s, prompt_tokens, output_tokens)
+
+
+def staged_trace(
+    stages: list,
+    prompt: Any = 512,
+    output: Any = 128,
+    seed: int = 0,
+    arrival: str = "poisson",
+    burstiness: float | None = None,
+    pool: Any = None,
+    restart_pool_per_stage: bool = False,
+) -> tuple[list[Request], np.ndarray]:
+    """Requests of a staged load profile (`traces.stages`) and the stage of each.
+
+    Args:
+        stages: `traces.stages.LoadStage`s, back to back from 0 s.
+        prompt, output: length specs, as `synthetic_trace` (unused with `pool`).
+        seed: seeds `numpy.random.default_rng`: arrivals stage by stage, then lengths.
+        arrival, burstiness: the profile's process, which a stage may override.
+        pool: a `traces.prompt_pool.PromptPool` giving each request its prompt, output and token
+            identity; None: lengths drawn per request.
+        restart_pool_per_stage: the pool's cycle starts again at each stage (inference-perf).
+
+    Returns:
+        (requests in arrival order, ids 0..n-1, the first at 0.0 s only when stage 0 has an
+        arrival at its start: times are kept as the profile places them, not re-based; stage of
+        each request, int64 shape (n,)).
+
+    Raises:
+        ValueError: bad stages, process, burstiness or length spec.
+    """
+    from traces.stages import staged_arrivals
+
+    rng = np.random.default_rng(seed)
+    arrival_s, stage = staged_arrivals(stages, rng, arrival, burstiness)
+    if pool is not None:
+        restarts = np.flatnonzero(np.diff(stage)) + 1 if restart_pool_per_stage else None
+        prompt_tokens, output_tokens, ids = pool.columns(pool.assignment(len(arrival_s), restarts))
+        requests = requests_from_columns(range(len(arrival_s)), arrival_s.tolist(), prompt_tokens.tolist(),
+                                         output_tokens.tolist(), [0] * len(arrival_s), ids,
+                                         [GENERATED_BLOCK_TOKENS] * len(arrival_s))
+        return requests, stage
+    prompt_tokens, output_tokens = sample_lengths(length_distribution(prompt, "prompt"),
+                                                  length_distribution(output, "output"), len(arrival_s), rng)
+    requests = requests_from_columns(range(len(arrival_s)), arrival_s.tolist(), prompt_tokens.tolist(),
+                                     output_tokens.tolist(), [0] * len(arrival_s), [()] * len(arrival_s),
+                                     [512] * len(arrival_s))
+    return requests, stage
+
+
+def pooled_trace(arrival_s: np.ndarray, pool: Any) -> list[Request]:
+    """Requests arriving at `arrival_s` (non-decreasing seconds, shape (n,)) whose prompts, outputs
+    and token identity come from `pool` (`traces.prompt_pool.PromptPool`) in its order."""
+    prompt_tokens, output_tokens, ids = pool.columns(pool.assignment(len(arrival_s)))
+    n = len(arrival_s)
+    return requests_from_columns(range(n), np.asarray(arrival_s, dtype=float).tolist(), prompt_tokens.tolist(),
+                                 output_tokens.tolist(), [0] * n, ids, [GENERATED_BLOCK_TOKENS] * n)
