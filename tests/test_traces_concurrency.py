@@ -32,9 +32,16 @@ def test_max_concurrency_over_an_infinite_rate_is_a_closed_loop_of_n():
     np.testing.assert_allclose(frame["arrival_s"], [0.0, 0.0, 0.03, 0.03])
 
 
-def test_bad_schedules_are_errors():
-    with pytest.raises(ValueError, match="non-decreasing"):
-        ScheduledConcurrency([Request(0, 1.0, 4, 4), Request(1, 0.5, 4, 4)], 1)
+def test_a_ramped_schedule_releases_later_requests_on_completion():
+    # Two streams started at 0.5 and 1.0 s; requests 2 and 3 (scheduled at 0) go when a slot frees.
+    requests = [Request(0, 0.5, 16, 3), Request(1, 1.0, 16, 3), Request(2, 0.0, 16, 3), Request(3, 0.0, 16, 3)]
+    frame = _run(ScheduledConcurrency(requests, 2))
+    np.testing.assert_allclose(frame["arrival_s"], [0.5, 1.0, 0.53, 0.56])
+
+
+def test_bad_workloads_are_errors():
+    with pytest.raises(ValueError, match="numbered 0..n-1"):
+        ScheduledConcurrency([Request(1, 1.0, 4, 4)], 1)
     with pytest.raises(ValueError, match="max concurrency"):
         ScheduledConcurrency([], 0)
 

@@ -39,15 +39,17 @@ class ScheduledConcurrency(ClosedLoopWorkload):
     Request i (in schedule order) is sent at max(schedule_s[i], the time the previous holder of
     its slot completed): the first N at their scheduled times, then each completion releases the
     next request, sent then or at its scheduled time, whichever is later. Slots are claimed in
-    request order as completions come, which is the FIFO semaphore's order.
+    request order as completions come, which is the FIFO semaphore's order. A schedule need not
+    be sorted: times (0.5, 1.0, 0, 0) with N = 2 are two streams started at 0.5 and 1.0 s whose
+    next requests go as soon as a slot frees (GuideLLM's ramped `concurrent`).
 
     Args:
-        requests: the requests in schedule order, `arrival_s` their scheduled send times
-            (non-decreasing), ids 0..n-1; their lengths and prefix ids are kept.
+        requests: the requests in send order, `arrival_s` their scheduled send times, ids
+            0..n-1; their lengths and prefix ids are kept.
         num_clients: N, >= 1.
 
     Raises:
-        ValueError: N < 1, ids not 0..n-1 in order, or a schedule that goes back in time.
+        ValueError: N < 1, or ids not 0..n-1 in order.
     """
 
     def __init__(self, requests: list[Request], num_clients: int) -> None:
@@ -56,9 +58,6 @@ class ScheduledConcurrency(ClosedLoopWorkload):
             raise ValueError("num_clients (max concurrency) must be >= 1")
         if any(r.request_id != i for i, r in enumerate(requests)):
             raise ValueError("the scheduled requests must be numbered 0..n-1 in schedule order")
-        schedule = np.array([r.arrival_s for r in requests], dtype=float)
-        if schedule.size > 1 and (np.diff(schedule) < 0).any():
-            raise ValueError("the send schedule must be non-decreasing")
         self.num_clients = num_clients
         self.think_time_s = 0.0
         self.num_requests = len(requests)
