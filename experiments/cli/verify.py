@@ -58,6 +58,12 @@ def verify(
     against_run: Optional[Path] = typer.Option(None, "--against-run", help="A recorded real-engine run "
                                                "(LLMServingSim bundle: vllm/requests.jsonl and vllm/meta.json, optionally "
                                                "vllm/timeseries.csv and config.json) to simulate and compare with."),
+    against_bench: Optional[Path] = typer.Option(None, "--against-bench", help="A benchmark tool's result: "
+                                                 "inference-perf stage_<k>_lifecycle_metrics.json (or its folder), "
+                                                 "GuideLLM benchmarks.json, AIPerf/genai-perf profile export, vllm bench "
+                                                 "JSON; its load is replayed on CONFIG's deployment, stage by stage."),
+    bench_config: Optional[Path] = typer.Option(None, "--bench-config", help="With --against-bench: "
+                                                "inference-perf's config YAML (its load and data)."),
 ) -> None:
     """Compare the simulator with a measured run: per step (the cost model prices the engine's
     executed plans) and end to end (the same trace simulated); write fidelity.{json,md,html}.
@@ -83,6 +89,15 @@ def verify(
         return
     if config is None:
         fail("give CONFIG (a config YAML), or --against-run DIR to compare with a recorded run")
+    if against_bench is not None:
+        others = [flag for flag, given in (("--engine-run", engine_run is not None), ("--run-engine", run_engine),
+                                           ("--against-vllm-bench", against_vllm_bench), ("--top", top),
+                                           ("--trace", trace)) if given]
+        if others:
+            fail(f"--against-bench replays the tool's own load; drop {', '.join(others)}")
+        if _verify_bench(config, overrides, point or 0, against_bench, bench_config, out, fail_above, ledger):
+            raise typer.Exit(1)
+        return
     if against_vllm_bench is not None:
         if trace is None:
             fail("--against-vllm-bench needs --trace FILE, the trace the benchmark replayed")
@@ -223,6 +238,39 @@ def _compare_recorded(bundle: Path, overrides: list[str], out_dir: Path, fail_ab
     sections = [("Per request: signed error of each request's latency (simulated − measured) / measured", per_request)]
     return _report(out_dir, context, None, e2e, fail_above, ledger or _default_ledger(chosen.cost_model, out_dir),
                    sections, [figure])[1]
+
+
+def _verify_bench(config: Path, overrides: list[str], point: int, result: Path, bench_config: Optional[Path],
+                  out: Optional[Path], fail_above: Optional[float], ledger: Optional[Path]) -> dict:
+    """`verify --against-bench`: CONFIG's point (its deployment; its trace is not used) under the
+    tool's load, each stage from an idle engine, against the tool's measurements by the tool's
+    definitions (experiments/verification/bench_verify.py); returns the errors over --fail-above."""
+    from experiments.verification.bench_runs import read_bench_run
+    from experiments.verification.bench_verify import bench_headline, compare_bench, plan_notes
+
+    chosen = _point(_points(config, overrides), point)
+    out_dir = out or Path("runs") / f"{chosen.name}-bench-verify"
+    try:
+        run = read_bench_run(result, bench_config)
+        with RunFolder(out_dir, inputs=[config]) as folder:
+            cost_model = build_cost_model(chosen)
+            table = compare_bench(chosen, run, cost_model)
+            headline = bench_headline(table)
+            failed = over_limit(headline, fail_above) if fail_above is not None else {}
+            context = {"config": str(config), "point": describe_point(chosen), "model": chosen.model,
+                       "cost_model": chosen.cost_model, **cost_model_columns(chosen, cost_model),
+                       "source": f"{run.tool} {result}", "device": device_name(chosen),
+                       "stages": len(run.stages), "replay_notes": plan_notes(run), "fail_above_pct": fail_above}
+            write_fidelity(out_dir, context, None, table, headline, failed)
+            append_ledger(ledger or _default_ledger(chosen.cost_model, out_dir), context, None, table, passed=not failed)
+            folder.remove_stale()
+    except (ValueError, OutputFolderError, OutputWriteError) as exc:
+        fail(str(exc))
+    console.print(", ".join(f"{k} {v:.1f} %" for k, v in headline.items()))
+    console.print(f"wrote fidelity.json, fidelity.md and fidelity.html in {out_dir}")
+    if failed:
+        console.print("[red]over --fail-above:[/red] " + ", ".join(f"{k} {v:.1f} %" for k, v in failed.items()))
+    return failed
 
 
 def _check_recorded_config(run, overrides: list[str], overridden: frozenset[str]) -> None:

@@ -1,0 +1,135 @@
+"""Benchmark tools' result files (tests/data/bench, written from each tool's schema) read into a
+workload and measurements, and `verify --against-bench` replaying them."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from experiments.cli.main import app
+from experiments.verification.bench_runs import read_bench_run
+from traces.concurrency import ScheduledConcurrency
+
+DATA = Path(__file__).parent / "data"
+BENCH = DATA / "bench"
+CONFIG = DATA / "engine" / "tiny_engine.yaml"
+IP = BENCH / "inference_perf"
+runner = CliRunner()
+
+
+def _measured(stage):
+    return {m.key: m.value for m in stage.measured}
+
+
+def test_inference_perf_stages_replay_the_config_load_and_pool():
+    run = read_bench_run(IP / "results", IP / "config.yaml")
+    assert run.tool == "inference-perf" and [s.name for s in run.stages] == ["stage 0", "stage 1"]
+    first = run.stages[0]
+    assert first.plan.num_requests == 8 and first.plan.arrival == "uniform" and first.plan.duration_s == 4
+    requests = first.plan.build()
+    assert len(requests) == 8 and all(0 <= r.arrival_s < 4 for r in requests)
+    assert {r.prompt_tokens for r in requests} == {64} and {r.output_tokens for r in requests} == {8}
+    assert len({r.prefix_hash_ids for r in requests}) == 6  # 2 groups x 3 prompts, cycled
+    measured = _measured(first)
+    assert measured["ttft_s_p50"] == pytest.approx(0.020) and measured["ntpot_s_p50"] == pytest.approx(0.050 / 8)
+    assert measured["chunk_gap_s_p90"] == pytest.approx(0.0048)  # inter_token_latency: per chunk
+    assert measured["throughput_rps"] == pytest.approx(8 / 3.9)
+
+
+def test_guidellm_benchmarks_are_stages_with_their_strategies():
+    run = read_bench_run(BENCH / "guidellm" / "benchmarks.json")
+    concurrent, constant = run.stages
+    workload = concurrent.plan.build()
+    assert isinstance(workload, ScheduledConcurrency) and workload.num_clients == 2
+    np.testing.assert_allclose([r.arrival_s for r in workload.initial_requests()], [0.0, 0.5])  # rampup 1 s / 2
+    assert constant.plan.rate == 4.0 and len(constant.plan.build()) == 12
+    measured = _measured(concurrent)
+    assert measured["ttft_s_p50"] == pytest.approx(0.030)       # time_to_first_token_ms / 1000
+    assert measured["tpot_s_p50"] == pytest.approx(0.005)       # inter_token_latency_ms: per token
+    assert measured["e2e_s_p50"] == pytest.approx(0.105)        # request_latency: seconds
+
+
+@pytest.mark.parametrize("path, tool", [(BENCH / "aiperf" / "profile_export_aiperf.json", "aiperf"),
+                                        (BENCH / "genai_perf" / "profile_export_genai_perf.json", "genai-perf")])
+def test_aiperf_and_genai_perf_exports(path, tool):
+    run = read_bench_run(path)
+    assert run.tool == tool
+    plan = run.stages[0].plan
+    assert plan.num_requests == 8 and plan.max_concurrency == 2 and plan.rate is None
+    measured = _measured(run.stages[0])
+    assert measured["ttft_s_p50"] == pytest.approx(0.021) and measured["tpot_s_mean"] == pytest.approx(0.0045)
+    assert measured["throughput_rps"] == 12.5
+    if tool == "aiperf":
+        assert any("2 warm-up requests" in note for note in plan.notes)
+
+
+def test_vllm_bench_result_replays_each_requests_lengths():
+    run = read_bench_run(DATA / "verify" / "vllm_bench" / "result.json")
+    requests = run.stages[0].plan.build()
+    assert [r.prompt_tokens for r in requests] == [16, 32, 48] and [r.arrival_s for r in requests] == [0, 0, 0]
+    measured = _measured(run.stages[0])
+    assert measured["tpot_s_p50"] == pytest.approx(0.02) and measured["chunk_gap_s_p50"] == pytest.approx(0.015)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["metadata"].update(version=3), r"metadata.version 3 is not a GuideLLM report version"),
+    (lambda d: d["benchmarks"][1]["metrics"].pop("time_to_first_token_ms"),
+     r"no key time_to_first_token_ms"),
+    (lambda d: d["benchmarks"][0]["config"]["strategy"].update(type_="sweep"), r"benchmarks\[0\].config.strategy.type_"),
+    (lambda d: d["benchmarks"][0]["metrics"]["request_latency"]["successful"].update(median="fast"),
+     r"benchmarks\[0\].metrics.request_latency.successful.median: expected a finite number"),
+])
+def test_bad_guidellm_reports_name_the_file_and_key(tmp_path, edit, message):
+    data = json.loads((BENCH / "guidellm" / "benchmarks.json").read_text())
+    edit(data)
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=message):
+        read_bench_run(path)
+
+
+def test_bad_inputs_of_the_other_tools(tmp_path):
+    with pytest.raises(ValueError, match="give the run's config YAML with --bench-config"):
+        read_bench_run(IP / "results")
+    stage = json.loads((IP / "results" / "stage_1_lifecycle_metrics.json").read_text())
+    (tmp_path / "stage_5_lifecycle_metrics.json").write_text(json.dumps(stage))
+    del stage["successes"]["latency"]["time_to_first_token"]["p99"]
+    with pytest.raises(ValueError, match=r"stage 5, but .*config.yaml load.stages has 2 stage"):
+        read_bench_run(tmp_path / "stage_5_lifecycle_metrics.json", IP / "config.yaml")
+    path = tmp_path / "stage_1_lifecycle_metrics.json"
+    path.write_text(json.dumps(stage))
+    with pytest.raises(ValueError, match=r"stage_1_lifecycle_metrics.json: no key successes.latency.time_to_first_token.p99"):
+        read_bench_run(path, IP / "config.yaml")
+    export = json.loads((BENCH / "aiperf" / "profile_export_aiperf.json").read_text())
+    export["time_to_first_token"]["unit"] = "fortnights"
+    (tmp_path / "a.json").write_text(json.dumps(export))
+    with pytest.raises(ValueError, match=r"a.json: time_to_first_token.unit 'fortnights'"):
+        read_bench_run(tmp_path / "a.json")
+    (tmp_path / "b.json").write_text(json.dumps({"results": []}))
+    with pytest.raises(ValueError, match=r"b.json: not a result of vllm-bench, inference-perf, guidellm, aiperf"):
+        read_bench_run(tmp_path / "b.json")
+
+
+@pytest.mark.parametrize("args", [
+    ["--against-bench", str(IP / "results"), "--bench-config", str(IP / "config.yaml"), "--set", "engine.block_size=16"],
+    ["--against-bench", str(BENCH / "guidellm" / "benchmarks.json")],
+    ["--against-bench", str(BENCH / "aiperf" / "profile_export_aiperf.json")],
+    ["--against-bench", str(BENCH / "genai_perf" / "profile_export_genai_perf.json")],
+    ["--against-bench", str(DATA / "verify" / "vllm_bench" / "result.json")],
+])
+def test_each_tools_example_round_trips_into_a_verify_report(tmp_path, args):
+    result = runner.invoke(app, ["verify", str(CONFIG), *args, "--cost-model", "roofline", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "fidelity.json").read_text())
+    rows = report["e2e"]
+    assert rows and all(np.isfinite(r["predicted"]) for r in rows if r["quantity"] != "chunk_gap_s_mean")
+    assert any(key.endswith("ttft_s_p50") for key in report["headline_abs_error_pct"])
+
+
+def test_a_pool_on_a_block_size_it_cannot_name_is_refused(tmp_path):
+    result = runner.invoke(app, ["verify", str(CONFIG), "--against-bench", str(IP / "results"), "--bench-config",
+                                 str(IP / "config.yaml"), "--cost-model", "roofline", "--out", str(tmp_path)])
+    assert result.exit_code != 0 and "engine.block_size 4 is not a multiple of 16" in result.output
