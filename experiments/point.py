@@ -10,9 +10,10 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from experiments.config import (POOLS, ClosedLoopTrace, SweepConfig, TraceConfig, cluster_label, describe_point,
-                                pool_point, pool_points, slo_summary_key)
+from experiments.config import (POOLS, ClosedLoopTrace, StagesTrace, SweepConfig, TraceConfig, cluster_label,
+                                describe_point, pool_point, pool_points, slo_summary_key)
 from experiments.outputs import TEMP_PREFIX, write_atomic
+from experiments.stage_metrics import stage_columns
 from experiments.deployment import (DTYPE_BYTES, build_link, build_outcome_fn, build_pricer, build_scheduler_config,
                                     build_schedulers, cluster_gpus, kv_bytes_per_element, served_context_tokens,
                                     served_model)
@@ -205,6 +206,8 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0,
     row.update(result.summary)
     row.update(cost_model_columns(point, cost_model))
     row.update(report_columns(row, result.requests, point))
+    if isinstance(point.trace, StagesTrace):  # per-stage load and latencies (experiments/stage_metrics.py)
+        row.update(stage_columns(result.requests, point.trace.stage_starts_s()))
     result.requests.insert(0, "point_id", point_id)
     result.steps.insert(0, "point_id", point_id)
     return PointResult(row, result.requests, result.steps, files)

@@ -52,15 +52,16 @@ from experiments.config.search import SearchConfig, repetition_seed_problem
 from experiments.config.slo import LATENCY_METRICS, PERCENTILES, slo_summary_key
 from experiments.config.sweep import SweepConfig
 from experiments.config.trace import (TRACE_KINDS, ClosedLoopTrace, FileTrace, LengthClip, LengthsFileTrace,
-                                      LengthSpec, ProfileTrace, SessionsTrace, SyntheticTrace, TraceConfig,
-                                      file_trace_info)
+                                      LengthSpec, ProfileTrace, SessionsTrace, StagesTrace, SyntheticTrace,
+                                      TraceConfig, file_trace_info)
 from experiments.config.variants import layouts_of
 
 __all__ = [
     "AcceptanceFile", "CHUNKING_SCHEDULERS", "ClosedLoopTrace", "ClusterConfig", "ConfigError", "ConfigWarning",
     "DraftModel", "EngineConfig", "FileTrace", "FleetConfig", "LATENCY_METRICS", "LayoutsConfig", "LengthClip",
     "LengthSpec", "LengthsFileTrace", "LinkConfig", "MAX_KV_BLOCKS", "OutputConfig", "PERCENTILES", "POOLS",
-    "PoolConfig", "ProfileTrace", "SCHEDULER_KEYS", "SearchConfig", "SessionsTrace", "SweepConfig", "SyntheticTrace",
+    "PoolConfig", "ProfileTrace", "SCHEDULER_KEYS", "SearchConfig", "SessionsTrace", "StagesTrace", "SweepConfig",
+    "SyntheticTrace",
     "TRACE_KINDS", "TraceConfig", "check_cluster", "check_router", "cluster_label", "describe_point",
     "engine_gpus", "file_trace_info", "layouts_of", "load_config", "point_labels", "pool_gpus", "pool_point",
     "pool_points", "repetition_seed_problem", "slo_summary_key", "validation_problems",

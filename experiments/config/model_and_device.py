@@ -9,7 +9,7 @@ import math
 
 from experiments.config.engine import AcceptanceFile, DraftModel, EngineConfig
 from experiments.config.kv_offload import check_kv_offload_host
-from experiments.config.trace import ClosedLoopTrace
+from experiments.config.trace import ClosedLoopTrace, StagesTrace
 from profiler import get_device_spec, get_model_spec
 
 # `SweepConfig` (experiments.config.sweep) is named in annotations only, as text: it imports this module.
@@ -194,6 +194,9 @@ def check_deployment(point: "SweepConfig") -> None:
             get_model_spec(e.draft.model)
         except (ValueError, OSError) as exc:
             raise ValueError(f"engine.draft.model: {exc}") from None
+    if point.search is not None and isinstance(point.trace, StagesTrace):
+        raise ValueError("search: a staged trace sets each stage's rate; search capacity with a single-rate "
+                         "trace (synthetic, profile, file)")
     if point.search is not None and isinstance(point.trace, ClosedLoopTrace):
         raise ValueError("search: a closed-loop trace sets a number of clients, not a QPS; "
                          "search capacity with an open-loop trace (profile, synthetic, file)")

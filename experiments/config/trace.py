@@ -1,5 +1,5 @@
 """`trace:`: the workload of a point, one model per `kind:` (profile, file, poisson / synthetic,
-lengths_file, closed_loop, sessions), each with the `load()` or `workload()` that builds its
+lengths_file, closed_loop, sessions, stages), each with the `load()` or `workload()` that builds its
 requests (experiments/point.py calls them)."""
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from experiments.config.base import _MAX_THINK_TIME_S, _Requests, _Seed, _Strict, _Tokens
+import numpy as np
+
+from experiments.config.base import _MAX_REQUESTS, _MAX_THINK_TIME_S, _Requests, _Seed, _Strict, _Tokens
+from experiments.config.trace_shapes import LengthSpec, PromptPoolConfig, StageConfig, _Pooled  # noqa: F401
 from traces import (ClosedLoopWorkload, LengthDistribution, Request, cut, length_distribution, lengths_with_arrivals,
                     read_lengths, read_trace, scale_to_qps, synthetic_trace, time_window)
 from traces.arrivals import check_rate
@@ -16,7 +19,11 @@ from traces.length_distributions import EmpiricalLength
 from traces.readers import FORMATS
 from traces.readers.by_format import burstgpt_filter
 from traces.sessions import SessionWorkload, read_sessions
+from traces.arrivals import arrival_times_s
+from traces.concurrency import StaggeredClosedLoop
+from traces.generators import staged_trace
 from traces.shared_prefix import with_shared_prefixes
+from traces.stages import LoadStage, check_stages, stage_starts_s
 from traces.time_bounds import MAX_QPS, MAX_SPAN_S, MIN_BURSTINESS, short_number
 from traces.workload_profile import check_profile_name
 
@@ -34,9 +41,6 @@ class LengthClip(_Strict):
         return self
 
 
-# A length: an int (fixed), [low, high] (uniform, inclusive) or {dist: NAME, ...} with min/max
-# (traces.length_distributions: fixed, uniform, normal, lognormal, zipf, empirical).
-LengthSpec = Union[int, tuple[int, int], dict[str, Any]]
 
 
 class _OpenLoop(_Strict):
@@ -182,8 +186,9 @@ def file_trace_info(path: str, loaded) -> dict:
             "trace_unused_columns": ", ".join(loaded.unused_columns)}
 
 
-class SyntheticTrace(_OpenLoop, _Lengths, _SharedPrefix):
-    """Generated arrivals (poisson | gamma | constant) and lengths from any distribution.
+class SyntheticTrace(_OpenLoop, _Lengths, _SharedPrefix, _Pooled):
+    """Generated arrivals (poisson | gamma | constant) and lengths from any distribution, or the
+    prompts of a pool (`prompts:`); optionally at most `max_concurrency` requests in flight.
 
     `kind: poisson` is this kind with Poisson arrivals (the first name it had).
     """
@@ -200,11 +205,16 @@ class SyntheticTrace(_OpenLoop, _Lengths, _SharedPrefix):
         return self
 
     def load(self) -> tuple[list[Request], dict]:
-        """traces.synthetic_trace: arrivals, then prompt and output lengths."""
+        """traces.synthetic_trace: arrivals, then prompt and output lengths (or the pool's prompts)."""
+        if self.prompts is not None:
+            arrival_s = arrival_times_s(self.arrival, self.qps, self.num_requests, np.random.default_rng(self.seed),
+                                        self.burstiness)
+            return self.capped(self.pooled(arrival_s)), {"trace_source": f"{self.kind} {self.arrival}, prompt pool",
+                                                         "trace_rows_rejected": 0}
         prompt, output = self.distributions()
         requests = self.with_prefix(
             synthetic_trace(self.num_requests, self.qps, prompt, output, self.seed, self.arrival, self.burstiness))
-        return requests, {"trace_source": f"{self.kind} {self.arrival}", "trace_rows_rejected": 0}
+        return self.capped(requests), {"trace_source": f"{self.kind} {self.arrival}", "trace_rows_rejected": 0}
 
 
 class LengthsFileTrace(_OpenLoop):
@@ -236,10 +246,15 @@ class ClosedLoopTrace(_Lengths):
     think_time_s: float = Field(default=0.0, ge=0, le=_MAX_THINK_TIME_S)
     num_requests: _Requests = 2048
     seed: _Seed = 0
+    rampup_s: float = Field(default=0.0, ge=0, le=_MAX_THINK_TIME_S)  # client k starts at k * rampup_s / clients
 
     def workload(self) -> ClosedLoopWorkload:
-        """The request source the simulator drives (traces.ClosedLoopWorkload)."""
+        """The request source the simulator drives (traces.ClosedLoopWorkload; with rampup_s,
+        traces.concurrency.StaggeredClosedLoop: GuideLLM's `rampup_duration`)."""
         prompt, output = self.distributions()
+        if self.rampup_s > 0:
+            return StaggeredClosedLoop(self.clients, self.rampup_s, think_time_s=self.think_time_s, prompt=prompt,
+                                       output=output, num_requests=self.num_requests, seed=self.seed)
         return ClosedLoopWorkload(self.clients, self.think_time_s, prompt, output, self.num_requests, self.seed)
 
 
@@ -270,6 +285,8 @@ class SessionsTrace(ClosedLoopTrace):
 
     @model_validator(mode="after")
     def _turns_make_the_requests(self) -> "SessionsTrace":
+        if self.rampup_s:
+            raise ValueError("kind sessions starts its conversations with session_qps, not rampup_s")
         if self.path is not None:
             given = self.model_fields_set & {"clients", "turns", "num_requests", "prompt_tokens", "output_tokens"}
             if given:
@@ -297,9 +314,59 @@ class SessionsTrace(ClosedLoopTrace):
                                max_context_tokens)
 
 
+class StagesTrace(_Lengths, _SharedPrefix, _Pooled):
+    """Load in stages (traces.stages): `stages: [{rate, duration_s[, rate_end, arrival,
+    burstiness]}, ...]` back to back from 0 s, each `arrival` (constant | poisson | gamma) unless
+    it names its own; lengths per request (prompt_tokens, output_tokens) or from `prompts:` (a
+    pool, whose cycle restarts at each stage with `restart_prompts_per_stage`, as inference-perf's);
+    optionally at most `max_concurrency` in flight. The row gets `stage<k>_*` columns."""
+
+    kind: Literal["stages"]
+    stages: list[StageConfig] = Field(min_length=1, max_length=10_000)
+    arrival: Literal["poisson", "gamma", "constant"] = "poisson"
+    burstiness: float | None = Field(default=None, ge=MIN_BURSTINESS)
+    seed: _Seed = 0
+    restart_prompts_per_stage: bool = False
+
+    @model_validator(mode="after")
+    def _stages_are_valid(self) -> "StagesTrace":
+        built = [stage.stage() for stage in self.stages]  # ValueError naming the key
+        check_stages(built)
+        if self.request_count() > _MAX_REQUESTS:
+            raise ValueError(f"the stages send about {self.request_count():.3g} requests, more than the "
+                             f"{_MAX_REQUESTS:,} a trace may hold")
+        for k, stage in enumerate(self.stages):
+            process = stage.arrival or self.arrival
+            if (stage.burstiness if stage.burstiness is not None else self.burstiness) is not None and process != "gamma":
+                raise ValueError(f"stages[{k}]: burstiness applies to arrival: gamma only (this stage's is {process!r})")
+        return self
+
+    def request_count(self) -> float:
+        """The stages' mean number of requests (exact for constant stages)."""
+        return sum(stage.stage().expected_requests for stage in self.stages)
+
+    def load_stages(self) -> list[LoadStage]:
+        return [stage.stage() for stage in self.stages]
+
+    def load(self) -> tuple[list[Request], dict]:
+        """traces.staged_trace (arrivals stage by stage, then lengths or the pool's prompts)."""
+        prompt, output = self.distributions()
+        pool = self.prompts.pool(self.output_tokens, self.seed) if self.prompts is not None else None
+        requests, _ = staged_trace(self.load_stages(), prompt, output, self.seed, self.arrival, self.burstiness, pool,
+                                   self.restart_prompts_per_stage)
+        if pool is None:
+            requests = self.with_prefix(requests)
+        source = f"stages {len(self.stages)} ({self.arrival}{', prompt pool' if pool else ''})"
+        return self.capped(requests), {"trace_source": source, "trace_rows_rejected": 0}
+
+    def stage_starts_s(self) -> np.ndarray:
+        """Start of each stage and the profile's end, seconds, shape (K + 1,)."""
+        return stage_starts_s(self.load_stages())
+
+
 TraceConfig = Annotated[
-    Union[ProfileTrace, FileTrace, SyntheticTrace, LengthsFileTrace, ClosedLoopTrace, SessionsTrace],
+    Union[ProfileTrace, FileTrace, SyntheticTrace, LengthsFileTrace, ClosedLoopTrace, SessionsTrace, StagesTrace],
     Field(discriminator="kind")
 ]
 # Every `kind:` value; validation errors name keys without it (trace.qps, not trace.poisson.qps).
-TRACE_KINDS = ("profile", "file", "poisson", "synthetic", "lengths_file", "closed_loop", "sessions")
+TRACE_KINDS = ("profile", "file", "poisson", "synthetic", "lengths_file", "closed_loop", "sessions", "stages")

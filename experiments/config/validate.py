@@ -27,7 +27,8 @@ def _validate(raw: dict, path: Path, root_node, where: str, line: int | None = N
         lines = []
         for err in exc.errors():
             loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "tagged-union["))]
-            loc = [p for p in loc if p not in TRACE_KINDS or loc[0] != "trace"]  # trace.poisson.qps: trace.qps
+            if len(loc) > 1 and loc[0] == "trace" and loc[1] in TRACE_KINDS:  # trace.poisson.qps: trace.qps
+                del loc[1]  # only the kind's own level: trace.stages.stages.0.rate is trace.stages.0.rate
             key = ".".join(loc)
             message = err["msg"].replace("Value error, ", "")  # also inside a message that quotes another
             lead = re.match(r"([a-z_]+(?:\.[a-z_]+)*)(?:: | \()", message)

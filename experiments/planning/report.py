@@ -423,6 +423,10 @@ def trace_line(first: pd.Series, base: SweepConfig) -> str:
     if isinstance(trace, ClosedLoopTrace):
         return (f"Trace: {first.get('trace_source', 'closed loop')}; {n} requests, {measured}; in a closed loop "
                 "the rate is an outcome, not an input).")
+    if trace.kind == "stages":
+        rates = ", ".join(f"{s.rate:g}{f'->{s.rate_end:g}' if s.rate_end else ''}/s for {s.duration_s:g} s"
+                          for s in trace.stages)
+        return f"Trace: {first.get('trace_source', 'stages')}: {rates}; {n} requests, {measured})."
     arrival = getattr(trace, "arrival", "poisson")
     source = {"profile": first.get("trace_source", "profile"),
               "lengths_file": f"lengths from the file {first.get('trace_source', '')} (in file order)"}.get(
