@@ -133,3 +133,18 @@ def test_a_pool_on_a_block_size_it_cannot_name_is_refused(tmp_path):
     result = runner.invoke(app, ["verify", str(CONFIG), "--against-bench", str(IP / "results"), "--bench-config",
                                  str(IP / "config.yaml"), "--cost-model", "roofline", "--out", str(tmp_path)])
     assert result.exit_code != 0 and "engine.block_size 4 is not a multiple of 16" in result.output
+
+
+def test_guidellm_warmup_requests_are_sent_and_left_out(tmp_path):
+    data = json.loads((BENCH / "guidellm" / "benchmarks.json").read_text())
+    data["benchmarks"][1]["config"]["warmup"] = {"percent": None, "value": 3, "mode": "prefer_requests"}
+    data["benchmarks"][0]["config"]["warmup"] = {"percent": None, "value": 2.0, "mode": "duration"}
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"benchmarks\[0\].config.strategy: a warm-up of seconds on a concurrent"):
+        read_bench_run(path)
+    data["benchmarks"][0]["config"]["warmup"] = {"percent": None, "value": None}
+    path.write_text(json.dumps(data))
+    plan = read_bench_run(path).stages[1].plan
+    assert plan.num_requests == 12 + 3 and plan.warmup_requests == 3
+    np.testing.assert_array_equal(plan.measured_mask(np.arange(5), np.zeros(5)), [False] * 3 + [True] * 2)

@@ -24,7 +24,8 @@ semantics the simulator uses, not a copy of their timers):
   `ConstantLoadTimer`) draws exponential gaps normalised to sum to the duration, its `poisson`
   timer draws a Poisson count per second spread the same way. Each stage then waits for its
   requests to finish and sleeps `load.interval` (default 1 s) before the next: the engine is
-  drained between stages. `traces.bench_import` maps such a run stage by stage.
+  drained between stages. `verify --against-bench` replays such a run stage by stage
+  (experiments/verification/bench_runs/inference_perf.py).
 - GuideLLM (vllm-project/guidellm, `src/guidellm/scheduler/strategies.py`): `constant@r` sends
   request k (k = 1, 2, ...) at start + k / r, `poisson@r` after Exp(r) gaps (seeded `random`);
   a sweep is a sequence of separate benchmarks, each its own stage.

@@ -17,7 +17,8 @@ HEADLINE_QUANTITIES = ("ttft_s", "tpot_s", "e2e_s")
 
 def simulate_stage(point, plan, cost_model, seed: int = 0) -> dict[str, float]:
     """Simulate `plan` (a `LoadPlan`) on `point`'s deployment, from an idle engine, with
-    `cost_model`; the client quantities (`simulated_client_summary`) and the run's summary.
+    `cost_model`; the client quantities (`simulated_client_summary`) of the requests the tool
+    measured (its warm-up left out: `LoadPlan.measured_mask`) and the whole run's summary.
 
     Raises:
         ValueError: a prompt pool on a KV block size it cannot name exactly
@@ -32,7 +33,9 @@ def simulate_stage(point, plan, cost_model, seed: int = 0) -> dict[str, float]:
     result = simulate(plan.build(seed), schedulers, build_pricer(point, cost_model),
                       outcome_fn=build_outcome_fn(point), router=point.engine.router, seed=point.engine.seed,
                       data_parallel=point.engine.data_parallel_size > 1, keep_token_times=True)
-    return {**result.summary, **simulated_client_summary(result.requests)}
+    frame = result.requests
+    measured = frame[plan.measured_mask(frame["request_id"].to_numpy(), frame["arrival_s"].to_numpy())]
+    return {**result.summary, **simulated_client_summary(measured)}
 
 
 def compare_bench(point, run: BenchRun, cost_model) -> pd.DataFrame:

@@ -69,6 +69,9 @@ class LoadPlan:
         pool: a `PromptPool` (prompts, outputs and token identity).
         schedule_s: explicit send times, shape (num_requests,), instead of rate and arrival
             (`vllm bench --ramp-up-strategy`: `traces.stages.vllm_ramp_times`).
+        warmup_requests, warmup_s: sent, but left out of the metrics as the tool left them out
+            (GuideLLM's `warmup`): the first `warmup_requests` requests sent, and those sent
+            before `warmup_s` seconds (`measured_mask`).
         notes: what the replay cannot reproduce of the tool's load (said in the report).
     """
 
@@ -84,6 +87,8 @@ class LoadPlan:
     lengths: tuple[np.ndarray, np.ndarray] | None = None
     pool: PromptPool | None = None
     schedule_s: np.ndarray | None = None
+    warmup_requests: int = 0
+    warmup_s: float = 0.0
     notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -115,6 +120,10 @@ class LoadPlan:
         if self.max_concurrency is not None:
             return ScheduledConcurrency(requests, self.max_concurrency)
         return requests
+
+    def measured_mask(self, request_id: np.ndarray, sent_s: np.ndarray) -> np.ndarray:
+        """Which simulated requests (ids in send order, send times in seconds) the tool measured."""
+        return (np.asarray(request_id) >= self.warmup_requests) & (np.asarray(sent_s) >= self.warmup_s)
 
     def _schedule(self, n: int, rng: np.random.Generator) -> np.ndarray:
         if self.schedule_s is not None:
