@@ -51,7 +51,8 @@ def test_an_unknown_trace_key_lists_the_keys_of_its_kind(tmp_path):
     message = error_of(tmp_path, HEAD + TRACE.replace("seed: 0}", "seed: 0, arival: poisson}")
                        + "engine: {scheduler: vllm_v1}\n")
     assert message == ("trace.arival (line 4): unknown key (did you mean arrival?); valid keys: shared_prefix_tokens, "
-                       "num_prefixes, prompt_tokens, output_tokens, arrival, burstiness, kind, qps, num_requests, seed")
+                       "num_prefixes, prompt_tokens, output_tokens, arrival, burstiness, prompts, max_concurrency, kind, qps, "
+                       "num_requests, seed")
 
 
 def test_an_unknown_cluster_link_key_lists_the_link_keys(tmp_path):

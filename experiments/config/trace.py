@@ -186,7 +186,7 @@ def file_trace_info(path: str, loaded) -> dict:
             "trace_unused_columns": ", ".join(loaded.unused_columns)}
 
 
-class SyntheticTrace(_OpenLoop, _Lengths, _SharedPrefix, _Pooled):
+class SyntheticTrace(_Pooled, _OpenLoop, _Lengths, _SharedPrefix):
     """Generated arrivals (poisson | gamma | constant) and lengths from any distribution, or the
     prompts of a pool (`prompts:`); optionally at most `max_concurrency` requests in flight.
 
@@ -314,7 +314,7 @@ class SessionsTrace(ClosedLoopTrace):
                                max_context_tokens)
 
 
-class StagesTrace(_Lengths, _SharedPrefix, _Pooled):
+class StagesTrace(_Pooled, _Lengths, _SharedPrefix):
     """Load in stages (traces.stages): `stages: [{rate, duration_s[, rate_end, arrival,
     burstiness]}, ...]` back to back from 0 s, each `arrival` (constant | poisson | gamma) unless
     it names its own; lengths per request (prompt_tokens, output_tokens) or from `prompts:` (a
