@@ -62,8 +62,7 @@ def test_aiperf_and_genai_perf_exports(path, tool):
     measured = _measured(run.stages[0])
     assert measured["ttft_s_p50"] == pytest.approx(0.021) and measured["tpot_s_mean"] == pytest.approx(0.0045)
     assert measured["throughput_rps"] == 12.5
-    if tool == "aiperf":
-        assert any("2 warm-up requests" in note for note in plan.notes)
+    assert plan.warmup_before == (2 if tool == "aiperf" else 0)
 
 
 def test_vllm_bench_result_replays_each_requests_lengths():
@@ -148,3 +147,23 @@ def test_guidellm_warmup_requests_are_sent_and_left_out(tmp_path):
     plan = read_bench_run(path).stages[1].plan
     assert plan.num_requests == 12 + 3 and plan.warmup_requests == 3
     np.testing.assert_array_equal(plan.measured_mask(np.arange(5), np.zeros(5)), [False] * 3 + [True] * 2)
+
+
+def test_a_warm_up_phase_ends_before_the_measured_requests_start():
+    from experiments.config import load_config
+    from experiments.config.sweep import SweepConfig
+    from experiments.point import build_cost_model
+    from experiments.verification.bench_runs import LoadPlan
+    from experiments.verification.bench_verify import simulate_stage
+
+    point = SweepConfig.model_validate(load_config(CONFIG, ["cost_model=roofline"])[1][0])
+    plan = LoadPlan(4, max_concurrency=2, prompt=16, output=4, warmup_before=3)
+    warm = plan.warmup_plan()
+    assert warm.num_requests == 3 and warm.warmup_before == 0
+    workload = plan.build(0, (warm.requests(1), 0.75))
+    sent = [r.arrival_s for r in workload.initial_requests()]
+    assert sent == [0.0, 0.0]  # the warm-ups go first; the measured ones are scheduled from 0.75 s
+    assert [r.arrival_s for r in workload._scheduled[3:]] == [0.75] * 4
+    np.testing.assert_array_equal(plan.measured_mask(np.arange(7), np.zeros(7)), [False] * 3 + [True] * 4)
+    summary = simulate_stage(point, plan, build_cost_model(point))
+    assert summary["num_requests"] == 7 and np.isfinite(summary["ttft_s_p50"])

@@ -18,7 +18,9 @@ HEADLINE_QUANTITIES = ("ttft_s", "tpot_s", "e2e_s")
 def simulate_stage(point, plan, cost_model, seed: int = 0) -> dict[str, float]:
     """Simulate `plan` (a `LoadPlan`) on `point`'s deployment, from an idle engine, with
     `cost_model`; the client quantities (`simulated_client_summary`) of the requests the tool
-    measured (its warm-up left out: `LoadPlan.measured_mask`) and the whole run's summary.
+    measured (its warm-up left out: `LoadPlan.measured_mask`) and the whole run's summary. A
+    warm-up phase (`LoadPlan.warmup_before`) is simulated alone to find when it ends, then again
+    ahead of the measured requests, which start then (the same engine state up to that time).
 
     Raises:
         ValueError: a prompt pool on a KV block size it cannot name exactly
@@ -29,10 +31,19 @@ def simulate_stage(point, plan, cost_model, seed: int = 0) -> dict[str, float]:
 
     if plan.pool is not None:
         check_block_size(point.engine.block_size)
-    schedulers = build_schedulers(point, build_scheduler_config(point))
-    result = simulate(plan.build(seed), schedulers, build_pricer(point, cost_model),
-                      outcome_fn=build_outcome_fn(point), router=point.engine.router, seed=point.engine.seed,
-                      data_parallel=point.engine.data_parallel_size > 1, keep_token_times=True)
+
+    def run(workload):
+        schedulers = build_schedulers(point, build_scheduler_config(point))
+        return simulate(workload, schedulers, build_pricer(point, cost_model), outcome_fn=build_outcome_fn(point),
+                        router=point.engine.router, seed=point.engine.seed,
+                        data_parallel=point.engine.data_parallel_size > 1, keep_token_times=True)
+
+    warmup = plan.warmup_plan()
+    after = None
+    if warmup is not None:  # the warm-up alone first: the measured phase starts when its last request is done
+        warm = warmup.requests(seed + 1)
+        after = (warm, float(run(warmup.build(seed + 1)).requests["completion_s"].max()))
+    result = run(plan.build(seed, after))
     frame = result.requests
     measured = frame[plan.measured_mask(frame["request_id"].to_numpy(), frame["arrival_s"].to_numpy())]
     return {**result.summary, **simulated_client_summary(measured)}

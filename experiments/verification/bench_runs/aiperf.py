@@ -11,8 +11,10 @@ request_count, warmup_request_count}` (`aiperf/common/config/loadgen_config.py`)
 `input_config` is flat: `concurrency`, `request_rate`, `synthetic_input_tokens_mean/stddev`,
 `output_tokens_mean/stddev`, `request_count` or `num_prompts`.
 
-Warm-up requests (`warmup_request_count`) run before the profiling phase and are not in the
-metrics; the replay sends only the measured requests (a cold start: said in the notes).
+Warm-up requests (`warmup_request_count`) run as a phase of their own before the profiling
+phase and are not in the metrics (`aiperf/timing/credit_issuing_strategy.py` `_execute_phases`:
+the profiling phase starts once the warm-up's credits have returned); the replay does the same
+(`LoadPlan.warmup_before`).
 """
 from __future__ import annotations
 
@@ -82,20 +84,19 @@ def _plan(config: dict, path: Path) -> LoadPlan:
         output = _normal({"mean": config.get("output_tokens_mean"), "stddev": config.get("output_tokens_stddev", 0)},
                          f"{path}: input_config.output_tokens_mean")
     notes = ["lengths drawn from the export's input/output token means and deviations"]
-    if load.get("warmup_request_count"):
-        notes.append(f"{load['warmup_request_count']} warm-up requests ran before the profiling phase; the "
-                     "replay starts cold")
+    warmup = int(finite_number(load.get("warmup_request_count") or 0, f"{path}: {where}.warmup_request_count"))
     concurrency, rate = load.get("concurrency"), load.get("request_rate")
     cap = int(finite_number(concurrency, f"{path}: {where}.concurrency")) if concurrency is not None else None
     if rate is None:
         if cap is None:
             raise ValueError(f"{path}: {where} has neither concurrency nor request_rate: the load is not described")
-        return LoadPlan(count, max_concurrency=cap, prompt=prompt, output=output, notes=tuple(notes))
+        return LoadPlan(count, max_concurrency=cap, prompt=prompt, output=output, warmup_before=warmup,
+                        notes=tuple(notes))
     mode = str(load.get("request_rate_mode", "poisson")).lower().removeprefix("requestratemode.")
     if mode not in ("constant", "poisson"):
         raise ValueError(f"{path}: {where}.request_rate_mode {mode!r} is not read here; valid: constant, poisson")
     return LoadPlan(count, rate=finite_number(rate, f"{path}: {where}.request_rate"), arrival=mode,
-                    max_concurrency=cap, prompt=prompt, output=output, notes=tuple(notes))
+                    max_concurrency=cap, prompt=prompt, output=output, warmup_before=warmup, notes=tuple(notes))
 
 
 def _normal(block: Any, where: str) -> Any:

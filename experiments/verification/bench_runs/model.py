@@ -2,6 +2,7 @@
 for the simulator) and what it measured (`MeasuredMetric`, each with the tool's definition)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,10 @@ class LoadPlan:
         warmup_requests, warmup_s: sent, but left out of the metrics as the tool left them out
             (GuideLLM's `warmup`): the first `warmup_requests` requests sent, and those sent
             before `warmup_s` seconds (`measured_mask`).
+        warmup_before: requests sent as a phase of their own, by the same strategy, before the
+            measured ones; the measured schedule starts when the last of them completes (AIPerf's
+            `--warmup-request-count`: `aiperf/timing/credit_issuing_strategy.py` runs the warm-up
+            phase, waits for its credits to return, then the profiling phase).
         notes: what the replay cannot reproduce of the tool's load (said in the report).
     """
 
@@ -89,6 +94,7 @@ class LoadPlan:
     schedule_s: np.ndarray | None = None
     warmup_requests: int = 0
     warmup_s: float = 0.0
+    warmup_before: int = 0
     notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -99,9 +105,25 @@ class LoadPlan:
         if sum(x is not None for x in (self.pool, self.lengths, self.prompt)) != 1:
             raise ValueError("a load plan takes exactly one of prompt/output specs, per-request lengths or a pool")
 
-    def build(self, seed: int = 0) -> list[Request] | ScheduledConcurrency:
+    def build(self, seed: int = 0, after: tuple[list[Request], float] | None = None) -> list[Request] | ScheduledConcurrency:
         """The requests (open loop) or the concurrency-capped workload the simulator drives.
-        Draws from `numpy.random.default_rng(seed)`: the schedule, then the lengths."""
+        Draws from `numpy.random.default_rng(seed)`: the schedule, then the lengths.
+
+        `after`: (warm-up requests, the time their last one completed): they are sent first (ids
+        0..K-1, their own times) and the plan's requests follow, ids from K, their schedule
+        shifted to start at that time (`warmup_before`)."""
+        requests = self.requests(seed)
+        if after is not None:
+            warm, done_s = after
+            k = len(warm)
+            requests = list(warm) + [Request(r.request_id + k, r.arrival_s + done_s, r.prompt_tokens, r.output_tokens,
+                                             r.priority, r.prefix_hash_ids, r.prefix_block_tokens) for r in requests]
+        if self.max_concurrency is not None:
+            return ScheduledConcurrency(requests, self.max_concurrency)
+        return requests
+
+    def requests(self, seed: int = 0) -> list[Request]:
+        """The plan's requests in send order, ids 0..n-1, `arrival_s` their scheduled send times."""
         rng = np.random.default_rng(seed)
         n = self.num_requests
         schedule = self._schedule(n, rng)
@@ -115,15 +137,22 @@ class LoadPlan:
             prompts, outputs = sample_lengths(length_distribution(self.prompt, "prompt"),
                                               length_distribution(self.output, "output"), n, rng)
             ids, sizes = [()] * n, [512] * n
-        requests = requests_from_columns(range(n), schedule.tolist(), prompts.tolist(), outputs.tolist(), [0] * n,
-                                         ids, sizes)
-        if self.max_concurrency is not None:
-            return ScheduledConcurrency(requests, self.max_concurrency)
-        return requests
+        return requests_from_columns(range(n), schedule.tolist(), prompts.tolist(), outputs.tolist(), [0] * n,
+                                     ids, sizes)
+
+    def warmup_plan(self) -> LoadPlan | None:
+        """The warm-up phase's plan (`warmup_before` requests by the same strategy and lengths), or None."""
+        if not self.warmup_before:
+            return None
+        if self.lengths is not None or self.schedule_s is not None:
+            raise ValueError("a warm-up phase needs length specs or a pool and a generated schedule")
+        return dataclasses.replace(self, num_requests=self.warmup_before, warmup_before=0, warmup_requests=0,
+                                   warmup_s=0.0)
 
     def measured_mask(self, request_id: np.ndarray, sent_s: np.ndarray) -> np.ndarray:
         """Which simulated requests (ids in send order, send times in seconds) the tool measured."""
-        return (np.asarray(request_id) >= self.warmup_requests) & (np.asarray(sent_s) >= self.warmup_s)
+        return (np.asarray(request_id) >= self.warmup_requests + self.warmup_before) & \
+            (np.asarray(sent_s) >= self.warmup_s)
 
     def _schedule(self, n: int, rng: np.random.Generator) -> np.ndarray:
         if self.schedule_s is not None:
