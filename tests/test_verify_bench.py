@@ -167,3 +167,16 @@ def test_a_warm_up_phase_ends_before_the_measured_requests_start():
     np.testing.assert_array_equal(plan.measured_mask(np.arange(7), np.zeros(7)), [False] * 3 + [True] * 4)
     summary = simulate_stage(point, plan, build_cost_model(point))
     assert summary["num_requests"] == 7 and np.isfinite(summary["ttft_s_p50"])
+
+
+def test_vllm_bench_start_times_are_replayed_in_send_order(tmp_path):
+    data = json.loads((DATA / "verify" / "vllm_bench" / "result.json").read_text())
+    data.update(start_times=[100.5, 100.0, 101.25], output_lens=[4, 3, 2])
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    requests = read_bench_run(path).stages[0].plan.build()
+    assert [(r.arrival_s, r.prompt_tokens) for r in requests] == [(0.0, 32), (0.5, 16), (1.25, 48)]
+    data.update(start_times=[100.5, 100.0, "late"])
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"r.json: start_times\[2\]: expected a finite number"):
+        read_bench_run(path)

@@ -3,7 +3,8 @@ by `experiments.verification.vllm_bench.read_vllm_bench`).
 
 The load (vllm-project/vllm 009e6d4, `vllm/benchmarks/serve.py`: the result dict saves the
 arguments `request_rate` ("inf" when unlimited), `burstiness`, `max_concurrency` and, with a
-ramp, `ramp_up_strategy`, `ramp_up_start_rps`, `ramp_up_end_rps`): each request's prompt and
+ramp, `ramp_up_strategy`, `ramp_up_start_rps`, `ramp_up_end_rps`; with `--save-detailed`, newer
+versions also each request's `start_times`, which are then replayed as they were): each request's prompt and
 output length as measured, in send order; gaps Gamma(γ, 1 / (rate γ)) (γ = 1: Poisson) or, with
 a ramp, `traces.stages.vllm_ramp_times`. vLLM rescales a gamma schedule so the n-th request
 goes at n / rate and draws from numpy's global generator: the replay draws its own (notes).
@@ -65,6 +66,9 @@ def _plan(data: dict, frame, path: Path) -> LoadPlan:
     cap = data.get("max_concurrency")
     cap = int(finite_number(cap, f"{path}: max_concurrency")) if cap is not None else None
     notes = ["each request's measured prompt and output lengths, in send order; failed requests left out"]
+    starts = data.get("start_times")
+    if isinstance(starts, list) and len(starts) == len(data["ttfts"]):
+        return _recorded_sends(data, frame, starts, path, notes)
     if data.get("ramp_up_strategy"):
         start = finite_number(data.get("ramp_up_start_rps"), f"{path}: ramp_up_start_rps")
         end = finite_number(data.get("ramp_up_end_rps"), f"{path}: ramp_up_end_rps")
@@ -78,3 +82,17 @@ def _plan(data: dict, frame, path: Path) -> LoadPlan:
     arrival = "constant" if math.isinf(gamma) else "poisson" if gamma == 1.0 else "gamma"
     return LoadPlan(n, rate=rate, arrival=arrival, burstiness=gamma if arrival == "gamma" else None,
                     max_concurrency=cap, lengths=lengths, notes=tuple(notes))
+
+
+def _recorded_sends(data: dict, frame, starts: list, path: Path, notes: list[str]) -> LoadPlan:
+    """The run's own send times (`start_times`, saved by `--save-detailed` in versions that keep
+    them: each request's start after any wait for a `--max-concurrency` slot) as an open-loop
+    schedule from the first, failed requests left out as `read_vllm_bench` leaves them out."""
+    kept = np.asarray(data["output_lens"], dtype=np.int64) > 0
+    sent = np.array([finite_number(t, f"{path}: start_times[{i}]") for i, t in enumerate(starts)])[kept]
+    order = np.argsort(sent, kind="stable")
+    lengths = (frame["prompt_tokens"].to_numpy()[order], frame["output_tokens"].to_numpy()[order])
+    schedule = sent[order] - sent[order][0] if sent.size else sent
+    notes.append("the run's own send times (start_times) replayed as arrivals; a --max-concurrency wait is "
+                 "already in them")
+    return LoadPlan(len(sent), schedule_s=schedule, lengths=lengths, notes=tuple(notes))
