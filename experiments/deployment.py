@@ -14,6 +14,7 @@ from profiler.model_spec import ModelSpec
 from profiler.quantization import kv_cache_dtype_bytes, resolved_kv_cache_dtype
 from simulator.acceptance import EmpiricalAcceptance, PositionalAcceptance, speculative_outcome_fn
 from simulator.disaggregated import KvLink
+from simulator.frontend import FrontEnd
 from simulator.pricing import StepPricer
 from simulator.scheduler import BatchPlan, Scheduler, SchedulerConfig, StepOutcome, make_scheduler
 from simulator.scheduler.kv_offload import KvOffload, offload_blocks
@@ -94,6 +95,54 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
         policy=e.policy, preemption=e.preemption, split_n=e.split_n,
         long_prefill_token_threshold=e.long_prefill_token_threshold, on_too_long=e.on_too_long,
         enable_prefix_caching=e.enable_prefix_caching if "enable_prefix_caching" in SCHEDULER_KEYS[e.scheduler] else None)
+
+
+def async_scheduling_on(point: SweepConfig) -> bool:
+    """Whether the point's replicas run vLLM V1's async scheduling (`simulator.replica.Replica`).
+
+    `engine.async_scheduling` when set; unset, as vLLM decides (`VllmConfig.__post_init__`,
+    vllm/config/vllm.py at vllm-project/vllm 000fc94; default since vLLM 0.14): on for scheduler
+    vllm_v1, off with pipeline parallelism (the batch queue then holds the pipeline's
+    micro-batches), with split-N on the CPU n-gram drafter (vLLM keeps async scheduling only for
+    EAGLE/MTP, draft models and `ngram_gpu`), for a mixture-of-experts model's DP ranks stepped in
+    lockstep and for a cluster's pools (neither modelled here); off for every other scheduler.
+
+    Raises:
+        ValueError: async_scheduling true for lockstep MoE DP ranks (the config checks the rest)."""
+    e = point.engine
+    lockstep_dp = e.data_parallel_size > 1 and get_model_spec(point.model).moe is not None
+    if e.async_scheduling is not None:
+        if e.async_scheduling and lockstep_dp:
+            raise ValueError("engine.async_scheduling true with data_parallel_size > 1 on a mixture-of-experts model: "
+                             "async scheduling of DP ranks stepped in lockstep is not modelled; set it false")
+        return e.async_scheduling
+    return (e.scheduler == "vllm_v1" and e.pipeline_parallel_size == 1 and not (e.split_n and e.draft == "ngram")
+            and not lockstep_dp and point.cluster is None)
+
+
+def host_s_per_seq(point: SweepConfig) -> float:
+    """Host time per running sequence per step that the point's GPU waits for (s): the device's
+    `sync_host_s_per_seq` (49 µs by default, profiler/device_file.py) for scheduler vllm_v1 without
+    async scheduling, where vLLM's engine core schedules, prepares inputs and processes outputs
+    between GPU steps (`EngineCore.step`: schedule -> execute_model -> update_from_output, serial);
+    0 with async scheduling, where that work of one step overlaps the GPU's next step
+    (`EngineCore.step_with_batch_queue`; hidden while it is shorter than a step: 49 µs × 128
+    sequences = 6.3 ms against H100 steps of 13 ms and more on the handed grid), and for the other
+    schedulers (their engines' host times are in their calibrations or not modelled)."""
+    if point.engine.scheduler != "vllm_v1" or async_scheduling_on(point):
+        return 0.0
+    return get_device_spec(point.device).sync_host_s_per_seq
+
+
+def build_frontend(point: SweepConfig) -> FrontEnd | None:
+    """The point's serving front end (`simulator.frontend.FrontEnd`), or None when the trace's
+    arrivals are the engine's: `frontend.enabled` when set, else on for scheduler vllm_v1
+    (vLLM's OpenAI API server) without a cluster."""
+    f = point.frontend
+    on = f.enabled if f.enabled is not None else (point.engine.scheduler == "vllm_v1" and point.cluster is None)
+    if not on:
+        return None
+    return FrontEnd.from_config_units(f.request_ms, f.tokenize_us_per_token, f.output_ms)
 
 
 def build_schedulers(point: SweepConfig, config: SchedulerConfig) -> list[Scheduler]:

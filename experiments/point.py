@@ -14,9 +14,9 @@ from experiments.config import (POOLS, ClosedLoopTrace, StagesTrace, SweepConfig
                                 describe_point, pool_point, pool_points, slo_summary_key)
 from experiments.outputs import TEMP_PREFIX, write_atomic
 from experiments.stage_metrics import stage_columns
-from experiments.deployment import (DTYPE_BYTES, build_link, build_outcome_fn, build_pricer, build_scheduler_config,
-                                    build_schedulers, cluster_gpus, kv_bytes_per_element, served_context_tokens,
-                                    served_model)
+from experiments.deployment import (DTYPE_BYTES, async_scheduling_on, build_frontend, build_link, build_outcome_fn,
+                                    build_pricer, build_scheduler_config, build_schedulers, cluster_gpus,
+                                    host_s_per_seq, kv_bytes_per_element, served_context_tokens, served_model)
 from profiler import CostModel, RooflineCostModel, get_device_spec
 from simulator.disaggregated import Pool, simulate_disaggregated
 from simulator.gc_pause import paused_gc
@@ -94,7 +94,10 @@ def build_cost_model(point: SweepConfig) -> CostModel:
     """The point's cost model: `profile:DIR` fits (or loads the fit of) that measured profile, plus
     the engine's per-step overhead that `sarathi-sim calibrate` measured there
     (`engine_overhead.json`, if any); `auto` does the same with `profiler/data/<device>/<model>/`
-    when it is shipped, else uses the roofline, as does `roofline` (`profiler.shipped`).
+    when it is shipped, else uses the roofline, as does `roofline` (`profiler.shipped`). The
+    measured and roofline models add a synchronous vllm_v1 engine's host time per sequence
+    (`experiments.deployment.host_s_per_seq`; 0 with async scheduling); the fitted and
+    mixture-of-experts models do not.
 
     One cost model for every command: what `sweep` and `simulate` predict with a calibration is
     what `verify` checks against the engine (the capacity a sweep finds is the one verify's loads
@@ -133,11 +136,13 @@ def build_cost_model(point: SweepConfig) -> CostModel:
         from profiler.measured.shipped import build_measured  # shipped or imported kernel tables
 
         measured = build_measured(point.cost_model, model, device, e.tensor_parallel_size, DTYPE_BYTES[e.dtype],
-                                  kv_bytes, cuda_graph_max_tokens=min(2 * e.max_num_seqs, 512))
+                                  kv_bytes, cuda_graph_max_tokens=min(2 * e.max_num_seqs, 512),
+                                  host_s_per_seq=host_s_per_seq(point))
         if measured is not None:
             return measured
     return RooflineCostModel(model, device, tensor_parallel_size=e.tensor_parallel_size,
-                             dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=kv_bytes)
+                             dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=kv_bytes,
+                             host_s_per_seq=host_s_per_seq(point))
 
 
 def cost_model_columns(point: SweepConfig, cost_model) -> dict:
@@ -189,7 +194,8 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0,
                           router_overlap_weight=point.engine.router_overlap_weight,
                           trim_fraction=trim_fraction, keep_token_times=point.output.token_times,
                           keep_steps=point.output.steps, data_parallel=point.engine.data_parallel_size > 1,
-                          record_files=files)
+                          record_files=files, async_scheduling=async_scheduling_on(point),
+                          frontend=build_frontend(point))
         tiers = [s.kv_offload for s in schedulers if s.kv_offload is not None]
         return result, sched_config, cost_model, kv_offload_stats(result.requests, tiers) if tiers else {}
 
@@ -200,6 +206,7 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0,
     # prefill_* / decode_* columns hold each pool's own settings (simulate_cluster).
     row = {"point_id": point_id, "label": describe_point(point), **settings_columns(point)}
     row.update(cluster_row)
+    row.update(serving_columns(point))
     row.update(num_gpu_blocks=sched_config.num_gpu_blocks, max_model_len=sched_config.max_model_len,
                trace_qps=getattr(point.trace, "qps", None),  # the configured load: a sweep axis is a load, not a config
                offered_qps=mean_rate_qps(result.requests["arrival_s"].to_numpy()), **info)
@@ -277,6 +284,22 @@ def settings_columns(point: SweepConfig) -> dict:
     (README; `cluster_columns` gives each pool's)."""
     shown = pool_point(point, "decode") if point.cluster is not None else point  # built once, for both
     return {"model": point.model, "device": device_name(shown), **shown.engine.used_settings()}
+
+
+def serving_columns(point: SweepConfig) -> dict:
+    """What a vllm_v1 point ran with beyond its settings: async scheduling as resolved
+    (`experiments.deployment.async_scheduling_on`) and, behind a front end, its delays
+    (`frontend_request_ms`, `frontend_tokenize_us_per_token`, `frontend_output_ms`); nothing for
+    other schedulers (their rows are unchanged)."""
+    out: dict = {}
+    if point.engine.scheduler == "vllm_v1" and point.cluster is None:
+        out["async_scheduling"] = async_scheduling_on(point)
+    frontend = build_frontend(point)
+    if frontend is not None:
+        out.update(frontend_request_ms=point.frontend.request_ms,
+                   frontend_tokenize_us_per_token=point.frontend.tokenize_us_per_token,
+                   frontend_output_ms=point.frontend.output_ms)
+    return out
 
 
 def cluster_columns(point: SweepConfig) -> dict:

@@ -20,6 +20,7 @@ A device file (or an inline `device:` mapping in a config) in datasheet units:
       attention: {flops: 0.5, memory_bandwidth: 0.7, latency_us: 8, per_sequence_us: 0.2}
       all_reduce: {2: {latency_us: 9, link_bandwidth: 0.6}}   # per TP degree, optional
     step_overhead_ms: 0.5              # optional host time per step
+    sync_host_us_per_seq: 49           # optional: a synchronous vLLM V1 engine's host time per sequence a step
     sources: ["datasheet URL or title"]
 
 GB is 10^9 bytes and TFLOPS 10^12 FLOP/s, as datasheets print them. Every key is checked; an
@@ -52,10 +53,17 @@ FITS_FILE = DATA_DIR / "roofline_fits.yaml"
 # - 3 µs per kernel: AIConfigurator's `mem_empirical_constant_latency` in each of its
 #   system.yaml files (ai-dynamo/aiconfigurator, Apache-2.0); the fits give 2.3-4.5 µs.
 # - 0.5 ms of host work per step outside the kernels (scheduling, input preparation).
+# - 49 µs of host work per running sequence per step in vLLM V1 without async scheduling (the
+#   scheduler, input preparation and output processing of each request, which the GPU waits for):
+#   the handed H100 grid (ai-dynamo/aiconfigurator silicon_sample.csv 095f58a, vLLM 0.12, Qwen3-32B),
+#   whose decode-dominated points (ISL 1024, OSL 1024) exceed the kernel-priced TPOT by 0.67 / 1.51 /
+#   2.06 / 3.35 / 6.54 ms at 8 / 16 / 32 / 64 / 128 clients, the same at TP 2, 4 and 8 (host, not
+#   GPU, time): 49 µs a sequence (benchmarks/bench_h100_grid.py, BENCHMARKS.md).
 DEFAULT_GEMM_FLOPS_EFFICIENCY = 0.6
 DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY = 0.8
 DEFAULT_KERNEL_LATENCY_S = 3e-6
 DEFAULT_STEP_OVERHEAD_S = 0.5e-3
+DEFAULT_SYNC_HOST_S_PER_SEQ = 49e-6
 # One small all-reduce when the file gives no latency: about 10 µs over NVLink/xGMI and 20 µs
 # over PCIe (assumptions; vLLM's graph-mode custom all-reduce measures 4-9 µs on small messages
 # in the AIConfigurator tables, profiler/data/roofline_fits.yaml).
@@ -198,6 +206,8 @@ class DeviceFile(_Strict):
     efficiency: Efficiency | Literal["fitted"] = Efficiency()
     step_overhead_ms: float = Field(default=round(DEFAULT_STEP_OVERHEAD_S * 1e3, 9), ge=0, le=_MAX_LATENCY_US / 1e3,
                                     allow_inf_nan=False)
+    sync_host_us_per_seq: float = Field(default=round(DEFAULT_SYNC_HOST_S_PER_SEQ * 1e6, 9), ge=0, le=10_000,
+                                        allow_inf_nan=False)
     sources: list[str] = []
 
     @field_validator("memory_gib", "dense_bf16_tflops", "dense_fp8_tflops", "memory_bandwidth_gb_per_s")
@@ -282,6 +292,7 @@ def device_fields_from_mapping(raw: Any, where: str, source: str | None = None) 
                       (efficiency.attention.flops, efficiency.attention.memory_bandwidth,
                        efficiency.attention.latency_us / 1e6, efficiency.attention.per_sequence_us / 1e6)),
         "step_overhead_s": spec.step_overhead_ms / 1e3,
+        "sync_host_s_per_seq": spec.sync_host_us_per_seq / 1e6,
         "all_reduce": {tp: (terms.latency_us / 1e6, terms.link_bandwidth)
                        for tp, terms in efficiency.all_reduce.items()},
         "source": source or "; ".join(spec.sources) or where,

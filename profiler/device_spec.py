@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 from profiler.device_file import (DEFAULT_GEMM_FLOPS_EFFICIENCY, DEFAULT_KERNEL_LATENCY_S,
                                   DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY, DEFAULT_STEP_OVERHEAD_S,
+                                  DEFAULT_SYNC_HOST_S_PER_SEQ,
                                   builtin_device_fields, device_fields_from_file,
                                   device_fields_from_mapping, looks_like_path)
 
@@ -81,6 +82,8 @@ class DeviceSpec:
         memory_bandwidth_efficiency: fraction of the bandwidth memory-bound kernels reach.
         kernel_latency_s: fixed time every kernel launch adds (s).
         step_overhead_s: host time per step outside the kernels (s).
+        sync_host_s_per_seq: host time per running sequence per step that a synchronous vLLM V1
+            engine's GPU waits for (s; `experiments.deployment.host_s_per_seq`).
         fp8_gemm: the FP8 GEMM path's own terms (None: the BF16 GEMM terms at the FP8 peak).
         attention: the attention kernel's own terms (None: the GEMM efficiency, memory
             bandwidth efficiency and kernel latency, no per-sequence cost).
@@ -103,6 +106,7 @@ class DeviceSpec:
     memory_bandwidth_efficiency: float = DEFAULT_MEMORY_BANDWIDTH_EFFICIENCY
     kernel_latency_s: float = DEFAULT_KERNEL_LATENCY_S
     step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S
+    sync_host_s_per_seq: float = DEFAULT_SYNC_HOST_S_PER_SEQ
     fp8_gemm: GemmFit | None = None
     attention: AttentionFit | None = None
     all_reduce: tuple[tuple[int, AllReduceFit], ...] = ()  # (tp, fit) pairs: keeps the spec hashable
@@ -149,7 +153,7 @@ class DeviceSpec:
         latency_us), host_link_gb_per_s_per_direction, gemm_flops_efficiency,
         memory_bandwidth_efficiency, kernel_latency_us, fp8_gemm (flops_efficiency,
         bandwidth_efficiency, latency_us), attention (flops_efficiency,
-        bandwidth_efficiency, latency_us, per_sequence_us), step_overhead_ms, all_reduce (per TP:
+        bandwidth_efficiency, latency_us, per_sequence_us), step_overhead_ms, sync_host_us_per_seq, all_reduce (per TP:
         latency_us, link_bandwidth_efficiency), source, efficiency_source.
         """
         attention, fp8 = self.attention_terms(), self.gemm_terms(1)
@@ -172,6 +176,7 @@ class DeviceSpec:
                           "bandwidth_efficiency": attention.bandwidth_efficiency,
                           "latency_us": attention.latency_s * 1e6, "per_sequence_us": attention.per_sequence_s * 1e6},
             "step_overhead_ms": self.step_overhead_s * 1e3,
+            "sync_host_us_per_seq": self.sync_host_s_per_seq * 1e6,
             "all_reduce": {str(tp): {"latency_us": fit.latency_s * 1e6,
                                      "link_bandwidth_efficiency": fit.link_bandwidth_efficiency}
                            for tp, fit in self.all_reduce},

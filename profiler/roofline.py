@@ -171,6 +171,8 @@ class RooflineCostModel:
             device's `gemm_flops_efficiency`, `memory_bandwidth_efficiency`, `kernel_latency_s`
             (s per kernel launch) and `step_overhead_s` (s per step) for every kernel; None keeps
             the device's (its FP8 GEMM terms for the GEMMs of 1-byte weights, where fitted).
+        host_s_per_seq: host time per sequence of a step that the GPU waits for (s): a
+            synchronous engine's (`experiments.deployment.host_s_per_seq`); 0 by default.
 
     Raises:
         ValueError: an efficiency outside (0, 1], a negative latency or overhead, or a
@@ -192,6 +194,7 @@ class RooflineCostModel:
         bandwidth_efficiency: float | None = None,
         step_overhead_s: float | None = None,
         kernel_latency_s: float | None = None,
+        host_s_per_seq: float = 0.0,
     ) -> None:
         given = (flops_efficiency, bandwidth_efficiency, kernel_latency_s)
         flops_efficiency = device.gemm_flops_efficiency if flops_efficiency is None else flops_efficiency
@@ -201,7 +204,7 @@ class RooflineCostModel:
         if not (0 < flops_efficiency <= 1 and 0 < bandwidth_efficiency <= 1):
             raise ValueError(f"efficiencies must be in (0, 1], got flops {flops_efficiency}, "
                              f"bandwidth {bandwidth_efficiency}")
-        if step_overhead_s < 0 or kernel_latency_s < 0:
+        if step_overhead_s < 0 or kernel_latency_s < 0 or not host_s_per_seq >= 0:
             raise ValueError(f"step_overhead_s and kernel_latency_s must be >= 0, got {step_overhead_s}, "
                              f"{kernel_latency_s}")
         self.model = model
@@ -212,6 +215,7 @@ class RooflineCostModel:
         self.flops_efficiency = flops_efficiency
         self.bandwidth_efficiency = bandwidth_efficiency
         self.step_overhead_s = step_overhead_s
+        self.host_s_per_seq = host_s_per_seq  # a synchronous engine's host time per sequence (MeasuredCostModel)
         self.kernel_latency_s = kernel_latency_s
         # The GEMMs' own terms: the FP8 path's where the weights are 1 byte and the device has a fit.
         gemm = device.gemm_terms(dtype_bytes)
@@ -357,7 +361,7 @@ class RooflineCostModel:
         num_tokens, num_seqs = int(q.sum()), q.size
         attention_prefill_s, attention_decode_s = self._attention_s(q, c, prefill)
         parts = (*self._token_parts(num_tokens), attention_prefill_s, attention_decode_s,
-                 *self._seq_parts(num_seqs), self.step_overhead_s)
+                 *self._seq_parts(num_seqs), self.step_overhead_s + self.host_s_per_seq * num_seqs)
         return dict(zip(names, parts))
 
     def _gemm_s(self, m: int, n: int, k: int) -> float:
@@ -408,7 +412,7 @@ class RooflineCostModel:
     def _seq_s(self, num_seqs: int) -> float:
         cached = self._seq_cache.get(num_seqs)
         if cached is None:
-            cached = self._seq_cache[num_seqs] = sum(self._seq_parts(num_seqs))
+            cached = self._seq_cache[num_seqs] = sum(self._seq_parts(num_seqs)) + self.host_s_per_seq * num_seqs
         return cached
 
     def _attention_s(self, q: np.ndarray, c: np.ndarray, prefill: np.ndarray) -> tuple[float, float]:

@@ -24,6 +24,9 @@ from simulator.step_log import StepStats
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
 LATENCY_METRICS = ("ttft_s", "tbt_s", "itl_s", "tpot_s", "e2e_s", "scheduling_delay_s")
+# Engine-side latencies of a run behind a serving front end (`ttft_s` / `e2e_s` are then the
+# client's, what SLOs read; these are what vLLM's engine-core timestamps measure).
+ENGINE_SIDE_METRICS = ("engine_ttft_s", "engine_e2e_s")
 
 
 def emissions(token_times_s) -> tuple[np.ndarray, np.ndarray]:
@@ -200,6 +203,10 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame | StepStats, num_gpu_b
         if name in ("tbt_s", "itl_s"):
             out.update({k: v for k, v in gap_stats.items() if k.startswith(name)})
         else:
+            out.update(percentile_stats(name, done[name].to_numpy()))
+
+    for name in ENGINE_SIDE_METRICS:  # a run behind a front end (`simulator.records.records_frame`)
+        if name in done:
             out.update(percentile_stats(name, done[name].to_numpy()))
 
     out["num_preemptions"] = int(requests["num_preemptions"].sum())

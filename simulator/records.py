@@ -236,10 +236,12 @@ class RequestRecords:
         self.gap_sketch.add(tbt, tokens)
 
 
-def requests_table(records: list[RequestRecords]) -> pd.DataFrame:
+def requests_table(records: list[RequestRecords], frontend=None) -> pd.DataFrame:
     """The requests frame of a run (`simulator.metrics.requests_frame`'s columns, sorted by
     request_id, plus `replica_id`): `token_times_s` holds one float64 array per request (views
-    into one flat array) when the records kept token times, and is absent otherwise.
+    into one flat array) when the records kept token times, and is absent otherwise. With a
+    `frontend` (`simulator.frontend.FrontEnd`), the client-side and engine-side terms
+    (`records_frame`).
 
     The records are emptied as their columns move into the frame, column by column, so the
     frame and the records never both hold everything.
@@ -251,16 +253,28 @@ def requests_table(records: list[RequestRecords]) -> pd.DataFrame:
     columns = {name: np.concatenate([r.columns[name].release() for r in records])[order] for name in SCALAR_COLUMNS}
     tokens = _token_times_column(records, order) if all(r.keep_token_times for r in records) else None
     return records_frame(columns, np.concatenate([r.tpot_s.release() for r in records])[order],
-                         np.repeat(np.array([r.replica_id for r in records], dtype=np.int64), rows)[order], tokens)
+                         np.repeat(np.array([r.replica_id for r in records], dtype=np.int64), rows)[order], tokens,
+                         frontend)
 
 
 def records_frame(columns: dict[str, np.ndarray], tpot_s: np.ndarray, replica_id: np.ndarray,
-                  token_times: pd.Series | None) -> pd.DataFrame:
+                  token_times: pd.Series | None, frontend=None) -> pd.DataFrame:
     """The requests frame of rows given as arrays (`SCALAR_COLUMNS`, `finish_reason` as codes
     into `FINISH_REASONS`; all of one length), in the order `requests_table` gives its columns:
     the scalars, `token_times_s` (when given), ttft_s, e2e_s, scheduling_delay_s, tpot_s,
     replica_id. Shared by the frame built at the end and each row group a run writes as it goes
-    (`simulator.records_stream`), so the two are the same."""
+    (`simulator.records_stream`), so the two are the same.
+
+    With a `frontend` (`simulator.frontend.FrontEnd`: the run modelled vLLM's API server),
+    `arrival_s` is when the client sent the request and the engine's times (`first_scheduled_s`,
+    `first_token_s`, `completion_s`, `token_times_s`) are on the engine's clock; then `ttft_s` and
+    `e2e_s` are what the client sees (plus `frontend_in_s` before the engine and `frontend_out_s`
+    after it), and the frame adds the terms of TTFT one by one: `engine_arrival_s`, `frontend_in_s`,
+    `queue_s` (engine arrival to the scheduling decision that admitted it), `engine_first_token_s`
+    (that decision to the first token leaving the engine: with async scheduling the step already
+    in flight, then the prompt's steps), `frontend_out_s`; and `engine_ttft_s`, `engine_e2e_s`
+    (what vLLM's engine-core timestamps give: `first_token_ts` / `last_token_ts` − `queued_ts`).
+    `scheduling_delay_s` is `queue_s`. SLOs read `ttft_s` / `e2e_s`: the client's."""
     frame = pd.DataFrame(index=pd.RangeIndex(tpot_s.size))
     for name in SCALAR_COLUMNS:
         if name == "finish_reason":
@@ -269,12 +283,34 @@ def records_frame(columns: dict[str, np.ndarray], tpot_s: np.ndarray, replica_id
             frame[name] = columns[name]
     if token_times is not None:
         frame["token_times_s"] = token_times
-    frame["ttft_s"] = frame["first_token_s"] - frame["arrival_s"]
-    frame["e2e_s"] = frame["completion_s"] - frame["arrival_s"]
-    frame["scheduling_delay_s"] = frame["first_scheduled_s"] - frame["arrival_s"]
+    if frontend is None:
+        frame["ttft_s"] = frame["first_token_s"] - frame["arrival_s"]
+        frame["e2e_s"] = frame["completion_s"] - frame["arrival_s"]
+        frame["scheduling_delay_s"] = frame["first_scheduled_s"] - frame["arrival_s"]
+    else:
+        _client_and_engine_terms(frame, frontend)
     frame["tpot_s"] = tpot_s
     frame["replica_id"] = replica_id
     return frame
+
+
+def _client_and_engine_terms(frame: pd.DataFrame, frontend) -> None:
+    """`records_frame`'s columns of a run behind a front end (its docstring), in place."""
+    arrival = frame["arrival_s"].to_numpy()
+    fe_in = frontend.in_s(frame["prompt_tokens"].to_numpy().astype(np.float64))
+    engine_arrival = arrival + fe_in  # as the dispatcher computed it (`simulator.frontend.engine_arrival_s`)
+    out_s = frontend.output_s
+    first_token, completion = frame["first_token_s"].to_numpy(), frame["completion_s"].to_numpy()
+    frame["ttft_s"] = first_token + out_s - arrival
+    frame["e2e_s"] = completion + out_s - arrival
+    frame["scheduling_delay_s"] = frame["first_scheduled_s"].to_numpy() - engine_arrival
+    frame["engine_arrival_s"] = engine_arrival
+    frame["frontend_in_s"] = fe_in
+    frame["queue_s"] = frame["scheduling_delay_s"]
+    frame["engine_first_token_s"] = first_token - frame["first_scheduled_s"].to_numpy()
+    frame["frontend_out_s"] = np.where(np.isnan(first_token), np.nan, out_s)
+    frame["engine_ttft_s"] = first_token - engine_arrival
+    frame["engine_e2e_s"] = completion - engine_arrival
 
 
 def _scalar_columns(finished: list[FinishedRequest]) -> dict[str, np.ndarray]:

@@ -79,6 +79,7 @@ class RequestsStream:
         keep_token_times: write the `token_times_s` column.
         constants: leading columns (`RecordFiles.constants`).
         row_group_rows: rows per row group (default `ROW_GROUP_ROWS`).
+        frontend: the run's `simulator.frontend.FrontEnd` (client and engine terms, `records_frame`).
 
     Raises (from `add`/`close`):
         RuntimeError: a request id not in `request_ids`, finished twice, or one never finished
@@ -86,12 +87,13 @@ class RequestsStream:
     """
 
     def __init__(self, path: str | Path, request_ids, keep_token_times: bool, constants: dict[str, int] | None = None,
-                 row_group_rows: int | None = None) -> None:
+                 row_group_rows: int | None = None, frontend=None) -> None:
         self.ids = np.sort(np.asarray(request_ids, dtype=np.int64))
         if self.ids.size > 1 and not (np.diff(self.ids) > 0).all():
             raise ValueError("RequestsStream: request ids must be unique (rows are filed by their rank)")
         n = self.ids.size
         self.keep_token_times, self.constants = keep_token_times, dict(constants or {})
+        self.frontend = frontend
         self.row_group_rows = row_group_rows or ROW_GROUP_ROWS
         self.columns = {name: np.empty(n, dtype=dtype) for name, dtype in SCALAR_COLUMNS.items()}
         self.tpot_s = np.empty(n, dtype=np.float64)
@@ -160,7 +162,7 @@ class RequestsStream:
         (None: no such column). A subclass adds its own columns here (a cluster's transfers:
         `simulator.disaggregated`), for the row groups and the frame `close` returns alike."""
         return records_frame({name: c[start:end] for name, c in self.columns.items()}, self.tpot_s[start:end],
-                             self.replica_id[start:end], tokens)
+                             self.replica_id[start:end], tokens, self.frontend)
 
     def close(self) -> pd.DataFrame:
         """Write the last rows, finish the file, and return the requests frame without

@@ -68,6 +68,31 @@ class Replica:
         chain_admissions: a prefill window's last step may admit the head of `waiting`
             (`Scheduler.prefill_window`): False when the router reads the queues' lengths at
             arrivals (`vllm_dp` over several replicas), which the window changes only at its end.
+        async_scheduling: vLLM V1's async scheduling (`--async-scheduling`, on by default since
+            vLLM 0.14): each step is scheduled while the GPU runs the step before it, so a
+            request reaches the scheduler one step later than in a synchronous engine
+            (`_take_visible`). One pipeline stage only.
+
+    Async scheduling as vLLM V1 runs it (read at vllm-project/vllm 00080ee, the 0.19 line):
+    `EngineCore.step_with_batch_queue` (vllm/v1/engine/core.py; batch queue of
+    `max_concurrent_batches` = 2 with async scheduling) schedules step k+1 and hands it to the
+    executor without blocking, then blocks on step k's result and runs `update_from_output(k)`;
+    the busy loop (`run_busy_loop` -> `_process_input_queue`) adds new requests just before each
+    `schedule()`. So when step k starts on the GPU, step k+1 is already being scheduled from the
+    requests that arrived before that moment (the start of step k), and the outputs of step k
+    reach the front end when it ends (`update_from_output` overlaps step k+1's GPU time). A
+    request arriving while step k runs is first scheduled in step k+2: TTFT gains about one step
+    over a synchronous engine; TPOT and ITL do not change (one token per running sequence per
+    step). `AsyncScheduler._update_after_schedule` (vllm/v1/core/sched/async_scheduler.py) books
+    one output placeholder per running request, so a running sequence decodes every step, and
+    `Scheduler.schedule` skips a request whose placeholders already reach `max_tokens` ("Avoid
+    scheduling an extra step"): no step is wasted past the last token, as here. With an idle
+    engine the request is scheduled at once (`step_with_batch_queue` returns without blocking
+    while the queue is short). The scheduler's stamp `first_scheduled_s` is when vLLM decided
+    (its `scheduled_ts`: the start of the step before). Modelled approximately: KV blocks of the
+    requests that finish in step k are free when step k+1 is planned here, one step earlier than
+    in vLLM (`update_from_output(k)` runs after `schedule(k+1)`); drafts are granted from step k's
+    accepted tokens, where vLLM schedules placeholder drafts.
     """
 
     def __init__(
@@ -84,7 +109,10 @@ class Replica:
         arrivals_bounded: bool = False,
         arrival_due_at: Callable[[float], bool] | None = None,
         chain_admissions: bool = True,
+        async_scheduling: bool = False,
     ):
+        if async_scheduling and pricer.pipeline_stages > 1:
+            raise ValueError("async scheduling with pipeline parallelism is not modelled (vLLM turns it off there)")
         self.env = env
         self.scheduler = scheduler
         self.pricer = pricer
@@ -117,7 +145,13 @@ class Replica:
         # step by step), and the prefill windows they allow (`_prefill_window`).
         self._arrival_at = arrival_due_at if arrivals_bounded and self.next_arrival_s is not None else None
         self.arrival_due_at = (self._arrival_at if pricer.pipeline_stages == 1 and self._pricing != "counted"
-                               else None)
+                               and not async_scheduling else None)  # prefill windows stamp admissions now
+        self.async_scheduling = async_scheduling
+        # Async scheduling: requests submitted while the replica steps, with their arrival times,
+        # not yet seen by the scheduler (`_take_visible`); and whether the replica waits idle.
+        self._unseen: list[tuple[float, Request]] = []
+        self._idle = True
+        self._woke = True  # the next step is scheduled now, not at the start of the step before
         self._arrival_sent_at_s = -math.inf  # send time of the arrival that interrupted a window
         self._last_step_start_s = -math.inf  # start of the latest step begun
         self._window_step_s = 0.0  # the last step a window priced (s): sizes the next window's first chunk
@@ -131,11 +165,17 @@ class Replica:
         `sent_at_s`: when the arrival was scheduled (a closed-loop client's send time); it
         decides, for a decode window interrupted exactly at a step boundary, which of the two
         same-instant events SimPy would have processed first on the step-by-step path.
+
+        With async scheduling a request submitted while the replica steps waits in `_unseen`
+        until a step is scheduled after its arrival (`_take_visible`).
         """
-        rejection = self.scheduler.add_request(request)
-        if rejection is not None:
-            self._record([rejection])
-            return
+        if self.async_scheduling and not self._idle:
+            self._unseen.append((self.env.now, request))  # counted outstanding: the router sees it
+        else:
+            rejection = self.scheduler.add_request(request)
+            if rejection is not None:
+                self._record([rejection])
+                return
         self.num_outstanding += 1
         if self._window_open and not self.arrivals_bounded:  # the scheduler must see it after the step under way
             self._window_open = False
@@ -165,12 +205,52 @@ class Replica:
             for f in finished:
                 self.on_finish(f)
 
+    def _take_visible(self) -> float:
+        """Async scheduling: hand the scheduler the requests that vLLM's scheduling of the step
+        beginning now has seen, and return the time it was scheduled (`first_scheduled_s`).
+
+        vLLM schedules the step beginning now at the start of the step before it (the moment the
+        step before that one ended), from the requests that had arrived by then
+        (`EngineCore.step_with_batch_queue`, class docstring): those with an arrival at or before
+        `_last_step_start_s`. When nothing else can run, vLLM's next `schedule()` comes at the
+        end of the step under way and sees every request that arrived by now. A visibility rule
+        on times alone, so decode windows (taken only when no request is unseen) and the
+        step-by-step path give the same steps.
+        """
+        now_s = self.env.now
+        decided_s = now_s if self._woke else self._last_step_start_s
+        self._woke = False
+        if self._unseen:
+            seen = [r for t, r in self._unseen if t <= decided_s]
+            if not seen and not self.scheduler.has_work():  # the step before scheduled nothing
+                decided_s = now_s
+                seen = [r for _, r in self._unseen]
+            if seen:
+                self._unseen = self._unseen[len(seen):]  # in arrival order: the seen ones lead
+                for request in seen:
+                    self._admit_seen(request)
+        return decided_s
+
+    def _admit_seen(self, request: Request) -> None:
+        """Hand a request held in `_unseen` to the scheduler (counted outstanding already)."""
+        rejection = self.scheduler.add_request(request)
+        if rejection is not None:
+            self.num_outstanding -= 1
+            self._record([rejection])
+
     def _run(self):
+        decided_s = 0.0
         while True:
+            if self.async_scheduling:
+                decided_s = self._take_visible()
             if not self.scheduler.has_work():
+                self._idle = True
                 yield self._wait()
+                # Woken from idle: vLLM's engine core was blocked on its input queue and
+                # schedules at once (the requests were handed to the scheduler on submit).
+                self._idle, self._woke = False, True
                 continue
-            if self.next_arrival_s is not None:
+            if self.next_arrival_s is not None and not self._unseen:
                 running, window = self.scheduler.decode_window()
                 if window >= 2:
                     yield from self._decode_window(running, window)
@@ -186,8 +266,9 @@ class Replica:
                     if admission is not None:
                         yield from self._prefill_window(admission, keep_first=True)
                         continue
-            start_s = self._last_step_start_s = self.env.now
-            plan = self.scheduler.schedule(start_s)
+            start_s = self.env.now
+            plan = self.scheduler.schedule(decided_s if self.async_scheduling else start_s)
+            self._last_step_start_s = start_s
             if not plan.columns.request_ids:  # `plan.is_empty`, without two property calls per step
                 if (yield from self._wait_for_kv_load()):
                     continue
@@ -204,7 +285,9 @@ class Replica:
         done_s = self.scheduler.next_load_done_s()
         if done_s <= self.env.now:  # none in flight, or done and still not schedulable: stalled
             return False
+        self._idle = True  # vLLM polls with empty steps: an arrival meanwhile is seen at once (async scheduling)
         yield self.env.any_of([self.env.timeout(delay_until_s(self.env.now, done_s)), self._wait()])
+        self._idle, self._woke = False, True
         return True
 
     def _decode_window(self, running: list, max_steps: int):

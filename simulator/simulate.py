@@ -18,6 +18,7 @@ from simulator.records import RequestRecords, requests_table
 from simulator.records_parquet import ParquetTokenTimes
 from simulator.records_stream import RecordFiles, RequestsStream, join_step_files, remove_step_parts, write_frames
 from simulator.data_parallel import DataParallelGroup
+from simulator.frontend import FrontEnd, engine_arrival_s
 from simulator.gc_pause import paused_gc
 from simulator.records_sketch import GapSketch
 from simulator.replica import Replica, wait_until
@@ -58,6 +59,8 @@ def simulate(
     data_parallel: bool = False,
     router_overlap_weight: float = 1.0,
     record_files: RecordFiles | None = None,
+    async_scheduling: bool = False,
+    frontend: FrontEnd | None = None,
 ) -> SimulationResult:
     """Run `requests` through the replicas (one scheduler each) until every request has finished.
 
@@ -93,9 +96,17 @@ def simulate(
             end only for a trace with repeated request ids):
             the result's `requests` then has no `token_times_s` column and its `steps` no rows
             (they are in the files, with the same values); the summary is the same.
+        async_scheduling: vLLM V1's async scheduling in every replica (`Replica`); not with a
+            mixture-of-experts model's DP ranks in lockstep (`DataParallelGroup`).
+        frontend: the serving front end (`simulator.frontend.FrontEnd`): each request reaches
+            the engine `frontend.in_s(prompt)` after the trace's (the client's) arrival, its tokens
+            reach the client `frontend.output_s` after their steps (a closed-loop client sends its
+            next request from then), and the records carry client and engine terms
+            (`simulator.records.records_frame`). None: the trace's arrivals are the engine's.
 
     Raises:
-        ValueError: keep_token_times=False with trim_fraction > 0 on a closed-loop workload.
+        ValueError: keep_token_times=False with trim_fraction > 0 on a closed-loop workload;
+            async_scheduling with lockstep DP ranks.
 
     Simulated time depends only on the inputs and seeds (no wall clock), so a run is
     reproducible. Requests that can never be served are rejected with a finish reason and
@@ -107,7 +118,8 @@ def simulate(
     closed_loop = requests if isinstance(requests, ClosedLoopWorkload) else None
     replicas: list[Replica] = []
     dispatch = _Dispatcher(env, replicas, Router("vllm_dp" if data_parallel else router, replicas, seed,
-                                                 router_overlap_weight, getattr(closed_loop, "session_of", None)))
+                                                 router_overlap_weight, getattr(closed_loop, "session_of", None)),
+                           frontend)
     on_finish = dispatch.closed_loop_callback(closed_loop) if closed_loop else None
     # The prefix_aware router reads every replica's blocks in use and cached prefixes at each
     # arrival, while a window applies its steps' growth and caching only at its end: with several
@@ -121,23 +133,27 @@ def simulate(
         closed_loop is not None and len(schedulers) > 1)
     next_arrival = dispatch.next_arrival_s if windows else None
     window_s = _sketch_window_s(requests, closed_loop, keep_token_times, trim_fraction)
-    stream = _requests_stream(requests, keep_token_times, record_files)
+    stream = _requests_stream(requests, keep_token_times, record_files, frontend)
     records = [RequestRecords(i, keep_token_times, window_s, stream) for i in range(len(schedulers))]
     step_logs = [StepLog(keep=keep_steps, path=record_files.step_spool(i, len(schedulers)) if stream else None,
                          constants=record_files.constants if stream else None) for i in range(len(schedulers))]
     if data_parallel and hasattr(pricer.cost_model, "dp_step_s"):  # MoE: DP ranks in lockstep
+        if async_scheduling:
+            raise ValueError("async scheduling of data-parallel ranks stepped in lockstep (a mixture-of-experts "
+                             "model) is not modelled")
         replicas += DataParallelGroup(env, schedulers, pricer.cost_model, outcome_fn or StepOutcome.without_speculation,
                                       on_finish, records, step_logs).ranks
     else:
         replicas += [Replica(env, s, pricer, outcome_fn or StepOutcome.without_speculation, i, on_finish, next_arrival,
                              records=records[i], steps=step_logs[i], arrivals_bounded=closed_loop is None,
                              arrival_due_at=dispatch.arrives_at if closed_loop is None else None,
-                             chain_admissions=len(schedulers) == 1 or dispatch.router.policy != "vllm_dp")
+                             chain_admissions=len(schedulers) == 1 or dispatch.router.policy != "vllm_dp",
+                             async_scheduling=async_scheduling)
                      for i, s in enumerate(schedulers)]
     if closed_loop:
         dispatch.start_closed_loop(closed_loop)
     else:
-        env.process(dispatch.replay(sorted(requests, key=lambda r: r.arrival_s)))  # stable for ties
+        env.process(dispatch.replay(requests))
     try:
         with paused_gc():  # no collector passes over the run's live objects (simulator/gc_pause.py)
             env.run()  # ends when no event is left: all arrivals submitted, every replica idle
@@ -154,7 +170,7 @@ def simulate(
         if stream is not None:  # the caller removes its own files
             remove_step_parts(record_files, len(schedulers))
         raise
-    req_frame = requests_table([r.records for r in replicas])
+    req_frame = requests_table([r.records for r in replicas], frontend)
     stats = StepStats.merge([r.steps.stats() for r in replicas])
     frames = [r.steps.to_frame() for r in replicas]
     step_frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
@@ -167,10 +183,12 @@ def simulate(
     return SimulationResult(req_frame, step_frame, summary)
 
 
-def _requests_stream(requests, keep_token_times: bool, files: RecordFiles | None) -> RequestsStream | None:
+def _requests_stream(requests, keep_token_times: bool, files: RecordFiles | None,
+                     frontend: FrontEnd | None = None) -> RequestsStream | None:
     """The stream a run writes its requests file through, or None (no files, or repeated ids)."""
     ids = RequestsStream.ids_if_streamable(requests) if files is not None else None
-    return None if ids is None else RequestsStream(files.requests_path, ids, keep_token_times, files.constants)
+    return None if ids is None else RequestsStream(files.requests_path, ids, keep_token_times, files.constants,
+                                                   frontend=frontend)
 
 
 def _streamed_result(stream: RequestsStream, replicas: list[Replica], files: RecordFiles, keep_steps: bool,
@@ -212,8 +230,10 @@ def _sketch_window_s(requests, closed_loop, keep_token_times: bool, trim_fractio
 class _Dispatcher:
     """Hands arriving requests to replicas through the router (each replica's records say which it served)."""
 
-    def __init__(self, env: simpy.Environment, replicas: list[Replica], router: Router):
+    def __init__(self, env: simpy.Environment, replicas: list[Replica], router: Router,
+                 frontend: FrontEnd | None = None):
         self.env, self.replicas, self.router = env, replicas, router
+        self.frontend = frontend
         self._replay_s: list[float] = []  # open loop: arrival times, submitted up to _replay_next
         self._replay_next = 0
         self._deliveries_s: list[float] = []  # closed loop: heap of scheduled arrival times
@@ -234,18 +254,22 @@ class _Dispatcher:
         self.replicas[index].submit(request, sent_at_s)
 
     def replay(self, requests: list[Request]):
-        """Open loop: submit each request at its arrival time."""
-        self._replay_s = [r.arrival_s for r in requests]
-        for index, request in enumerate(requests):
-            if request.arrival_s > self.env.now:
-                yield from wait_until(self.env, request.arrival_s)
+        """Open loop: submit each request when it reaches the engine (its arrival, plus the front
+        end's delay when there is one), in that order (stable for ties)."""
+        due = [engine_arrival_s(r.arrival_s, r.prompt_tokens, self.frontend) for r in requests]
+        order = sorted(range(len(requests)), key=due.__getitem__)
+        self._replay_s = [due[i] for i in order]
+        for index, i in enumerate(order):
+            if due[i] > self.env.now:
+                yield from wait_until(self.env, due[i])
             self._replay_next = index + 1
-            self.submit(request)
+            self.submit(requests[i])
 
     def start_closed_loop(self, workload: ClosedLoopWorkload) -> None:
-        """Submit each client's first request: now, or at its start time (sessions' session_qps)."""
+        """Submit each client's first request: now, or at its start time (sessions' session_qps);
+        behind a front end, when it reaches the engine."""
         for request in workload.initial_requests():
-            if request.arrival_s > 0:  # a staggered start
+            if request.arrival_s > 0 or self.frontend is not None:  # a staggered start, or the front end's delay
                 self.deliver_later(request, 0.0)
             else:
                 self.submit(request)
@@ -253,8 +277,12 @@ class _Dispatcher:
     def closed_loop_callback(self, workload: ClosedLoopWorkload):
         """on_finish for replicas: the finished request's client sends its next one."""
 
+        out_s = 0.0 if self.frontend is None else self.frontend.output_s
+
         def on_finish(finished) -> None:
-            request = workload.next_request(workload.client_of(finished.request_id), self.env.now)
+            # The client sees the end `out_s` after the engine (a rejection: at once).
+            seen_s = self.env.now + out_s if finished.generated_tokens else self.env.now
+            request = workload.next_request(workload.client_of(finished.request_id), seen_s)
             if request is not None:
                 # A process, not a direct call: a rejection would otherwise recurse.
                 self.deliver_later(request, self.env.now)
@@ -262,11 +290,13 @@ class _Dispatcher:
         return on_finish
 
     def deliver_later(self, request: Request, sent_at_s: float) -> None:
-        """Submit `request` at its arrival time (a closed-loop request sent at `sent_at_s`)."""
-        heapq.heappush(self._deliveries_s, request.arrival_s)
-        self.env.process(self._deliver(request, sent_at_s))
+        """Submit `request` when it reaches the engine: at its arrival time, plus the front end's
+        delay when there is one (a closed-loop request sent at `sent_at_s`)."""
+        due_s = engine_arrival_s(request.arrival_s, request.prompt_tokens, self.frontend)
+        heapq.heappush(self._deliveries_s, due_s)
+        self.env.process(self._deliver(request, sent_at_s, due_s))
 
-    def _deliver(self, request: Request, sent_at_s: float):
-        yield from wait_until(self.env, request.arrival_s)
+    def _deliver(self, request: Request, sent_at_s: float, due_s: float):
+        yield from wait_until(self.env, due_s)
         heapq.heappop(self._deliveries_s)  # deliveries happen in time order: this one is the earliest
         self.submit(request, sent_at_s)

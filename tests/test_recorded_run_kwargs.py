@@ -16,7 +16,7 @@ KWARGS = {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 12
           "seed": 42}
 REQUEST = {"request_id": "r0", "input_toks": 100, "output_toks": 11, "arrival_time": 1.7e9, "queued_ts": 1000.0,
            "scheduled_ts": 1000.0, "first_token_ts": 1000.5, "last_token_ts": 1001.5}
-SUPPORTED = ("supported engine_kwargs: block_size, data_parallel_size, dtype, enable_chunked_prefill, "
+SUPPORTED = ("supported engine_kwargs: async_scheduling, block_size, data_parallel_size, dtype, enable_chunked_prefill, "
              "enable_expert_parallel, enable_prefix_caching, kv_cache_dtype, max_model_len, max_num_batched_tokens, "
              "max_num_seqs, model, pipeline_parallel_size, quantization, seed, tensor_parallel_size (and, not affecting timing, "
              "disable_log_requests, disable_log_stats, download_dir, enable_log_requests, served_model_name, "
@@ -132,3 +132,19 @@ def test_a_mapped_kwarg_the_config_refuses_is_said_against_meta_json(tmp_path):
     assert (f"error: {bundle / 'vllm' / 'meta.json'}: engine_kwargs.block_size is 512: Input should be less than or "
             "equal to 256 (got 512)") in " ".join(result.output.split())
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == []
+
+
+def test_async_scheduling_follows_the_recorded_vllm_version_or_engine_kwargs(tmp_path):
+    # vLLM turned async scheduling on by default in 0.14: a 0.19 run takes the simulator's default
+    # (on for vllm_v1), a 0.12 run is synchronous, and engine_kwargs.async_scheduling says it outright.
+    assert "async_scheduling" not in _engine(tmp_path / "a", {})
+    meta = _bundle(tmp_path / "b", {}) / "vllm" / "meta.json"
+    data = json.loads(meta.read_text())
+    data["vllm_version"] = "0.12.0"
+    meta.write_text(json.dumps(data))
+    config = bundle_config(read_recorded_run(tmp_path / "b"), tmp_path / "t.csv")
+    assert config["engine"]["async_scheduling"] is False
+    assert config["frontend"] == {"enabled": False}  # engine-clock arrivals and TTFT: no front end
+    assert _engine(tmp_path / "c", {"async_scheduling": False})["async_scheduling"] is False
+    said = _refusal(tmp_path / "d", {"async_scheduling": "yes"})
+    assert "meta.json: engine_kwargs.async_scheduling is 'yes'; expected true, false or null" in said

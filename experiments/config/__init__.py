@@ -26,7 +26,7 @@ run once, with a warning. Numbers are finite and in range (`_MAX_*` bounds below
 its reason); a file trace's path must exist when the config loads, before any point runs.
 
 The package, one file per block, named by the key's first word (where a key is validated):
-`trace.py` (trace:), `engine.py` (engine:), `model_and_device.py` (model:, device:, cost_model:
+`trace.py` (trace:), `engine.py` (engine:), `frontend.py` (frontend:), `model_and_device.py` (model:, device:, cost_model:
 and how the engine fits them), `cluster.py` (cluster:), `search.py`, `fleet.py`, `slo.py` (slo:
 and goodput:), `output.py`, `layouts.py`, `sweep.py` (the whole file, `SweepConfig`, and its
 top-level name:); `base.py` (the strict base model, bounds, errors); `merging.py` (variants and
@@ -42,6 +42,7 @@ from experiments.config.cluster import (POOLS, ClusterConfig, LinkConfig, PoolCo
 from experiments.config.engine import (CHUNKING_SCHEDULERS, SCHEDULER_KEYS, AcceptanceFile, DraftModel, EngineConfig,
                                        check_router)
 from experiments.config.fleet import FleetConfig
+from experiments.config.frontend import FrontendConfig
 from experiments.config.labels import describe_point, point_labels
 from experiments.config.layouts import LayoutsConfig
 from experiments.config.loader import load_config
@@ -58,8 +59,8 @@ from experiments.config.variants import layouts_of
 
 __all__ = [
     "AcceptanceFile", "CHUNKING_SCHEDULERS", "ClosedLoopTrace", "ClusterConfig", "ConfigError", "ConfigWarning",
-    "DraftModel", "EngineConfig", "FileTrace", "FleetConfig", "LATENCY_METRICS", "LayoutsConfig", "LengthClip",
-    "LengthSpec", "LengthsFileTrace", "LinkConfig", "MAX_KV_BLOCKS", "OutputConfig", "PERCENTILES", "POOLS",
+    "DraftModel", "EngineConfig", "FileTrace", "FleetConfig", "FrontendConfig", "LATENCY_METRICS", "LayoutsConfig",
+    "LengthClip", "LengthSpec", "LengthsFileTrace", "LinkConfig", "MAX_KV_BLOCKS", "OutputConfig", "PERCENTILES", "POOLS",
     "PoolConfig", "ProfileTrace", "SCHEDULER_KEYS", "SearchConfig", "SessionsTrace", "StagesTrace", "SweepConfig",
     "SyntheticTrace",
     "TRACE_KINDS", "TraceConfig", "check_cluster", "check_router", "cluster_label", "describe_point",

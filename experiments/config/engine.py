@@ -21,7 +21,7 @@ SCHEDULER_KEYS: dict[str, set[str]] = {
     **{name: {"chunk_size"} for name in CHUNKING_SCHEDULERS},
     **{name: {"max_num_batched_tokens"} for name in ("vllm", "orca", "faster_transformer")},
 }
-SCHEDULER_KEYS["vllm_v1"] = {"chunk_size", "long_prefill_token_threshold", "enable_prefix_caching"}
+SCHEDULER_KEYS["vllm_v1"] = {"chunk_size", "long_prefill_token_threshold", "enable_prefix_caching", "async_scheduling"}
 _SCHEDULER_SPECIFIC = set().union(*SCHEDULER_KEYS.values())
 
 
@@ -76,6 +76,8 @@ class EngineConfig(_Strict):
     on_too_long: Literal["reject", "truncate"] = "reject"  # prompt + output > max_model_len
     enable_prefix_caching: bool = True  # vllm_v1 only, on as in vLLM V1 (simulator/scheduler/prefix_cache.py)
     kv_offload: KvOffloadConfig | None = None  # KV tier in host memory (vLLM --kv-offloading-size), vllm_v1 only
+    # experiments.deployment.async_scheduling_on resolves null; simulator/replica.py models it
+    async_scheduling: bool | None = None  # vllm_v1 only: vLLM's --async-scheduling; null: as vLLM >= 0.14 (on; off with pipeline_parallel_size > 1, split_n on draft ngram, MoE data parallel)
 
     @field_validator("acceptance", mode="before")
     @classmethod
@@ -120,6 +122,14 @@ class EngineConfig(_Strict):
         if self.split_n and isinstance(self.acceptance, list) and len(self.acceptance) != self.split_n:
             raise ValueError(f"engine.acceptance lists {len(self.acceptance)} per-position probabilities but "
                              f"split_n is {self.split_n}: give exactly one per draft position")
+        if self.async_scheduling:  # vLLM raises for these (vllm/config/vllm.py, VllmConfig.__post_init__)
+            if self.pipeline_parallel_size > 1:
+                raise ValueError("engine.async_scheduling true with pipeline_parallel_size > 1 is not modelled "
+                                 "(vLLM turns async scheduling off with pipeline parallelism): set it false or leave it unset")
+            if self.split_n and self.draft == "ngram":
+                raise ValueError("engine.async_scheduling true with split_n and draft ngram: vLLM refuses async "
+                                 "scheduling with its CPU n-gram drafter (only EAGLE/MTP, draft models and ngram_gpu); "
+                                 "set it false, leave it unset, or give draft: {model: ...}")
         if self.scheduler in CHUNKING_SCHEDULERS and self.max_num_seqs > self.chunk_size:
             raise ValueError(
                 f"max_num_seqs ({self.max_num_seqs}) must be <= chunk_size ({self.chunk_size}): "

@@ -13,6 +13,7 @@ from experiments.config.base import _Strict
 from experiments.config.cluster import _NO_POOL_WEIGHT, ClusterConfig, check_cluster
 from experiments.config.engine import EngineConfig
 from experiments.config.fleet import FleetConfig, price_problem
+from experiments.config.frontend import FrontendConfig
 from experiments.config.layouts import LayoutsConfig
 from experiments.config.model_and_device import check_deployment
 from experiments.config.output import OutputConfig
@@ -31,6 +32,7 @@ class SweepConfig(_Strict):
     cost_model: str = "auto"
     trace: TraceConfig
     engine: EngineConfig = EngineConfig()
+    frontend: FrontendConfig = FrontendConfig()
     variants: list[dict[str, Any]] = []
     slo: dict[str, float] = {}
     goodput: dict[str, float] = {}
@@ -39,6 +41,17 @@ class SweepConfig(_Strict):
     output: OutputConfig = OutputConfig()
     cluster: ClusterConfig | None = None  # prefill/decode disaggregation; none: colocated replicas
     layouts: LayoutsConfig | None = None  # cross every point with every TP × DP × EP (or TP × PP) layout of N GPUs
+
+    @model_validator(mode="after")
+    def _cluster_without_frontend(self) -> "SweepConfig":
+        if self.cluster is not None:
+            if self.frontend.enabled:
+                raise ValueError("frontend.enabled true with cluster: the serving front end is not modelled in "
+                                 "prefill/decode pools; remove it (the cluster's times are the engines')")
+            if self.engine.async_scheduling:
+                raise ValueError("engine.async_scheduling true with cluster: async scheduling is not modelled in "
+                                 "prefill/decode pools; set it false or leave it unset")
+        return self
 
     @model_validator(mode="after")
     def _layouts_exist(self) -> "SweepConfig":

@@ -262,6 +262,7 @@ def bundle_config(run: RecordedRun, trace_path: Path, overridden: frozenset[str]
         if value is not None and key not in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
             engine[key] = value
     engine.update(_dtype_and_switches(kwargs, meta_path))
+    engine.update(_async_scheduling(kwargs, run.meta.get("vllm_version"), meta_path))
     instance = _instance(run)
     mem_util = instance.get("npu_mem", {}).get("mem_util") if isinstance(instance.get("npu_mem"), dict) else None
     if mem_util is not None:
@@ -269,7 +270,8 @@ def bundle_config(run: RecordedRun, trace_path: Path, overridden: frozenset[str]
             raise ValueError(f"{run.directory / 'config.json'}: {CLUSTER_KEYS['gpu_memory_utilization']} is "
                              f"{_shown(mem_util)}; expected a fraction in (0, 1]")
         engine["gpu_memory_utilization"] = float(mem_util)
-    config = {"name": f"{run.directory.name}-sim", "engine": engine,
+    # The bundle's arrivals are the engine's `queued_ts` and its TTFT/E2E start there: no front end.
+    config = {"name": f"{run.directory.name}-sim", "engine": engine, "frontend": {"enabled": False},
               "trace": {"kind": "file", "path": str(trace_path), "format": "canonical"}}
     if "model" not in overridden:
         _check_same_model(run.meta.get("model"), kwargs.get("model"), meta_path)
@@ -310,7 +312,7 @@ ENGINE_SWITCHES = {"enable_expert_parallel": "enable_expert_parallel", "kv_cache
 # Every engine_kwargs key `bundle_config` reads; `model` is checked against meta.json's `model`,
 # `dtype` and `enable_chunked_prefill` checked to be what the simulator models (`_dtype_and_switches`).
 MODELLED_KWARGS = (frozenset(ENGINE_KWARGS.values()) | frozenset(ENGINE_SWITCHES.values())
-                   | {"model", "dtype", "enable_chunked_prefill"})
+                   | {"model", "dtype", "enable_chunked_prefill", "async_scheduling"})
 # engine_kwargs keys known not to change a step's time or the scheduler's choices, so not simulated:
 # logging switches (vLLM's stat logger and request log write after the step; the stat logger is what
 # wrote timeseries.csv), and where/how the checkpoint is fetched or named (done before the first
@@ -382,6 +384,27 @@ def _dtype_and_switches(kwargs: dict, meta_path: Path) -> dict:
         raise refuse("enable_chunked_prefill", "true or null (the simulated vllm_v1 scheduler chunks long prefills "
                                                "as vLLM V1 does by default)")
     return engine
+
+
+def _async_scheduling(kwargs: dict, vllm_version, meta_path: Path) -> dict:
+    """`engine.async_scheduling` of the recorded run: engine_kwargs `async_scheduling` when it
+    says (true/false); else vLLM's default for meta.json's `vllm_version`: off before 0.14 (async
+    scheduling became vLLM's default in 0.14), else left to the simulator's default for vLLM V1
+    (`experiments.deployment.async_scheduling_on`); left unset without a readable version.
+
+    Raises:
+        ValueError: engine_kwargs.async_scheduling neither true, false nor null (naming meta.json)."""
+    value = kwargs.get("async_scheduling")
+    if value is not None:
+        if not isinstance(value, bool):
+            raise ValueError(f"{meta_path}: engine_kwargs.async_scheduling is {_shown(value)}; expected true, false or null")
+        return {"async_scheduling": value}
+    parts = str(vllm_version or "").split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return {}
+    return {"async_scheduling": False} if (major, minor) < (0, 14) else {}
 
 
 def _check_same_model(meta_model, kwargs_model, meta_path: Path) -> None:

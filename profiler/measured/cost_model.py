@@ -126,6 +126,9 @@ class MeasuredCostModel:
         kv_dtype_bytes: 2 (BF16 KV cache) or 1 (FP8: the `*_fp8_kv` attention tables).
         step_overhead_s: host time per step; default the device's `step_overhead_s` (an assumption
             unless the device file measured it: no imported table times the host).
+        host_s_per_seq: host time per sequence of a step that the GPU waits for (s): a synchronous
+            engine's per-request scheduling, input preparation and output processing
+            (`experiments.deployment.host_s_per_seq`); 0 when it overlaps the GPU.
         cuda_graph_max_tokens: steps up to this many tokens use the graph-mode all-reduce times.
         name: the `cost_model` value that selected this model (for `describe()`).
 
@@ -143,7 +146,7 @@ class MeasuredCostModel:
     def __init__(self, sources: list[MeasuredTables], model: ModelSpec, device: DeviceSpec,
                  tensor_parallel_size: int = 1, dtype_bytes: int = 2, kv_dtype_bytes: int = 2,
                  step_overhead_s: float | None = None, cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS,
-                 name: str = "measured") -> None:
+                 name: str = "measured", host_s_per_seq: float = 0.0) -> None:
         if not sources:
             raise MeasuredTableError("a measured cost model needs at least one measured-table source")
         for s in sources:
@@ -163,6 +166,7 @@ class MeasuredCostModel:
         self.kv_heads = model.kv_heads_per_rank(tp)
         self.step_overhead_s = (getattr(device, "step_overhead_s", STEP_OVERHEAD_S) if step_overhead_s is None
                                 else step_overhead_s)
+        self.host_s_per_seq = host_s_per_seq
         self.kernel_latency_s = getattr(device, "kernel_latency_s", KERNEL_LATENCY_S)
         self.cuda_graph_max_tokens = cuda_graph_max_tokens
         self.name = name
@@ -444,13 +448,15 @@ class MeasuredCostModel:
         return cached
 
     def _seq_part(self, num_seqs: int) -> tuple[float, frozenset]:
-        """LM head, sampler and host overhead of a step of `num_seqs` sequences. Cached per count."""
+        """LM head, sampler and host overhead (per step and per sequence) of a step of `num_seqs`
+        sequences. Cached per count."""
         cached = self._seq_cache.get(num_seqs)
         if cached is None:
             t_head, o_head = self._lm_head(num_seqs)
             t_sampler, o_sampler = self._sampler(num_seqs)
             out = frozenset(name for name, o in (("lm_head", o_head), ("sampler", o_sampler)) if o)
-            cached = self._seq_cache[num_seqs] = (t_head + t_sampler + self.step_overhead_s, out)
+            cached = self._seq_cache[num_seqs] = (
+                t_head + t_sampler + self.step_overhead_s + self.host_s_per_seq * num_seqs, out)
         return cached
 
     def _lookup(self, grid: LogGrid, point: tuple[float, ...], roofline: Callable[..., float], out: set) -> float:
@@ -762,8 +768,9 @@ class MeasuredCostModel:
             all_reduce = 2 * layers * self._all_reduce[mode](tokens * self.model.hidden_size * 2.0)[0]
         total = self._price(q, c, p)[0]
         lm_head, sampler = self._lm_head(len(q))[0], self._sampler(len(q))[0]
-        attention = total - gemm - elementwise - all_reduce - lm_head - sampler - self.step_overhead_s
-        return dict(zip(names, (gemm, elementwise, all_reduce, attention, lm_head, sampler, self.step_overhead_s)))
+        overhead = self.step_overhead_s + self.host_s_per_seq * len(q)
+        attention = total - gemm - elementwise - all_reduce - lm_head - sampler - overhead
+        return dict(zip(names, (gemm, elementwise, all_reduce, attention, lm_head, sampler, overhead)))
 
     def describe(self) -> dict:
         """The cost model's name, sources (project, licence, engine and version, device) and where
@@ -788,7 +795,8 @@ class MeasuredCostModel:
                 "device": self.device.name, "sources": sources, "parts": dict(self.parts),
                 "roofline_parts": list(self.roofline_parts),
                 "roofline_efficiency": {"gemm_flops": self.flops_efficiency, "memory_bandwidth": self.bandwidth_efficiency},
-                "step_overhead_s": self.step_overhead_s, "steps": self.num_predictions,
+                "step_overhead_s": self.step_overhead_s, "host_s_per_seq": self.host_s_per_seq,
+                "steps": self.num_predictions,
                 "out_of_grid_steps": self.out_of_grid_steps, "out_of_grid_by_part": dict(self.out_of_range)}
 
 

@@ -1,0 +1,97 @@
+"""The handed H100 grid: 90 real closed-loop vLLM 0.12 points of Qwen3-32B bf16 on H100 SXM (issue 27).
+
+Data: `../shared/validation/aiconfigurator_silicon/qwen3_32b_h100_vllm0.12_agg.csv` (ai-dynamo/aiconfigurator
+`silicon_sample.csv` at 095f58a, Apache-2.0; never copied into the project). Each row is TP 2/4/8 × ISL × OSL ×
+`batch_size` concurrent clients, with the mean client-side TTFT and TPOT in ms.
+
+Each point is simulated as shipped: `vllm_v1` with vLLM's H100 defaults (token budget 8,192, max_num_seqs
+1,024), `cost_model: auto`, a closed loop of `batch_size` clients with think time 0 that all start at t = 0
+(as `vllm bench serve --max-concurrency` sends them), fixed ISL/OSL (ignore_eos), random prompts (no prefix
+hits), `--requests-per-client` requests per client, means over every request. Extra `--set`-style keys
+(`engine.async_scheduling=false`, `frontend.enabled=false`) apply to every point.
+
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_h100_grid.py [--out runs/h100_grid.csv] [--tp 2] \
+        [--requests-per-client 4] [--set KEY=VALUE ...]
+
+Prints one row per point (measured and simulated TTFT / TPOT, signed errors) and the median |error|s; writes
+the table to `--out` (CSV).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+GRID = REPO.parent / "shared" / "validation" / "aiconfigurator_silicon" / "qwen3_32b_h100_vllm0.12_agg.csv"
+if not GRID.exists():
+    GRID = Path("/work/shared/validation/aiconfigurator_silicon/qwen3_32b_h100_vllm0.12_agg.csv")
+
+
+def point_config(row, requests_per_client: int) -> dict:
+    clients = int(row.batch_size)
+    return {
+        "name": f"tp{row.tp_size}-isl{row.isl}-osl{row.osl}-c{clients}",
+        "model": "qwen3-32b", "device": "h100-sxm", "cost_model": "auto",
+        "trace": {"kind": "closed_loop", "clients": clients, "think_time_s": 0.0,
+                  "num_requests": clients * requests_per_client,
+                  "prompt_tokens": int(row.isl), "output_tokens": int(row.osl), "seed": 0},
+        "engine": {"scheduler": "vllm_v1", "chunk_size": 8192, "max_num_seqs": 1024,
+                   "tensor_parallel_size": int(row.tp_size)},
+    }
+
+
+def simulate_point(config: dict, overrides: list[str]) -> dict:
+    from experiments.config import SweepConfig, load_config
+    from experiments.point import run_point
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "point.yaml"
+        path.write_text(yaml.safe_dump(config))
+        _, points = load_config(path, overrides, on_warning=lambda text: None)
+    result = run_point(SweepConfig.model_validate(points[0]))
+    r = result.requests
+    done = r[r["finish_reason"] != "rejected"]
+    out = {"sim_ttft_ms": float(done["ttft_s"].mean() * 1e3), "sim_tpot_ms": float(done["tpot_s"].mean() * 1e3)}
+    if "engine_ttft_s" in done:
+        out["sim_engine_ttft_ms"] = float(done["engine_ttft_s"].mean() * 1e3)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--tp", type=int, action="append", help="only these TP sizes")
+    parser.add_argument("--requests-per-client", type=int, default=4)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args()
+    grid = pd.read_csv(GRID)
+    if args.tp:
+        grid = grid[grid.tp_size.isin(args.tp)]
+    rows = []
+    for row in grid.itertuples():
+        sim = simulate_point(point_config(row, args.requests_per_client), args.overrides)
+        rows.append({"tp": row.tp_size, "isl": row.isl, "osl": row.osl, "clients": row.batch_size,
+                     "real_ttft_ms": row.silicon_ttft_ms, "real_tpot_ms": row.silicon_tpot_ms, **sim})
+        r = rows[-1]
+        r["ttft_err"] = r["sim_ttft_ms"] / r["real_ttft_ms"] - 1
+        r["tpot_err"] = r["sim_tpot_ms"] / r["real_tpot_ms"] - 1
+        print(f"tp{r['tp']} isl{r['isl']} osl{r['osl']} c{r['clients']}: TTFT {r['real_ttft_ms']:.0f} vs "
+              f"{r['sim_ttft_ms']:.0f} ms ({r['ttft_err']:+.1%}), TPOT {r['real_tpot_ms']:.1f} vs "
+              f"{r['sim_tpot_ms']:.1f} ms ({r['tpot_err']:+.1%})", flush=True)
+    table = pd.DataFrame(rows)
+    print(f"median |TTFT err| {np.median(np.abs(table.ttft_err)):.1%} (signed {np.median(table.ttft_err):+.1%}), "
+          f"median |TPOT err| {np.median(np.abs(table.tpot_err)):.1%} (signed {np.median(table.tpot_err):+.1%}); "
+          f"TTFT within 20 %: {(np.abs(table.ttft_err) <= 0.2).sum()}/{len(table)}, "
+          f"TPOT within 10 %: {(np.abs(table.tpot_err) <= 0.1).sum()}/{len(table)}")
+    if args.out:
+        table.to_csv(args.out, index=False)
+
+
+if __name__ == "__main__":
+    main()
