@@ -18,15 +18,18 @@ E2E + in + out, and ITL / TPOT are the engine's (a constant shift of every token
 taken never to saturate: one API-server process handles every request's tokens, and at very high
 token rates it becomes the bottleneck (vLLM's `--api-server-count`); that queueing is not modelled.
 
-Default constants (`FrontEnd.vllm_default()`): the medians of BLIS's published vLLM coefficients
-(inference-sim/inference-sim `defaults.yaml`, commit 1a6eb35: 33 fits of real vLLM 0.8.4 / 0.10.1
-runs on H100 and A100-80GB, 8B-120B models, TP 1-8, each fitted to that run's client-side TTFT, ITL
-and E2E): alpha0 (fixed time before the engine queue, `getQueueingTime`) median 4.27 ms, alpha1
-(per prompt token) median 3.5 µs, alpha2 (per output token, added to its time at the client,
-`getOutputTokenProcessingTime`) median 6.0 ms. Cross-check: Hugging Face fast-tokenizer encode
-measured at 10-21 µs a token for 131-token prompts including the call's fixed cost
-(tenstorrent/tt-inference-server issue 2173), a few µs a token for long prompts. None is fitted to
-any run this project verifies against; set them per deployment in `frontend:`.
+Default constants (`FrontEnd.vllm_default()`): the time before the engine's queue is the medians of
+BLIS's published vLLM coefficients (inference-sim/inference-sim `defaults.yaml`, commit 1a6eb35: 33
+fits of real vLLM 0.8.4 / 0.10.1 runs on H100 and A100-80GB, 8B-120B models, TP 1-8, each fitted to
+that run's client-side TTFT, ITL and E2E): alpha0, the fixed time a request spends before the engine's
+queue (`getQueueingTime`), median 4.27 ms; alpha1, per prompt token, median 3.5 µs (cross-check:
+Hugging Face fast-tokenizer encode measured at 10-21 µs a token for 131-token prompts including the
+call's fixed cost, tenstorrent/tt-inference-server issue 2173; a few µs a token for long prompts). The
+output path defaults to 0: no public measurement separates it (BLIS's alpha2 is added to every ITL
+as well as to TTFT and is fitted jointly with its step-time model, so it is not this delay, and this
+simulator's ITL comes from measured kernels). None is fitted to any run this project verifies
+against; set them per deployment in `frontend:` (`output_ms` where the client's own measurement of
+the output path is known).
 """
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ import numpy as np
 # BLIS defaults.yaml medians (module docstring), in the units a config gives them.
 DEFAULT_REQUEST_MS = 4.27
 DEFAULT_TOKENIZE_US_PER_TOKEN = 3.5
-DEFAULT_OUTPUT_MS = 6.0
+DEFAULT_OUTPUT_MS = 0.0  # module docstring: not measured apart from ITL
 MAX_DELAY_S = 60.0  # a front-end delay above a minute is a unit mistake, not a server
 
 

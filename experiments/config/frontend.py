@@ -15,7 +15,8 @@ class FrontendConfig(_Strict):
     """The serving front end between client and engine (`simulator/frontend.py`): vLLM's OpenAI API
     server. `enabled` None: on for scheduler vllm_v1 (the engine whose server it models), off for
     the others; a cluster (prefill/decode pools) takes none. The defaults are the medians of
-    BLIS's published vLLM coefficients (simulator/frontend.py); 0 zeroes a term. Out of range or
+    BLIS's published vLLM coefficients before the engine and 0 for the output path (simulator/frontend.py);
+    0 zeroes a term. Out of range or
     not a finite number: a config error naming the file and key."""
 
     enabled: bool | None = None  # null: on for scheduler vllm_v1 (vLLM's API server), off for the others and with cluster:
