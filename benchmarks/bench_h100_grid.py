@@ -8,7 +8,9 @@ Each point is simulated as shipped: `vllm_v1` with vLLM's H100 defaults (token b
 1,024), `cost_model: auto`, a closed loop of `batch_size` clients with think time 0 that all start at t = 0
 (as `vllm bench serve --max-concurrency` sends them), fixed ISL/OSL (ignore_eos), random prompts (no prefix
 hits), `--requests-per-client` requests per client, means over every request. Extra `--set`-style keys
-(`engine.async_scheduling=false`, `frontend.enabled=false`) apply to every point.
+(`engine.async_scheduling=false`, `frontend.enabled=false`) apply to every point. `--spread` is a
+diagnostic of the client-start assumption: client k of c starts at k/c of the in-phase run's mean E2E
+(the clients spread over one request's lifetime, as a desynchronised steady state would have them).
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_h100_grid.py [--out runs/h100_grid.csv] [--tp 2] \
         [--requests-per-client 4] [--set KEY=VALUE ...]
@@ -47,17 +49,29 @@ def point_config(row, requests_per_client: int) -> dict:
     }
 
 
-def simulate_point(config: dict, overrides: list[str]) -> dict:
+def simulate_point(config: dict, overrides: list[str], spread_s: float = 0.0) -> dict:
+    import experiments.point as point_module
     from experiments.config import SweepConfig, load_config
-    from experiments.point import run_point
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "point.yaml"
         path.write_text(yaml.safe_dump(config))
         _, points = load_config(path, overrides, on_warning=lambda text: None)
-    result = run_point(SweepConfig.model_validate(points[0]))
+    load = point_module.load_requests
+    if spread_s > 0:  # the diagnostic: clients start spread over `spread_s` instead of all at 0
+        def spread_load(trace):
+            workload, info = load(trace)
+            c = min(workload.num_clients, workload.num_requests)
+            workload.initial_requests = lambda: [workload._issue(k, k * spread_s / c) for k in range(c)]
+            return workload, info
+        point_module.load_requests = spread_load
+    try:
+        result = point_module.run_point(SweepConfig.model_validate(points[0]))
+    finally:
+        point_module.load_requests = load
     r = result.requests
     done = r[r["finish_reason"] != "rejected"]
-    out = {"sim_ttft_ms": float(done["ttft_s"].mean() * 1e3), "sim_tpot_ms": float(done["tpot_s"].mean() * 1e3)}
+    out = {"sim_ttft_ms": float(done["ttft_s"].mean() * 1e3), "sim_tpot_ms": float(done["tpot_s"].mean() * 1e3),
+           "sim_e2e_s": float(done["e2e_s"].mean())}
     if "engine_ttft_s" in done:
         out["sim_engine_ttft_ms"] = float(done["engine_ttft_s"].mean() * 1e3)
     return out
@@ -69,6 +83,7 @@ def main() -> None:
     parser.add_argument("--tp", type=int, action="append", help="only these TP sizes")
     parser.add_argument("--requests-per-client", type=int, default=4)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--spread", action="store_true", help="diagnostic: clients spread over one request's life")
     args = parser.parse_args()
     grid = pd.read_csv(GRID)
     if args.tp:
@@ -76,6 +91,8 @@ def main() -> None:
     rows = []
     for row in grid.itertuples():
         sim = simulate_point(point_config(row, args.requests_per_client), args.overrides)
+        if args.spread:
+            sim = simulate_point(point_config(row, args.requests_per_client), args.overrides, sim["sim_e2e_s"])
         rows.append({"tp": row.tp_size, "isl": row.isl, "osl": row.osl, "clients": row.batch_size,
                      "real_ttft_ms": row.silicon_ttft_ms, "real_tpot_ms": row.silicon_tpot_ms, **sim})
         r = rows[-1]
