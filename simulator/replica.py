@@ -250,7 +250,14 @@ class Replica:
                 # schedules at once (the requests were handed to the scheduler on submit).
                 self._idle, self._woke = False, True
                 continue
-            if self.next_arrival_s is not None and not self._unseen:
+            if self.next_arrival_s is not None and self._unseen:
+                # A request the step beginning now does not see (async scheduling) may be admitted
+                # by the next: only this step can be a window (its plan built without `schedule`).
+                running, window = self.scheduler.decode_window()
+                if window >= 1:
+                    yield from self._decode_window(running, 1)
+                    continue
+            elif self.next_arrival_s is not None:
                 running, window = self.scheduler.decode_window()
                 if window >= 2:
                     yield from self._decode_window(running, window)

@@ -116,8 +116,14 @@ def test_per_request_errors_pair_requests_by_trace_order(tmp_path):
 
     run = read_recorded_run(_bundle(tmp_path, [_request(0, 0.0, 1.0, 2.0), _request(1, 1.0, 3.0, 5.0)]))
     # measured TTFT 1.0 (r0) and 2.0 (r1); simulated 1.05 and 1.9: +5 % and −5 %; E2E 2.0 and 4.0 exactly.
-    simulated = pd.DataFrame({"request_id": [1, 0], "ttft_s": [1.9, 1.05], "tpot_s": [0.2, 0.1], "e2e_s": [4.0, 2.0]})
+    # The terms: measured scheduled at arrival (queue 0: no relative error), first token 1.0 and 2.0
+    # after it; simulated r1 scheduled 0.2 s late, its first token 1.7 s after: +5 % (r0) and −15 % (r1).
+    simulated = pd.DataFrame({"request_id": [1, 0], "ttft_s": [1.9, 1.05], "tpot_s": [0.2, 0.1], "e2e_s": [4.0, 2.0],
+                              "arrival_s": [1.0, 0.0], "first_scheduled_s": [1.2, 0.0], "first_token_s": [2.9, 1.05]})
     errors = per_request_errors(run, simulated).set_index("metric")
+    assert errors.loc["first_token_after_scheduled_s", "err P50 %"] == pytest.approx(-5.0)
+    assert errors.loc["first_token_after_scheduled_s", "within ±10 %"] == 0.5
+    assert errors.loc["queue_s", "requests"] == 0  # a measured queue of 0 has no relative error
     assert errors.loc["ttft_s", "err P10 %"] == pytest.approx(-4.0)
     assert errors.loc["ttft_s", "err P50 %"] == pytest.approx(0.0)
     assert errors.loc["e2e_s", "err P90 %"] == pytest.approx(0.0)
@@ -164,7 +170,8 @@ def test_verify_against_run_on_a_small_bundle(tmp_path):
     assert measured["makespan_s"] == pytest.approx(1007.5 - 1000.0)
     assert measured["ttft_s_p50"] == pytest.approx(0.6)
     per_request = next(iter(document["extra"].values()))
-    assert [row["metric"] for row in per_request] == ["ttft_s", "tpot_s", "e2e_s"]
+    assert [row["metric"] for row in per_request] == ["ttft_s", "tpot_s", "e2e_s", "queue_s",
+                                                      "first_token_after_scheduled_s"]
     assert (out / "plots" / "per_second.png").is_file() and (out / "trace.csv").is_file()
 
 

@@ -533,8 +533,13 @@ def write_trace(run: RecordedRun, path: Path) -> Path:
 
 
 def per_request_errors(run: RecordedRun, simulated: pd.DataFrame) -> pd.DataFrame:
-    """Per-request signed errors (%) of TTFT, TPOT and E2E: the simulation's request i is the
-    trace's row i, i.e. the recording's i-th request by engine arrival.
+    """Per-request signed errors (%) of TTFT, TPOT and E2E, and of TTFT's two engine terms, so a
+    report says which is off: `queue_s` (queued_ts to scheduled_ts: waiting for the scheduler to
+    take it) and `first_token_after_scheduled_s` (scheduled_ts to first_token_ts: with async
+    scheduling the step already in flight, then the prompt's steps). The simulation's request i is
+    the trace's row i, i.e. the recording's i-th request by engine arrival; its terms are
+    first_scheduled_s − arrival_s and first_token_s − first_scheduled_s (`first_scheduled_s` is
+    when vLLM's scheduler decided, as `scheduled_ts`: simulator/replica.py).
 
     Args:
         simulated: the simulator's requests frame (`simulator.metrics.requests_frame`), request_id
@@ -549,10 +554,15 @@ def per_request_errors(run: RecordedRun, simulated: pd.DataFrame) -> pd.DataFram
     if len(simulated) != len(run.requests):
         raise ValueError(f"the simulation has {len(simulated)} requests, the recording {len(run.requests)}")
     sim = simulated.sort_values("request_id", kind="stable").reset_index(drop=True)
+    r = run.requests
+    measured_terms = {"queue_s": r["scheduled_s"] - r["arrival_s"],
+                      "first_token_after_scheduled_s": r["first_token_s"] - r["scheduled_s"]}
+    simulated_terms = {"queue_s": sim["first_scheduled_s"] - sim["arrival_s"],
+                       "first_token_after_scheduled_s": sim["first_token_s"] - sim["first_scheduled_s"]}
     rows = []
-    for metric in ("ttft_s", "tpot_s", "e2e_s"):
-        measured = run.requests[metric].to_numpy(dtype=float)
-        predicted = sim[metric].to_numpy(dtype=float)
+    for metric in ("ttft_s", "tpot_s", "e2e_s", *measured_terms):
+        measured = (measured_terms[metric] if metric in measured_terms else r[metric]).to_numpy(dtype=float)
+        predicted = (simulated_terms[metric] if metric in simulated_terms else sim[metric]).to_numpy(dtype=float)
         ok = np.isfinite(measured) & np.isfinite(predicted) & (measured > 0)
         error = 100.0 * (predicted[ok] - measured[ok]) / measured[ok]
         p10, p50, p90 = np.percentile(error, [10, 50, 90]) if error.size else (np.nan,) * 3
