@@ -105,19 +105,25 @@ def async_scheduling_on(point: SweepConfig) -> bool:
     vllm_v1, off with pipeline parallelism (the batch queue then holds the pipeline's
     micro-batches), with split-N on the CPU n-gram drafter (vLLM keeps async scheduling only for
     EAGLE/MTP, draft models and `ngram_gpu`), for a mixture-of-experts model's DP ranks stepped in
-    lockstep and for a cluster's pools (neither modelled here); off for every other scheduler.
+    lockstep, beside a KV offload tier and for a cluster's pools (none modelled here); off for every
+    other scheduler.
 
     Raises:
-        ValueError: async_scheduling true for lockstep MoE DP ranks (the config checks the rest)."""
+        ValueError: async_scheduling true for lockstep MoE DP ranks or beside a KV offload tier (the
+            config checks the rest)."""
     e = point.engine
     lockstep_dp = e.data_parallel_size > 1 and get_model_spec(point.model).moe is not None
+    offload = getattr(e.kv_offload, "cpu_gib", 0) > 0  # a KV offload tier (its loads): not modelled with async
     if e.async_scheduling is not None:
         if e.async_scheduling and lockstep_dp:
             raise ValueError("engine.async_scheduling true with data_parallel_size > 1 on a mixture-of-experts model: "
                              "async scheduling of DP ranks stepped in lockstep is not modelled; set it false")
+        if e.async_scheduling and offload:
+            raise ValueError("engine.async_scheduling true with engine.kv_offload: async scheduling beside the KV "
+                             "offload tier's loads is not modelled; set it false or remove kv_offload")
         return e.async_scheduling
     return (e.scheduler == "vllm_v1" and e.pipeline_parallel_size == 1 and not (e.split_n and e.draft == "ngram")
-            and not lockstep_dp and point.cluster is None)
+            and not lockstep_dp and not offload and point.cluster is None)
 
 
 def host_s_per_seq(point: SweepConfig) -> float:
