@@ -26,7 +26,7 @@ BUILTIN_ROPE_THETA = {"llama-3-8b": 500000.0, "llama-3-70b": 500000.0, "llama-3.
                       "qwen3-8b": 1000000.0, "qwen3-14b": 1000000.0, "qwen3-32b": 1000000.0,
                       "mixtral-8x7b": 1000000.0, "llama-3.1-70b": 500000.0, "llama-3.3-70b": 500000.0,
                       "llama-3.1-405b": 500000.0, "llama-3.1-70b-fp8": 500000.0, "qwen3-32b-fp8": 1000000.0,
-                      "qwen3-235b-a22b": 1000000.0}
+                      "qwen3-235b-a22b": 1000000.0, "qwen3-235b-a22b-fp8": 1000000.0, "qwen3-30b-a3b-fp8": 1000000.0}
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionMetadata, float], torch.Tensor]
 

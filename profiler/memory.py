@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 from profiler.device_spec import DeviceSpec
 from profiler.model_spec import ModelSpec
-from profiler.moe_memory import moe_forward_peak_bytes, weight_params_per_rank
+from profiler.moe_memory import moe_forward_peak_bytes, weight_bytes_per_rank
 
 GIB = 2**30
 
@@ -144,8 +144,8 @@ def weights_memory_bytes(model: ModelSpec, tensor_parallel_size: int = 1, dtype_
     (`profiler.moe_memory.weight_params_per_rank`)."""
     rotary = model.max_model_len * model.head_dim * _ACTIVATION_BYTES
     if model.moe is not None:
-        return weight_params_per_rank(model, tensor_parallel_size, data_parallel_size,
-                                      enable_expert_parallel) * dtype_bytes + rotary
+        return weight_bytes_per_rank(model, tensor_parallel_size, data_parallel_size, enable_expert_parallel,
+                                     dtype_bytes) + rotary
     return model.weight_bytes(dtype_bytes) // tensor_parallel_size + rotary
 
 

@@ -60,9 +60,9 @@ class ModelSpec:
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(f"model {self.name!r}: num_attention_heads {self.num_attention_heads} is "
                              f"not a multiple of num_key_value_heads {self.num_key_value_heads}")
-        if self.moe is not None and self.quantization is not None:
+        if self.moe is not None and self.quantization is not None and self.quantization.kernel not in ("fp8", "fp8_block"):
             raise ValueError(f"model {self.name!r}: quantised mixture-of-experts weights ({self.quantization.label}, "
-                             f"from {self.quantization.source}) are not priced yet: the fused-MoE tables are BF16")
+                             f"from {self.quantization.source}) are not priced yet: the fused-MoE tables are BF16 and FP8")
 
     def to_fields(self) -> dict:
         """The spec as a JSON-ready dict (`dataclasses.asdict`), without `quantization` when it is
@@ -171,8 +171,13 @@ class ModelSpec:
 
     def linear_params(self) -> int:
         """Weights of the decoder layers' linear layers (elements): the ones a quantisation
-        method stores quantised (`layer_gemm_shapes` at tp 1 × layers; biases not included)."""
-        return self.num_layers * sum(in_dim * out_dim for _, in_dim, out_dim in self.layer_gemm_shapes())
+        method stores quantised (`layer_gemm_shapes` at tp 1 × layers; biases not included), and
+        of a mixture of experts its routed and shared experts (the router stays BF16: vLLM's
+        `gate` is left unquantised, e.g. Qwen3-MoE FP8's modules_to_not_convert)."""
+        attention = self.num_layers * sum(in_dim * out_dim for _, in_dim, out_dim in self.layer_gemm_shapes())
+        if self.moe is None:
+            return attention
+        return attention + self.expert_params() + self.num_layers * self.moe.shared_params(self.hidden_size)
 
     def weight_bytes(self, dtype_bytes: int) -> int:
         """Bytes of all weights: `dtype_bytes` per element (2 for bf16), except the linear layers'
@@ -281,6 +286,14 @@ BUILTIN_MODELS: dict[str, ModelSpec] = {
         # 128 experts of width 1536, top-8, vocab 151936, 40960 positions, untied (card: 235 B / 22 B active).
         ModelSpec("qwen3-235b-a22b", 94, 4096, 64, 4, 128, 12288, 151936, 40960, qk_norm=True,
                   moe=MoESpec(num_experts=128, num_experts_per_tok=8, expert_intermediate_size=1536)),
+        # Qwen/Qwen3-235B-A22B-FP8 and Qwen/Qwen3-30B-A3B-FP8: the same shapes, quant_method fp8 with
+        # weight_block_size [128, 128] (routed and shared experts and attention FP8, the router BF16).
+        ModelSpec("qwen3-235b-a22b-fp8", 94, 4096, 64, 4, 128, 12288, 151936, 40960, qk_norm=True,
+                  moe=MoESpec(num_experts=128, num_experts_per_tok=8, expert_intermediate_size=1536),
+                  quantization=WeightFormat("fp8", "fp8_block", 8, source="Qwen/Qwen3-235B-A22B-FP8 config.json")),
+        ModelSpec("qwen3-30b-a3b-fp8", 48, 2048, 32, 4, 128, 6144, 151936, 40960, qk_norm=True,
+                  moe=MoESpec(num_experts=128, num_experts_per_tok=8, expert_intermediate_size=768),
+                  quantization=WeightFormat("fp8", "fp8_block", 8, source="Qwen/Qwen3-30B-A3B-FP8 config.json")),
         # Qwen/Qwen3-30B-A3B-Instruct-2507: the same shapes, a 262,144-token context (its config.json).
         ModelSpec("qwen3-30b-a3b-instruct-2507", 48, 2048, 32, 4, 128, 6144, 151936, 262144, qk_norm=True,
                   moe=MoESpec(num_experts=128, num_experts_per_tok=8, expert_intermediate_size=768)),

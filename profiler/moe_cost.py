@@ -173,7 +173,8 @@ class MoEBlockCost:
                     edge = lo if tokens < lo else hi
                     t_edge = float(np.exp(np.interp(math.log(edge), x, y)))
                     return t_edge * self._experts_roofline_s(tokens) / self._experts_roofline_s(edge), True
-                return curve, (f"{label}: moe (hidden {self.model.hidden_size}, width {moe.expert_intermediate_size}, "
+                kind = "moe" if self.dtype_bytes != 1 else "moe, FP8 experts"
+                return curve, (f"{label}: {kind} (hidden {self.model.hidden_size}, width {moe.expert_intermediate_size}, "
                                f"top-{moe.num_experts_per_tok} of {moe.num_experts}, moe_tp {lay.moe_tp}, "
                                f"moe_ep {lay.moe_ep}, {distribution})")
         if usable_block:
@@ -386,14 +387,19 @@ def build_moe_cost_model(cost_model: str, model: ModelSpec, device: DeviceSpec, 
     else:
         gemm_s = _measured_gemm(base)
     flops_eff, bw_eff, latency = base.flops_efficiency, base.bandwidth_efficiency, base.kernel_latency_s
-    table_source = next((s for s in sources if "moe" in s.tables), None)
+    # FP8 experts (model.quantization, profiler/quantization.py) from the tables' fp8 / fp8_block
+    # fused-MoE rows; their roofline with 1-byte weights. A model-specific BF16 block table does not apply.
+    kernel = "bf16" if model.quantization is None else model.quantization.kernel
+    moe_table = {"bf16": "moe", "fp8": "moe_fp8", "fp8_block": "moe_fp8_block"}[kernel]
+    expert_bytes = dtype_bytes if kernel == "bf16" else 1
+    table_source = next((s for s in sources if moe_table in s.tables), None)
     from profiler.measured.cost_model import shape_key
 
-    block_source = next((s for s in sources if "moe_block" in s.tables and s.model is not None
+    block_source = next((s for s in sources if kernel == "bf16" and "moe_block" in s.tables and s.model is not None
                          and shape_key(s.model) == shape_key(model) and s.model.moe == model.moe
                          and s.tensor_parallel_size == 1), None)
     block = MoEBlockCost(model, device, layout, expert_routing_skew,
-                         table_source.tables["moe"] if table_source is not None else None, gemm_s, dtype_bytes,
+                         table_source.tables[moe_table] if table_source is not None else None, gemm_s, expert_bytes,
                          flops_eff, bw_eff, latency, table_source.label if table_source is not None else "",
                          block_source.tables["moe_block"] if block_source is not None else None,
                          block_source.label if block_source is not None else "")

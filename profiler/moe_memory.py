@@ -10,6 +10,8 @@ and replicated across DP ranks.
 """
 from __future__ import annotations
 
+import math
+
 from profiler.model_spec import ModelSpec
 
 _ACTIVATION_BYTES = 2
@@ -27,12 +29,35 @@ def weight_params_per_rank(model: ModelSpec, tensor_parallel_size: int = 1, data
     if model.moe is None:
         return model.num_params // tensor_parallel_size
     experts = model.expert_params()
-    gpus = tensor_parallel_size * data_parallel_size
-    if enable_expert_parallel:
-        local = experts // model.moe.num_experts * model.moe.experts_per_rank(gpus)
-    else:
-        local = experts // gpus
+    local = _local_expert_params(model, tensor_parallel_size, data_parallel_size, enable_expert_parallel)
     return (model.num_params - experts) // tensor_parallel_size + local
+
+
+def _local_expert_params(model: ModelSpec, tensor_parallel_size: int, data_parallel_size: int,
+                         enable_expert_parallel: bool) -> int:
+    """Routed-expert weights on the busiest GPU (elements), as `weight_params_per_rank` splits them."""
+    experts, gpus = model.expert_params(), tensor_parallel_size * data_parallel_size
+    if enable_expert_parallel:
+        return experts // model.moe.num_experts * model.moe.experts_per_rank(gpus)
+    return experts // gpus
+
+
+def weight_bytes_per_rank(model: ModelSpec, tensor_parallel_size: int = 1, data_parallel_size: int = 1,
+                          enable_expert_parallel: bool = False, dtype_bytes: int = 2) -> int:
+    """Bytes of `weight_params_per_rank`: `dtype_bytes` each, except, for a quantised model
+    (`model.quantization`), its routed experts on this GPU and its attention linears and shared
+    expert over TP at `quantization.bytes_per_param` (`ModelSpec.linear_params`; router,
+    embedding, LM head and norms stay at `dtype_bytes`).
+
+    Raises:
+        ValueError: as `weight_params_per_rank`.
+    """
+    params = weight_params_per_rank(model, tensor_parallel_size, data_parallel_size, enable_expert_parallel)
+    if model.quantization is None:
+        return params * dtype_bytes
+    local = _local_expert_params(model, tensor_parallel_size, data_parallel_size, enable_expert_parallel)
+    quantized = local + (model.linear_params() - model.expert_params()) // tensor_parallel_size
+    return (params - quantized) * dtype_bytes + math.ceil(quantized * model.quantization.bytes_per_param)
 
 
 def moe_forward_peak_bytes(model: ModelSpec, max_num_batched_tokens: int, tensor_parallel_size: int = 1,

@@ -179,10 +179,12 @@ def read_quantization_config(config: Any, path: Path | str) -> WeightFormat:
 def _only_lm_head_skipped(skipped: Any, where: str) -> None:
     """Layers left unquantised beyond the LM head and embedding (always BF16 here) make a
     mixed-format model."""
-    others = [name for name in (skipped or []) if not str(name).split(":")[-1].endswith(("lm_head", "embed_tokens"))]
+    # The router (`mlp.gate`, Qwen2-MoE's `shared_expert_gate`) is BF16 here too (`ModelSpec.linear_params`).
+    others = [name for name in (skipped or []) if not str(name).split(":")[-1].endswith(
+        ("lm_head", "embed_tokens", "mlp.gate", "shared_expert_gate"))]
     if others:
         raise ValueError(f"{where}: layers left unquantised ({others[:4]}{' ...' if len(others) > 4 else ''}); "
-                         "mixed per-layer formats are not priced (only lm_head and embed_tokens may be left out)")
+                         "mixed per-layer formats are not priced (only lm_head, embed_tokens and the MoE router gate may be left out)")
 
 
 def _fp8(config: dict, where: str) -> WeightFormat:
@@ -376,3 +378,39 @@ def weight_only_gemm_time_s(m: float, n: float, k: float, device, bytes_per_para
     num_bytes = 2.0 * m * k + bytes_per_param * k * n + 2.0 * m * n
     return max(flops / (device.peak_bf16_flops * flops_efficiency),
                num_bytes / (device.mem_bandwidth_bytes_per_s * bandwidth_efficiency)) + kernel_latency_s
+
+
+FP8_BLOCK = 128  # the block edge of the priced block-FP8 format (weight_block_size [128, 128])
+
+
+def block_fp8_shape_problem(model, tensor_parallel_size: int, moe_tensor_parallel_size: int = 1) -> str | None:
+    """Why vLLM would refuse a block-FP8 `model` at these degrees, or None.
+
+    vLLM checks every weight partition against the 128 × 128 blocks (`validate_fp8_block_shape`,
+    vllm/model_executor/layers/quantization/utils/fp8_utils.py: a column-parallel layer's output
+    partitions and a row-parallel layer's input partition must be multiples of block_n / block_k;
+    the fused-MoE weights the same, `Fp8MoEMethod.create_weights`: the per-rank expert width must
+    be a multiple of block_n). E.g. Qwen3-235B-A22B-FP8 (expert width 1536) at MoE TP 8 leaves 192.
+
+    Args:
+        model: a `ModelSpec` whose `quantization.kernel` is fp8_block (others: None).
+        moe_tensor_parallel_size: ranks each expert's width is split over (1 with expert parallelism).
+    """
+    fmt = model.quantization
+    if fmt is None or fmt.kernel != "fp8_block":
+        return None
+    tp = tensor_parallel_size
+    q_out = model.num_attention_heads // tp * model.head_dim
+    partitions = {"q_proj output": q_out, "k_proj / v_proj output": model.kv_heads_per_rank(tp) * model.head_dim,
+                  "o_proj input": q_out}
+    if model.moe is None:
+        partitions["gate_up_proj output / down_proj input"] = model.intermediate_size // tp
+    else:
+        partitions["expert width"] = model.moe.expert_intermediate_size // moe_tensor_parallel_size
+    bad = [f"{name} {size}" for name, size in partitions.items() if size % FP8_BLOCK]
+    if not bad:
+        return None
+    return (f"{model.name}'s block-FP8 weights ({fmt.source}) split over tensor_parallel_size {tp}"
+            f"{f' (MoE width over {moe_tensor_parallel_size})' if model.moe is not None else ''} leave per-rank "
+            f"{', '.join(bad)}, not multiples of the {FP8_BLOCK}-wide blocks: vLLM refuses this "
+            "(fp8_utils.validate_fp8_block_shape); choose another degree or enable_expert_parallel")

@@ -44,6 +44,8 @@ PUBLISHED = {
     # Qwen/Qwen3-32B-FP8 card: "Number of Parameters: 32.8B"); their bytes differ, not their count.
     "llama-3.1-70b-fp8": (70.6e9, 0.05e9),
     "qwen3-32b-fp8": (32.8e9, 0.05e9),
+    "qwen3-235b-a22b-fp8": (235e9, 0.5e9),  # Qwen/Qwen3-235B-A22B-FP8 card: 235B, as its BF16 twin
+    "qwen3-30b-a3b-fp8": (30.5e9, 0.05e9),  # Qwen/Qwen3-30B-A3B-FP8 card: 30.5B
 }
 # The same Qwen cards, "Number of Parameters (Non-Embedding)": 6.53B, 6.95B, 13.2B, 31.2B.
 PUBLISHED_NON_EMBEDDING = {"qwen2.5-7b": 6.53e9, "qwen3-8b": 6.95e9, "qwen3-14b": 13.2e9, "qwen3-32b": 31.2e9}

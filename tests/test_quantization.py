@@ -2,6 +2,7 @@
 and per KV element, the KV pool they leave, the FP8 measured tables priced, and every format the
 tool cannot price refused with the field named."""
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -117,8 +118,7 @@ def test_builtin_fp8_variants_and_engine_quantization():
         get_model_spec("llama-3.1-70b").served("awq")
     with pytest.raises(ValueError, match="does not match the checkpoint's quant_method 'fp8'"):
         get_model_spec("qwen3-32b-fp8").served("gptq")
-    with pytest.raises(ValueError, match="quantised mixture-of-experts weights .* are not priced yet"):
-        get_model_spec("qwen3-235b-a22b").served("fp8")
+    assert get_model_spec("qwen3-235b-a22b").served("fp8").quantization.kernel == "fp8"  # FP8 experts (fused-MoE fp8 rows)
 
 
 def test_kv_bytes_per_token_per_format():
@@ -248,3 +248,34 @@ def test_auto_kv_cache_takes_a_modelopt_checkpoints_fp8_kv(tmp_path):
     assert "--kv-cache-dtype bfloat16" in vllm_serve_command(pinned)
     with pytest.raises(ValueError, match="engine.kv_cache_dtype 'fp8': device 'a100-80gb' has no FP8 support"):
         SweepConfig.model_validate({**_point(), "model": path, "device": "a100-80gb"})
+
+
+def test_fp8_mixture_of_experts_weights_tables_and_block_shapes():
+    from profiler.memory import weights_memory_bytes
+    from profiler.moe_cost import build_moe_cost_model
+    from profiler.moe_memory import weight_params_per_rank
+
+    fp8, bf16 = get_model_spec("qwen3-235b-a22b-fp8"), get_model_spec("qwen3-235b-a22b")
+    assert fp8.num_params == bf16.num_params == 235_093_634_560
+    # Quantised: 94 × 128 experts × 3 × 4096 × 1536 = 227,096,395,776 expert weights and 94 × 71,303,168
+    # attention-linear weights; the router, embedding, LM head and norms stay BF16.
+    assert fp8.expert_params() == 227_096_395_776 and fp8.linear_params() == 227_096_395_776 + 6_702_497_792
+    # One of 8 GPUs (MoE TP 8): 29,386,704,320 weights, of them 29,224,861,696 FP8 at 1 + 4 / 128² bytes
+    # (+ 7,134,976 B of block scales), 161,842,624 BF16, + the rotary cache 40960 × 128 × 2.
+    assert weight_params_per_rank(fp8, 8) == 29_386_704_320
+    assert weights_memory_bytes(fp8, 8) == 161_842_624 * 2 + 29_224_861_696 + 7_134_976 + 10_485_760
+    assert weights_memory_bytes(bf16, 8) == 29_386_704_320 * 2 + 10_485_760
+    h100 = get_device_spec("h100-sxm")
+    cost = build_moe_cost_model("auto", fp8, h100, 4)
+    assert "moe, FP8 experts (hidden 4096, width 1536, top-8 of 128, moe_tp 4" in cost.describe()["parts"]["moe_experts"]
+    ep = build_moe_cost_model("auto", fp8, h100, 8, enable_expert_parallel=True)
+    assert "moe_tp 1, moe_ep 8" in ep.describe()["parts"]["moe_experts"]
+    slower = build_moe_cost_model("auto", bf16, h100, 4)
+    assert cost.predict_step_s([1] * 32, [1000] * 32, [False] * 32) < 0.8 * slower.predict_step_s([1] * 32, [1000] * 32, [False] * 32)
+    # vLLM refuses block-FP8 experts whose per-rank width is not a multiple of 128 (1536 / 8 = 192).
+    with pytest.raises(ValueError, match=r"engine.tensor_parallel_size: .*expert width 192, not multiples of the 128"):
+        SweepConfig.model_validate({**_point(tensor_parallel_size=8), "model": "qwen3-235b-a22b-fp8"})
+    SweepConfig.model_validate({**_point(tensor_parallel_size=8, enable_expert_parallel=True), "model": "qwen3-235b-a22b-fp8"})
+    awq_moe = read_quantization_config({"quant_method": "awq", "bits": 4, "group_size": 128}, "m/config.json")
+    with pytest.raises(ValueError, match="quantised mixture-of-experts weights .* are not priced yet"):
+        replace(bf16, quantization=awq_moe)

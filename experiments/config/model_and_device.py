@@ -36,7 +36,7 @@ def _check_quantization(model, device, e: EngineConfig) -> None:
     Raises:
         ValueError: naming engine.quantization / engine.kv_cache_dtype and what is valid.
     """
-    from profiler.quantization import kernel_for, kv_cache_dtype_bytes, resolved_kv_cache_dtype
+    from profiler.quantization import block_fp8_shape_problem, kernel_for, kv_cache_dtype_bytes, resolved_kv_cache_dtype
 
     try:
         served = model.served(e.quantization)
@@ -44,6 +44,10 @@ def _check_quantization(model, device, e: EngineConfig) -> None:
             kernel_for(served.quantization, device)
     except ValueError as exc:
         raise ValueError(f"engine.quantization: {exc}") from None
+    moe_tp = 1 if e.enable_expert_parallel else e.tensor_parallel_size * e.data_parallel_size
+    problem = block_fp8_shape_problem(served, e.tensor_parallel_size, moe_tp)
+    if problem:
+        raise ValueError(f"engine.tensor_parallel_size: {problem}")
     # Its message names engine.kv_cache_dtype (an `auto` resolved to the checkpoint's FP8 included).
     kv_cache_dtype_bytes(resolved_kv_cache_dtype(e.kv_cache_dtype, served.quantization), device)
 

@@ -41,6 +41,8 @@ HF_MODEL_IDS = {
     # FP8 checkpoints: vLLM reads their quantization_config itself (no --quantization needed).
     "llama-3.1-70b-fp8": "RedHatAI/Meta-Llama-3.1-70B-Instruct-FP8",
     "qwen3-32b-fp8": "Qwen/Qwen3-32B-FP8",
+    "qwen3-235b-a22b-fp8": "Qwen/Qwen3-235B-A22B-FP8",
+    "qwen3-30b-a3b-fp8": "Qwen/Qwen3-30B-A3B-FP8",
 }
 # A `cluster:` point is a prefill and a decode pool (simulator/disaggregated.py), not one command.
 DISAGGREGATED_FLAGS = ("(disaggregated: no single vllm serve command; serve each pool's instances with a KV "

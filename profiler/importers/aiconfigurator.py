@@ -243,11 +243,13 @@ def import_aiconfigurator(system_dir: str | Path, device: str | None = None) -> 
             if not keep.all():
                 too_fast[name if name not in _FILES else _FILES[name][1]] = int((~keep).sum())
                 tables[name] = tables[name][keep].reset_index(drop=True)
-        if "moe" in tables:
-            keep = ~moe_faster_than_datasheet(tables["moe"], float(gpu["bfloat16_tc_flops"]), float(gpu["mem_bw"]))
+        for name in [t for t in tables if t.startswith("moe")]:
+            fp8 = name != "moe"  # FP8 experts against the FP8 peak and 1-byte weights
+            peak = float(gpu.get("fp8_tc_flops") or 2 * float(gpu["bfloat16_tc_flops"])) if fp8 else float(gpu["bfloat16_tc_flops"])
+            keep = ~moe_faster_than_datasheet(tables[name], peak, float(gpu["mem_bw"]), 1 if fp8 else BF16_BYTES)
             if not keep.all():
-                too_fast[_FILES["moe"][1]] = int((~keep).sum())
-                tables["moe"] = tables["moe"][keep].reset_index(drop=True)
+                too_fast[name if fp8 else _FILES["moe"][1]] = int((~keep).sum())
+                tables[name] = tables[name][keep].reset_index(drop=True)
     meta = {
         "source": SOURCE, "licence": LICENCE, "engine": "vllm", "engine_version": ", ".join(sorted(versions)),
         "device": {"name": ", ".join(sorted(device_names)) or system.name, "key": device, "system": system.name},
@@ -315,6 +317,11 @@ def _quantized_tables(name: str, raw: pd.DataFrame) -> dict[str, pd.DataFrame]:
         for table, dtype in GEMM_DTYPES.items():
             if table != "gemm" and (raw["gemm_dtype"] == dtype).any():
                 out[table] = convert_gemm(raw, dtype)
+    elif name == "moe":
+        for table, dtype in (("moe_fp8", "fp8"), ("moe_fp8_block", "fp8_block")):
+            rows = convert_moe(raw, dtype)
+            if not rows.empty:
+                out[table] = rows
     elif name in ("context_attention", "decode_attention"):
         for suffix, kv_dtype in KV_DTYPES.items():
             if suffix and (raw["kv_cache_dtype"] == kv_dtype).any():

@@ -31,9 +31,10 @@ SOURCE_COLUMNS = ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "in
 DISTRIBUTIONS = {"balanced": 0.0, "power_law_1.01": 1.01, "power_law_1.2": 1.2}
 
 
-def convert_moe(table: pd.DataFrame) -> pd.DataFrame:
-    """bf16 `vllm_fused_moe` rows of `moe_perf` as `MOE_COLUMNS` (latency ms → s), sorted."""
-    rows = table[(table["moe_dtype"] == "bfloat16") & (table["kernel_source"] == "vllm_fused_moe")
+def convert_moe(table: pd.DataFrame, dtype: str = "bfloat16") -> pd.DataFrame:
+    """`dtype` (bfloat16, fp8, fp8_block) `vllm_fused_moe` rows of `moe_perf` as `MOE_COLUMNS`
+    (latency ms → s), sorted."""
+    rows = table[(table["moe_dtype"] == dtype) & (table["kernel_source"] == "vllm_fused_moe")
                  & table["distribution"].isin(list(DISTRIBUTIONS))]
     out = pd.DataFrame({c: rows[c].astype(np.int64).to_numpy() for c in MOE_COLUMNS[:7]})
     out["distribution"] = rows["distribution"].astype(str).to_numpy()
@@ -41,7 +42,8 @@ def convert_moe(table: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(list(MOE_COLUMNS[1:8]) + ["num_tokens"], kind="stable").reset_index(drop=True)
 
 
-def moe_faster_than_datasheet(table: pd.DataFrame, peak_flops: float, mem_bw: float) -> np.ndarray:
+def moe_faster_than_datasheet(table: pd.DataFrame, peak_flops: float, mem_bw: float,
+                              weight_bytes: int = BF16_BYTES) -> np.ndarray:
     """Rows faster than the datasheet roofline of the work they must do on one rank (100 % of the
     bf16 peak and of the memory bandwidth): reading the weights of the experts the balanced routing
     activates there, min(E / EP, T · k / EP) experts of 3 × hidden × width / TP bf16 values, and
@@ -57,5 +59,5 @@ def moe_faster_than_datasheet(table: pd.DataFrame, peak_flops: float, mem_bw: fl
     expert_values = 3 * hidden * inter / tp
     pairs = tokens * topk / ep
     active = np.minimum(experts / ep, pairs)
-    bound = np.maximum(active * expert_values * BF16_BYTES / mem_bw, 2 * pairs * expert_values / peak_flops)
+    bound = np.maximum(active * expert_values * weight_bytes / mem_bw, 2 * pairs * expert_values / peak_flops)
     return t < bound

@@ -41,10 +41,11 @@ def compact_aiconfigurator(tables: MeasuredTables) -> MeasuredTables:
         t = out[name]
         keep = t["head_dim"].isin((64, 128)) & ((t["num_kv_heads"] <= 8) | (t["num_kv_heads"] == t["num_heads"]))
         out[name] = t[keep].reset_index(drop=True)
-    if "moe" in out:
-        t = out["moe"]
-        shape = list(zip(t["hidden_size"], t["inter_size"], t["topk"], t["num_experts"]))
-        out["moe"] = t[[s in MOE_SHAPES for s in shape]].reset_index(drop=True)
+    for name in ("moe", "moe_fp8", "moe_fp8_block"):
+        if name in out:
+            t = out[name]
+            shape = list(zip(t["hidden_size"], t["inter_size"], t["topk"], t["num_experts"]))
+            out[name] = t[[s in MOE_SHAPES for s in shape]].reset_index(drop=True)
     return MeasuredTables(tables.meta, out)
 
 

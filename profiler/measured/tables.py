@@ -33,6 +33,7 @@ A measured-table directory (written by `sarathi-sim profile import`, shipped und
                                    block (router, top-k, experts) of the model named in
                                    measured.json, every expert on the GPU, with exactly
                                    active_experts experts receiving tokens (LLMServingSim)
+    DIR/moe_fp8.csv, moe_fp8_block.csv: as moe.csv, FP8 experts (per-tensor; 128 × 128 blocks)
 
 A directory holds one import: importing again into it replaces its tables (those the new import
 does not write are removed), and a directory holding anything else is refused
@@ -74,6 +75,10 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "moe": ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size",
             "distribution", "time_s"),
     "moe_block": ("num_tokens", "active_experts", "time_s"),
+    "moe_fp8": ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size",
+                "distribution", "time_s"),
+    "moe_fp8_block": ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size",
+                      "distribution", "time_s"),
 }
 MODEL_TABLES = ("layer_ops", "sequence_ops", "mixed_attention", "moe_block")  # valid for one model at one TP degree
 _REQUIRED_META = ("source", "licence", "engine", "engine_version", "device", "units")
