@@ -5,6 +5,8 @@ A device file (or an inline `device:` mapping in a config) in datasheet units:
     name: my-l40s                      # required; a built-in's name only with its figures
     description: NVIDIA L40S 48 GB     # optional, free text
     memory_gib: 48
+    cuda_total_memory_gib: 44.53       # optional: cudaMemGetInfo's total (what vLLM sizes its pool
+                                       #   from); absent: memory_gib
     dense_bf16_tflops: 362             # dense tensor-core peak (not the 2:4-sparse headline)
     dense_fp8_tflops: 724              # null or absent: no FP8 tensor cores (BF16 peak used)
     memory_bandwidth_gb_per_s: 864
@@ -22,6 +24,20 @@ A device file (or an inline `device:` mapping in a config) in datasheet units:
     step_overhead_ms: 0.5              # optional host time per step
     sync_host_us_per_seq: 49           # optional: a synchronous vLLM V1 engine's host time per sequence a step
     sources: ["datasheet URL or title"]
+
+A device may instead start from a built-in and change a few keys, keeping the built-in's measured
+kernel tables, SM count and CUDA-visible memory (`DeviceSpec.card`):
+
+    name: my-h100                      # required, not a built-in's name
+    base: h100-sxm                     # a built-in (profiler/data/devices/<base>.yaml)
+    step_overhead_ms: 0.9              # e.g. a slower host: the measured tables' host time per step
+    cuda_total_memory_gib: 78.5        # e.g. memory another process holds
+
+Keys not given are the built-in's. The kernel rates its tables were measured at (`BASE_FIXED_KEYS`:
+peaks, memory bandwidth, GPU link) cannot be changed under `base:` (a card with other rates is
+another device: describe it without `base:`), nor can `memory_gib` exceed the built-in's (no card of
+that kind has more); `cuda_total_memory_gib` never exceeds `memory_gib`. Giving `memory_gib` without
+`cuda_total_memory_gib` makes `memory_gib` the CUDA-visible total.
 
 GB is 10^9 bytes and TFLOPS 10^12 FLOP/s, as datasheets print them. Every key is checked; an
 unknown or bad key is a `ValueError` naming the file (or "device (inline)"), the key path and,
@@ -194,8 +210,10 @@ class DeviceFile(_Strict):
     """The whole device file (see the module docstring for the keys and units)."""
 
     name: str = Field(min_length=1)
+    base: str | None = None
     description: str = ""
     memory_gib: float = _Positive
+    cuda_total_memory_gib: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     dense_bf16_tflops: float = _Positive
     dense_fp8_tflops: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     memory_bandwidth_gb_per_s: float = _Positive
@@ -214,6 +232,17 @@ class DeviceFile(_Strict):
     @classmethod
     def _physical(cls, value: float | None, info) -> float | None:
         return check_figure(info.field_name, value)
+
+    @model_validator(mode="after")
+    def _cuda_total_within_memory(self) -> "DeviceFile":
+        if self.cuda_total_memory_gib is not None and self.cuda_total_memory_gib > self.memory_gib:
+            raise ValueError(f"cuda_total_memory_gib ({self.cuda_total_memory_gib:g}) exceeds memory_gib "
+                             f"({self.memory_gib:g}): the CUDA-visible total is part of the card's memory")
+        return self
+
+
+# What a device with `base:` keeps from its built-in: the rates its measured tables were taken at.
+BASE_FIXED_KEYS = ("dense_bf16_tflops", "dense_fp8_tflops", "memory_bandwidth_gb_per_s", "gpu_link")
 
 
 def looks_like_path(value: str) -> bool:
@@ -251,20 +280,24 @@ def device_fields_from_mapping(raw: Any, where: str, source: str | None = None) 
     if not isinstance(raw, Mapping):
         raise ValueError(f"{where}: a device is a mapping of keys (name, memory_gib, dense_bf16_tflops, "
                          f"memory_bandwidth_gb_per_s, gpu_link, host_link, ...), got {type(raw).__name__}")
+    base = raw.get("base")
+    if base is not None:
+        raw = _on_base(raw, base, where)
     try:
         spec = DeviceFile.model_validate(dict(raw))
     except ValidationError as exc:
         errors = _one_efficiency_branch(exc.errors(), raw.get("efficiency"))
         raise ValueError("\n".join(_error_line(where, err) for err in errors)) from None
+    card = spec.base or spec.name
     if spec.efficiency == "fitted":
         fits = shipped_fits()
-        if spec.name not in fits:
-            raise ValueError(f"{where}: efficiency: 'fitted' but no fit is shipped for device {spec.name!r} "
+        if card not in fits:
+            raise ValueError(f"{where}: efficiency: 'fitted' but no fit is shipped for device {card!r} "
                              f"(fitted devices: {sorted(fits)}); give the efficiencies as a mapping, or "
                              "omit the key for the assumed defaults")
-        efficiency: Efficiency = fits[spec.name]
-        efficiency_source = (f"fitted to AIConfigurator {fits[spec.name].system} tables "
-                             f"({fits[spec.name].engine}; profiler/data/roofline_fits.yaml)")
+        efficiency: Efficiency = fits[card]
+        efficiency_source = (f"fitted to AIConfigurator {fits[card].system} tables "
+                             f"({fits[card].engine}; profiler/data/roofline_fits.yaml)")
     else:
         efficiency = spec.efficiency
         efficiency_source = f"given in {where}" if "efficiency" in raw else "assumed defaults"
@@ -272,6 +305,8 @@ def device_fields_from_mapping(raw: Any, where: str, source: str | None = None) 
     latency_us = link.latency_us if link.latency_us is not None else DEFAULT_LINK_LATENCY_US[link.kind]
     return {
         "name": spec.name,
+        "base": spec.base,
+        "cuda_total_memory_gib": spec.cuda_total_memory_gib,
         "peak_bf16_flops": spec.dense_bf16_tflops * 1e12,
         "mem_bandwidth_bytes_per_s": spec.memory_bandwidth_gb_per_s * 1e9,
         "memory_gib": spec.memory_gib,
@@ -298,6 +333,39 @@ def device_fields_from_mapping(raw: Any, where: str, source: str | None = None) 
         "source": source or "; ".join(spec.sources) or where,
         "efficiency_source": efficiency_source,
     }
+
+
+def _on_base(raw: Mapping, base: Any, where: str) -> dict[str, Any]:
+    """`raw` over the built-in `base`'s own file: the keys `raw` gives replace the built-in's
+    (`sources` and `description` included), the rest are the built-in's.
+
+    Raises:
+        ValueError: `base` names no built-in; `raw` changes a `BASE_FIXED_KEYS` rate; `memory_gib`
+            exceeds the built-in's; a device named like its base (each message names `where` and the key).
+    """
+    path = DEVICES_DIR / f"{base}.yaml" if isinstance(base, str) and base else None
+    if path is None or not path.is_file():
+        names = sorted(p.stem for p in DEVICES_DIR.glob("*.yaml"))
+        raise ValueError(f"{where}: base: {base!r} is not a built-in device; valid: {', '.join(names)}")
+    card = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    if raw.get("name") == base:
+        raise ValueError(f"{where}: name: a device with base: {base} needs a name of its own (e.g. my-{base}); "
+                         f"the built-in itself is device: {base}")
+    for key in BASE_FIXED_KEYS:
+        if key in raw and raw[key] != card.get(key):
+            raise ValueError(f"{where}: {key}: {raw[key]!r} differs from the built-in {base}'s {card.get(key)!r}; "
+                             f"a device with base: keeps {base}'s measured kernel tables, taken at its rates. A card "
+                             "with other rates is another device: describe it without base:")
+    memory = raw.get("memory_gib")
+    if isinstance(memory, (int, float)) and not isinstance(memory, bool) and memory > card["memory_gib"]:
+        raise ValueError(f"{where}: memory_gib: {memory:g} exceeds the built-in {base}'s {card['memory_gib']:g} GiB; "
+                         f"no {base} has more. A larger card is another device: describe it without base:")
+    merged = {k: v for k, v in card.items() if k != "sources"}
+    if "memory_gib" in raw and "cuda_total_memory_gib" not in raw:
+        merged.pop("cuda_total_memory_gib", None)  # the given memory is the CUDA-visible total
+    merged.update(raw)
+    merged.setdefault("sources", [f"{where} over the built-in {base} ({path.name})"])
+    return merged
 
 
 def _one_efficiency_branch(errors: list[dict], efficiency: Any) -> list[dict]:

@@ -9,8 +9,9 @@ Peaks are **dense** tensor-core rates; NVIDIA's H100/H200 sheets headline the 2:
 
 Memory assumption: `memory_gib` is the marketed capacity read as GiB. On the 80 GB HBM parts the
 device holds 80 GiB (nvidia-smi reports ≈80 GiB, within 1 %); on the others the marketed figure is
-likewise taken as GiB. The KV pool (`memory.py`) uses the smaller CUDA-visible total vLLM logs
-(79.19 GiB on an H100-80GB) for the cards in `memory.CUDA_TOTAL_MEMORY_GIB`, `memory_gib` for others.
+likewise taken as GiB. The KV pool (`memory.py`) uses `cuda_total_memory_gib`, cudaMemGetInfo's
+smaller total (79.19 GiB on an H100-80GB, 23.65 on an RTX 4090; each built-in's file cites its
+figure), and `memory_gib` for a device that gives none (`DeviceSpec.cuda_total_source` says which).
 
 Interconnect assumption: `interconnect_bandwidth_bytes_per_s` is the **per-direction** bandwidth of
 one GPU's link, i.e. half the bidirectional figure that datasheets print, because a ring
@@ -91,6 +92,9 @@ class DeviceSpec:
             efficiency 1).
         source: where the datasheet figures come from (a file, "inline", a built-in's sheet).
         efficiency_source: where the efficiencies come from ("assumed defaults", a fit, a file).
+        base: the built-in this device was derived from (a device file's `base:`), else None.
+        cuda_total_memory_gib: cudaMemGetInfo's total, GiB, what vLLM's gpu_memory_utilization is
+            a fraction of (None: not known, `memory_gib` stands in).
     """
 
     name: str
@@ -114,6 +118,24 @@ class DeviceSpec:
     efficiency_source: str = "assumed defaults"
     host_memory_gib: float | None = None
     disk_bandwidth_bytes_per_s: float | None = None
+    base: str | None = None
+    cuda_total_memory_gib: float | None = None
+
+    @property
+    def card(self) -> str:
+        """The built-in card this device is: its `base` when derived from one, else its name. It
+        selects the measured tables (`cost_model: auto`), the SM count and the tensor-parallel
+        non-torch memory (`profiler.memory`) — what a derived device keeps from its built-in."""
+        return self.base or self.name
+
+    @property
+    def cuda_total_source(self) -> str:
+        """Where the KV pool's total memory comes from, for reports: the CUDA-visible figure, or
+        the marketed `memory_gib` standing in for it (then the pool may be ~1–8 % too large)."""
+        if self.cuda_total_memory_gib is not None:
+            return f"CUDA-visible total {self.cuda_total_memory_gib:g} GiB"
+        return (f"memory_gib {self.memory_gib:g} (no CUDA-visible total known for {self.name}: the pool "
+                "may be a few % too large; give cuda_total_memory_gib in a device file)")
 
     def peak_flops(self, dtype_bytes: int) -> float:
         """Dense tensor-core peak (FLOP/s) for GEMMs whose operands are `dtype_bytes` wide.
@@ -148,7 +170,7 @@ class DeviceSpec:
     def describe(self) -> dict[str, Any]:
         """The figures a point was priced with, in the units of a device file, for reports.
 
-        Returns a flat JSON-ready dict: name, memory_gib, dense_bf16_tflops, dense_fp8_tflops
+        Returns a flat JSON-ready dict: name, base, memory_gib, cuda_total_memory_gib, dense_bf16_tflops, dense_fp8_tflops
         (None without FP8), memory_bandwidth_gb_per_s, gpu_link (kind, gb_per_s_per_direction,
         latency_us), host_link_gb_per_s_per_direction, gemm_flops_efficiency,
         memory_bandwidth_efficiency, kernel_latency_us, fp8_gemm (flops_efficiency,
@@ -159,7 +181,9 @@ class DeviceSpec:
         attention, fp8 = self.attention_terms(), self.gemm_terms(1)
         return {
             "name": self.name,
+            "base": self.base,
             "memory_gib": self.memory_gib,
+            "cuda_total_memory_gib": self.cuda_total_memory_gib,
             "dense_bf16_tflops": self.peak_bf16_flops / 1e12,
             "dense_fp8_tflops": None if self.peak_fp8_flops is None else self.peak_fp8_flops / 1e12,
             "memory_bandwidth_gb_per_s": self.mem_bandwidth_bytes_per_s / 1e9,
@@ -233,8 +257,7 @@ _PROVENANCE = ("source", "efficiency_source")
 
 def _not_a_builtin_in_disguise(spec: DeviceSpec, key: str) -> DeviceSpec:
     """`spec`, unless it takes a built-in's name with other figures. A device's name selects more
-    than its label: the built-in's CUDA-visible memory (`profiler.memory.CUDA_TOTAL_MEMORY_GIB`,
-    the KV pool), its shipped measured tables (`cost_model: auto`,
+    than its label: the built-in's SM count and non-torch memory (`profiler.memory`), its shipped measured tables (`cost_model: auto`,
     `profiler.measured.shipped.shipped_sources`) and the profiles measured on it, so a custom
     device under a built-in's name would be priced and sized as the built-in, its own figures
     silently ignored. The same figures (a copy of the built-in's file) are the built-in.
@@ -255,7 +278,8 @@ def _not_a_builtin_in_disguise(spec: DeviceSpec, key: str) -> DeviceSpec:
         differ.append(f"efficiency (the built-in's: {builtin.efficiency_source})")
     raise ValueError(f"{key}: {spec.name!r} is the name of a built-in device, whose figures differ from these: "
                      f"{'; '.join(differ)}. The name selects the built-in's KV memory and measured tables, so "
-                     f"pick another name for this device (e.g. my-{spec.name}), or use the built-in by name "
+                     f"pick another name for this device (e.g. my-{spec.name}; with base: {spec.name} to keep "
+                     f"its measured tables and change only the keys you give), or use the built-in by name "
                      f"(device: {spec.name})")
 
 

@@ -46,7 +46,7 @@ top-k = vocab − 1, top-p 0.9 and temperature 0.5 (`vllm/v1/sample/sampler.py`,
 plus `WORKSPACE_BYTES`. Logits are gathered to the full vocabulary on every rank, so the sampler
 term does not shrink with tp (the logs show the same peak at TP 1, 2 and 4).
 
-The per-card constants (`CUDA_TOTAL_MEMORY_GIB`, `NUM_SMS`) and the non-torch figures come from
+The per-card constants (the device files' `cuda_total_memory_gib`, `NUM_SMS`) and the non-torch figures come from
 the sources named where they are defined; tests/data/vllm_kv_pool_points.csv holds the vLLM logs
 this model is checked against (tests/test_profiler_memory.py: within 3 % of every pool).
 """
@@ -61,19 +61,9 @@ from profiler.moe_memory import moe_forward_peak_bytes, weight_bytes_per_rank
 
 GIB = 2**30
 
-# cudaMemGetInfo's total, GiB, as vLLM logs it ("total_memory=…GiB", "Free memory on device
-# (free/total GiB)"); two decimals, so ±0.005 GiB. Devices not listed use `memory_gib` as this total.
-CUDA_TOTAL_MEMORY_GIB: dict[str, float] = {
-    # vLLM 0.19.0 debug logs on H100-80GB HBM3, "worker init memory snapshot: ... total_memory=79.19GiB"
-    # (llm-d-incubation/llm-d-planner @ d3121e05, accuracy/results/v0.19.0/logs/, every log).
-    "h100-sxm": 79.19,
-    # Public vLLM start-up logs on RTX PRO 6000 Blackwell quoting "Free memory on device
-    # (94.05/95.01 GiB) on startup" and "(93.83/95.01 GiB)" (GitHub code search, 2026).
-    "rtx-pro-6000": 95.01,
-    # Public vLLM start-up logs on H200 quoting "Free memory on device (139.21/139.81 GiB) on
-    # startup" and "ValueError: Free memory on device cuda:0 (116.87/139.81 GiB)" (GitHub code search).
-    "h200": 139.81,
-}
+# cudaMemGetInfo's total per card is each device file's `cuda_total_memory_gib`
+# (profiler/data/devices/*.yaml, each citing the public vLLM or PyTorch log it is read from);
+# a device without one uses `memory_gib` (`DeviceSpec.cuda_total_source` says so).
 
 # Streaming multiprocessors (AMD: compute units), from each part's datasheet / architecture
 # whitepaper (CUDA cores ÷ 128 on Ada/Hopper/Blackwell, ÷ 64 on Ampere). They size the Triton
@@ -129,9 +119,10 @@ class KVPoolBreakdown:
 
 
 def cuda_total_memory_bytes(device: DeviceSpec) -> int:
-    """cudaMemGetInfo's total for `device` (bytes): `CUDA_TOTAL_MEMORY_GIB` where the card is
-    listed, else `device.memory_gib` (a device file should then give the CUDA-visible figure)."""
-    return int(CUDA_TOTAL_MEMORY_GIB.get(device.name, device.memory_gib) * GIB)
+    """cudaMemGetInfo's total for `device` (bytes): its `cuda_total_memory_gib` where the device
+    file gives one (every built-in with a public figure does), else `device.memory_gib`."""
+    total = device.cuda_total_memory_gib
+    return int((device.memory_gib if total is None else total) * GIB)
 
 
 def weights_memory_bytes(model: ModelSpec, tensor_parallel_size: int = 1, dtype_bytes: int = 2,
@@ -166,7 +157,7 @@ def profile_run_peak_bytes(model: ModelSpec, device: DeviceSpec, max_num_batched
         forward = moe_forward_peak_bytes(model, tokens, tensor_parallel_size, data_parallel_size, enable_expert_parallel)
     logits = rows * vocab * (_ACTIVATION_BYTES + 3 * _FP32_BYTES)
     if rows >= _TRITON_MIN_ROWS:
-        sms = NUM_SMS.get(device.name, _DEFAULT_NUM_SMS)
+        sms = NUM_SMS.get(device.card, _DEFAULT_NUM_SMS)
         programs = min(sms, rows)
         scratch = min(1 << (programs - 1).bit_length(), sms) * vocab * _FP32_BYTES
     else:
@@ -179,7 +170,7 @@ def profile_run_peak_bytes(model: ModelSpec, device: DeviceSpec, max_num_batched
 def non_torch_increase_bytes(device: DeviceSpec, tensor_parallel_size: int = 1) -> int:
     """`non_torch_increase` of vLLM 0.19's profiling on one rank (bytes): see
     `NON_TORCH_ONE_GPU_BYTES` and `NON_TORCH_NVLINK_TP_BYTES` for the figures and their logs."""
-    if tensor_parallel_size > 1 and device.name in _NVLINK_SYMM_MEM_DEVICES:
+    if tensor_parallel_size > 1 and device.card in _NVLINK_SYMM_MEM_DEVICES:
         return NON_TORCH_NVLINK_TP_BYTES
     return NON_TORCH_ONE_GPU_BYTES
 

@@ -22,9 +22,11 @@ def test_an_inline_device_under_a_built_in_name_with_other_memory_is_refused():
     with pytest.raises(ValueError) as caught:
         get_device_spec(H100_40)
     assert str(caught.value) == (
-        "device.name: 'h100-sxm' is the name of a built-in device, whose figures differ from these: memory_gib 40 "
-        "(built-in: 80). The name selects the built-in's KV memory and measured tables, so pick another name for "
-        "this device (e.g. my-h100-sxm), or use the built-in by name (device: h100-sxm)")
+        "device.name: 'h100-sxm' is the name of a built-in device, whose figures differ from these: "
+        "cuda_total_memory_gib None (built-in: 79.19); memory_gib 40 (built-in: 80). The name selects the built-in's "
+        "KV memory and measured tables, so pick another name for this device (e.g. my-h100-sxm; with base: h100-sxm "
+        "to keep its measured tables and change only the keys you give), or use the built-in by name "
+        "(device: h100-sxm)")
 
 
 def test_a_config_with_such_a_device_is_refused_naming_the_key():

@@ -150,7 +150,7 @@ class MeasuredCostModel:
         if not sources:
             raise MeasuredTableError("a measured cost model needs at least one measured-table source")
         for s in sources:
-            if s.meta["device"].get("key") != device.name:
+            if s.meta["device"].get("key") != device.card:  # a device with base: keeps its built-in's tables
                 raise MeasuredTableError(f"{s.label}: measured on device {s.meta['device'].get('key')!r}, "
                                          f"cannot price device {device.name!r}")
         if dtype_bytes != 2 or kv_dtype_bytes not in (1, 2):

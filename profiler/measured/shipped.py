@@ -82,7 +82,7 @@ def build_measured(cost_model: str, model: ModelSpec, device: DeviceSpec, tensor
             model the tables cannot price (as `MeasuredCostModel`).
     """
     if cost_model == "auto":
-        sources = shipped_sources(device.name, model, tensor_parallel_size)
+        sources = shipped_sources(device.card, model, tensor_parallel_size)
         if not sources or dtype_bytes != 2:
             return None
     else:
