@@ -130,7 +130,8 @@ def test_a_sweep_rerun_hits_until_a_named_file_changes_then_matches_a_fresh_run(
     assert not first["cached"] and first["completed"] == 3
     assert sweep()["cached"]  # nothing changed: the cache hits
     (inputs / "tr.csv").write_text(TRACE + "0.3,800,50\n")  # a fourth request
-    (inputs / "mydev.yaml").write_text((inputs / "mydev.yaml").read_text().replace("memory_gib: 80", "memory_gib: 40"))
+    (inputs / "mydev.yaml").write_text((inputs / "mydev.yaml").read_text().replace("memory_gib: 80", "memory_gib: 40")
+                                         .replace("cuda_total_memory_gib: 79.19\n", ""))
     edited = sweep()
     assert not edited["cached"]
     assert edited["completed"] == 4 and edited["num_requests"] == 4
