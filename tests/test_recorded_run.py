@@ -228,7 +228,7 @@ def test_a_missing_config_json_says_so_and_how_to_name_the_card(tmp_path):
                                "`hardware`); name the card with --set device=NAME (a built-in device or a device file)")
     assert bundle_config(read_recorded_run(bundle), tmp_path / "t.csv", frozenset({"device"}))["engine"] == {
         "scheduler": "vllm_v1", "tensor_parallel_size": 2, "pipeline_parallel_size": 1, "max_num_seqs": 128,
-        "chunk_size": 2048, "seed": 42}
+        "chunk_size": 2048, "seed": 42, "gpu_memory_utilization": 0.9}  # vLLM's default: meta.json gives none
 
 
 @pytest.mark.parametrize("kwargs, overrides, message", [
@@ -255,3 +255,47 @@ def test_verify_against_run_refuses_a_bad_recording_before_writing_into_out(tmp_
     assert "error: " + message.format(meta=bundle / "vllm" / "meta.json") in said
     assert "config.yaml" not in said  # the tool's own generated file is not the culprit
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == []  # no config.yaml, no trace.csv
+
+
+def test_vllm_settings_come_from_meta_json_not_the_simulator_calibration(tmp_path):
+    # config.json's npu_mem.mem_util is LLMServingSim's calibration of its own simulator (0.834 on a
+    # held-back bundle); vLLM ran with meta.json's gpu_memory_utilization (or its default 0.9).
+    calibrated = {"nodes": [{"instances": [{"hardware": "RTXPRO6000", "npu_mem": {"mem_util": 0.834}}]}]}
+    run = read_recorded_run(_bundle(tmp_path / "a", [_request(0, 1.0, 2.0, 3.0)], cluster=calibrated))
+    assert bundle_config(run, tmp_path / "t.csv")["engine"]["gpu_memory_utilization"] == 0.9
+    meta = {**META, "engine_kwargs": {**META["engine_kwargs"], "gpu_memory_utilization": 0.95}}
+    run = read_recorded_run(_bundle(tmp_path / "b", [_request(0, 1.0, 2.0, 3.0)], meta=meta, cluster=calibrated))
+    assert bundle_config(run, tmp_path / "t.csv")["engine"]["gpu_memory_utilization"] == 0.95
+
+
+def test_a_recorded_block_count_is_the_pool(tmp_path):
+    meta = {**META, "num_gpu_blocks": 27_831}
+    run = read_recorded_run(_bundle(tmp_path / "a", [_request(0, 1.0, 2.0, 3.0)], meta=meta))
+    assert bundle_config(run, tmp_path / "t.csv")["engine"]["num_gpu_blocks"] == 27_831
+    forced = {**META, "engine_kwargs": {**META["engine_kwargs"], "num_gpu_blocks_override": 4_000}}
+    run = read_recorded_run(_bundle(tmp_path / "b", [_request(0, 1.0, 2.0, 3.0)], meta=forced))
+    assert bundle_config(run, tmp_path / "t.csv")["engine"]["num_gpu_blocks"] == 4_000
+
+
+@pytest.mark.parametrize("meta, message", [
+    ({**META, "num_gpu_blocks": 100, "engine_kwargs": {**META["engine_kwargs"], "num_gpu_blocks_override": 200}},
+     "num_gpu_blocks 100 contradicts engine_kwargs.num_gpu_blocks_override 200: vLLM's pool is the override; "
+     "correct one of them"),
+    ({**META, "num_gpu_blocks": 0}, "num_gpu_blocks is 0; expected a whole number >= 1"),
+    ({**META, "engine_kwargs": {**META["engine_kwargs"], "gpu_memory_utilization": 1.5}},
+     "engine_kwargs.gpu_memory_utilization is 1.5; expected a fraction in (0, 1]"),
+])
+def test_bad_vllm_memory_settings_name_meta_json_and_the_key(tmp_path, meta, message):
+    run = read_recorded_run(_bundle(tmp_path, [_request(0, 1.0, 2.0, 3.0)], meta=meta))
+    with pytest.raises(ValueError) as info:
+        bundle_config(run, tmp_path / "t.csv")
+    assert str(info.value) == f"{tmp_path / 'vllm' / 'meta.json'}: {message}"
+
+
+def test_a_meta_json_that_contradicts_its_requests_is_refused(tmp_path):
+    bundle = _bundle(tmp_path, [_request(0, 1.0, 2.0, 3.0), _request(1, 1.5, 2.0, 3.0)], meta={**META, "num_requests": 3})
+    with pytest.raises(ValueError) as info:
+        read_recorded_run(bundle)
+    assert str(info.value) == (f"{bundle / 'vllm' / 'meta.json'}: num_requests is 3 but {bundle / 'vllm' / 'requests.jsonl'} "
+                               "holds 2 requests: the recording is incomplete or not this run's")
+    assert len(read_recorded_run(_bundle(tmp_path / "ok", [_request(0, 1.0, 2.0, 3.0)], meta={**META, "num_requests": 1})).requests) == 1

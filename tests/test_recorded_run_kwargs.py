@@ -17,8 +17,9 @@ KWARGS = {"tensor_parallel_size": 1, "data_parallel_size": 1, "max_num_seqs": 12
 REQUEST = {"request_id": "r0", "input_toks": 100, "output_toks": 11, "arrival_time": 1.7e9, "queued_ts": 1000.0,
            "scheduled_ts": 1000.0, "first_token_ts": 1000.5, "last_token_ts": 1001.5}
 SUPPORTED = ("supported engine_kwargs: async_scheduling, block_size, data_parallel_size, dtype, enable_chunked_prefill, "
-             "enable_expert_parallel, enable_prefix_caching, kv_cache_dtype, max_model_len, max_num_batched_tokens, "
-             "max_num_seqs, model, pipeline_parallel_size, quantization, seed, tensor_parallel_size (and, not affecting timing, "
+             "enable_expert_parallel, enable_prefix_caching, gpu_memory_utilization, kv_cache_dtype, max_model_len, "
+             "max_num_batched_tokens, max_num_seqs, model, num_gpu_blocks_override, pipeline_parallel_size, "
+             "quantization, seed, tensor_parallel_size (and, not affecting timing, "
              "disable_log_requests, disable_log_stats, download_dir, enable_log_requests, served_model_name, "
              "trust_remote_code; speculative_config null)")
 

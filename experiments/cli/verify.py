@@ -18,9 +18,9 @@ from experiments.deployment import build_pricer
 from experiments.point import build_cost_model, cost_model_columns, device_name
 from experiments.config import AcceptanceFile, ConfigError, SweepConfig, describe_point, load_config
 from experiments.verification.fidelity_report import append_ledger, write_fidelity
-from experiments.verification.verify import (HEADLINE_E2E, e2e_fidelity, headline_errors, over_limit,
-                                             measured_step_times, read_measured_steps, signed_error_pct,
-                                             simulate_summary, step_fidelity)
+from experiments.verification.verify import (HEADLINE_E2E, e2e_fidelity, headline_errors, headline_text,
+                                             measured_step_times, over_limit, read_measured_steps, signed_error_pct,
+                                             signed_headline, simulate_summary, step_fidelity)
 from profiler.json_object import read_json_object
 
 console = Console(width=120)
@@ -168,7 +168,7 @@ def _report(out_dir: Path, context: dict, steps, e2e, fail_above: Optional[float
     failed = over_limit(headline, fail_above) if fail_above is not None else {}
     html_path = write_fidelity(out_dir, context, steps, e2e, headline, failed, extra_sections, extra_figures)
     append_ledger(ledger, context, steps, e2e, passed=not failed)
-    console.print(", ".join(f"{k} {v:.1f} %" for k, v in headline.items()))
+    console.print(headline_text(signed_headline(steps, e2e)))  # signed: + where the simulator is slower
     console.print(f"wrote fidelity.json, fidelity.md and {html_path.name} in {out_dir}")
     if failed:
         console.print("[red]over --fail-above:[/red] " + ", ".join(f"{k} {v:.1f} %" for k, v in failed.items()))

@@ -12,7 +12,12 @@ two runs are in `../shared/validation/llmservingsim/`):
   kv_cache_dtype, seed).
 - `vllm/timeseries.csv` (optional): per second `t, prompt_throughput, gen_throughput, running,
   waiting, kv_cache_pct` as vLLM's stat logger printed them.
-- `config.json`: the cluster (card `hardware`, `npu_mem.mem_util` = gpu_memory_utilization).
+- `config.json`: the cluster (card `hardware`, GPUs per instance). Its `npu_mem.mem_util` is
+  LLMServingSim's own calibration of its simulator, not vLLM's flag: vLLM's gpu_memory_utilization
+  is meta.json's `engine_kwargs.gpu_memory_utilization` (absent: vLLM's default 0.9,
+  `CacheConfig.gpu_memory_utilization`), and a recorded pool — meta.json `num_gpu_blocks` (vLLM's
+  `cache_config.num_gpu_blocks`, as its `vllm:cache_config_info` gauge and start-up log give it) or
+  `engine_kwargs.num_gpu_blocks_override` — is used as the pool instead of sizing one.
 
 Only the engine clock is used: the client's epoch `arrival_time` and the engine's `*_ts` come from
 different clocks and are never subtracted from each other. Per request (the README of
@@ -85,8 +90,24 @@ def read_recorded_run(directory: str | Path) -> RecordedRun:
     meta = _read_json_object(vllm_dir / "meta.json")
     cluster = _read_json_object(directory / "config.json") if (directory / "config.json").is_file() else {}
     requests = _read_requests(vllm_dir / "requests.jsonl")
+    _check_request_count(meta, len(requests), vllm_dir)
     timeseries = _read_timeseries(vllm_dir / "timeseries.csv") if (vllm_dir / "timeseries.csv").is_file() else None
     return RecordedRun(directory, requests, meta, cluster, timeseries)
+
+
+def _check_request_count(meta: dict, count: int, vllm_dir: Path) -> None:
+    """meta.json's `num_requests` (when given) is the number of requests recorded: a bundle whose
+    requests.jsonl lost or gained lines is not the run its meta.json describes.
+
+    Raises:
+        ValueError: naming meta.json, the key, both counts.
+    """
+    stated = meta.get("num_requests")
+    if stated is None:
+        return
+    if isinstance(stated, bool) or not isinstance(stated, int) or stated != count:
+        raise ValueError(f"{vllm_dir / 'meta.json'}: num_requests is {_shown(stated)} but {vllm_dir / 'requests.jsonl'} "
+                         f"holds {count} requests: the recording is incomplete or not this run's")
 
 
 def _read_json_object(path: Path) -> dict:
@@ -264,12 +285,10 @@ def bundle_config(run: RecordedRun, trace_path: Path, overridden: frozenset[str]
     engine.update(_dtype_and_switches(kwargs, meta_path))
     engine.update(_async_scheduling(kwargs, run.meta.get("vllm_version"), meta_path))
     instance = _instance(run)
-    mem_util = instance.get("npu_mem", {}).get("mem_util") if isinstance(instance.get("npu_mem"), dict) else None
-    if mem_util is not None:
-        if isinstance(mem_util, bool) or not isinstance(mem_util, (int, float)) or not 0 < mem_util <= 1:
-            raise ValueError(f"{run.directory / 'config.json'}: {CLUSTER_KEYS['gpu_memory_utilization']} is "
-                             f"{_shown(mem_util)}; expected a fraction in (0, 1]")
-        engine["gpu_memory_utilization"] = float(mem_util)
+    engine["gpu_memory_utilization"] = _gpu_memory_utilization(kwargs, meta_path)
+    blocks = _recorded_blocks(run.meta, kwargs, meta_path)
+    if blocks is not None:
+        engine["num_gpu_blocks"] = blocks
     # The bundle's arrivals are the engine's `queued_ts` and its TTFT/E2E start there: no front end.
     config = {"name": f"{run.directory.name}-sim", "engine": engine, "frontend": {"enabled": False},
               "trace": {"kind": "file", "path": str(trace_path), "format": "canonical"}}
@@ -288,19 +307,52 @@ ENGINE_KWARGS = {"tensor_parallel_size": "tensor_parallel_size", "pipeline_paral
                  "chunk_size": "max_num_batched_tokens", "max_model_len": "max_model_len", "seed": "seed",
                  "block_size": "block_size"}
 # ... and those read from config.json.
-CLUSTER_KEYS = {"gpu_memory_utilization": "nodes[0].instances[0].npu_mem.mem_util",
-                "num_gpus": "nodes[].instances[].num_npus"}
+CLUSTER_KEYS = {"num_gpus": "nodes[].instances[].num_npus"}
+# vLLM's default gpu_memory_utilization (vllm/config/cache.py `CacheConfig.gpu_memory_utilization`).
+VLLM_GPU_MEMORY_UTILIZATION = 0.9
 
 
-def _engine_int(kwargs: dict, key: str, meta_path: Path, minimum: int = 1) -> int | None:
-    """engine_kwargs[key] as an int (None when absent or null); ValueError naming meta.json and the
-    key for anything but a whole number >= `minimum`."""
+def _gpu_memory_utilization(kwargs: dict, meta_path: Path) -> float:
+    """vLLM's gpu_memory_utilization of the run: engine_kwargs' value, else vLLM's default (never
+    config.json's `mem_util`, LLMServingSim's calibration: module docstring).
+
+    Raises:
+        ValueError: a value that is not a fraction in (0, 1], naming meta.json and the key.
+    """
+    value = kwargs.get("gpu_memory_utilization")
+    if value is None:
+        return VLLM_GPU_MEMORY_UTILIZATION
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"{meta_path}: engine_kwargs.gpu_memory_utilization is {_shown(value)}; "
+                         "expected a fraction in (0, 1]")
+    return float(value)
+
+
+def _recorded_blocks(meta: dict, kwargs: dict, meta_path: Path) -> int | None:
+    """The KV pool the run recorded (meta.json `num_gpu_blocks`) or forced
+    (`engine_kwargs.num_gpu_blocks_override`), in blocks; None when neither is given.
+
+    Raises:
+        ValueError: not a whole number >= 1, or both given and different (naming meta.json and keys).
+    """
+    recorded = _engine_int(meta, "num_gpu_blocks", meta_path, prefix="")
+    forced = _engine_int(kwargs, "num_gpu_blocks_override", meta_path)
+    if recorded is not None and forced is not None and recorded != forced:
+        raise ValueError(f"{meta_path}: num_gpu_blocks {recorded} contradicts engine_kwargs.num_gpu_blocks_override "
+                         f"{forced}: vLLM's pool is the override; correct one of them")
+    return recorded if recorded is not None else forced
+
+
+def _engine_int(kwargs: dict, key: str, meta_path: Path, minimum: int = 1, prefix: str = "engine_kwargs.") -> int | None:
+    """engine_kwargs[key] (or, with `prefix` "", a top-level meta.json key) as an int (None when
+    absent or null); ValueError naming meta.json and the key for anything but a whole number >=
+    `minimum`."""
     value = kwargs.get(key)
     if value is None:
         return None
     whole = isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and value.is_integer()
     if not whole or value < minimum:
-        raise ValueError(f"{meta_path}: engine_kwargs.{key} is {_shown(value)}; expected a whole number >= {minimum}")
+        raise ValueError(f"{meta_path}: {prefix}{key} is {_shown(value)}; expected a whole number >= {minimum}")
     return int(value)
 
 
@@ -312,7 +364,8 @@ ENGINE_SWITCHES = {"enable_expert_parallel": "enable_expert_parallel", "kv_cache
 # Every engine_kwargs key `bundle_config` reads; `model` is checked against meta.json's `model`,
 # `dtype` and `enable_chunked_prefill` checked to be what the simulator models (`_dtype_and_switches`).
 MODELLED_KWARGS = (frozenset(ENGINE_KWARGS.values()) | frozenset(ENGINE_SWITCHES.values())
-                   | {"model", "dtype", "enable_chunked_prefill", "async_scheduling"})
+                   | {"model", "dtype", "enable_chunked_prefill", "async_scheduling", "gpu_memory_utilization",
+                      "num_gpu_blocks_override"})
 # engine_kwargs keys known not to change a step's time or the scheduler's choices, so not simulated:
 # logging switches (vLLM's stat logger and request log write after the step; the stat logger is what
 # wrote timeseries.csv), and where/how the checkpoint is fetched or named (done before the first
@@ -444,12 +497,17 @@ def explain_config_error(run: RecordedRun, message: str, config_path: Path, over
     key = where.split(" (line", 1)[0]
     if sep and key.startswith("engine.") and key not in overridden and "engine" not in overridden:
         name = key[len("engine."):]
-        if name in ENGINE_KWARGS or name in ENGINE_SWITCHES:
-            source = {**ENGINE_KWARGS, **ENGINE_SWITCHES}[name]
+        if name in ENGINE_KWARGS or name in ENGINE_SWITCHES or name == "gpu_memory_utilization":
+            source = {**ENGINE_KWARGS, **ENGINE_SWITCHES}.get(name, name)
             value = run.meta["engine_kwargs"].get(source)
             return f"{run.directory / 'vllm' / 'meta.json'}: engine_kwargs.{source} is {_shown(value)}: {detail}"
         if name in CLUSTER_KEYS:
             return f"{run.directory / 'config.json'}: {CLUSTER_KEYS[name]}: {detail}"
+        if name == "num_gpu_blocks":  # `_recorded_blocks`: meta.json's, else the override
+            recorded = run.meta.get("num_gpu_blocks")
+            which = ("num_gpu_blocks", recorded) if recorded is not None else (
+                "engine_kwargs.num_gpu_blocks_override", run.meta["engine_kwargs"].get("num_gpu_blocks_override"))
+            return f"{run.directory / 'vllm' / 'meta.json'}: {which[0]} is {_shown(which[1])}: {detail}"
     if where.startswith("--set "):
         return rest
     return f"{run.directory}: the simulate config made from the recorded run does not load: {rest}"
