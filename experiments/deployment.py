@@ -93,6 +93,12 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
         chunk_size=e.chunk_size if chunked else None,
         max_num_batched_tokens=None if chunked else e.max_num_batched_tokens,
         policy=e.policy, preemption=e.preemption, split_n=e.split_n,
+        # A draft model keeps its drafts' KV: vLLM reserves num_speculative_tokens lookahead slots
+        # (simulator/scheduler/config.py); n-gram proposes from the tokens, none.
+        num_lookahead_tokens=e.split_n if e.scheduler == "vllm_v1" and isinstance(e.draft, DraftModel) else 0,
+        draft_proposals=(tuple(EmpiricalAcceptance.from_file(e.acceptance.file).proposed.tolist())
+                         if drafts_as_proposed(e) else ()),
+        proposal_seed=e.seed,
         long_prefill_token_threshold=e.long_prefill_token_threshold, on_too_long=e.on_too_long,
         enable_prefix_caching=e.enable_prefix_caching if "enable_prefix_caching" in SCHEDULER_KEYS[e.scheduler] else None)
 
@@ -218,8 +224,18 @@ def build_acceptance_model(point: SweepConfig) -> PositionalAcceptance | Empiric
     pairs from a file), seeded by engine.seed. Shared by the simulator and the engine's forced mode."""
     e = point.engine
     if isinstance(e.acceptance, AcceptanceFile):
-        return EmpiricalAcceptance.from_file(e.acceptance.file, seed=e.seed)
+        return EmpiricalAcceptance.from_file(e.acceptance.file, seed=e.seed, given_proposals=drafts_as_proposed(e))
     return PositionalAcceptance(e.acceptance, seed=e.seed)
+
+
+def drafts_as_proposed(e) -> bool:
+    """Whether the scheduler draws each step's n-gram proposal from the acceptance file and
+    schedules only those drafts, as vLLM does (`SchedulerConfig.draft_proposals`): vllm_v1 with
+    split-N, `draft: ngram` and an acceptance file (whose `proposed` column is what the proposer
+    found). A draft model always proposes N; with scalar or per-position α the proposal lengths
+    are unknown and taken as N (the assumption DESIGN.md's Split-N states)."""
+    return (e.scheduler == "vllm_v1" and e.split_n > 0 and e.draft == "ngram"
+            and isinstance(e.acceptance, AcceptanceFile))
 
 
 def build_outcome_fn(point: SweepConfig) -> Callable[[BatchPlan], StepOutcome]:

@@ -87,12 +87,18 @@ class EmpiricalAcceptance:
     and its accepted count at the capped proposals (a row recorded with N = 4 drawn for a step
     granted 2 proposes at most 2). So n-gram steps that proposed nothing replay as such.
 
+    With `given_proposals` the scheduler has already drawn each step's proposal from the same
+    rows (`SchedulerConfig.draft_proposals`: n-gram drafting schedules only what was proposed, as
+    vLLM does), so a verify of d drafts draws among the rows that proposed at least d (exactly d
+    unless the token budget cut the drafts), keeping each row's accepted count with its proposal.
+
     Args:
         proposed, accepted: int arrays of equal length, accepted <= proposed.
         seed: RNG seed.
+        given_proposals: draw conditioned on the drafts granted (above).
     """
 
-    def __init__(self, proposed: np.ndarray, accepted: np.ndarray, seed: int = 0):
+    def __init__(self, proposed: np.ndarray, accepted: np.ndarray, seed: int = 0, given_proposals: bool = False):
         proposed = np.asarray(proposed, dtype=np.int64)
         accepted = np.asarray(accepted, dtype=np.int64)
         if proposed.size == 0 or proposed.shape != accepted.shape:
@@ -101,9 +107,12 @@ class EmpiricalAcceptance:
             raise ValueError("empirical acceptance rows need 0 <= accepted <= proposed")
         self.proposed, self.accepted = proposed, accepted
         self.rng = np.random.default_rng(seed)
+        self.given_proposals = given_proposals
+        order = np.argsort(proposed, kind="stable")  # rows by proposal, for the conditional draw
+        self._sorted_proposed, self._sorted_accepted = proposed[order], accepted[order]
 
     @classmethod
-    def from_file(cls, path: str | Path, seed: int = 0) -> "EmpiricalAcceptance":
+    def from_file(cls, path: str | Path, seed: int = 0, given_proposals: bool = False) -> "EmpiricalAcceptance":
         """Read a CSV with columns `proposed,accepted` (one row per verify step).
 
         Raises:
@@ -125,12 +134,18 @@ class EmpiricalAcceptance:
                                  f"number of draft tokens up to 2,147,483,647 ({bad.size} such row{'s' if bad.size > 1 else ''}); "
                                  "each row is one verify step's proposed,accepted counts")
         try:
-            return cls(frame["proposed"].to_numpy(), frame["accepted"].to_numpy(), seed)
+            return cls(frame["proposed"].to_numpy(), frame["accepted"].to_numpy(), seed, given_proposals)
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from None
 
     def sample(self, drafts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Accepted and proposed drafts for verifies granted `drafts` (int array, shape (n,))."""
+        if self.given_proposals:
+            drafts = np.asarray(drafts, dtype=np.int64)
+            # rows proposing >= d: a suffix of the sorted rows (none: the largest proposals)
+            start = np.minimum(np.searchsorted(self._sorted_proposed, drafts, side="left"), self.proposed.size - 1)
+            rows = start + (self.rng.random(len(drafts)) * (self.proposed.size - start)).astype(np.int64)
+            return np.minimum(self._sorted_accepted[rows], drafts), drafts
         rows = self.rng.integers(0, self.proposed.size, size=len(drafts))
         proposed = np.minimum(self.proposed[rows], drafts)
         return np.minimum(self.accepted[rows], proposed), proposed

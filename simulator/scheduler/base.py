@@ -7,6 +7,7 @@ SimPy replica and the real engine drive the same object.
 """
 from __future__ import annotations
 
+import random
 from bisect import insort
 from itertools import accumulate, compress, repeat, starmap
 from operator import add, attrgetter, ge, gt, lt, sub
@@ -133,6 +134,8 @@ class Scheduler:
             raise ValueError(f"enable_prefix_caching is not supported by scheduler {self.name!r} (only by vllm_v1): "
                              "it reserves KV beyond the tokens it computes, so freed blocks are not full of final tokens")
         self.prefix_caching = bool(caching)
+        # n-gram proposal lengths, drawn per decode step (`_drafts_for`); () = always split_n.
+        self._proposals, self._proposal_rng = config.draft_proposals, random.Random(config.proposal_seed)
         watermark = self.watermark_fraction if config.watermark_fraction is None else config.watermark_fraction
         manager = PrefixCachingBlockManager if self.prefix_caching else BlockManager
         self.block_manager = manager(config.num_gpu_blocks, config.block_size, watermark)
@@ -1053,11 +1056,19 @@ class Scheduler:
             budget -= drafts
         return entries, budget
 
+    def _proposed_drafts(self) -> int:
+        """Drafts the proposer offers a decode this step: `split_n`, or with n-gram proposals
+        (`SchedulerConfig.draft_proposals`) one seeded draw of them, at most `split_n`."""
+        if self._proposals:
+            return min(self.config.split_n, self._proposal_rng.choice(self._proposals))
+        return self.config.split_n
+
     def _drafts_for(self, seq: Sequence, budget: int) -> int:
         """Draft tokens for a decode whose own token slot is reserved: at most `split_n`, the
         `budget`, what the request still has to generate after this token, and the KV slots that
-        are free (drafts never preempt). Reserves their slots."""
-        drafts = min(self.config.split_n, budget, seq.max_output_tokens - seq.num_generated_tokens - 1)
+        are free (drafts never preempt), and, with n-gram proposals (`SchedulerConfig.draft_proposals`),
+        what the proposer found for this step (one draw). Reserves their slots."""
+        drafts = min(self._proposed_drafts(), budget, seq.max_output_tokens - seq.num_generated_tokens - 1)
         if drafts <= 0:
             return 0
         bm = self.block_manager

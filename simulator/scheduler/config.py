@@ -29,6 +29,18 @@ class SchedulerConfig:
             prefix caching, `simulator.scheduler.prefix_cache`); None = the policy's default
             (on for vllm_v1, as vLLM; off elsewhere). True for a policy that cannot use it is an
             error (`Scheduler.__init__`).
+        num_lookahead_tokens: vllm_v1 only: KV slots each running request reserves beyond its
+            scheduled tokens, for a KV-caching proposer (a draft model, EAGLE, MTP) to write its
+            next drafts: vLLM sets it to num_speculative_tokens for those, 0 for n-gram
+            (`Scheduler.__init__`, `allocate_slots(..., num_lookahead_tokens=...)` in
+            vllm/v1/core/sched/scheduler.py).
+        draft_proposals: n-gram drafting's proposal lengths to draw from (one per recorded verify
+            step, e.g. an acceptance file's `proposed` column), seeded by `proposal_seed`; empty:
+            every decode proposes `split_n` (a draft model always does). vLLM schedules a running
+            request's `num_tokens_with_spec` — its token plus the drafts its proposer actually
+            found — not N (vllm/v1/core/sched/scheduler.py `schedule()`; tests/v1/core/
+            test_scheduler.py::test_schedule_spec_decoding_stats, the [[1, 2], [3]] case).
+        proposal_seed: seed of the proposal draws.
         on_too_long: "reject" a request whose prompt + output exceeds max_model_len
             (`rejected_too_long`), or "truncate" its output to fit (`truncated`, vLLM's "length"
             finish; a prompt that alone fills max_model_len is still rejected).
@@ -47,6 +59,9 @@ class SchedulerConfig:
     long_prefill_token_threshold: int | None = None
     on_too_long: str = "reject"
     enable_prefix_caching: bool | None = None
+    num_lookahead_tokens: int = 0
+    draft_proposals: tuple[int, ...] = ()
+    proposal_seed: int = 0
 
     def __post_init__(self) -> None:
         if self.policy not in ("fcfs", "priority"):
@@ -59,3 +74,7 @@ class SchedulerConfig:
             raise ValueError(f"watermark_fraction must be in [0, 1), got {self.watermark_fraction}")
         if self.split_n < 0:
             raise ValueError(f"split_n must be >= 0, got {self.split_n}")
+        if any(p < 0 for p in self.draft_proposals):
+            raise ValueError("draft_proposals must be >= 0")
+        if not 0 <= self.num_lookahead_tokens <= self.split_n:
+            raise ValueError(f"num_lookahead_tokens must be in [0, split_n={self.split_n}], got {self.num_lookahead_tokens}")

@@ -19,6 +19,16 @@ class VllmV1Scheduler(Scheduler):
     then taken out of it, its budget returned. If the victim is the request itself, loop 1
     stops. Unlike Sarathi, a running partial prefill may take the whole remaining budget.
 
+    With speculative decoding a decoding request schedules its token and the drafts its
+    proposer offered (`num_tokens_with_spec − num_computed_tokens`, within the budget and
+    max_model_len): N for a draft model, for n-gram a draw from the recorded proposal lengths
+    (`SchedulerConfig.draft_proposals`; often fewer, sometimes none). The drafts take KV with the
+    token (and may preempt for it), and with a draft-model proposer every running request also
+    reserves `num_lookahead_tokens` slots (`allocate_slots(..., num_lookahead_tokens=...)`), kept
+    until it is preempted or finishes (vllm/v1/core/sched/scheduler.py @ 00024d31; tests in
+    tests/test_vllm_v1_speculative.py mirror tests/v1/core/test_scheduler.py
+    `test_schedule_spec_decoding_stats`).
+
     Loop 2 runs only if nothing was preempted in this step: while budget is left and fewer
     than max_num_seqs are running (`len(self.running) == self.max_num_running_reqs: break`), the
     head of `waiting` looks up its prefix-cache hit (`get_computed_blocks`, when its KV was
@@ -84,6 +94,7 @@ class VllmV1Scheduler(Scheduler):
         # drafts), so only a step that fills a block has any to register; and only requests
         # whose ids others may share register as they run (`free_sequence`: the rest lazily).
         caching, every_step = self.prefix_caching, bool(self.config.split_n)
+        lookahead, max_model_len = self.config.num_lookahead_tokens, self.config.max_model_len
         tables = bm._tables  # request id -> block ids (read only: the common "already fits" check)
         for seq in self._idle_running():
             if budget <= 0:
@@ -93,10 +104,22 @@ class VllmV1Scheduler(Scheduler):
             computed = seq.num_computed_tokens
             pending = seq.request.prompt_tokens + seq.num_generated_tokens - computed  # num_pending_tokens, inline
             n = min(pending, budget, threshold or budget)
+            drafts = 0
+            if every_step and computed >= seq.prefill_target_tokens:
+                # vLLM schedules num_tokens_with_spec - num_computed_tokens: the token and the drafts
+                # proposed, within the budget and max_model_len; they take KV as the token does
+                # (and may preempt for it).
+                drafts = max(0, min(self._proposed_drafts(), budget - n,
+                                    seq.max_output_tokens - seq.num_generated_tokens - 1,
+                                    max_model_len - 1 - computed - n))
+                n += drafts
+            need = computed + n
+            if lookahead:  # slots for the proposer's next drafts, at most max_model_len (allocate_slots)
+                need = min(need + lookahead, max_model_len)
             table = tables.get(seq.request_id)
-            if table is None or computed + n > len(table) * size:  # else it fits the blocks held: nothing to do
+            if table is None or need > len(table) * size:  # else it fits the blocks held: nothing to do
                 num_preempted = len(preempted)
-                fits = self._ensure_kv(seq, computed + n, preempted)
+                fits = self._ensure_kv(seq, need, preempted)
                 if len(preempted) > num_preempted and entries:
                     entries, budget = self._unschedule_preempted(entries)
                 if not fits:
@@ -106,14 +129,22 @@ class VllmV1Scheduler(Scheduler):
                 computed = seq.num_computed_tokens
             if (caching and seq.request.prefix_hash_ids
                     and (every_step or (computed + n) // size > computed // size)):
-                bm.cache_blocks(seq.request_id, computed + n, seq.request)
-            # (`_drafts_for` grants none without split-N: skip the call, once per running request)
-            drafts = self._drafts_for(seq, budget - n) if every_step and computed >= seq.prefill_target_tokens else 0
-            entries.append((seq, n + drafts, drafts))
-            budget -= n + drafts
+                bm.cache_blocks(seq.request_id, computed + n - drafts, seq.request)  # drafts are not final
+            entries.append((seq, n, drafts))
+            budget -= n
         if not preempted:
             self._admit_waiting(entries, budget, threshold)
         return entries, preempted
+
+    def _reserved_floor_tokens(self, seq: Sequence) -> int:
+        """Rejected drafts release their slots, but not the lookahead ones: vLLM's
+        `allocate_slots` keeps a running request's blocks, lookahead included, until it is
+        preempted or finishes."""
+        lookahead = self.config.num_lookahead_tokens
+        floor = super()._reserved_floor_tokens(seq)
+        if lookahead:
+            return max(floor, min(seq.num_computed_tokens + lookahead, self.config.max_model_len))
+        return floor
 
     def _unschedule_preempted(self, entries: list[Entry]) -> tuple[list[Entry], int]:
         """Drop entries whose sequence was just preempted (a priority victim scheduled earlier
