@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 from profiler.device_spec import DeviceSpec
 
 # `EngineArgs.get_batch_defaults`: the card class boundary and its OPENAI_API_SERVER values.
@@ -114,3 +116,51 @@ def vllm_defaults(device: DeviceSpec, max_model_len: int, max_num_batched_tokens
                         enable_prefix_caching=True,
                         cudagraph_capture_sizes=cudagraph_capture_sizes(seqs, budget, num_speculative_tokens),
                         card_class=card_class)
+
+
+# The engine keys vLLM's defaults fill for an unset vllm_v1 key, and vLLM's name of each.
+DEFAULTED_KEYS = {"chunk_size": "max_num_batched_tokens", "max_num_seqs": "max_num_seqs"}
+
+
+def with_vllm_defaults(engine, device: DeviceSpec, model_max_len: int):
+    """`engine` (an `experiments.config.EngineConfig`) with vLLM's defaults on `device` for its
+    unset `DEFAULTED_KEYS` when its scheduler is vllm_v1; any other engine unchanged.
+
+    The filled keys stay "unset" (`model_fields_set` is kept), so `applied_defaults` can list
+    them, labels name only what the user wrote, and a cluster pool resolves them again for its
+    own device.
+
+    Raises:
+        ValueError: the resolved engine is invalid (as `EngineConfig`, e.g. a max_num_seqs the
+            user set above vLLM's default budget), naming the key.
+    """
+    if engine.scheduler != "vllm_v1":
+        return engine
+    unset = [key for key in DEFAULTED_KEYS if key not in engine.model_fields_set]
+    if not unset:
+        return engine
+    d = vllm_defaults(device, engine.max_model_len or model_max_len,
+                      None if "chunk_size" in unset else engine.chunk_size,
+                      None if "max_num_seqs" in unset else engine.max_num_seqs, engine.split_n)
+    resolved = {"chunk_size": d.max_num_batched_tokens, "max_num_seqs": d.max_num_seqs}
+    cls = type(engine)
+    try:
+        checked = cls.model_validate({**engine.model_dump(exclude_unset=True), **{k: resolved[k] for k in unset}})
+    except ValidationError as exc:
+        problem = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+        raise ValueError(f"engine: {problem} (with vLLM's default {', '.join(f'{k} {resolved[k]}' for k in unset)} "
+                         f"for {d.card_class}); set {' and '.join('engine.' + k for k in unset)} too") from None
+    return cls.model_construct(_fields_set=set(engine.model_fields_set), **dict(checked))
+
+
+def applied_defaults(engine, device: DeviceSpec) -> dict[str, object]:
+    """The vLLM defaults a resolved vllm_v1 `engine` runs with for keys its config left unset,
+    by engine key ({} for other schedulers or when every such key was set), with the card class
+    they come from under "card" (for reports)."""
+    if engine.scheduler != "vllm_v1":
+        return {}
+    out: dict[str, object] = {key: getattr(engine, key) for key in DEFAULTED_KEYS
+                              if key not in engine.model_fields_set}
+    if out:
+        out["card"] = vllm_defaults(device, engine.max_model_len or 1 << 20).card_class
+    return out

@@ -247,4 +247,4 @@ def test_a_pools_invalid_engine_is_said_without_pydantics_lead():
     with pytest.raises(ValueError) as info:
         pool_point(ok, "prefill")
     assert str(info.value) == ("cluster.prefill.engine: engine: engine.max_num_batched_tokens is not used by "
-                               "scheduler 'sarathi' (only by vllm, orca, faster_transformer)")
+                               "scheduler 'sarathi' (only by vllm_v1, vllm, orca, faster_transformer)")

@@ -344,7 +344,7 @@ def test_validation_problems_is_one_line_of_keys_and_messages():
                                                  "bogus: Extra inputs are not permitted")
     assert validation_problems(fields.value, keyed=False) == ("Input should be greater than or equal to 1; "
                                                               "Extra inputs are not permitted")
-    used = "engine.max_num_batched_tokens is not used by scheduler 'sarathi' (only by vllm, orca, faster_transformer)"
+    used = "engine.max_num_batched_tokens is not used by scheduler 'sarathi' (only by vllm_v1, vllm, orca, faster_transformer)"
     assert validation_problems(whole.value) == used
     assert validation_problems(whole.value, root_key="engine") == f"engine: {used}"
     assert validation_problems(whole.value, root_key="engine", message=lambda e: e["msg"]) == (

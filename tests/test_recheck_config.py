@@ -166,13 +166,13 @@ def test_labels_leave_out_acceptance_where_no_draft_reads_it():
 
 
 def test_labels_still_name_an_acceptance_that_differs_between_drafting_points():
-    """chunk_size is the schema's default, 512."""
+    """chunk_size unset: vLLM's default on an H100, 8192 (experiments/vllm_defaults.py)."""
     base = {"model": "llama-3-8b", "device": "h100-sxm", "cost_model": "roofline",
             "trace": {"kind": "synthetic", "qps": 4.0, "num_requests": 6, "prompt_tokens": 256, "output_tokens": 4}}
     points = [SweepConfig.model_validate({**base, "engine": {"scheduler": "vllm_v1", "split_n": n, "acceptance": a}})
               for n, a in ((2, 0.6), (2, 0.8), (0, 0.8))]
-    assert point_labels(points) == ["vllm_v1 chunk=512 N=2 acceptance=0.6", "vllm_v1 chunk=512 N=2 acceptance=0.8",
-                                    "vllm_v1 chunk=512"]
+    assert point_labels(points) == ["vllm_v1 chunk=8192 N=2 acceptance=0.6", "vllm_v1 chunk=8192 N=2 acceptance=0.8",
+                                    "vllm_v1 chunk=8192"]
 
 
 # ----- n01: a cluster whose pools run on different devices says each pool's -------------------

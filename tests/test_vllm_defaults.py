@@ -56,3 +56,65 @@ def test_cudagraph_capture_sizes():
     assert cudagraph_capture_sizes(1024, 100) == (1, 2, 4, *range(8, 97, 8))  # at most the budget
     assert cudagraph_capture_sizes(64, 8192, num_speculative_tokens=3)[-1] == 512  # 64 x 4 x 2
     assert vllm_defaults(get_device_spec("l40s"), 131072).cudagraph_capture_sizes == sizes
+
+
+# ----- applied to a config's vllm_v1 engine ------------------------------------------------------
+
+from experiments.config import SweepConfig  # noqa: E402
+from experiments.planning.report import vllm_defaults_lines  # noqa: E402
+from experiments.vllm_defaults import applied_defaults  # noqa: E402
+
+TRACE = {"kind": "synthetic", "qps": 1, "prompt_tokens": 10, "output_tokens": 10, "num_requests": 4}
+
+
+def _engine(device="h100-sxm", **engine):
+    return SweepConfig(trace=TRACE, device=device, engine={"scheduler": "vllm_v1", **engine}).engine
+
+
+@pytest.mark.parametrize("device, budget, seqs", [("h100-sxm", 8192, 1024), ("a100-80gb", 2048, 256),
+                                                  ("rtx-4090", 2048, 256)])
+def test_unset_vllm_v1_keys_take_vllms_defaults_for_the_card(device, budget, seqs):
+    e = _engine(device)
+    assert (e.chunk_size, e.max_num_seqs) == (budget, seqs)
+    assert e.model_fields_set == {"scheduler"}  # still unset: labels name only what the user wrote
+    assert applied_defaults(e, get_device_spec(device))["chunk_size"] == budget
+
+
+def test_set_keys_are_kept_and_other_schedulers_keep_their_defaults():
+    assert (_engine(chunk_size=512).chunk_size, _engine(chunk_size=512).max_num_seqs) == (512, 512)  # min(1024, 512)
+    assert _engine(max_num_seqs=64).chunk_size == 8192
+    sarathi = SweepConfig(trace=TRACE, engine={"scheduler": "sarathi"}).engine
+    assert (sarathi.chunk_size, sarathi.max_num_seqs) == (512, 128)
+
+
+def test_max_num_batched_tokens_is_vllm_v1s_token_budget():
+    e = _engine(max_num_batched_tokens=4096)
+    assert (e.chunk_size, e.max_num_batched_tokens, e.max_num_seqs) == (4096, None, 1024)
+    assert "max_num_batched_tokens" not in e.used_settings() and e.used_settings()["chunk_size"] == 4096
+    with pytest.raises(ValueError, match=r"engine.max_num_batched_tokens \(4096\) and engine.chunk_size \(2048\) "
+                                         r"are one setting for scheduler vllm_v1"):
+        _engine(max_num_batched_tokens=4096, chunk_size=2048)
+
+
+def test_a_max_num_seqs_above_the_default_budget_says_which_default():
+    with pytest.raises(ValueError, match=r"max_num_seqs \(4000\) must be <= chunk_size \(2048\).*vLLM's default "
+                                         r"chunk_size 2048 for l40s: 44.53 GiB < 70 GiB\); set engine.chunk_size too"):
+        _engine("l40s", max_num_seqs=4000)
+
+
+def test_a_cluster_pool_takes_its_own_cards_defaults():
+    from experiments.config import pool_points
+    point = SweepConfig(trace=TRACE, device="h100-sxm", engine={"scheduler": "vllm_v1"},
+                        cluster={"prefill": {"device": "a100-80gb"}})
+    pools = pool_points(point)
+    assert (pools["prefill"].engine.chunk_size, pools["decode"].engine.chunk_size) == (2048, 8192)
+
+
+def test_the_report_lists_the_defaults_applied():
+    base = SweepConfig(trace=TRACE, device="a100-80gb", engine={"scheduler": "vllm_v1"})
+    assert vllm_defaults_lines(base) == [
+        "vLLM 0.19 defaults applied to unset engine keys: chunk_size 2048 (vLLM's --max-num-batched-tokens), "
+        "max_num_seqs 256 (vLLM's --max-num-seqs), for a100-80gb: an A100 (EngineArgs.get_batch_defaults, OpenAI API "
+        "server); a point on another card takes that card's (its chunk_size and max_num_seqs columns)."]
+    assert vllm_defaults_lines(SweepConfig(trace=TRACE, engine={"scheduler": "vllm_v1", "chunk_size": 256,
+                                                                "max_num_seqs": 64})) == []

@@ -98,9 +98,16 @@ def pool_point(point: "SweepConfig", pool: str) -> "SweepConfig":
             unknown_key_message(EngineConfig, e["loc"], _POINT_ONLY_ENGINE_KEYS) if e["type"] == "extra_forbidden"
             else e["msg"].removeprefix("Value error, ")))  # as every caller shows it (the xPyD search's layouts too)
         raise ValueError(f"cluster.{pool}.engine: {problems}") from None
+    device = spec.device if spec.device is not None else point.device
+    if engine.scheduler == "vllm_v1":  # vLLM's defaults for the pool's own card (experiments.vllm_defaults)
+        from experiments.vllm_defaults import with_vllm_defaults
+        from profiler import get_device_spec, get_model_spec
+        try:
+            engine = with_vllm_defaults(engine, get_device_spec(device), get_model_spec(point.model).max_model_len)
+        except ValueError as exc:
+            raise ValueError(f"cluster.{pool}.engine: {str(exc).removeprefix('Value error, ')}") from None
     # The pool's router, set after validation: `check_cluster` checks it under its own key.
     engine = engine.model_copy(update={"router": spec.router})
-    device = spec.device if spec.device is not None else point.device
     return point.model_copy(update={"engine": engine, "device": device, "cluster": None})
 
 

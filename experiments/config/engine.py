@@ -21,8 +21,12 @@ SCHEDULER_KEYS: dict[str, set[str]] = {
     **{name: {"chunk_size"} for name in CHUNKING_SCHEDULERS},
     **{name: {"max_num_batched_tokens"} for name in ("vllm", "orca", "faster_transformer")},
 }
-SCHEDULER_KEYS["vllm_v1"] = {"chunk_size", "long_prefill_token_threshold", "enable_prefix_caching", "async_scheduling"}
+SCHEDULER_KEYS["vllm_v1"] = {"chunk_size", "long_prefill_token_threshold", "enable_prefix_caching", "async_scheduling",
+                             "max_num_batched_tokens"}
 _SCHEDULER_SPECIFIC = set().union(*SCHEDULER_KEYS.values())
+# Another spelling of a scheduler's key, mapped onto it before validation: vLLM users write the
+# token budget as max_num_batched_tokens (vLLM's --max-num-batched-tokens).
+KEY_ALIASES: dict[str, dict[str, str]] = {"vllm_v1": {"max_num_batched_tokens": "chunk_size"}}
 
 
 class DraftModel(_Strict):
@@ -41,10 +45,10 @@ class EngineConfig(_Strict):
     """Serving-engine settings of one point (DESIGN.md's `engine:` block)."""
 
     scheduler: str = "sarathi"
-    chunk_size: _StepTokens = 512
-    max_num_batched_tokens: _StepTokens | None = None
+    chunk_size: _StepTokens = 512  # the step's token budget; vllm_v1 unset: vLLM 0.19's for the card, 8192 on >= 70 GiB non-A100 cards, else 2048 (experiments/vllm_defaults.py)
+    max_num_batched_tokens: _StepTokens | None = None  # vllm_v1: another name of chunk_size (vLLM's --max-num-batched-tokens)
     long_prefill_token_threshold: _StepTokens | None = None
-    max_num_seqs: _StepTokens = 128
+    max_num_seqs: _StepTokens = 128  # vllm_v1 unset: vLLM 0.19's for the card, 1024 on >= 70 GiB non-A100 cards, else 256 (at most the budget)
     max_model_len: int | None = Field(default=None, ge=2, le=_MAX_STEP_TOKENS)
     block_size: int = Field(default=16, ge=1, le=256)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
@@ -100,6 +104,21 @@ class EngineConfig(_Strict):
                              "(vLLM --quantization fp8) or an FP8 checkpoint's config.json")
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        # vllm_v1's max_num_batched_tokens is its chunk_size (KEY_ALIASES); both given must agree.
+        if not isinstance(data, dict) or not isinstance(data.get("scheduler"), str):
+            return data  # a scheduler that is no name is refused by its own validator
+        for alias, key in KEY_ALIASES.get(data["scheduler"], {}).items():
+            if alias in data:
+                if key in data and data[key] != data[alias]:
+                    raise ValueError(f"engine.{alias} ({data[alias]}) and engine.{key} ({data[key]}) are one "
+                                     f"setting for scheduler {data['scheduler']} (vLLM's --max-num-batched-tokens, "
+                                     "the step's token budget): give one")
+                data = {k: v for k, v in data.items() if k != alias} | {key: data[alias]}
+        return data
+
     @field_validator("scheduler", mode="before")
     @classmethod
     def _known_scheduler(cls, value: Any) -> str:
@@ -130,7 +149,9 @@ class EngineConfig(_Strict):
                 raise ValueError("engine.async_scheduling true with split_n and draft ngram: vLLM refuses async "
                                  "scheduling with its CPU n-gram drafter (only EAGLE/MTP, draft models and ngram_gpu); "
                                  "set it false, leave it unset, or give draft: {model: ...}")
-        if self.scheduler in CHUNKING_SCHEDULERS and self.max_num_seqs > self.chunk_size:
+        # vllm_v1 with either unset: vLLM's defaults for the card come later (experiments.vllm_defaults).
+        defaults_pending = self.scheduler == "vllm_v1" and not {"chunk_size", "max_num_seqs"} <= self.model_fields_set
+        if self.scheduler in CHUNKING_SCHEDULERS and self.max_num_seqs > self.chunk_size and not defaults_pending:
             raise ValueError(
                 f"max_num_seqs ({self.max_num_seqs}) must be <= chunk_size ({self.chunk_size}): "
                 "each decode takes one token of the budget"
@@ -149,6 +170,7 @@ class EngineConfig(_Strict):
         return {k: json.dumps(v) if isinstance(v, (dict, list)) else v
                 for k, v in self.model_dump(mode="json").items()
                 if (k not in _SCHEDULER_SPECIFIC or k in SCHEDULER_KEYS[self.scheduler])
+                and k not in KEY_ALIASES.get(self.scheduler, {})
                 and (k != "router_overlap_weight" or self.router == "prefix_aware")
                 and (k != "kv_offload" or self.kv_offload is not None)}
 

@@ -62,7 +62,8 @@ def load_config(path: str | Path, overrides: list[str] = (),
     points = _expand(raw, set_keys, path, root_node, said.append, layouts)
     if set_keys and (raw.get("variants") or base.layouts is not None):  # the base records its points as run
         # (config.yaml loads again: `experiments.planning.sweep.config_as_run` drops the layouts they hold)
-        base = base.model_copy(update={"variants": _variants_as_run(base_tree, [tree for tree, _, _ in points])})
+        base = base.model_copy(update={"variants": _variants_as_run(base_tree, [_pinned(tree, point, base_tree)
+                                                                               for tree, point, _ in points])})
     in_file = isinstance(raw.get("trace"), dict) and "path" in raw["trace"] and "trace.path" not in set_keys
     qps_in_file = isinstance(raw.get("trace"), dict) and "qps" in raw["trace"] and "trace.qps" not in set_keys
     _check_trace_files(points, base, path, _line_of(root_node, ["trace", "path"]) if in_file else None,
@@ -73,6 +74,19 @@ def load_config(path: str | Path, overrides: list[str] = (),
         else:
             on_warning(text)
     return base, [tree for tree, _, _ in points]
+
+
+def _pinned(tree: dict, point: SweepConfig, base_tree: dict) -> dict:
+    """`tree` for `_variants_as_run`: a vllm_v1 point that left unset an engine key vLLM defaults
+    per card, which the base sets (a variant's scheduler dropped it, a --set scheduler made it
+    vllm_v1), gets the value it ran with, since a variant cannot unset a key of the base."""
+    from experiments.vllm_defaults import DEFAULTED_KEYS
+
+    engine, base_engine = tree.get("engine") or {}, base_tree.get("engine") or {}
+    missing = [k for k in DEFAULTED_KEYS if k not in engine and k in base_engine]
+    if point.engine.scheduler != "vllm_v1" or not missing:
+        return tree
+    return {**tree, "engine": {**engine, **{k: getattr(point.engine, k) for k in missing}}}
 
 
 def _read_yaml(path: Path):

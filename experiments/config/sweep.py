@@ -54,6 +54,25 @@ class SweepConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _vllm_defaults(self) -> "SweepConfig":
+        # vllm_v1's unset token budget and max_num_seqs are vLLM's for the point's card
+        # (experiments.vllm_defaults); a name that does not resolve is reported by _deployment_fits.
+        if self.engine.scheduler != "vllm_v1":
+            return self
+        from experiments.vllm_defaults import with_vllm_defaults
+        from profiler import get_device_spec
+        try:
+            device, model = get_device_spec(self.device), get_model_spec(self.model)
+        except (ValueError, OSError):
+            return self
+        try:
+            engine = with_vllm_defaults(self.engine, device, model.max_model_len)
+        except ValueError as exc:
+            raise ValueError(str(exc).removeprefix("Value error, ")) from None
+        object.__setattr__(self, "engine", engine)  # frozen: the resolved engine replaces the validated one
+        return self
+
+    @model_validator(mode="after")
     def _layouts_exist(self) -> "SweepConfig":
         if self.layouts is not None:
             if self.cluster is not None:

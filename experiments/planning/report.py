@@ -442,7 +442,7 @@ def _header_lines(points: pd.DataFrame, base: SweepConfig, devices: tuple = ()) 
     lines = [deployment_line(points, base, "(what prices each step is stated below)")]
     if ok.empty:
         return lines + ["Every point failed: see the errors below."]
-    lines += cost_model_lines(ok) + device_lines(ok, base, devices) + layout_lines(base)
+    lines += cost_model_lines(ok) + device_lines(ok, base, devices) + vllm_defaults_lines(base) + layout_lines(base)
     first = ok.iloc[0]
     lines.append(trace_line(first, base))
     skipped = int(first.get("trace_rows_rejected", 0) or 0)
@@ -607,6 +607,21 @@ def device_lines(points: pd.DataFrame, base: SweepConfig, devices: tuple = ()) -
                          f"{d['memory_bandwidth_efficiency']:.2f} ({d.get('efficiency_source', 'assumed')}); figures "
                          f"from {d.get('source', 'the device file')}.")
     return lines
+
+
+def vllm_defaults_lines(base: SweepConfig) -> list[str]:
+    """What vLLM 0.19 picks for the vllm_v1 engine keys the config left unset, on the base
+    point's card (`experiments.vllm_defaults.applied_defaults`); [] when none were left unset."""
+    from experiments.vllm_defaults import DEFAULTED_KEYS, applied_defaults
+    from profiler import get_device_spec
+
+    applied = applied_defaults(base.engine, get_device_spec(base.device))
+    if not applied:
+        return []
+    card = applied.pop("card")
+    keys = ", ".join(f"{k} {v} (vLLM's --{DEFAULTED_KEYS[k].replace('_', '-')})" for k, v in applied.items())
+    return [f"vLLM 0.19 defaults applied to unset engine keys: {keys}, for {card} (EngineArgs.get_batch_defaults, "
+            "OpenAI API server); a point on another card takes that card's (its chunk_size and max_num_seqs columns)."]
 
 
 def point_devices(points: list[dict]) -> tuple:

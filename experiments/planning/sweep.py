@@ -372,6 +372,10 @@ def config_as_run(base: SweepConfig) -> dict:
     only where the scheduler reads them, which `load_config` insists on; paths absolute)."""
     tree = base.model_dump(mode="json")
     tree["engine"] = base.engine.model_dump(mode="json", include=set(base.engine.used_settings()))
+    from experiments.vllm_defaults import DEFAULTED_KEYS
+    if base.engine.scheduler == "vllm_v1":  # vLLM's per-card defaults stay unset: a variant's card resolves its own
+        for key in set(DEFAULTED_KEYS) - base.engine.model_fields_set:
+            tree["engine"].pop(key, None)
     if base.cluster is not None:  # each pool sets its own; check_cluster refuses them beside cluster:
         for key in ("replicas", "router_overlap_weight"):
             tree["engine"].pop(key, None)
