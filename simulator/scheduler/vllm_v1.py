@@ -45,8 +45,10 @@ class VllmV1Scheduler(Scheduler):
     `running`, checked before each admission as vLLM's `max_num_running_reqs`. Prefix caching is on by
     default, as `--enable-prefix-caching` is in V1. The budget is `chunk_size` (vLLM's
     --max-num-batched-tokens). Not modelled: vLLM's null block (block 0 of its pool is a
-    placeholder, so it serves num_gpu_blocks - 1), async scheduling, and the repeated prefix-cache
-    stats of a head request that is looked up in several steps before it fits (counted once here).
+    placeholder, so it serves num_gpu_blocks - 1) and the repeated prefix-cache stats of a head
+    request that is looked up in several steps before it fits (counted once here). Async scheduling
+    (`engine.async_scheduling`, on by default as in vLLM >= 0.14) is not this class's concern: the
+    replica decides when a step is scheduled relative to the step running (`simulator/replica.py`).
     """
 
     name = "vllm_v1"
