@@ -159,17 +159,27 @@ class VllmV1Scheduler(Scheduler):
         if self.kv_offload is not None:
             self._admit_waiting_offload(entries, budget, threshold)
             return
-        size = self.config.block_size
         while budget > 0 and self.waiting:
             head = self.waiting.head()
             hit = self._cache_hit(head)
-            pending = head.num_pending_tokens - len(hit) * size
-            n = min(pending, budget, threshold or pending)
-            seq = self._admit_head(n, hit)
-            if seq is None:
+            n = self._admit_with_hit(entries, head, hit, budget, threshold)
+            if n is None:
                 break
-            entries.append((seq, n, 0))
             budget -= n
+
+    def _admit_with_hit(self, entries: list[Entry], head: Sequence, hit: list, budget: int,
+                        threshold: int | None) -> int | None:
+        """Admit the head of `waiting` with its prefix-cache `hit` (blocks) for its pending tokens
+        after the hit, capped by `budget` and `long_prefill_token_threshold` (vLLM `Scheduler.schedule`,
+        loop 2); append its entry. Returns the tokens scheduled, or None when it does not fit (KV
+        blocks or `max_num_seqs`), where loop 2 stops."""
+        pending = head.num_pending_tokens - len(hit) * self.config.block_size
+        n = min(pending, budget, threshold or pending)
+        seq = self._admit_head(n, hit)
+        if seq is None:
+            return None
+        entries.append((seq, n, 0))
+        return n
 
     def _admit_waiting_offload(self, entries: list[Entry], budget: int, threshold: int | None) -> None:
         """Loop 2 with an offload tier (`simulator.scheduler.kv_offload`; vLLM `Scheduler.schedule`
@@ -183,7 +193,6 @@ class VllmV1Scheduler(Scheduler):
         does not fit)."""
         offload = self.kv_offload
         bm = self.block_manager
-        size = self.config.block_size
         waiting = self.waiting
         skipped: list[Sequence] = []
         now_s = self._now_s
@@ -214,12 +223,9 @@ class VllmV1Scheduler(Scheduler):
                     break
                 skipped.append(waiting.pop_head())
                 continue
-            pending = head.num_pending_tokens - len(hit) * size
-            n = min(pending, budget, threshold or pending)
-            seq = self._admit_head(n, hit)
-            if seq is None:
+            n = self._admit_with_hit(entries, head, hit, budget, threshold)
+            if n is None:
                 break
-            entries.append((seq, n, 0))
             budget -= n
         for seq in reversed(skipped):  # back at the head, in their order
             waiting.add_preempted(seq) if waiting.policy == "fcfs" else waiting.add_arrival(seq)
