@@ -10,6 +10,7 @@ from experiments.config import (CHUNKING_SCHEDULERS, MAX_KV_BLOCKS, POOLS, SCHED
                                 SweepConfig, engine_gpus, pool_gpus, pool_points)
 from profiler import RooflineCostModel, get_device_spec, get_model_spec, kv_pool_blocks
 from profiler.cost_model import CostModel
+from profiler.kv_cache_groups import kv_cache_groups
 from profiler.model_spec import ModelSpec
 from profiler.quantization import kv_cache_dtype_bytes, resolved_kv_cache_dtype
 from simulator.acceptance import EmpiricalAcceptance, PositionalAcceptance, speculative_outcome_fn
@@ -63,7 +64,12 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
     model = served_model(point)
     max_model_len = served_context_tokens(point)
     budget = e.token_budget or max_model_len
-    stage_model = dataclasses.replace(model, num_layers=-(-model.num_layers // e.pipeline_parallel_size))
+    pp = e.pipeline_parallel_size
+    stage_model = dataclasses.replace(model, num_layers=-(-model.num_layers // pp),
+                                      num_sliding_layers=-(-model.num_sliding_layers // pp))
+    # vLLM V1's hybrid KV cache manager groups windowed and full layers (profiler/kv_cache_groups.py);
+    # the other schedulers keep every layer's KV, as one group.
+    kv_groups = kv_cache_groups(stage_model, hybrid=e.scheduler == "vllm_v1")
     # Computed even when num_gpu_blocks overrides it: it raises when the weights do not fit.
     fitting_blocks = kv_pool_blocks(
         stage_model, get_device_spec(point.device),
@@ -71,7 +77,7 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
         max_num_batched_tokens=budget, tensor_parallel_size=e.tensor_parallel_size,
         dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=kv_bytes_per_element(point),
         max_num_seqs=e.max_num_seqs, data_parallel_size=e.data_parallel_size,
-        enable_expert_parallel=e.enable_expert_parallel)
+        enable_expert_parallel=e.enable_expert_parallel, kv_groups=kv_groups)
     num_blocks = e.num_gpu_blocks or fitting_blocks
     if num_blocks > MAX_KV_BLOCKS:  # before any pool is allocated (a pool costs ~40-58 bytes a block)
         device = get_device_spec(point.device).name
@@ -100,7 +106,9 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
                          if drafts_as_proposed(e) else ()),
         proposal_seed=e.seed,
         long_prefill_token_threshold=e.long_prefill_token_threshold, on_too_long=e.on_too_long,
-        enable_prefix_caching=e.enable_prefix_caching if "enable_prefix_caching" in SCHEDULER_KEYS[e.scheduler] else None)
+        enable_prefix_caching=e.enable_prefix_caching if "enable_prefix_caching" in SCHEDULER_KEYS[e.scheduler] else None,
+        kv_groups=((kv_groups.num_full_groups, kv_groups.num_sliding_groups, kv_groups.sliding_window)
+                   if kv_groups.num_sliding_groups else None))
 
 
 def async_scheduling_on(point: SweepConfig) -> bool:

@@ -117,10 +117,11 @@ def build_cost_model(point: SweepConfig) -> CostModel:
     model = served_model(point)  # quantised weights: config.json or engine.quantization
     device = get_device_spec(point.device)
     kv_bytes = kv_bytes_per_element(point)
+    cost_model_name = roofline_only_cost_model(point.cost_model, model)
     if model.moe is not None:  # issue 18: experts priced by profiler/moe_cost.py
         from profiler.moe_cost import build_moe_cost_model
 
-        return build_moe_cost_model(point.cost_model, model, device, e.tensor_parallel_size, e.data_parallel_size,
+        return build_moe_cost_model(cost_model_name, model, device, e.tensor_parallel_size, e.data_parallel_size,
                                     e.enable_expert_parallel, e.expert_routing_skew, DTYPE_BYTES[e.dtype],
                                     kv_bytes, cuda_graph_max_tokens=min(2 * e.max_num_seqs, 512))
     directory = profile_dir_for(point.cost_model, device, point.model)
@@ -132,7 +133,7 @@ def build_cost_model(point: SweepConfig) -> CostModel:
         fitted = load_fitted(directory, model, e.tensor_parallel_size, device=device.name)
         overhead = EngineOverhead.load(directory)
         return WithEngineOverhead(fitted, overhead) if overhead is not None else fitted
-    if point.cost_model == "auto" or point.cost_model.startswith("measured:"):
+    if cost_model_name == "auto" or cost_model_name.startswith("measured:"):
         from profiler.measured.shipped import build_measured  # shipped or imported kernel tables
 
         measured = build_measured(point.cost_model, model, device, e.tensor_parallel_size, DTYPE_BYTES[e.dtype],
@@ -143,6 +144,23 @@ def build_cost_model(point: SweepConfig) -> CostModel:
     return RooflineCostModel(model, device, tensor_parallel_size=e.tensor_parallel_size,
                              dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=kv_bytes,
                              host_s_per_seq=host_s_per_seq(point))
+
+
+def roofline_only_cost_model(cost_model: str, model) -> str:
+    """`cost_model` for a model whose attention only the roofline prices: sliding-window layers,
+    attention sinks or logit soft-capping (the measured and fitted tables time full attention
+    over every context token). `auto` becomes `roofline` (the label says why); other values pass.
+
+    Raises:
+        ValueError: `measured:DIR` or `profile:DIR` for such a model (names the model's fields)."""
+    if not (model.num_sliding_layers or model.attention_sinks or model.attn_logit_softcapping):
+        return cost_model
+    if cost_model in ("auto", "roofline"):
+        return "roofline"
+    raise ValueError(f"cost_model {cost_model}: model {model.name!r} has sliding-window layers ({model.num_sliding_layers}, "
+                     f"window {model.sliding_window}), attention sinks ({model.attention_sinks}) or logit soft-capping "
+                     f"({model.attn_logit_softcapping}); measured and fitted tables time full attention only: "
+                     "use cost_model auto or roofline")
 
 
 def cost_model_columns(point: SweepConfig, cost_model) -> dict:
@@ -156,8 +174,11 @@ def cost_model_columns(point: SweepConfig, cost_model) -> dict:
         described = cost_model.describe()
         columns.update(cost_model_label=described["label"], cost_model_steps_out_of_range=described["out_of_grid_steps"])
     elif isinstance(cost_model, RooflineCostModel):  # `auto` without measured tables says so
-        columns["cost_model_label"] = "roofline" + (" (no measured tables for this device and dtype)"
-                                                    if point.cost_model == "auto" else "")
+        model = cost_model.model
+        windowed = model.num_sliding_layers or model.attention_sinks or model.attn_logit_softcapping
+        columns["cost_model_label"] = "roofline" + (
+            " (sliding-window/sink/soft-capped attention: priced by the roofline only)" if windowed and point.cost_model == "auto"
+            else " (no measured tables for this device and dtype)" if point.cost_model == "auto" else "")
         if cost_model.model.quantization is not None:  # what the weights' GEMMs were priced as
             columns["cost_model_label"] += f"; weights {cost_model.model.quantization.label}"
         if cost_model.kv_dtype_bytes == 1:

@@ -15,10 +15,8 @@ field and saying the architecture is not supported yet — never a silent dense 
   (`decoder_sparse_step` > 1, `mlp_only_layers`), DeepSeek's `n_routed_experts` /
   `n_shared_experts` / `first_k_dense_replace` / `moe_layer_freq`;
 - multi-head latent attention (DeepSeek-V2/V3): `kv_lora_rank`, `q_lora_rank`, `qk_rope_head_dim`, ...;
-- a sliding window in effect: `sliding_window` set and `use_sliding_window` not false (transformers
-  `MistralConfig` and `Gemma2Config` have no `use_sliding_window`: a set window is always used —
-  Mistral-7B-v0.1's 4096, Gemma-2's every other layer); `layer_types` naming a non-full layer;
-- attention logit soft-capping (`attn_logit_softcapping`, Gemma-2), chunked local attention
+- `layer_types` naming a layer other than full or sliding-window attention (`profiler.sliding_window`);
+- chunked local attention
   (`attention_chunk_size`, Llama 4), multi-token prediction layers (`num_nextn_predict_layers`:
   extra parameters), biases beyond Qwen2's q/k/v
   (`attention_bias`, `mlp_bias`), a multimodal wrapper (`text_config`);
@@ -28,8 +26,11 @@ field and saying the architecture is not supported yet — never a silent dense 
 A pre-quantised checkpoint's `quantization_config` is read by `profiler.quantization`
 (`read_quantization_config`): a method or scheme it cannot price is a `ValueError` naming the field.
 
-Qwen2/2.5 and Qwen3 configs carry `sliding_window` with `use_sliding_window: false`: that is full
-attention, and accepted. The rule is vLLM's `ModelConfig.get_sliding_window` (`vllm/config`; pinned
+Sliding-window layers are read as each family spells them (`profiler.sliding_window.read_sliding_window`:
+`layer_types`, `sliding_window_pattern`, `use_sliding_window` / `max_window_layers`, or a Mistral
+config's `sliding_window` for every layer) into `sliding_window` and `num_sliding_layers`;
+`attn_logit_softcapping` into the spec (priced by the roofline). Qwen2/2.5 and Qwen3 configs carry
+`sliding_window` with `use_sliding_window: false`: that is full attention. The rule is vLLM's `ModelConfig.get_sliding_window` (`vllm/config`; pinned
 by vLLM's `tests/test_config.py::test_get_sliding_window`): None for a Qwen2 config with
 use_sliding_window false, the window when it is true, and a Mistral config's window whenever set.
 
@@ -45,6 +46,7 @@ from pathlib import Path
 from profiler.json_object import read_json_object
 from profiler.moe import MoESpec
 from profiler.quantization import read_quantization_config
+from profiler.sliding_window import read_sliding_window
 
 # model_type → (q/k/v projections carry biases, q/k RMSNorm per head). Sources: transformers
 # `modeling_qwen2.py` (`Qwen2Attention`: q_proj, k_proj, v_proj bias=True, o_proj bias=False),
@@ -77,7 +79,6 @@ _UNSUPPORTED_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
                                            "first_k_dense_replace")),
     ("multi-head latent attention (MLA)", ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
                                            "qk_nope_head_dim", "v_head_dim")),
-    ("attention logit soft-capping", ("attn_logit_softcapping",)),
     ("chunked local attention", ("attention_chunk_size",)),
     ("multi-token prediction layers", ("num_nextn_predict_layers",)),
     ("biases on every attention projection", ("attention_bias",)),
@@ -114,19 +115,6 @@ def check_supported(config: dict, path: Path) -> str:
         found = [f"{name}={config[name]!r}" for name in fields if _is_set(config.get(name))]
         if found:
             problems.append(f"{', '.join(found)} ({meaning})")
-    window = config.get("sliding_window")
-    if _is_set(window) and config.get("use_sliding_window") is not False:
-        limit = config.get("max_position_embeddings")
-        # A window as long as the context never drops a token: that is full attention.
-        if not (isinstance(window, int) and isinstance(limit, int) and window >= limit):
-            problems.append(f"sliding_window={window!r}, use_sliding_window=true (sliding-window attention)"
-                            if config.get("use_sliding_window") else
-                            f"sliding_window={window!r} (sliding-window attention: a set sliding_window "
-                            "is used unless the config says use_sliding_window: false)")
-    layer_types = config.get("layer_types")
-    if isinstance(layer_types, list) and any(t != "full_attention" for t in layer_types):
-        other = sorted({str(t) for t in layer_types} - {"full_attention"})
-        problems.append(f"layer_types with {other} (layers without full attention)")
     allowed = _MOE_FIELDS.get(model_type, ())
     foreign = [f"{name}={config[name]!r}" for name in _ANY_MOE_FIELD
                if name not in allowed and _is_set(config.get(name))
@@ -166,6 +154,10 @@ def spec_fields(config: dict, path: Path) -> dict:
     heads = whole("num_attention_heads")
     hidden = whole("hidden_size")
     moe = moe_fields(config, path, model_type, whole)
+    window, num_sliding = read_sliding_window(config, path)
+    softcap = config.get("attn_logit_softcapping") or 0.0
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not softcap >= 0:
+        raise ValueError(f"{path}: attn_logit_softcapping must be a number >= 0 or null, got {softcap!r}")
     tied = config.get("tie_word_embeddings", False)
     if not isinstance(tied, bool):
         raise ValueError(f"{path}: tie_word_embeddings must be true or false, got {tied!r}")
@@ -184,6 +176,9 @@ def spec_fields(config: dict, path: Path) -> dict:
         moe=moe,
         quantization=(read_quantization_config(config["quantization_config"], path)
                       if config.get("quantization_config") is not None else None),
+        sliding_window=window,
+        num_sliding_layers=num_sliding,
+        attn_logit_softcapping=softcap,
     )
 
 

@@ -25,7 +25,9 @@ allowed (read from vLLM 0.19.0's source; the paths below are in that release):
         `vllm/v1/core/kv_cache_utils.py` `get_num_blocks` and `_report_kv_cache_config` (one
         uniform full-attention group; `page_bytes` = `FullAttentionSpec.page_size_bytes` =
         2 × block_size × KV heads per rank × head_dim × KV dtype bytes); with several workers
-        the smallest count wins (`get_kv_cache_configs`).
+        the smallest count wins (`get_kv_cache_configs`). A model with windowed layers under the
+        hybrid KV cache manager divides by the layers of one KV cache group instead
+        (`profiler.kv_cache_groups`): each block is one group's.
 
 The profile run (`GPUModelRunner.profile_run`, `_dummy_run`, `_dummy_sampler_run`) is one
 forward pass of T = max_num_batched_tokens tokens split over R = min(T, max_num_seqs) dummy
@@ -56,6 +58,7 @@ import math
 from dataclasses import dataclass
 
 from profiler.device_spec import DeviceSpec
+from profiler.kv_cache_groups import KVCacheGroups
 from profiler.model_spec import ModelSpec
 from profiler.moe_memory import moe_forward_peak_bytes, weight_bytes_per_rank
 
@@ -188,6 +191,7 @@ def vllm_kv_pool(
     kv_dtype_bytes: int = 2,
     data_parallel_size: int = 1,
     enable_expert_parallel: bool = False,
+    kv_groups: KVCacheGroups | None = None,
 ) -> KVPoolBreakdown:
     """One rank's KV pool as vLLM 0.19 computes it (module docstring), every term kept.
 
@@ -202,6 +206,7 @@ def vllm_kv_pool(
         data_parallel_size: DP ranks of a mixture of experts (its experts are split over DP × TP
             GPUs: `profiler.moe_memory`); no effect on a dense model.
         enable_expert_parallel: a mixture of experts split by expert (the busiest rank's share).
+        kv_groups: the KV cache groups (`profiler.kv_cache_groups`); None: one group of all layers.
 
     Returns:
         The breakdown; `num_blocks` is 0 (and `available_bytes` may be negative) when nothing fits.
@@ -218,6 +223,8 @@ def vllm_kv_pool(
     cudagraph = 0  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 in 0.19 (module docstring)
     available = requested - weights - activation - non_torch - cudagraph
     block_bytes = block_size * model.kv_bytes_per_token(kv_dtype_bytes, tp)
+    if kv_groups is not None:  # one block of one group: group_size layers
+        block_bytes = block_bytes // model.num_layers * kv_groups.group_size
     return KVPoolBreakdown(
         requested_bytes=requested, weights_bytes=weights, activation_peak_bytes=activation,
         non_torch_bytes=non_torch, cudagraph_bytes=cudagraph, available_bytes=available,
@@ -237,6 +244,7 @@ def kv_pool_blocks(
     max_num_seqs: int = 128,
     data_parallel_size: int = 1,
     enable_expert_parallel: bool = False,
+    kv_groups: KVCacheGroups | None = None,
 ) -> int:
     """KV-cache blocks of `block_size` tokens that fit on each GPU: `vllm_kv_pool(...).num_blocks`.
 
@@ -258,7 +266,7 @@ def kv_pool_blocks(
                         block_size=block_size, max_num_batched_tokens=max_num_batched_tokens,
                         max_num_seqs=max_num_seqs, tensor_parallel_size=tensor_parallel_size,
                         dtype_bytes=dtype_bytes, kv_dtype_bytes=kv_dtype_bytes, data_parallel_size=data_parallel_size,
-                        enable_expert_parallel=enable_expert_parallel)
+                        enable_expert_parallel=enable_expert_parallel, kv_groups=kv_groups)
     if pool.num_blocks < 1:
         raise ValueError(
             f"{model.name} does not fit on {device.name} with tensor_parallel_size={tensor_parallel_size}: "

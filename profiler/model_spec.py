@@ -50,6 +50,21 @@ class ModelSpec:
     # engine.quantization; profiler/quantization.py); None: BF16. Embedding, LM head, norms and
     # biases stay BF16 (vLLM quantises `LinearBase` layers only).
     quantization: WeightFormat | None = None
+    # Sliding-window attention (profiler/sliding_window.py): `num_sliding_layers` of the layers attend
+    # to the last `sliding_window` tokens only (the query's own included: vLLM's flash-attention
+    # window (sliding_window - 1, 0)); 0 and 0: full attention everywhere.
+    sliding_window: int = 0
+    num_sliding_layers: int = 0
+    # A learned sink logit per query head and layer in the softmax's denominator (gpt-oss `sinks`:
+    # heads parameters per layer); priced as a small element-wise cost of the attention kernel.
+    attention_sinks: bool = False
+    # Attention logit soft-capping cap · tanh(logit / cap) (Gemma-2 `attn_logit_softcapping`); 0: none.
+    attn_logit_softcapping: float = 0.0
+    # Norm weights of hidden width per layer: 2 for Llama (input, post-attention), 4 for Gemma-2/3
+    # (`pre_feedforward_layernorm`, `post_feedforward_layernorm` besides).
+    norms_per_layer: int = 2
+    # Biases on every attention projection (q, k, v and o: gpt-oss `attention_bias: true`).
+    attention_bias: bool = False
 
     def __post_init__(self) -> None:
         for field_name in ("num_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
@@ -60,6 +75,10 @@ class ModelSpec:
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(f"model {self.name!r}: num_attention_heads {self.num_attention_heads} is "
                              f"not a multiple of num_key_value_heads {self.num_key_value_heads}")
+        if not 0 <= self.num_sliding_layers <= self.num_layers or (self.sliding_window > 0) != (self.num_sliding_layers > 0):
+            raise ValueError(f"model {self.name!r}: num_sliding_layers {self.num_sliding_layers} must be from 1 to "
+                             f"num_layers {self.num_layers} with a sliding_window > 0 (got {self.sliding_window}), "
+                             "or both 0")
         if self.moe is not None and self.quantization is not None and self.quantization.kernel not in ("fp8", "fp8_block"):
             raise ValueError(f"model {self.name!r}: quantised mixture-of-experts weights ({self.quantization.label}, "
                              f"from {self.quantization.source}) are not priced yet: the fused-MoE tables are BF16 and FP8")
@@ -71,7 +90,17 @@ class ModelSpec:
         fields = asdict(self)
         if fields["quantization"] is None:
             del fields["quantization"]
+        if fields["moe"] is not None and not fields["moe"]["bias"]:
+            del fields["moe"]["bias"]
+        for name, default in _NEW_FIELD_DEFAULTS.items():  # unchanged dicts for the models before them
+            if fields[name] == default:
+                del fields[name]
         return fields
+
+    @property
+    def num_full_layers(self) -> int:
+        """Layers with full (causal, unwindowed) attention."""
+        return self.num_layers - self.num_sliding_layers
 
     @classmethod
     def from_fields(cls, fields: dict) -> "ModelSpec":
@@ -142,7 +171,8 @@ class ModelSpec:
 
         embedding (vocab × hidden) + per layer (QKV, O, gate, up, down weights + 2 RMSNorm
         weights of hidden, + the q/k/v biases with `qkv_bias`, + 2 × head_dim with `qk_norm`)
-        + final RMSNorm (hidden) + LM head (vocab × hidden) unless tied.
+        + final RMSNorm (hidden) + LM head (vocab × hidden) unless tied; `norms_per_layer` norms
+        (4 for Gemma), q/k/v/o biases with `attention_bias`, one sink per head with `attention_sinks`.
         Source: transformers `LlamaForCausalLM`, `Qwen2ForCausalLM`, `Qwen3ForCausalLM`; with
         `moe`, the MLP's weights are the whole MoE block's (`MoESpec.layer_params`: every expert,
         shared expert and router; `MixtralForCausalLM`, `Qwen2MoeForCausalLM`, `Qwen3MoeForCausalLM`).
@@ -160,9 +190,13 @@ class ModelSpec:
         linear = sum(in_dim * out_dim for _, in_dim, out_dim in shapes)
         if self.moe is not None:
             linear += (self.moe.active_layer_params if active else self.moe.layer_params)(self.hidden_size)
-        per_layer = linear + 2 * self.hidden_size
-        if self.qkv_bias:
+        per_layer = linear + self.norms_per_layer * self.hidden_size
+        if self.qkv_bias or self.attention_bias:
             per_layer += shapes[0][2]  # one bias per output of the fused qkv_proj
+        if self.attention_bias:
+            per_layer += self.hidden_size  # o_proj's bias
+        if self.attention_sinks:
+            per_layer += self.num_attention_heads  # one sink logit per query head
         if self.qk_norm:
             per_layer += 2 * self.head_dim
         embedding = self.vocab_size * self.hidden_size
@@ -224,6 +258,10 @@ class ModelSpec:
             ValueError: as `kv_heads_per_rank`.
         """
         return 2 * self.num_layers * self.kv_heads_per_rank(tp) * self.head_dim * dtype_bytes
+
+
+_NEW_FIELD_DEFAULTS = {"sliding_window": 0, "num_sliding_layers": 0, "attention_sinks": False,
+                       "attn_logit_softcapping": 0.0, "norms_per_layer": 2, "attention_bias": False}
 
 
 def _llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, vocab: int,
@@ -294,6 +332,13 @@ BUILTIN_MODELS: dict[str, ModelSpec] = {
         ModelSpec("qwen3-30b-a3b-fp8", 48, 2048, 32, 4, 128, 6144, 151936, 40960, qk_norm=True,
                   moe=MoESpec(num_experts=128, num_experts_per_tok=8, expert_intermediate_size=768),
                   quantization=WeightFormat("fp8", "fp8_block", 8, source="Qwen/Qwen3-30B-A3B-FP8 config.json")),
+        # google/gemma-3-27b-it config.json `text_config` (Gemma3TextConfig defaults where absent):
+        # 62 layers, hidden 5376, 32 heads, 16 KV heads, head_dim 128, FFN 21504 (GeGLU: the SwiGLU
+        # shapes), vocab 262208, 131072 positions, tied LM head, q/k norms, four norms a layer;
+        # sliding_window 1024 with sliding_window_pattern 6: layer i windowed unless (i + 1) % 6 == 0,
+        # so 52 windowed, 10 full. 27.01 B parameters (card: 27 B for the language model).
+        ModelSpec("gemma-3-27b", 62, 5376, 32, 16, 128, 21504, 262208, 131072, tie_word_embeddings=True,
+                  qk_norm=True, norms_per_layer=4, sliding_window=1024, num_sliding_layers=52),
         # Qwen/Qwen3-30B-A3B-Instruct-2507: the same shapes, a 262,144-token context (its config.json).
         ModelSpec("qwen3-30b-a3b-instruct-2507", 48, 2048, 32, 4, 128, 6144, 151936, 262144, qk_norm=True,
                   moe=MoESpec(num_experts=128, num_experts_per_tok=8, expert_intermediate_size=768)),

@@ -34,6 +34,10 @@ class MoESpec:
     num_experts_per_tok: int
     expert_intermediate_size: int
     shared_expert_intermediate_size: int = 0
+    # Biases on the experts' projections (gate_up: 2 × width, down: hidden) and the router
+    # (num_experts): gpt-oss (transformers `GptOssExperts.gate_up_proj_bias`, `down_proj_bias`,
+    # `GptOssTopKRouter.bias`).
+    bias: bool = False
 
     def __post_init__(self) -> None:
         for name in ("num_experts", "num_experts_per_tok", "expert_intermediate_size"):
@@ -46,11 +50,13 @@ class MoESpec:
 
     def expert_params(self, hidden_size: int) -> int:
         """Weights of one routed expert: gate, up (hidden × width each) and down (width × hidden)."""
-        return 3 * hidden_size * self.expert_intermediate_size
+        return 3 * hidden_size * self.expert_intermediate_size + (
+            2 * self.expert_intermediate_size + hidden_size if self.bias else 0)
 
     def router_params(self, hidden_size: int) -> int:
         """The router (hidden × num_experts) plus, with a shared expert, its gate (hidden × 1)."""
-        return hidden_size * self.num_experts + (hidden_size if self.shared_expert_intermediate_size else 0)
+        return (hidden_size * self.num_experts + (hidden_size if self.shared_expert_intermediate_size else 0)
+                + (self.num_experts if self.bias else 0))
 
     def shared_params(self, hidden_size: int) -> int:
         """Weights of the shared expert (0 without one)."""

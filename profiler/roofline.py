@@ -14,7 +14,11 @@ The kernels, as vLLM 0.19 runs a Llama-family decoder (`vllm/model_executor/mode
 - per layer, attention (one kernel for the step's prefill chunks, one for its decodes; FLOPs
   over query-key pairs, bytes = KV read of context + query tokens, Q read and O write), at the
   device's attention terms (`DeviceSpec.attention_terms`: own FLOP/s and bandwidth fractions,
-  latency per call and cost per sequence where fitted, else the GEMM terms);
+  latency per call and cost per sequence where fitted, else the GEMM terms); a windowed layer
+  (`ModelSpec.num_sliding_layers`) over the pairs and KV tokens inside its window
+  (`profiler.sliding_window`); logit soft-capping adds `SOFTCAP_FLOPS_PER_LOGIT` and attention
+  sinks `SINK_FLOPS_PER_ROW` element-wise FLOPs per head (an assumption: a divide, tanh and
+  multiply per logit; an exp and add per softmax row), inside the same kernel;
 - per layer, the element-wise kernels, memory-bound (FLOPs negligible), each one launch:
   the two RMSNorms with their residual adds **fused** into them (vLLM `RMSNorm.forward_cuda`
   with a residual calls `fused_add_rms_norm`: read x and residual, write both: 4 × hidden
@@ -48,6 +52,7 @@ from profiler.device_file import (DEFAULT_GEMM_FLOPS_EFFICIENCY, DEFAULT_MEMORY_
 from profiler.device_spec import AttentionFit, DeviceSpec
 from profiler.model_spec import ModelSpec
 from profiler.quantization import kernel_for, weight_only_gemm_time_s
+from profiler.sliding_window import windowed_kv_tokens, windowed_pairs
 
 # The assumed defaults, under the names `roofline_tuning` and `fitted` import.
 FLOPS_EFFICIENCY = DEFAULT_GEMM_FLOPS_EFFICIENCY
@@ -57,6 +62,8 @@ FP8_ACTIVATION_QUANT_BYTES = 3  # per activation element: 2 read (bf16) + 1 writ
 SAMPLER_KERNELS = 6  # assumption, see module docstring
 SAMPLER_FP32_PASSES = 7  # assumption, see module docstring
 _FP32_BYTES = 4
+SOFTCAP_FLOPS_PER_LOGIT = 3  # assumption, see module docstring
+SINK_FLOPS_PER_ROW = 2  # assumption, see module docstring
 
 
 def roofline_time_s(flops: float, num_bytes: float, flops_per_s: float, bytes_per_s: float) -> float:
@@ -234,6 +241,12 @@ class RooflineCostModel:
         heads_per_rank = model.num_attention_heads // tp
         # Attention reads Q and writes O in the activation dtype; K and V live in the KV dtype.
         self._attn_flops_per_pair = 4.0 * heads_per_rank * model.head_dim  # QK^T and PV, 2 each
+        if model.attn_logit_softcapping:
+            self._attn_flops_per_pair += SOFTCAP_FLOPS_PER_LOGIT * heads_per_rank
+        # Windowed layers (profiler/sliding_window.py) and sinks take the general path of every method.
+        self._full_layers, self._window = model.num_full_layers, model.sliding_window
+        self._sink_flops_per_query = SINK_FLOPS_PER_ROW * heads_per_rank if model.attention_sinks else 0.0
+        self._plain = not (self._window or self._sink_flops_per_query)
         self._qo_bytes_per_token = 2.0 * heads_per_rank * model.head_dim * dtype_bytes
         self._kv_bytes_per_token_layer = model.kv_bytes_per_token(kv_dtype_bytes, tp) / model.num_layers
         # Attention runs in BF16 even with FP8 weights (vLLM dequantises an FP8 KV cache).
@@ -263,6 +276,11 @@ class RooflineCostModel:
             return sum(self.breakdown(query_tokens, context_tokens, is_prefill).values())  # raises, naming shapes
         if num_seqs == 0:
             return 0.0
+        if not self._plain:
+            q = np.asarray(query_tokens, dtype=np.float64)
+            attention_s = sum(self._attention_s(q, np.asarray(context_tokens, dtype=np.float64),
+                                                np.asarray(is_prefill, dtype=bool)))
+            return self._token_s(int(q.sum())) + self._seq_s(num_seqs) + attention_s + self.step_overhead_s
         if isinstance(query_tokens, list) and num_seqs <= _PYTHON_SUMS_MAX_SEQS:
             num_tokens, attention_s = self._attention_from_lists(query_tokens, context_tokens, is_prefill)
         else:
@@ -328,6 +346,9 @@ class RooflineCostModel:
         num_seqs = len(context_tokens)
         if num_seqs == 0:
             return [0.0] * num_steps
+        if not self._plain:
+            ones, zeros, c = [1] * num_seqs, [False] * num_seqs, np.asarray(context_tokens, dtype=np.int64)
+            return [self.predict_step_s(ones, c + j, zeros) for j in range(first_step, first_step + num_steps)]
         base_s = self._token_s(num_seqs) + self._seq_s(num_seqs)
         context0 = float(sum(context_tokens) if isinstance(context_tokens, list) else np.asarray(context_tokens).sum())
         layers, per_pair, flops_per_s = self.model.num_layers, self._attn_flops_per_pair, self._attn_flops_per_s
@@ -424,6 +445,8 @@ class RooflineCostModel:
         (KV bytes per token per layer / tp each) + Q read and O write (q × 2 × heads/tp ×
         head_dim × dtype bytes). The KV write is the cache-write kernel's (`elementwise_s`).
         """
+        if not self._plain:
+            return self._windowed_attention_s(q, c, prefill)
         pairs = q * c + q * (q + 1) / 2  # query-key pairs, causal within the chunk
         kv_tokens = c + q
         if not prefill.any():  # decode-only step: the common case, one group
@@ -433,6 +456,26 @@ class RooflineCostModel:
                                             int(decode.sum())) if decode.any() else 0.0)
         return (self._attention_group_s(pairs[prefill].sum(), kv_tokens[prefill].sum(), q[prefill].sum(),
                                         int(prefill.sum())), decode_s)
+
+    def _windowed_attention_s(self, q: np.ndarray, c: np.ndarray, prefill: np.ndarray) -> tuple[float, float]:
+        """`_attention_s` of a model with windowed layers or sinks: the full layers over every
+        pair, the windowed ones over `windowed_pairs` / `windowed_kv_tokens`, each group's sink
+        FLOPs added as pairs' worth (`_sink_flops_per_query` per query token)."""
+        sink_pairs = q * (self._sink_flops_per_query / self._attn_flops_per_pair)
+        groups = [(self._full_layers, q * c + q * (q + 1) / 2 + sink_pairs, c + q)]
+        if self._window:
+            window = self._window
+            groups.append((self.model.num_sliding_layers, windowed_pairs(q, c, window) + sink_pairs,
+                           windowed_kv_tokens(q, c, window)))
+        parts = [0.0, 0.0]
+        for index, mask in enumerate((prefill, ~prefill)):
+            if not mask.any():
+                continue
+            for layers, pairs, kv_tokens in groups:
+                if layers:
+                    parts[index] += layers / self.model.num_layers * self._attention_group_s(
+                        pairs[mask].sum(), kv_tokens[mask].sum(), q[mask].sum(), int(mask.sum()))
+        return parts[0], parts[1]
 
     def _attention_group_s(self, pairs: float, kv_tokens: float, query_tokens: float, num_seqs: int) -> float:
         """All layers of one attention kernel over a group of `num_seqs` sequences, from the

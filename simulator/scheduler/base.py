@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from simulator.scheduler.block_manager import BlockManager, blocks_for
+from simulator.scheduler.hybrid_block_manager import HybridBlockManager
 from simulator.scheduler.config import SchedulerConfig
 from simulator.scheduler.kv_offload import KvOffload
 from simulator.scheduler.prefix_cache import PrefixCachingBlockManager
@@ -137,8 +138,12 @@ class Scheduler:
         # n-gram proposal lengths, drawn per decode step (`_drafts_for`); () = always split_n.
         self._proposals, self._proposal_rng = config.draft_proposals, random.Random(config.proposal_seed)
         watermark = self.watermark_fraction if config.watermark_fraction is None else config.watermark_fraction
-        manager = PrefixCachingBlockManager if self.prefix_caching else BlockManager
-        self.block_manager = manager(config.num_gpu_blocks, config.block_size, watermark)
+        if config.kv_groups is not None and config.kv_groups[1]:
+            self.block_manager = self._hybrid_block_manager(config, watermark)
+        else:
+            manager = PrefixCachingBlockManager if self.prefix_caching else BlockManager
+            self.block_manager = manager(config.num_gpu_blocks, config.block_size, watermark)
+        self._hybrid_kv = config.kv_groups is not None and bool(config.kv_groups[1])
         self.waiting = WaitingQueue(config.policy)
         self._waiting_items = self.waiting.items  # its container, head first (per-step checks)
         self.running: list[Sequence] = []  # ordered by policy: oldest / most important first
@@ -155,6 +160,26 @@ class Scheduler:
         self._partial_prefill: Sequence | None = None  # a prompt the latest plan left unfinished (`decode_window`)
         self.kv_offload: KvOffload | None = None  # the offloading connector (`attach_kv_offload`)
         self._last_step_end_s = 0.0  # end of the latest step completed
+
+    def _hybrid_block_manager(self, config: SchedulerConfig, watermark: float) -> HybridBlockManager:
+        """The pool of a model with sliding-window KV cache groups (`config.kv_groups`): vLLM V1's
+        hybrid KV cache manager (`simulator.scheduler.hybrid_block_manager`).
+
+        Raises:
+            ValueError: a scheduler other than vllm_v1 (the others keep every layer's KV: give
+                them no kv_groups), prefix caching (vLLM's hit rule with windowed groups is not
+                modelled: set enable_prefix_caching false), or a draft model's lookahead slots.
+        """
+        if self.name != "vllm_v1":
+            raise ValueError(f"kv_groups with sliding-window groups: only vllm_v1 runs vLLM's hybrid KV cache "
+                             f"manager, not scheduler {self.name!r}")
+        if self.prefix_caching:
+            raise ValueError("enable_prefix_caching with sliding-window layers: vLLM's prefix-cache hits over "
+                             "windowed KV cache groups are not modelled; set engine.enable_prefix_caching: false")
+        if config.num_lookahead_tokens:
+            raise ValueError("a draft model's lookahead slots with sliding-window layers are not modelled")
+        full, sliding, window = config.kv_groups
+        return HybridBlockManager(config.num_gpu_blocks, config.block_size, watermark, full, sliding, window)
 
     def attach_kv_offload(self, offload: KvOffload) -> None:
         """Put an offload tier behind this scheduler's prefix cache (`simulator.scheduler.kv_offload`).
@@ -416,7 +441,7 @@ class Scheduler:
         number of `schedule`/`complete_step` calls would, bar which physical block ids are used.
         """
         running = self.running
-        if (self._waiting_items or self._in_flight_plans or not running or self.config.split_n
+        if (self._waiting_items or self._in_flight_plans or not running or self.config.split_n or self._hybrid_kv
                 or not self._decodes_all_run(len(running))):
             return running, 0
         offload = self.kv_offload
@@ -805,7 +830,10 @@ class Scheduler:
         if request.prompt_tokens + output_tokens > self.config.max_model_len:
             return REJECTED_TOO_LONG
         peak_tokens = self._peak_kv_tokens(request.prompt_tokens + output_tokens - 1)
-        if blocks_for(peak_tokens, self.config.block_size) > self.block_manager.usable_blocks:
+        bm = self.block_manager
+        peak_blocks = (bm.peak_blocks(peak_tokens, self.token_budget) if self._hybrid_kv
+                       else blocks_for(peak_tokens, self.config.block_size))
+        if peak_blocks > bm.usable_blocks:
             return REJECTED_KV_CAPACITY
         if not self.chunked and request.prompt_tokens > self.token_budget:
             return REJECTED_BUDGET

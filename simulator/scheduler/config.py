@@ -44,6 +44,11 @@ class SchedulerConfig:
         on_too_long: "reject" a request whose prompt + output exceeds max_model_len
             (`rejected_too_long`), or "truncate" its output to fit (`truncated`, vLLM's "length"
             finish; a prompt that alone fills max_model_len is still rejected).
+        kv_groups: vllm_v1 only: the model's KV cache groups under vLLM's hybrid KV cache manager,
+            (full-attention groups, sliding-window groups, window in tokens)
+            (`profiler.kv_cache_groups`); None: one group (every layer keeps every token). With
+            sliding-window groups a request holds blocks in every group and a windowed group
+            frees the blocks behind its window (`simulator.scheduler.hybrid_block_manager`).
     """
 
     num_gpu_blocks: int
@@ -62,6 +67,7 @@ class SchedulerConfig:
     num_lookahead_tokens: int = 0
     draft_proposals: tuple[int, ...] = ()
     proposal_seed: int = 0
+    kv_groups: tuple[int, int, int] | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in ("fcfs", "priority"):

@@ -42,7 +42,10 @@ class VllmV1Scheduler(Scheduler):
     reserved at admission is the hit plus the first chunk, no more. `long_prefill_token_threshold`
     caps a request's tokens per step in both loops (`0 < threshold < num_new_tokens`); vLLM
     leaves it 0 (off) unless --max-num-partial-prefills > 1, as here (None). max_num_seqs caps
-    `running`, checked before each admission as vLLM's `max_num_running_reqs`. Prefix caching is on by
+    `running`, checked before each admission as vLLM's `max_num_running_reqs`. With sliding-window
+    KV cache groups (`SchedulerConfig.kv_groups`) the pool is vLLM's hybrid one
+    (`simulator.scheduler.hybrid_block_manager`): each running request first frees the windowed
+    blocks behind its window (`remove_skipped_blocks`, as `allocate_slots` does before allocating). Prefix caching is on by
     default, as `--enable-prefix-caching` is in V1. The budget is `chunk_size` (vLLM's
     --max-num-batched-tokens). Not modelled: vLLM's null block (block 0 of its pool is a
     placeholder, so it serves num_gpu_blocks - 1) and the repeated prefix-cache stats of a head
@@ -98,12 +101,15 @@ class VllmV1Scheduler(Scheduler):
         caching, every_step = self.prefix_caching, bool(self.config.split_n)
         lookahead, max_model_len = self.config.num_lookahead_tokens, self.config.max_model_len
         tables = bm._tables  # request id -> block ids (read only: the common "already fits" check)
+        hybrid = self._hybrid_kv  # sliding-window groups: free what left the window first (allocate_slots)
         for seq in self._idle_running():
             if budget <= 0:
                 break
             if seq.request_id not in self._in_flight:  # preempted earlier in this loop
                 continue
             computed = seq.num_computed_tokens
+            if hybrid:
+                bm.remove_skipped_blocks(seq.request_id, computed)
             pending = seq.request.prompt_tokens + seq.num_generated_tokens - computed  # num_pending_tokens, inline
             n = min(pending, budget, threshold or budget)
             drafts = 0
