@@ -34,6 +34,7 @@ HF_MODEL_IDS = {
     "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",
     "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
     "qwen3-30b-a3b-instruct-2507": "Qwen/Qwen3-30B-A3B-Instruct-2507",
+    "gemma-3-27b": "google/gemma-3-27b-it",
     "llama-3.1-70b": "meta-llama/Llama-3.1-70B",
     "llama-3.3-70b": "meta-llama/Llama-3.3-70B-Instruct",
     "llama-3.1-405b": "meta-llama/Llama-3.1-405B",
