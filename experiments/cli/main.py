@@ -210,8 +210,8 @@ def _run_points(base: SweepConfig, points: list[dict], folder: RunFolder, jobs: 
                 cache_dir: Optional[Path], backend: str, ray_address: Optional[str],
                 point_ids: Optional[List[int]] = None) -> None:
     from experiments.planning.report import point_devices, write_report
-    from experiments.planning.sweep import (config_as_run, one_run_only, remove_point_files, run_sweep, sweep_requests,
-                                            write_results)
+    from experiments.planning.sweep import (config_as_run, one_run_only, remove_point_files, requests_sources, run_sweep,
+                                            sweep_requests, write_results)
 
     started = time.perf_counter()
     _count(len(points), "points")
@@ -226,7 +226,8 @@ def _run_points(base: SweepConfig, points: list[dict], folder: RunFolder, jobs: 
         interrupts.check()  # a signal swallowed in the last point: no outputs of a stopped run
         with one_run_only(folder):
             table = write_results(results, folder, config_as_run(base))
-            folder.attempt(lambda: write_report(table, sweep_requests(results), base, folder.path, point_devices(points)),
+            folder.attempt(lambda: write_report(table, sweep_requests(results, token_times=False), base, folder.path,
+                                                point_devices(points), token_times=requests_sources(results)),
                            outputs=REPORT_FILES)
     finally:
         remove_point_files(results)

@@ -32,7 +32,8 @@ from experiments.planning.request_notes import identical_lines, sustained_throug
 from experiments.planning.search import pareto_frontier, policy_table  # noqa: E402
 from experiments.outputs import save_figure, write_text  # noqa: E402
 from experiments.point import device_name  # noqa: E402
-from simulator.metrics import gap_samples_s  # noqa: E402
+from experiments.planning.tbt_cdf import BinnedCdf, binned_tbt_cdf  # noqa: E402
+from simulator.records_parquet import source_schema  # noqa: E402
 from traces.readers.load_result import UNUSED_NOTE  # noqa: E402
 
 # The points table, split into narrow tables that fit a page: {column: heading}. Columns a run
@@ -161,8 +162,12 @@ def _is_missing(value) -> bool:
 
 
 def write_report(points: pd.DataFrame, requests: pd.DataFrame | None, base: SweepConfig, out_dir: Path,
-                 devices: tuple = ()) -> Path:
-    """Write report.md, report.html and plots/*.png into `out_dir`; return the HTML path."""
+                 devices: tuple = (), token_times: list | None = None) -> Path:
+    """Write report.md, report.html and plots/*.png into `out_dir`; return the HTML path.
+
+    `requests`: every point's requests (a `point_id` column), with or without `token_times_s`;
+    `token_times`: where the TBT CDF reads the token times instead (requests files or frames,
+    `experiments.planning.tbt_cdf`), so `requests` need not hold them; None: from `requests`."""
     plots_dir = out_dir / "plots"
     plots_dir.mkdir(parents=True, exist_ok=True)
     ok = points[points["error"].isna()] if "error" in points else points
@@ -173,8 +178,10 @@ def write_report(points: pd.DataFrame, requests: pd.DataFrame | None, base: Swee
                     plots_dir / f"{key.removesuffix('_s')}.png", best_id)
                for key, limit in plotted.items() if slo_summary_key(key) in ok]
     have_requests = requests is not None and len(requests) > 0
-    if have_requests and "token_times_s" in requests:  # absent: output.token_times false
-        figures.append(_tbt_cdf(ok, requests, base.slo.get("tbt_p99_s"), plots_dir / "tbt_cdf.png"))
+    if token_times is None and have_requests and "token_times_s" in requests:
+        token_times = [requests]
+    if have_requests and token_times and any(_has_token_times(s) for s in token_times):  # none: output.token_times false
+        figures.append(_tbt_cdf(ok, binned_tbt_cdf(token_times), base.slo.get("tbt_p99_s"), plots_dir / "tbt_cdf.png"))
     if have_requests and len(ok) and {"arrival_s", "completion_s", "finish_reason"} <= set(requests):
         ok = ok.assign(sustained_throughput_rps=ok["point_id"].map(sustained_throughput_rps(requests)))
 
@@ -663,13 +670,17 @@ def _point_bars(points: pd.DataFrame, values: np.ndarray, best_id: int | None, x
     return fig, ax
 
 
-def _tbt_cdf(points: pd.DataFrame, requests: pd.DataFrame, slo: float | None, path: Path) -> Path:
+def _has_token_times(source) -> bool:
+    """Whether a requests frame or file has a `token_times_s` column."""
+    return "token_times_s" in (source.columns if isinstance(source, pd.DataFrame) else source_schema(source).names)
+
+
+def _tbt_cdf(points: pd.DataFrame, cdf: BinnedCdf, slo: float | None, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for _, point in points.iterrows():
-        times = requests.loc[requests["point_id"] == point["point_id"], "token_times_s"].dropna()  # none: not kept
-        samples = np.sort(gap_samples_s(times)[0])
-        if samples.size:
-            ax.plot(samples, np.arange(1, samples.size + 1) / samples.size, label=point["label"])
+        x_s, fraction = cdf.curve(int(point["point_id"]))
+        if x_s.size:
+            ax.plot(x_s, fraction, label=point["label"])
     if slo is not None:
         ax.axvline(slo, color="#C44E52", linestyle="--", label=f"SLO {slo:g} s")
     ax.set_xscale("log")

@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import yaml
 
 from experiments.planning.backends import make_pool
@@ -395,19 +396,33 @@ def _write_frames(folder: RunFolder, frames: dict[str, pd.DataFrame | None]) -> 
             folder.attempt(_FRAME_WRITERS[Path(name).suffix], folder.path / name, frame)
 
 
-def sweep_requests(results: list[PointResult]) -> pd.DataFrame | None:
+def sweep_requests(results: list[PointResult], token_times: bool = True) -> pd.DataFrame | None:
     """Every point's requests in one frame (`point_id` tells them apart); None when none ran. A
     point that wrote its records (`PointResult.files`) is read back from its file.
+    `token_times` False: without the `token_times_s` column (the report reads them from
+    `requests_sources` a batch at a time: a frame holding every token time of a large run takes
+    gigabytes).
 
     Raises:
         OSError: a point's file cannot be read back (its name as `filename`, so the run folder's
             `attempt` lists it among what could not be written)."""
-    return _concat([_read_back(r.files["requests"]) if "requests" in r.files else r.requests for r in results])
+    frames = [_read_back(r.files["requests"], token_times) if "requests" in r.files else r.requests for r in results]
+    if not token_times:
+        frames = [f.drop(columns="token_times_s", errors="ignore") for f in frames]
+    return _concat(frames)
 
 
-def _read_back(path: Path) -> pd.DataFrame:
+def requests_sources(results: list[PointResult]) -> list:
+    """Each point's requests, in point order: its file (`PointResult.files`), or its frame."""
+    return _record_sources(results, "requests")
+
+
+def _read_back(path: Path, token_times: bool = True) -> pd.DataFrame:
     try:
-        return pd.read_parquet(path)
+        columns = None
+        if not token_times:
+            columns = [name for name in pq.read_schema(path).names if name != "token_times_s"]
+        return pd.read_parquet(path, columns=columns)
     except (OSError, pa.ArrowException) as exc:
         raise OSError(errno.EIO, f"cannot read it back ({exc})", str(path)) from exc
 
