@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import simulator.disaggregated as disaggregated
+import simulator.disaggregated_records as disaggregated_records
 import simulator.records as records
 import simulator.step_log as step_log
 from profiler import RooflineCostModel, get_device_spec, get_model_spec
@@ -66,13 +67,13 @@ def small_groups(monkeypatch):
 
 def spy_close(monkeypatch) -> list:
     """Records (rows written, rows waiting with their token times) when the stream closes."""
-    at_close, close = [], disaggregated._ClusterRequestsStream.close
+    at_close, close = [], disaggregated_records.ClusterRequestsStream.close
 
     def spy(self):
         at_close.append((self._written, len(self._tokens)))
         return close(self)
 
-    monkeypatch.setattr(disaggregated._ClusterRequestsStream, "close", spy)
+    monkeypatch.setattr(disaggregated_records.ClusterRequestsStream, "close", spy)
     return at_close
 
 
@@ -210,7 +211,7 @@ def test_a_cluster_run_that_fails_leaves_no_step_part_files(tmp_path, monkeypatc
         seen.extend(sorted(p.name for p in tmp_path.iterdir()))
         raise RuntimeError("request 5 never finished")
 
-    monkeypatch.setattr(disaggregated._ClusterRequestsStream, "close", fail)
+    monkeypatch.setattr(disaggregated_records.ClusterRequestsStream, "close", fail)
     files = RecordFiles(tmp_path / "requests.parquet", tmp_path / "steps.parquet")
     with pytest.raises(RuntimeError, match="never finished"):
         simulate_disaggregated(trace(), *pools("2p2d"), LINK, KV_BYTES, record_files=files)

@@ -73,7 +73,7 @@ POOLS = ("prefill", "decode")
 # Engine keys that hold for the whole point, never one pool: the pool sets its own replicas and
 # router (`cluster.<pool>.replicas` / `.router`), no pool reads an overlap weight (its prefix_aware
 # router picks the longest cached prefix, then the least outstanding: simulator/disaggregated.py
-# `_PoolRouter`), and num_gpus checks every pool's GPUs together (`check_cluster`).
+# `simulator.pool.PoolRouter`), and num_gpus checks every pool's GPUs together (`check_cluster`).
 _POINT_ONLY_ENGINE_KEYS = ("replicas", "router", "router_overlap_weight", "num_gpus")
 
 
