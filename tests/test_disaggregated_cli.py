@@ -23,10 +23,13 @@ cluster:
   prefill: {engine: {chunk_size: 2048}}
   link: {bandwidth_gb_s: 50}
 """
+# Trials at their first length: these tests are about the command and its folder, not the
+# sustained-load rule (tests/test_steady_state.py), and lengthened trials made each ~3x slower.
+SHORT_TRIALS = "search: {max_trial_scale: 1}\n"
 FILES = ["disaggregation.csv", "disaggregation.md", "disaggregation.png"]
 
 
-def invoke(tmp_path, *args, text=CONFIG):
+def invoke(tmp_path, *args, text=CONFIG + SHORT_TRIALS):
     config = tmp_path / "xpyd.yaml"
     config.write_text(textwrap.dedent(text))
     return CliRunner().invoke(app, ["search-xpyd", str(config), *args])

@@ -24,7 +24,8 @@ engine: {scheduler: vllm_v1, chunk_size: 1024, max_num_seqs: 64}
 slo: {ttft_p99_s: 0.5, tbt_p99_s: 0.05}
 goodput: {ttft_s: 0.5, tpot_s: 0.05}
 """
-SEARCH = "search: {qps: [1, 512], num_requests: 120, seeds: 1, precision: 0.05}\n"
+# Trials at their first length: the sustained-load rule has its own tests (test_steady_state.py).
+SEARCH = "search: {qps: [1, 512], num_requests: 120, seeds: 1, precision: 0.05, max_trial_scale: 1}\n"
 
 
 def write(tmp_path, text, name="c.yaml"):
