@@ -20,7 +20,6 @@ from simulator.step_log import StepStats
 from simulator.kv_link import TRANSFER_COLUMNS
 
 if TYPE_CHECKING:
-    from simulator.disaggregated import _Cluster
     from simulator.kv_link import TransferLog
 
 
@@ -119,10 +118,12 @@ def with_transfers(frame: pd.DataFrame, transfers: pd.DataFrame) -> pd.DataFrame
 
 
 def pool_summary(requests: pd.DataFrame, pool_steps: dict[str, tuple[np.ndarray, np.ndarray]] | None,
-                 cluster: _Cluster, makespan_s: float) -> dict:
+                 cluster, makespan_s: float) -> dict:
     """Per-pool and transfer metrics of a disaggregated run, from the requests' scalar columns
     and, per pool ("prefill", "decode"), its steps' `duration_s` and `kv_blocks_used` in replica
-    order (`pool_steps`; None without the step table: the logs' `StepStats`).
+    order (`pool_steps`; None without the step table: the logs' `StepStats`). `cluster`: the
+    run's `simulator.disaggregated._Cluster` (its pools' replicas and schedulers, and
+    `kv_bytes_per_token`), not annotated by type: that module imports this one.
 
     Keys: `prefill_utilization`, `decode_utilization` (busy step time / (ranks × makespan), a
     rank's dummy steps in a lockstep DP instance not counted; NaN without the step table); `prefill_kv_usage_mean/_max`, `decode_kv_usage_mean/_max`
