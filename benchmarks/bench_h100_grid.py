@@ -4,27 +4,33 @@ Data: `../shared/validation/aiconfigurator_silicon/qwen3_32b_h100_vllm0.12_agg.c
 `silicon_sample.csv` at 095f58a, Apache-2.0; never copied into the project). Each row is TP 2/4/8 × ISL × OSL ×
 `batch_size` concurrent clients, with the mean client-side TTFT and TPOT in ms.
 
-The client, as AIConfigurator's own benchmark runners send load (ai-dynamo/aiconfigurator
-`src/aiconfigurator/eval/benchmarks/bench_serving_runner.py` and `genai_perf_runner.py`, commit 5e16187; the
-grid's rows do not record which ran): `batch_size` = N closed-loop clients (`--max-concurrency N` /
-`--concurrency N`) over a saturating rate, so all N first requests go at t = 0 and each client sends its next
-request when its previous one completes (`traces.closed_loop.ClosedLoopWorkload`, think time 0; the tools'
-rule is in `traces.concurrency`); fixed ISL/OSL (`--random-range-ratio 1` / stddev 0, `ignore_eos` /
-`min_tokens`); 10 × N requests (`num_prompts_per_cc` default N × 10 / `--request-count N × 10`, as ai-dynamo's
-own closed-loop replay of these rows, `docs/blogs/digital-twin-simulation/.../h100_qwen3_counterpart/README.md`);
-means over every measured request. bench_serving sends no warm-up by default (`warmup_requests` 0);
-genai-perf's runner first sends `--warmup-request-count N × 2` at the same concurrency, excluded from its
-means: `--warmup-per-client 2` issues those first and leaves them out (ids 0 .. 2N-1, issue order).
+The client, as the data's publisher sends load (the grid's rows do not record which tool ran): N =
+`batch_size` closed-loop clients (`--max-concurrency N` / `--concurrency N`) over a saturating rate, so all N
+first requests go at t = 0 and each client sends its next request when its previous one completes
+(`traces.closed_loop.ClosedLoopWorkload`, think time 0; each tool's rule is in `traces.concurrency`); fixed
+ISL/OSL with `ignore_eos`; means over every measured request, the first wave included. How many requests
+(`--requests-per-client`, default 10): AIConfigurator's eval runners send 10 × N
+(`src/aiconfigurator/eval/benchmarks/bench_serving_runner.py`: `num_prompts` N × 10, no warm-up;
+`genai_perf_runner.py`: `--request-count` N × 10 after `--warmup-request-count` N × 2; ai-dynamo/aiconfigurator
+commit 5e16187), its generator's benchmark script 50 × N (`generator/config/backend_templates/benchmark/
+bench_run.sh.j2`: AIPerf `--num-requests` N × 50 after a 2 × N warm-up). AIPerf waits for every warm-up
+response before profiling starts (ai-dynamo/aiperf `docs/tutorials/warmup.md` at 6d492f9, "Grace
+Period"), so the measured run starts in phase on an idle engine, as without a warm-up: in this simulator
+(no cold-start costs, no prefix hits) a drained warm-up changes nothing. `--warmup-per-client K` is the
+other case, a warm-up the load runs straight through: K × N requests issued first and left out of the
+means (ids 0 .. K·N-1, issue order).
 
-The engine as shipped: `vllm_v1` with vLLM's H100 defaults (token budget 8,192, max_num_seqs 1,024: the rows do
-not record them), `cost_model: auto`, random prompts (no prefix hits). Extra `--set`-style keys
-(`engine.async_scheduling=false`, `engine.chunk_size=2048`) apply to every point. A point is *saturated* when
-the simulated KV pool cannot hold every client's request at full length (N × ceil((ISL + OSL) / block) >
-the pool's blocks): there requests wait for KV, and the targets exempt it. `--spread` is a diagnostic of the
+The engine (`--engine`): `vllm-default`, vLLM 0.12's H100 defaults for the API server (token budget 8,192,
+max_num_seqs 1,024: `experiments.vllm_defaults`), or `aic-generator`, the flags AIConfigurator's generator
+writes for an aggregated vLLM worker (`engine_settings`). `cost_model: auto`, random prompts (no prefix hits).
+Extra `--set`-style keys (`engine.async_scheduling=false`) apply to every point. A point is *saturated* when
+the simulated KV pool cannot hold every client's request at full length (N × ceil((ISL + OSL) / block) > the
+pool's blocks): there requests wait for KV, and the targets exempt it. `--spread` is a diagnostic of the
 client-start assumption: client k of N starts at k/N of the in-phase run's mean E2E.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_h100_grid.py [--out runs/h100_grid.csv] [--tp 2] \
-        [--requests-per-client 10] [--warmup-per-client 0] [--set KEY=VALUE ...]
+        [--requests-per-client 10] [--engine vllm-default|aic-generator] [--warmup-per-client 0] \
+        [--set KEY=VALUE ...]
 
 Prints one row per point (measured and simulated TTFT / TPOT, signed errors) and the counts within the
 targets (TTFT 20 %, TPOT 10 %) below saturation; writes the table to `--out` (CSV).
@@ -47,7 +53,25 @@ if not GRID.exists():
     GRID = Path("/work/shared/validation/aiconfigurator_silicon/qwen3_32b_h100_vllm0.12_agg.csv")
 
 
-def point_config(row, requests_per_client: int, warmup_per_client: int = 0) -> dict:
+# AIConfigurator's generator for an aggregated vLLM worker (ai-dynamo/aiconfigurator
+# `src/aiconfigurator/generator/rule_plugin/benchmark/vllm.rule` at 2b264ba, mapped by
+# `generator/config/backend_config_mapping.yaml`): max_num_tokens (vLLM's --max-num-batched-tokens) =
+# max_batch_size + ISL + 1500, max_batch_size (--max-num-seqs) the point's batch size.
+AIC_GENERATOR_EXTRA_TOKENS = 1500
+
+
+def engine_settings(row, engine: str) -> dict:
+    """The `engine:` token budget and sequence cap of a point: vLLM 0.12's H100 defaults for the
+    API server (`vllm-default`: 8,192 / 1,024) or AIConfigurator's generated flags (`aic-generator`)."""
+    clients = int(row.batch_size)
+    if engine == "aic-generator":
+        return {"chunk_size": clients + int(row.isl) + AIC_GENERATOR_EXTRA_TOKENS, "max_num_seqs": clients}
+    if engine != "vllm-default":
+        raise ValueError(f"--engine must be vllm-default or aic-generator, got {engine!r}")
+    return {"chunk_size": 8192, "max_num_seqs": 1024}
+
+
+def point_config(row, requests_per_client: int, warmup_per_client: int = 0, engine: str = "vllm-default") -> dict:
     clients = int(row.batch_size)
     return {
         "name": f"tp{row.tp_size}-isl{row.isl}-osl{row.osl}-c{clients}",
@@ -55,8 +79,7 @@ def point_config(row, requests_per_client: int, warmup_per_client: int = 0) -> d
         "trace": {"kind": "closed_loop", "clients": clients, "think_time_s": 0.0,
                   "num_requests": clients * (requests_per_client + warmup_per_client),
                   "prompt_tokens": int(row.isl), "output_tokens": int(row.osl), "seed": 0},
-        "engine": {"scheduler": "vllm_v1", "chunk_size": 8192, "max_num_seqs": 1024,
-                   "tensor_parallel_size": int(row.tp_size)},
+        "engine": {"scheduler": "vllm_v1", **engine_settings(row, engine), "tensor_parallel_size": int(row.tp_size)},
     }
 
 
@@ -98,6 +121,8 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     parser.add_argument("--tp", type=int, action="append", help="only these TP sizes")
     parser.add_argument("--requests-per-client", type=int, default=10, help="measured requests per client")
+    parser.add_argument("--engine", default="vllm-default", choices=("vllm-default", "aic-generator"),
+                        help="token budget / sequence cap: vLLM's H100 defaults or AIConfigurator's generated flags")
     parser.add_argument("--warmup-per-client", type=int, default=0, help="warm-up requests per client, left out")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--spread", action="store_true", help="diagnostic: clients spread over one request's life")
@@ -107,7 +132,7 @@ def main() -> None:
         grid = grid[grid.tp_size.isin(args.tp)]
     rows = []
     for row in grid.itertuples():
-        config = point_config(row, args.requests_per_client, args.warmup_per_client)
+        config = point_config(row, args.requests_per_client, args.warmup_per_client, args.engine)
         warmup = int(row.batch_size) * args.warmup_per_client
         sim = simulate_point(config, args.overrides, warmup_requests=warmup)
         if args.spread:
