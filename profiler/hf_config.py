@@ -5,7 +5,9 @@
 project's own test configs are), and the mixture-of-experts families `mixtral` (`num_local_experts`,
 `num_experts_per_tok`, experts of width `intermediate_size`), `qwen2_moe` and `qwen3_moe`
 (`num_experts`, `num_experts_per_tok`, `moe_intermediate_size`; Qwen2-MoE's shared expert of width
-`shared_expert_intermediate_size`; `moe_fields`). Any field that would change the parameter count
+`shared_expert_intermediate_size`; `moe_fields`), and gpt-oss (`num_local_experts` experts of width
+`intermediate_size`, biased, q/k/v/o biases, attention sinks, alternating sliding windows, MXFP4
+experts). Any field that would change the parameter count
 or the attention cost in a way the spec does not model is a `ValueError` naming the file and the
 field and saying the architecture is not supported yet — never a silent dense approximation
 (issue 14: Mixtral-8x7B, 46.7 B parameters, was read as a dense 7.2 B model):
@@ -61,14 +63,20 @@ SUPPORTED_MODEL_TYPES: dict[str, tuple[bool, bool]] = {
     "mixtral": (False, False),
     "qwen2_moe": (True, False),
     "qwen3_moe": (False, True),
+    # gpt-oss (transformers `modeling_gpt_oss.py`, vLLM `gpt_oss.py`): biases on q, k, v and o
+    # (`attention_bias`), a learned sink per head, biased experts and router (read in `spec_fields`).
+    "gpt_oss": (False, False),
 }
-MOE_MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe")
+MOE_MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss")
 # The MoE fields each family reads (`moe_fields`); any other family's field is refused.
 _MOE_FIELDS = {"mixtral": ("num_local_experts", "num_experts_per_tok"),
                "qwen2_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
                              "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers"),
                "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
-                             "decoder_sparse_step", "mlp_only_layers")}
+                             "decoder_sparse_step", "mlp_only_layers"),
+               "gpt_oss": ("num_local_experts", "num_experts_per_tok")}
+# Fields a family reads that others are refused for.
+_FAMILY_FIELDS = {"gpt_oss": ("attention_bias",)}
 _ANY_MOE_FIELD = ("num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
                   "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers")
 
@@ -85,8 +93,8 @@ _UNSUPPORTED_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("MLP biases", ("mlp_bias",)),
     ("a multimodal model (its language model is in text_config)", ("text_config",)),
 )
-_SUPPORTED = ("dense Llama, Mistral (no sliding window), Qwen2/2.5 and Qwen3 decoders and Mixtral, Qwen2-MoE and "
-              "Qwen3-MoE mixtures of experts, with full attention")
+_SUPPORTED = ("dense Llama, Mistral, Qwen2/2.5 and Qwen3 decoders and Mixtral, Qwen2-MoE, Qwen3-MoE and gpt-oss "
+              "mixtures of experts, with full or sliding-window attention")
 
 
 def _is_set(value) -> bool:
@@ -112,7 +120,8 @@ def check_supported(config: dict, path: Path) -> str:
     model_type = config.get("model_type") or "llama"
     problems = []
     for meaning, fields in _UNSUPPORTED_FIELDS:
-        found = [f"{name}={config[name]!r}" for name in fields if _is_set(config.get(name))]
+        found = [f"{name}={config[name]!r}" for name in fields
+                 if _is_set(config.get(name)) and name not in _FAMILY_FIELDS.get(model_type, ())]
         if found:
             problems.append(f"{', '.join(found)} ({meaning})")
     allowed = _MOE_FIELDS.get(model_type, ())
@@ -179,6 +188,8 @@ def spec_fields(config: dict, path: Path) -> dict:
         sliding_window=window,
         num_sliding_layers=num_sliding,
         attn_logit_softcapping=softcap,
+        attention_bias=model_type == "gpt_oss" and config.get("attention_bias", True) is not False,
+        attention_sinks=model_type == "gpt_oss",
     )
 
 
@@ -203,7 +214,7 @@ def moe_fields(config: dict, path: Path, model_type: str, whole) -> MoESpec | No
     """
     if model_type not in MOE_MODEL_TYPES:
         return None
-    if model_type == "mixtral":
+    if model_type in ("mixtral", "gpt_oss"):
         experts_key, width_key, shared = "num_local_experts", "intermediate_size", 0
     else:
         experts_key, width_key = "num_experts", "moe_intermediate_size"
@@ -217,7 +228,8 @@ def moe_fields(config: dict, path: Path, model_type: str, whole) -> MoESpec | No
                              "layers are not supported; expected an empty list")
     try:
         return MoESpec(num_experts=whole(experts_key), num_experts_per_tok=whole("num_experts_per_tok"),
-                       expert_intermediate_size=whole(width_key), shared_expert_intermediate_size=shared)
+                       expert_intermediate_size=whole(width_key), shared_expert_intermediate_size=shared,
+                       bias=model_type == "gpt_oss")
     except ValueError as exc:
         if str(exc).startswith(str(path)):
             raise

@@ -85,3 +85,18 @@ def kv_cache_groups(model: ModelSpec, hybrid: bool = True) -> KVCacheGroups:
     if max(full, sliding) < 1.5 * size:
         size = max(full, sliding)
     return KVCacheGroups(size, -(-full // size), -(-sliding // size), model.sliding_window)
+
+
+def groups_note(model: ModelSpec, hybrid: bool) -> str:
+    """One sentence for a report on what a KV block is for `model` (leading space), '' without
+    sliding-window layers."""
+    if not model.num_sliding_layers:
+        return ""
+    groups = kv_cache_groups(model, hybrid)
+    if not groups.num_sliding_groups:
+        return (f" {model.name}'s {model.num_sliding_layers} sliding-window layers keep every token's KV "
+                "(no hybrid KV cache manager: one group of all layers).")
+    return (f" Under vLLM's hybrid KV cache manager a block is one KV cache group's ({groups.group_size} layers): "
+            f"{groups.num_full_groups} full-attention and {groups.num_sliding_groups} sliding-window group(s) "
+            f"(window {groups.sliding_window} tokens); a request holds its tokens' blocks in every full group and "
+            "only those inside the window in each sliding one.")

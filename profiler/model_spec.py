@@ -79,7 +79,11 @@ class ModelSpec:
             raise ValueError(f"model {self.name!r}: num_sliding_layers {self.num_sliding_layers} must be from 1 to "
                              f"num_layers {self.num_layers} with a sliding_window > 0 (got {self.sliding_window}), "
                              "or both 0")
-        if self.moe is not None and self.quantization is not None and self.quantization.kernel not in ("fp8", "fp8_block"):
+        if self.quantization is not None and self.quantization.experts_only and self.moe is None:
+            raise ValueError(f"model {self.name!r}: {self.quantization.method} (from {self.quantization.source}) "
+                             "quantises mixture-of-experts experts only; this model has none")
+        if (self.moe is not None and self.quantization is not None
+                and self.quantization.kernel not in ("fp8", "fp8_block", "mxfp4")):
             raise ValueError(f"model {self.name!r}: quantised mixture-of-experts weights ({self.quantization.label}, "
                              f"from {self.quantization.source}) are not priced yet: the fused-MoE tables are BF16 and FP8")
 
@@ -207,8 +211,11 @@ class ModelSpec:
         """Weights of the decoder layers' linear layers (elements): the ones a quantisation
         method stores quantised (`layer_gemm_shapes` at tp 1 × layers; biases not included), and
         of a mixture of experts its routed and shared experts (the router stays BF16: vLLM's
-        `gate` is left unquantised, e.g. Qwen3-MoE FP8's modules_to_not_convert)."""
+        `gate` is left unquantised, e.g. Qwen3-MoE FP8's modules_to_not_convert); with an
+        experts-only format (MXFP4) the experts alone."""
         attention = self.num_layers * sum(in_dim * out_dim for _, in_dim, out_dim in self.layer_gemm_shapes())
+        if self.quantization is not None and self.quantization.experts_only:  # MXFP4: attention stays BF16
+            attention = 0
         if self.moe is None:
             return attention
         return attention + self.expert_params() + self.num_layers * self.moe.shared_params(self.hidden_size)
@@ -339,6 +346,20 @@ BUILTIN_MODELS: dict[str, ModelSpec] = {
         # so 52 windowed, 10 full. 27.01 B parameters (card: 27 B for the language model).
         ModelSpec("gemma-3-27b", 62, 5376, 32, 16, 128, 21504, 262208, 131072, tie_word_embeddings=True,
                   qk_norm=True, norms_per_layer=4, sliding_window=1024, num_sliding_layers=52),
+        # openai/gpt-oss-120b and gpt-oss-20b config.json: 36 / 24 layers, hidden 2880, 64 heads of 64,
+        # 8 KV heads, 128 / 32 experts of width 2880 (intermediate_size), top-4, vocab 201088, 131072
+        # positions, untied; layer_types alternate sliding_attention / full_attention (window 128:
+        # 18 / 12 windowed); attention_bias true (q, k, v, o), a sink per head (`GptOssAttention.sinks`),
+        # biased experts and router; quantization_config mxfp4 (experts only). Model cards: 116.8 B /
+        # 20.9 B total parameters.
+        ModelSpec("gpt-oss-120b", 36, 2880, 64, 8, 64, 2880, 201088, 131072, attention_bias=True,
+                  attention_sinks=True, sliding_window=128, num_sliding_layers=18,
+                  moe=MoESpec(num_experts=128, num_experts_per_tok=4, expert_intermediate_size=2880, bias=True),
+                  quantization=WeightFormat("mxfp4", "mxfp4", 4, 32, 1.0, source="openai/gpt-oss-120b config.json")),
+        ModelSpec("gpt-oss-20b", 24, 2880, 64, 8, 64, 2880, 201088, 131072, attention_bias=True,
+                  attention_sinks=True, sliding_window=128, num_sliding_layers=12,
+                  moe=MoESpec(num_experts=32, num_experts_per_tok=4, expert_intermediate_size=2880, bias=True),
+                  quantization=WeightFormat("mxfp4", "mxfp4", 4, 32, 1.0, source="openai/gpt-oss-20b config.json")),
         # Qwen/Qwen3-30B-A3B-Instruct-2507: the same shapes, a 262,144-token context (its config.json).
         ModelSpec("qwen3-30b-a3b-instruct-2507", 48, 2048, 32, 4, 128, 6144, 151936, 262144, qk_norm=True,
                   moe=MoESpec(num_experts=128, num_experts_per_tok=8, expert_intermediate_size=768)),

@@ -179,7 +179,8 @@ class MoEBlockCost:
                                f"moe_ep {lay.moe_ep}, {distribution})")
         if usable_block:
             return self._block_curve(block_table, block_label)
-        return (lambda tokens: (self._experts_roofline_s(tokens), False)), "roofline (active experts' weights)"
+        weights = " in MXFP4, W4A16" if self.dtype_bytes < 1 else ""
+        return (lambda tokens: (self._experts_roofline_s(tokens), False)), f"roofline (active experts' weights{weights})"
 
     def _block_curve(self, rows, label: str) -> tuple[Curve, str]:
         """t(tokens) from a whole-block table over (tokens, active experts): the busiest rank's
@@ -389,9 +390,11 @@ def build_moe_cost_model(cost_model: str, model: ModelSpec, device: DeviceSpec, 
     flops_eff, bw_eff, latency = base.flops_efficiency, base.bandwidth_efficiency, base.kernel_latency_s
     # FP8 experts (model.quantization, profiler/quantization.py) from the tables' fp8 / fp8_block
     # fused-MoE rows; their roofline with 1-byte weights. A model-specific BF16 block table does not apply.
+    # MXFP4 experts: no table; their roofline with BF16 compute and 0.53125-byte weights (labelled).
     kernel = "bf16" if model.quantization is None else model.quantization.kernel
-    moe_table = {"bf16": "moe", "fp8": "moe_fp8", "fp8_block": "moe_fp8_block"}[kernel]
-    expert_bytes = dtype_bytes if kernel == "bf16" else 1
+    moe_table = {"bf16": "moe", "fp8": "moe_fp8", "fp8_block": "moe_fp8_block", "mxfp4": "moe_mxfp4"}[kernel]
+    expert_bytes = (dtype_bytes if kernel == "bf16" else model.quantization.bytes_per_param if kernel == "mxfp4"
+                    else 1)
     table_source = next((s for s in sources if moe_table in s.tables), None)
     from profiler.measured.cost_model import shape_key
 

@@ -34,8 +34,11 @@ stored by the search index; the 0.19 code paths named are the ones cited):
 
 What is priced (`WeightFormat.kernel`): "fp8" (W8A8 per tensor / channel: AIConfigurator's `fp8`
 GEMM rows), "fp8_block" (its `fp8_block` rows), "weight_only" (W4A16 / W8A16 Marlin: the roofline
-with BF16 compute and the packed weight bytes, labelled). Everything else — INT8 W8A8, NVFP4 W4A4
-on an FP4 tensor-core card, MXFP4, quantised mixture-of-experts experts, several schemes in one
+with BF16 compute and the packed weight bytes, labelled), "mxfp4" (a mixture of experts' experts
+only, 0.53125 bytes a weight, the fused-MoE roofline with BF16 compute — vLLM runs MXFP4 experts as
+W4A16 (Marlin / Triton matmul_ogs) on Hopper and earlier — labelled; attention and the rest BF16).
+Everything else — INT8 W8A8, NVFP4 W4A4 on an FP4 tensor-core card, MXFP4 on a dense model,
+other quantised mixture-of-experts experts, several schemes in one
 checkpoint, a group size Marlin has no kernel for — is a `ValueError` naming the field; nothing is
 priced as BF16.
 
@@ -64,6 +67,7 @@ METHODS = ENGINE_QUANTIZATIONS  # quant_method values read from a config.json
 MARLIN_GROUP_SIZES = (-1, 32, 64, 128)  # vLLM marlin_utils.py MARLIN_SUPPORTED_GROUP_SIZES
 _BF16_SCALE_BYTES = 2  # AWQ / GPTQ / WNA16 group scales: fp16 / bf16
 _FP32_SCALE_BYTES = 4  # FP8 block scales: fp32 per 128 × 128 block
+MXFP4_BLOCK = 32  # OCP Microscaling spec v1.0: 32 FP4 (E2M1) elements share one E8M0 scale
 
 
 @dataclass(frozen=True)
@@ -105,11 +109,19 @@ class WeightFormat:
         return value
 
     @property
+    def experts_only(self) -> bool:
+        """Only the mixture-of-experts experts are quantised (MXFP4: vLLM `Mxfp4Config` quantises
+        `FusedMoE` layers only; every `LinearBase` layer stays BF16)."""
+        return self.kernel == "mxfp4"
+
+    @property
     def label(self) -> str:
         """Short description for reports: e.g. "fp8 W8A8 (fp8)", "awq W4A16 g128 (Marlin, roofline)"."""
         group = f" g{self.group_size}" if self.group_size > 0 else ""
         if self.kernel == "weight_only":
             return f"{self.method} W{self.weight_bits}A16{group} (Marlin weight-only, roofline)"
+        if self.experts_only:
+            return f"{self.method} W4A16{group} experts only (BF16 attention; roofline)"
         return f"{self.method} W8A8 FP8{' block 128x128' if self.kernel == 'fp8_block' else ''}"
 
 
@@ -283,8 +295,8 @@ def _grouped(method: str, bits: int, group: int, scale_bytes: float) -> WeightFo
 
 
 def _mxfp4(config: dict, where: str) -> WeightFormat:
-    raise ValueError(f"{where}.quant_method 'mxfp4': vLLM quantises only mixture-of-experts experts with it "
-                     "(mxfp4.py: linear layers stay unquantised); quantised experts are not priced yet")
+    # OCP MX FP4: E2M1 values in blocks of 32 with one E8M0 (1-byte) scale: 0.5 + 1/32 bytes a weight.
+    return WeightFormat("mxfp4", "mxfp4", 4, MXFP4_BLOCK, 1.0, source=f"{where}.quant_method")
 
 
 def _compressed_tensors(config: dict, where: str) -> WeightFormat:

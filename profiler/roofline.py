@@ -232,7 +232,8 @@ class RooflineCostModel:
         self._layer_gemms = model.layer_gemm_shapes(tp)
         # A quantised model's layer GEMMs run its format's kernel (profiler/quantization.py); the LM
         # head stays BF16 (vLLM quantises `LinearBase` layers only, not `ParallelLMHead`).
-        self.weight_kernel = None if model.quantization is None else kernel_for(model.quantization, device)
+        self.weight_kernel = (None if model.quantization is None or model.quantization.experts_only
+                              else kernel_for(model.quantization, device))  # MXFP4: the experts' only
         if self.weight_kernel in ("fp8", "fp8_block"):
             fp8 = device.gemm_terms(1)
             self._layer_gemm_terms = tuple(d if v is None else v for v, d in

@@ -49,6 +49,10 @@ PUBLISHED = {
     # Gemma 3 technical report (arXiv 2503.19786) Table 1, 27B: 1,416M embedding + 25,600M
     # non-embedding parameters (the 417M vision encoder is not the language model's).
     "gemma-3-27b": (27.016e9, 0.05e9),
+    # openai/gpt-oss model card and "gpt-oss-120b & gpt-oss-20b Model Card" (OpenAI, 2025) Table 1:
+    # 116.83 B and 20.91 B total parameters.
+    "gpt-oss-120b": (116.83e9, 0.005e9),
+    "gpt-oss-20b": (20.91e9, 0.005e9),
 }
 # The same Qwen cards, "Number of Parameters (Non-Embedding)": 6.53B, 6.95B, 13.2B, 31.2B.
 PUBLISHED_NON_EMBEDDING = {"qwen2.5-7b": 6.53e9, "qwen3-8b": 6.95e9, "qwen3-14b": 13.2e9, "qwen3-32b": 31.2e9}

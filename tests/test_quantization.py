@@ -66,7 +66,6 @@ def test_each_method_reads_to_its_kernel_and_bytes_per_weight(config, kernel, bi
 @pytest.mark.parametrize("config, field", [
     ({"quant_method": "bitsandbytes"}, r"quantization_config\.quant_method 'bitsandbytes' is not a method"),
     ({"bits": 4}, r"quant_method None"),
-    ({"quant_method": "mxfp4"}, r"mxfp4.*mixture-of-experts experts"),
     ({**AWQ, "group_size": 256}, r"quantization_config\.group_size 256: vLLM's Marlin kernels take group sizes -1, 32, 64, 128"),
     ({**GPTQ, "sym": False}, r"quantization_config\.sym False"),
     ({**GPTQ, "bits": 3}, r"quantization_config\.bits 3"),

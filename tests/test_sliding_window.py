@@ -153,3 +153,66 @@ def test_windowed_kv_groups_are_refused_where_not_modelled():
         make_scheduler("vllm_v1", SchedulerConfig(num_gpu_blocks=100, kv_groups=(1, 1, 32)))
     with pytest.raises(ValueError, match="only vllm_v1 runs vLLM's hybrid KV cache manager"):
         make_scheduler("sarathi", SchedulerConfig(num_gpu_blocks=100, chunk_size=256, kv_groups=(1, 1, 32)))
+
+
+# openai/gpt-oss-120b config.json (huggingface.co/openai/gpt-oss-120b/raw/main/config.json), the keys read.
+GPT_OSS_120B = {
+    "architectures": ["GptOssForCausalLM"], "attention_bias": True, "experts_per_token": 4, "head_dim": 64,
+    "hidden_act": "silu", "hidden_size": 2880, "initial_context_length": 4096, "intermediate_size": 2880,
+    "layer_types": GPT_OSS_TYPES, "max_position_embeddings": 131072, "model_type": "gpt_oss",
+    "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": 36, "num_key_value_heads": 8,
+    "num_local_experts": 128, "quantization_config": {
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+                                   "lm_head"], "quant_method": "mxfp4"},
+    "rms_norm_eps": 1e-05, "rope_theta": 150000, "sliding_window": 128, "swiglu_limit": 7.0,
+    "tie_word_embeddings": False, "vocab_size": 201088}
+
+
+def test_gpt_oss_config_json_reads_as_its_builtin(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(GPT_OSS_120B))
+    spec = get_model_spec(tmp_path)
+    builtin = get_model_spec("gpt-oss-120b")
+    assert dataclasses.replace(spec, name=builtin.name, quantization=builtin.quantization) == builtin
+    assert (spec.quantization.method, spec.quantization.bytes_per_param) == ("mxfp4", 0.53125)
+
+
+def test_gpt_oss_120b_kv_bytes_and_pool_on_one_h100_by_hand():
+    from profiler.memory import vllm_kv_pool
+
+    model, device = get_model_spec("gpt-oss-120b"), get_device_spec("h100-sxm")
+    # 2 (K, V) x 36 layers x 8 KV heads x 64 x 2 bytes = 73,728 bytes a token; 2,048 a layer.
+    assert model.kv_bytes_per_token(2, 1) == 73_728
+    pool = vllm_kv_pool(model, device, gpu_memory_utilization=0.9, block_size=16, max_num_batched_tokens=8192,
+                        max_num_seqs=256, kv_groups=kv_cache_groups(model))
+    # Weights: 2,127,557,952 non-expert parameters x 2 bytes + 114,701,598,720 expert weights x
+    # 0.53125 (MXFP4: 4 bits + an 8-bit scale per 32) + the rotary cache 131,072 x 64 x 2 bytes.
+    assert pool.weights_bytes == 2_127_557_952 * 2 + 114_701_598_720 * 17 // 32 + 131_072 * 64 * 2 == 65_207_117_440
+    # A block is one group's: 16 tokens x 2,048 bytes x 18 layers = 589,824 bytes.
+    assert pool.block_bytes == 589_824
+    # requested = ceil(85,029,615,042 x 0.9) (h100-sxm's CUDA total): 76,526,653,538.
+    assert pool.requested_bytes == 76_526_653_538
+    available = pool.requested_bytes - pool.weights_bytes - pool.activation_peak_bytes - pool.non_torch_bytes
+    assert pool.num_blocks == available // 589_824 == 17_079  # vLLM logs 17,079 // 2 x 16 = 136,624 tokens
+
+
+def test_gpt_oss_long_context_decode_attention_with_and_without_windows():
+    # One decode over 100,000 tokens: the 18 windowed layers cost what a full layer costs at context
+    # 127; the same model with all 36 layers full pays 100,001 tokens in every layer.
+    model, device = get_model_spec("gpt-oss-120b"), get_device_spec("h100-sxm")
+    dense = dataclasses.replace(model, sliding_window=0, num_sliding_layers=0)
+    ones, no = np.ones(1, dtype=int), np.zeros(1, dtype=bool)
+
+    def decode_s(spec, context):
+        return RooflineCostModel(spec, device).breakdown(ones, np.array([context]), no)["attention_decode_s"]
+
+    assert decode_s(model, 100_000) == pytest.approx((decode_s(dense, 100_000) + decode_s(dense, 127)) / 2, rel=1e-12)
+
+
+def test_mxfp4_on_a_dense_model_is_refused(tmp_path):
+    config = {**GPT_OSS_120B, "model_type": "qwen3", "layer_types": None, "sliding_window": None,
+              "attention_bias": False}
+    for key in ("num_local_experts", "num_experts_per_tok"):
+        del config[key]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"config\.json: .*mxfp4 .*quantises mixture-of-experts experts only"):
+        get_model_spec(tmp_path)

@@ -509,7 +509,19 @@ def kv_pool_line(ok: pd.DataFrame, base: SweepConfig) -> str:
     parts = [f"{blocks(ok[~cluster], '')} {unit(ok[~cluster], '', 'per replica')}"] if (~cluster).any() else []
     parts += [f"{pool} pool {blocks(ok[cluster], pool + '_')} {unit(ok[cluster], pool + '_', 'per instance')}"
               for pool in POOLS if cluster.any()]
-    return f"KV pool: {'; '.join(parts)} (differs by point when the token budget changes the activation memory)."
+    return (f"KV pool: {'; '.join(parts)} (differs by point when the token budget changes the activation memory)."
+            + kv_groups_note(base))
+
+
+def kv_groups_note(base: SweepConfig) -> str:
+    """What a KV block is for a model with sliding-window layers (`profiler.kv_cache_groups.groups_note`)."""
+    from profiler import get_model_spec
+    from profiler.kv_cache_groups import groups_note
+
+    try:
+        return groups_note(get_model_spec(base.model), hybrid=base.engine.scheduler == "vllm_v1")
+    except ValueError:
+        return ""
 
 
 def layout_lines(base: SweepConfig) -> list[str]:

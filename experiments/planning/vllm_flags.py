@@ -35,6 +35,8 @@ HF_MODEL_IDS = {
     "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
     "qwen3-30b-a3b-instruct-2507": "Qwen/Qwen3-30B-A3B-Instruct-2507",
     "gemma-3-27b": "google/gemma-3-27b-it",
+    "gpt-oss-120b": "openai/gpt-oss-120b",
+    "gpt-oss-20b": "openai/gpt-oss-20b",
     "llama-3.1-70b": "meta-llama/Llama-3.1-70B",
     "llama-3.3-70b": "meta-llama/Llama-3.3-70B-Instruct",
     "llama-3.1-405b": "meta-llama/Llama-3.1-405B",
