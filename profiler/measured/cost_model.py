@@ -19,8 +19,9 @@ Where each part's time comes from, in order of preference (`describe()` says whi
    `sequence_ops`, `mixed_attention`: LLMServingSim, Vidur), interpolated in log space over the
    token / sequence count;
 2. a per-shape table of the device (`gemm` over (m, n, k); `context_attention`,
-   `decode_attention` at the model's heads per rank; `all_reduce` at num_gpus = tp:
-   AIConfigurator), interpolated in log space (`LogGrid`); element-wise ops from any
+   `decode_attention` at the model's heads per rank, or interpolated between the two measured
+   query-head counts around it, `profiler.measured.head_interpolation`; `all_reduce` at
+   num_gpus = tp: AIConfigurator), interpolated in log space (`LogGrid`); element-wise ops from any
    `layer_ops` table of the device at the same bytes (T × width scaled to the measured model's
    width);
 3. the roofline (`profiler.roofline`), with efficiencies fitted to the device's GEMM table (the
@@ -65,6 +66,7 @@ import pandas as pd
 
 from profiler.device_spec import DeviceSpec
 from profiler.measured.grid import LogGrid
+from profiler.measured.head_interpolation import rows_at_heads
 from profiler.measured.tables import MeasuredTableError, MeasuredTables
 from profiler.model_spec import ModelSpec
 from profiler.quantization import kernel_for, weight_only_gemm_time_s
@@ -399,14 +401,15 @@ class MeasuredCostModel:
             table = family + suffix
             source = self._device_source(table)
             rows = source.tables[table] if source is not None else None
+            note = None
             if rows is not None:
-                rows = rows[(rows["num_heads"] == heads[0]) & (rows["num_kv_heads"] == heads[1])
-                            & (rows["head_dim"] == heads[2])]
+                rows, note = rows_at_heads(rows, *heads, point_keys=("batch_size", key))
             if rows is None or rows.empty:
                 self.parts[table] = f"roofline (no {table} table at heads {heads[0]}, kv heads {heads[1]}, head_dim {heads[2]})"
                 self.roofline_parts.append(table)
                 continue
-            self.parts[table] = f"{source.label}: {table} at heads {heads[0]}/{heads[1]}, head_dim {heads[2]}"
+            self.parts[table] = (f"{source.label}: {table} at heads {heads[0]}/{heads[1]}, head_dim {heads[2]}"
+                                 + (f" ({note})" if note else ""))
             setattr(self, attr, LogGrid.from_frame(rows, ["batch_size", key], source=f"{source.label} {table}",
                                                    roofline=fill[family]))
 
