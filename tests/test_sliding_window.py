@@ -216,3 +216,13 @@ def test_mxfp4_on_a_dense_model_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"config\.json: .*mxfp4 .*quantises mixture-of-experts experts only"):
         get_model_spec(tmp_path)
+
+
+def test_serve_command_turns_prefix_caching_off_as_simulated():
+    from experiments.config import SweepConfig
+    from experiments.planning.vllm_flags import vllm_serve_flags
+
+    point = SweepConfig.model_validate({"name": "x", "model": "gpt-oss-120b", "device": "h100-sxm",
+                                        "trace": {"kind": "profile", "name": "azure-conv", "qps": 1, "num_requests": 8},
+                                        "engine": {"scheduler": "vllm_v1", "enable_prefix_caching": False}})
+    assert "--no-enable-prefix-caching" in vllm_serve_flags(point).split()

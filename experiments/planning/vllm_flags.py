@@ -160,7 +160,8 @@ def vllm_serve_flags(point: Point) -> str:
     simulator's default) with chunked prefill off. `engine.num_gpu_blocks` becomes
     `--num-gpu-blocks-override` (vLLM's CacheConfig.num_gpu_blocks_override).
     Split-N maps to `--speculative-config` (`ngram`, or `draft_model` with the draft's name).
-    `engine.kv_offload` maps to `--kv-offloading-backend native --kv-offloading-size GiB`.
+    `engine.kv_offload` maps to `--kv-offloading-backend native --kv-offloading-size GiB`;
+    `engine.enable_prefix_caching: false` under vllm_v1 to `--no-enable-prefix-caching`.
     vLLM's own policy is v1's; a point simulated under another scheduler shares only its flags.
     A disaggregated point (`cluster:`) has no one command: `DISAGGREGATED_FLAGS` says so.
     """
@@ -194,6 +195,8 @@ def vllm_serve_flags(point: Point) -> str:
         flags += ["--enable-expert-parallel"]
     # engine.quantization is vLLM's --quantization (a BF16 checkpoint quantised at load; a quantised
     # checkpoint's own method needs no flag); kv_cache_dtype its --kv-cache-dtype (bf16 = auto).
+    if e.scheduler == "vllm_v1" and e.enable_prefix_caching is False:  # V1 caches prefixes by default
+        flags += ["--no-enable-prefix-caching"]
     if e.quantization:
         flags += ["--quantization", e.quantization]
     if e.kv_cache_dtype not in ("auto", "bf16"):
