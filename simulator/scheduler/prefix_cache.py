@@ -200,13 +200,25 @@ class PrefixCachingBlockManager(BlockManager):
     # ----- the base class's allocation, with counts and eviction ---------------------------
     def grow_to(self, request_id: int, num_tokens: int) -> None:
         """As `BlockManager.grow_to`; each block taken from the queue head loses its key."""
-        extra = self._extra_blocks(request_id, num_tokens)
+        table = self._tables.get(request_id)
+        if table is None:
+            table = self._tables[request_id] = []
+        extra = -(-num_tokens // self.block_size) - len(table)
+        if extra <= 0:
+            return
         if extra > self._num_free:
             raise RuntimeError(
                 f"KV pool exhausted: request {request_id} needs {extra} more blocks, {self._num_free} free"
             )
-        table = self._tables.setdefault(request_id, [])
         pop, key_of, is_free = self._queue.popleft, self._key, self._is_free
+        if extra == 1 and not self._any_gen:  # a decode's next block, no stale entry: the common case
+            b = pop()
+            is_free[b] = 0
+            if key_of[b] is not None:
+                self._drop_key(b)  # evict it
+            table.append(b)
+            self._num_free -= 1
+            return
         n, gen, stale = self.num_blocks, self._gen, self._any_gen
         for _ in range(extra):
             b = pop()
