@@ -2,7 +2,7 @@
 automatic prefix caching."""
 from __future__ import annotations
 
-from simulator.scheduler.base import Entry, Scheduler
+from simulator.scheduler.base import Entry, PlainDecodeEntries, Scheduler
 from simulator.scheduler.sequence import Sequence
 
 
@@ -56,6 +56,9 @@ class VllmV1Scheduler(Scheduler):
 
     name = "vllm_v1"
     chunked = True
+    # Loop 1's leading plain decodes as `PlainDecodeEntries` (the plan's columns by list
+    # repetition); False builds one entry each (the same plans: tests/test_vllm_v1_decode_led.py).
+    decode_led_entries = True
     watermark_fraction = 0.0
     supports_prefix_caching = True
     prefix_caching_default = True
@@ -91,6 +94,10 @@ class VllmV1Scheduler(Scheduler):
         preempted) loop 2 over waiting."""
         preempted: list[Sequence] = []
         entries: list[Entry] = []
+        # The plain decodes that lead the step (1 token, no drafts), kept apart while no entry
+        # other than one has been scheduled: `PlainDecodeEntries` fills their plan columns by
+        # list repetition (`Scheduler._decode_led_columns`). Without drafts a decode's n is 1.
+        decodes: list[Sequence] | None = [] if self.decode_led_entries and not self.config.split_n else None
         budget = self.token_budget
         threshold = self.config.long_prefill_token_threshold
         bm = self.block_manager
@@ -128,8 +135,12 @@ class VllmV1Scheduler(Scheduler):
             if table is None or need > len(table) * size:  # else it fits the blocks held: nothing to do
                 num_preempted = len(preempted)
                 fits = self._ensure_kv(seq, need, preempted)
-                if len(preempted) > num_preempted and entries:
-                    entries, budget = self._unschedule_preempted(entries)
+                if len(preempted) > num_preempted:
+                    if decodes:  # back to plain entries (a victim may be one of them)
+                        entries = [(d, 1, 0) for d in decodes] + entries
+                    decodes = None
+                    if entries:
+                        entries, budget = self._unschedule_preempted(entries)
                 if not fits:
                     if seq.request_id not in self._in_flight:
                         break  # preempted itself: vLLM stops loop 1 here
@@ -138,8 +149,14 @@ class VllmV1Scheduler(Scheduler):
             if (caching and seq.request.prefix_hash_ids
                     and (every_step or (computed + n) // size > computed // size)):
                 bm.cache_blocks(seq.request_id, computed + n - drafts, seq.request)  # drafts are not final
-            entries.append((seq, n, drafts))
+            if decodes is not None and not entries and computed >= seq.prefill_target_tokens:
+                decodes.append(seq)  # a plain decode (n = 1) still leading the step
+            else:
+                entries.append((seq, n, drafts))
             budget -= n
+        if decodes:
+            entries, tail = PlainDecodeEntries(decodes), entries
+            entries.extend(tail)
         if not preempted:
             self._admit_waiting(entries, budget, threshold)
         return entries, preempted
