@@ -148,9 +148,10 @@ def test_trial_length_scales_with_instances():
     assert instances(_point(data_parallel_size=2)) == 2
     length = trial_length(_point(replicas=4), 2048, 4)
     assert (length.base, length.cap) == (8192, 32768)
-    assert length.next(8192) == 16384 and length.next(16384) == 32768 and length.next(32768) is None
-    assert length.text() == ("2,048 requests per instance × 4 instances = 8,192 a trial, lengthened when undecided "
-                             "up to 32,768 (cap: 4× the first trial)")
+    # An undecided trial is rerun once, at the cap (4 × 8,192), not doubled through 16,384.
+    assert length.next(8192) == 32768 and length.next(32768) is None
+    assert length.text() == ("2,048 requests per instance × 4 instances = 8,192 a trial, rerun at 32,768 when "
+                             "undecided (cap: 4× the first trial)")
     assert trial_length(_point(), 2048, 1).text() == "2,048 requests a trial, never lengthened (cap: 1×)"
     cluster = SweepConfig.model_validate({
         "model": "llama-3-8b", "trace": {"kind": "poisson", "qps": 1}, "engine": {"scheduler": "sarathi"},

@@ -32,8 +32,8 @@ class SearchConfig(_Strict):
     seeds: int = Field(default=3, ge=1, le=20)
     trim_fraction: float = Field(default=0.1, ge=0, lt=0.5)
     max_trials: int = Field(default=20, ge=2, le=60)
-    # An undecided trial (SLOs met, backlog not steady) is rerun with twice the requests up to this
-    # many times the first trial's (experiments/planning/trial_length.py); 1: never lengthened.
+    # An undecided trial (SLOs met, backlog not steady) is rerun once with this many times the
+    # first trial's requests (experiments/planning/trial_length.py); 1: never lengthened.
     max_trial_scale: int = Field(default=4, ge=1, le=64)
     loads: list[Annotated[float, Field(gt=0, le=MAX_QPS)]] = []  # QPS grid for the load-dependent policy table
 

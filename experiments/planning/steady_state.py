@@ -135,7 +135,7 @@ def rule_text(slo: dict[str, float]) -> str:
             f"{DRIFT_CONFIDENCE:.0%} with a fitted rise over {drift_floor_s(slo):.3g} s across the window), the delays "
             f"hold ≥ {MIN_EFFECTIVE_SAMPLES} effectively independent samples (n / autocorrelation time, "
             f"{ESS_BATCHES} batch means), and completions reach ≥ {1 - COMPLETION_TOLERANCE:.0%} of arrivals in it. "
-            "A trial meeting the SLOs without all three is rerun with double the requests (same seed) up to the cap; "
+            "A trial meeting the SLOs without all three is rerun once at the cap's length (same seed); "
             "there it fails if it still drifts or falls short, and one short only of samples is judged on its SLOs")
 
 

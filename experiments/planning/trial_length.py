@@ -7,8 +7,16 @@ time per replica to build a queue, so short trials favour layouts with many repl
 side by side (a colocated point's replicas × data-parallel ranks, a `cluster:` point's over both
 pools, each of which must be driven to its own steady state), so every instance sees the same
 number of requests whatever the layout. A trial that cannot decide (`steady_state.Verdict.
-UNDECIDED`) is run again with twice the requests, from the same seed, up to `max_scale` × the
-base length, at most `MAX_TRIAL_REQUESTS`.
+UNDECIDED`) is run again once, from the same seed, at the cap: `max_scale` × the base length, at
+most `MAX_TRIAL_REQUESTS`.
+
+Why straight to the cap, not doubling (2,048 → 4,096 → 8,192, as until 2026-12-07): on the capacity
+grid's 6-point subset (BENCHMARKS.md, "Sustained capacity") all 21 trials undecided at 2,048
+requests were undecided at 4,096 too, and issue 29's case gave the same (23.42 QPS: 38 and 37
+effectively independent delays at 2,048 and 4,096). Near capacity the queue's excursions outlast a
+short window, and the batch-means estimate of its effective samples saturates near the number of
+batches (`steady_state.ESS_BATCHES`), so a trial short of samples at the base length stays short at
+twice it; the middle run cost 4,096 of every 14,336 requests such a trial ran (29 %) and decided none.
 
 The longer trial draws the larger trace from the same seed; the trace generators draw every
 arrival before any length (`traces.generators.synthetic_trace`), so it does not extend the shorter
@@ -22,7 +30,7 @@ from dataclasses import dataclass
 from experiments.config import SweepConfig, pool_points
 
 MAX_TRIAL_REQUESTS = 10_000_000  # the largest trace a config may ask for (experiments.config._MAX_REQUESTS)
-DEFAULT_MAX_SCALE = 4  # doubling twice: 2,048 → 8,192 requests per instance
+DEFAULT_MAX_SCALE = 4  # 2,048 → 8,192 requests per instance when undecided
 
 
 def instances(point: SweepConfig) -> int:
@@ -35,7 +43,7 @@ def instances(point: SweepConfig) -> int:
 
 @dataclass(frozen=True)
 class TrialLength:
-    """A search's trial lengths (requests): `base` for every first trial, doubled up to `cap`."""
+    """A search's trial lengths (requests): `base` for every first trial, `cap` for its rerun when undecided."""
 
     base: int
     cap: int
@@ -44,14 +52,15 @@ class TrialLength:
     max_scale: int
 
     def next(self, num_requests: int) -> int | None:
-        """The length after an undecided trial of `num_requests`, or None at the cap."""
-        return None if num_requests >= self.cap else min(2 * num_requests, self.cap)
+        """The length after an undecided trial of `num_requests`: the cap, or None at it."""
+        return None if num_requests >= self.cap else self.cap
 
     def text(self) -> str:
-        """E.g. '2,048 requests per instance × 4 instances = 8,192 a trial, lengthened up to 32,768'."""
+        """E.g. '2,048 requests per instance × 4 instances = 8,192 a trial, rerun at 32,768 when undecided
+        (cap: 4× the first trial)'."""
         scale = (f"{self.requests_per_instance:,} requests per instance × {self.instances} instances = "
                  f"{self.base:,} a trial" if self.instances > 1 else f"{self.base:,} requests a trial")
-        lengthened = (f", lengthened when undecided up to {self.cap:,} (cap: {self.max_scale}× the first trial)"
+        lengthened = (f", rerun at {self.cap:,} when undecided (cap: {self.max_scale}× the first trial)"
                       if self.cap > self.base else ", never lengthened (cap: 1×)")
         return scale + lengthened
 
