@@ -46,5 +46,5 @@ def test_trials_undecided_at_the_cap_are_named_with_the_rule():
     assert ("p0: 2 trial(s) still undecided at the cap of 8,192 requests (QPS and verdict: 21.75 passed, 22.6 failed); "
             "a trial that still drifted or fell short of the offered rate failed") in summary.warnings[0]
     assert summary.header[-1].startswith("Sustained-load rule: a load passes only in steady state")
-    assert "2,048 requests per instance (replicas × DP, every pool of a cluster) (a point's first trial, lengthened " \
-           "when undecided: 2,048 → up to 8,192); search.max_trial_scale 4×" in summary.header[-2]
+    assert "2,048 requests per instance (replicas × DP, every pool of a cluster) (a point's first trial, rerun at " \
+           "the cap when undecided: 2,048 → 8,192); search.max_trial_scale 4×" in summary.header[-2]

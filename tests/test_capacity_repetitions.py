@@ -170,3 +170,28 @@ def test_a_lengths_file_trial_is_cut_to_the_searchs_requests():
     trial = trial_config(point, 5.0, 1)
     assert (trial.trace.qps, trial.trace.max_requests, trial.engine.seed) == (5.0, 300, 11)
     assert "num_requests" not in type(trial.trace).model_fields and "num_requests" not in vars(trial.trace)
+
+
+def test_the_xpyd_report_names_trials_undecided_at_the_cap(tmp_path):
+    """A layout's seeds with trials still undecided at the trial-length cap: the row counts them
+    and names their rates and verdicts, and disaggregation.md says what was decided there (the
+    sweep's capacity report's wording) and how to decide them on longer trials."""
+    from experiments.planning.capacity import CapacityResult
+    from experiments.planning.disaggregation import at_cap_warnings, layout_row, layouts, ranked, write_report
+
+    base = SweepConfig.model_validate({"trace": PROFILE, "engine": {"scheduler": "sarathi", "chunk_size": 512},
+                                       "goodput": {"ttft_s": 2.0, "tpot_s": 0.05}})
+    colocated, split = layouts(base, 2, (1,))
+    capped = [CapacityResult(8.0, [(8.0, True), (9.0, False)], at_cap=[(8.0, "passed"), (9.0, "failed")]),
+              CapacityResult(7.5, [(7.5, True), (8.5, False)], at_cap=[(8.5, "failed")])]
+    frame = ranked([layout_row(colocated, capped), layout_row(split, [CapacityResult(6.0, [(6.0, True)])] * 2)])
+    first = frame[frame["label"] == colocated.label].iloc[0]
+    assert first["trials_at_cap"] == 3 and first["at_cap_qps"] == "8 passed, 9 failed, 8.5 failed"
+    assert frame[frame["label"] == split.label].iloc[0]["trials_at_cap"] == 0
+    assert at_cap_warnings(frame, 4) == [
+        f"{colocated.label}: 3 trial(s) still undecided at the cap of 4× the first trial's requests (rate and verdict: "
+        "8 passed, 9 failed, 8.5 failed); a trial that still drifted or fell short of the offered rate failed, one "
+        "short only of effectively independent samples was judged on its SLOs at that length. Raise "
+        "search.max_trial_scale to decide them on longer trials."]
+    write_report(frame, base, tmp_path, 0.9, num_requests=2048, max_trial_scale=4)
+    assert f"Warning: {at_cap_warnings(frame, 4)[0]}" in (tmp_path / "disaggregation.md").read_text()

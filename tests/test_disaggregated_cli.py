@@ -26,7 +26,7 @@ cluster:
 # Trials at their first length: these tests are about the command and its folder, not the
 # sustained-load rule (tests/test_steady_state.py), and lengthened trials made each ~3x slower.
 SHORT_TRIALS = "search: {max_trial_scale: 1}\n"
-FILES = ["disaggregation.csv", "disaggregation.md", "disaggregation.png"]
+FILES = ["disaggregation.csv", "disaggregation.html", "disaggregation.md", "disaggregation.png"]
 
 
 def invoke(tmp_path, *args, text=CONFIG + SHORT_TRIALS):
@@ -107,7 +107,8 @@ def test_a_folder_holding_other_files_is_refused(tmp_path):
 
 def test_an_output_that_cannot_be_written_is_named_and_exit_1(tmp_path, monkeypatch):
     """The plot cannot be written (a full disk, simulated): the table and the Markdown report
-    are written whole, the message names disaggregation.png and its reason, exit 1."""
+    are written whole, the message names disaggregation.png and its reason (and the HTML page,
+    which embeds it, as not written after it), exit 1."""
     import experiments.outputs as outputs
 
     def full_disk(fig, path, **kwargs):
@@ -119,7 +120,9 @@ def test_an_output_that_cannot_be_written_is_named_and_exit_1(tmp_path, monkeypa
     assert result.exit_code == 1, result.output
     text = " ".join(result.output.split())
     assert "could not write disaggregation.png (No space left on device)" in text
-    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == FILES[:2]
+    assert "disaggregation.html (not written after disaggregation.png failed)" in text
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["disaggregation.csv",
+                                                                                   "disaggregation.md"]
 
 
 def test_a_second_run_reuses_the_cached_trials(tmp_path, monkeypatch):

@@ -64,8 +64,11 @@ def test_search_two_gpus_and_report(tmp_path):
     assert all(not math.isnan(c) for c in frame["capacity_qps"])
     assert comparison(frame).startswith("best disaggregated 1P(TP1) 1D(TP1)")
     written = write_report(frame, base, tmp_path, 0.9)
-    assert sorted(p.name for p in written) == ["disaggregation.csv", "disaggregation.md", "disaggregation.png"]
+    assert sorted(p.name for p in written) == ["disaggregation.csv", "disaggregation.html", "disaggregation.md",
+                                               "disaggregation.png"]
     assert "| 1P(TP1) 1D(TP1) | disaggregated |" in (tmp_path / "disaggregation.md").read_text()
+    page = (tmp_path / "disaggregation.html").read_text()
+    assert "<td>1P(TP1) 1D(TP1)</td><td>disaggregated</td>" in page and "data:image/png;base64," in page
 
 
 def test_search_needs_goodput_thresholds():

@@ -82,8 +82,8 @@ def search_xpyd(
     from experiments.config import ConfigError, SweepConfig, load_config
     from experiments.outputs import CACHE_DIR, RunFolder
     from experiments.planning.backends import BackendError, check_available
-    from experiments.planning.disaggregation import (DEFAULT_SEEDS, check_seeds, comparison, plan, ranking,
-                                                      search_layouts, search_warnings, write_report)
+    from experiments.planning.disaggregation import (DEFAULT_SEEDS, at_cap_warnings, check_seeds, comparison, plan,
+                                                      ranking, search_layouts, search_warnings, write_report)
     from experiments.planning.trial_length import DEFAULT_MAX_SCALE
 
     try:
@@ -129,7 +129,8 @@ def search_xpyd(
                                    backend=backend, ray_address=ray_address, **kwargs)
             folder.attempt(write_report, frame, start, folder.path, attainment, kwargs["num_requests"], found,
                            kwargs["max_trial_scale"],
-                           outputs=("disaggregation.csv", "disaggregation.md", "disaggregation.png"))
+                           outputs=("disaggregation.csv", "disaggregation.md", "disaggregation.png",
+                                    "disaggregation.html"))
             folder.attempt(folder.remove_stale)
             message = folder.failure_message()
     except (ConfigError, ValueError, BackendError) as exc:  # OutputFolderError is a ValueError: the folder's message
@@ -150,12 +151,13 @@ def search_xpyd(
         err_console.print(f"[yellow]warning:[/yellow] no layout met the SLOs at any tested rate (every seed failed "
                           f"even {bracket[0]:g} req/s): lower --qps (or search.qps) to find their capacities",
                           highlight=False)
-    for text in search_warnings(start, seeds, kwargs["num_requests"]):  # also in disaggregation.md
+    for text in [*search_warnings(start, seeds, kwargs["num_requests"]),  # also in disaggregation.md
+                 *at_cap_warnings(frame, kwargs["max_trial_scale"])]:
         err_console.print(f"[yellow]warning:[/yellow] {escape(text)}", highlight=False)
     if message is not None:
         err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False)
         raise typer.Exit(1)
-    console.print(f"wrote disaggregation.csv, disaggregation.md, disaggregation.png in {out_dir} "
+    console.print(f"wrote disaggregation.csv, .md, .png and .html in {out_dir} "
                   f"({time.perf_counter() - started:.1f} s)", highlight=False)
     failed = int(frame["error"].notna().sum())
     if failed:

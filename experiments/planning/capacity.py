@@ -51,10 +51,14 @@ def default_slo(num_params: float) -> dict[str, float]:
 
 @dataclass
 class CapacityResult:
-    """One bisection: the capacity (QPS, NaN when even `low` fails) and every trial run."""
+    """One bisection: the capacity (QPS, NaN when even `low` fails), every trial run (QPS, passed),
+    and `at_cap`: the trials still undecided at the trial-length cap, as (QPS, their verdict there:
+    'passed' or 'failed', `experiments.planning.steady_state.at_cap`), filled by callers that
+    lengthen trials."""
 
     capacity_qps: float
     trials: list[tuple[float, bool]] = field(default_factory=list)
+    at_cap: list[tuple[float, str]] = field(default_factory=list)
 
 
 def find_capacity(passes: Callable[[float], bool], low_qps: float, high_qps: float,

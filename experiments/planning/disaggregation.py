@@ -23,9 +23,10 @@ Run (experiments/cli/xpyd.py):
 writes, into a run folder (`experiments.outputs.RunFolder`, every file whole),
 `disaggregation.csv` (one row per layout: kind, label, GPUs, capacity and goodput per GPU with
 their intervals, capacity by seed, how it stands against the best, trials, error),
-`disaggregation.md` (the table, best first, what the intervals resolve, and the best
-disaggregated layout against the best colocated one) and `disaggregation.png` (goodput per GPU
-of every layout, with its interval).
+`disaggregation.md` (the table, best first, what the intervals resolve, the best
+disaggregated layout against the best colocated one, the sustained-load rule, warnings and the
+best layout's deploy commands), `disaggregation.html` (the same as one page) and
+`disaggregation.png` (goodput per GPU of every layout, with its interval).
 """
 from __future__ import annotations
 
@@ -227,8 +228,8 @@ def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: 
     """Highest QPS at which `layout` meets `attainment` (`slo_attainment`), by bisection from the
     bracket `qps`, whose top is doubled while it passes up to `max_qps` (default 64 × qps[1]).
     Each trial is the point's trace at that rate, `num_requests` per instance long (`experiments.
-    planning.trial_length`: the same requests per instance whatever the layout, rerun with double
-    the requests up to `max_trial_scale` × while undecided), and passes only in steady state
+    planning.trial_length`: the same requests per instance whatever the layout, rerun at
+    `max_trial_scale` × the requests when undecided), and passes only in steady state
     (`experiments.planning.steady_state`, the sweep's capacity search's rule), seeded by `seed` (None:
     the trace's own `seed`) + `seed_offset`; the engine's `seed` (random routers, speculative
     acceptance) gets `seed_offset` added too (`search`'s repetition k: `experiments.planning.
@@ -239,7 +240,7 @@ def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: 
 
     Returns:
         `experiments.planning.capacity.CapacityResult` (capacity NaN when even qps[0] fails,
-        `max_qps` when even that passes).
+        `max_qps` when even that passes; `at_cap`: the trials still undecided at the cap).
     """
     def at(rate: float, size: int) -> SweepConfig:  # a file trace is time-scaled to the rate, cut to `size`
         return trial_point(layout.point, seed_offset, rate, size, trace_seed=seed)
@@ -255,6 +256,7 @@ def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: 
             return simulate_cached(point, point_id, trim, cache=cache)
 
     served: dict[float, float] = {}
+    at_cap: list[tuple[float, str]] = []
 
     length = trial_length(layout.point, num_requests, max_trial_scale)
     floor_s = drift_floor_s(thresholds_s)
@@ -265,11 +267,17 @@ def layout_capacity(layout: Layout, thresholds_s: dict[str, float], attainment: 
             served[rate] = result.row["throughput_rps"]
             return result
 
-        return run_until_decided(run_at, lambda r: slo_attainment(r.requests, thresholds_s, trim_fraction) >= attainment,
-                                 length.base, length.next, trim_fraction, floor_s)
+        def record(trial) -> None:
+            if trial.at_cap:
+                at_cap.append((rate, trial.verdict.value))
 
-    return find_capacity(passes, qps[0], qps[1], precision=precision, max_qps=max_qps or 64 * qps[1],
-                         max_trials=max_trials, served_qps=served.get)
+        return run_until_decided(run_at, lambda r: slo_attainment(r.requests, thresholds_s, trim_fraction) >= attainment,
+                                 length.base, length.next, trim_fraction, floor_s, record)
+
+    result = find_capacity(passes, qps[0], qps[1], precision=precision, max_qps=max_qps or 64 * qps[1],
+                           max_trials=max_trials, served_qps=served.get)
+    result.at_cap = at_cap
+    return result
 
 
 def search(base: SweepConfig, gpus: int, tensor_parallel_sizes=(1, 2, 4, 8), jobs: int = 1,
@@ -415,8 +423,27 @@ def layout_row(layout: Layout, outcomes: list) -> dict:
                goodput_per_gpu_qps=mean / layout.gpus, goodput_per_gpu_ci_low=low / layout.gpus,
                goodput_per_gpu_ci_high=bracket_high / layout.gpus,
                capacity_at_bound=math.inf in failed_at, seeds_below_lowest_rate=stats["seeds_below_lowest_rate"],
-               trials=sum(len(o.trials) for o in outcomes), error=None)
+               trials=sum(len(o.trials) for o in outcomes), **_at_cap_columns(outcomes), error=None)
     return row
+
+
+def _at_cap_columns(outcomes: list) -> dict:
+    """`trials_at_cap` (over seeds) and `at_cap_qps` ('21.7 passed, 22.6 failed', as the sweep's
+    capacity rows, `experiments.planning.search.sustained_summary`) of a layout's bisections."""
+    capped = [(qps, verdict) for o in outcomes for qps, verdict in getattr(o, "at_cap", [])]
+    return {"trials_at_cap": len(capped), "at_cap_qps": ", ".join(f"{qps:.4g} {verdict}" for qps, verdict in capped)}
+
+
+def at_cap_warnings(frame: pd.DataFrame, cap_scale: int) -> list[str]:
+    """One line per layout with trials still undecided at the cap (`cap_scale` × the first trial's
+    requests), as the sweep's capacity report words it (`experiments.planning.report`)."""
+    if "trials_at_cap" not in frame:
+        return []
+    return [f"{r['label']}: {int(r['trials_at_cap'])} trial(s) still undecided at the cap of {cap_scale}× the first "
+            f"trial's requests (rate and verdict: {r['at_cap_qps']}); a trial that still drifted or fell short of the "
+            "offered rate failed, one short only of effectively independent samples was judged on its SLOs at that "
+            "length. Raise search.max_trial_scale to decide them on longer trials."
+            for _, r in frame[frame["trials_at_cap"].fillna(0) > 0].iterrows()]
 
 
 _STAT_COLUMNS = ("capacity_qps", "capacity_ci_low", "capacity_ci_high", "capacity_ci_high_bracket",
@@ -579,17 +606,20 @@ def search_warnings(base: SweepConfig, seeds: int, num_requests: int | None) -> 
 def write_report(frame: pd.DataFrame, base: SweepConfig, out: Path, attainment: float,
                  num_requests: int | None = None, layouts: list[Layout] | None = None,
                  max_trial_scale: int = DEFAULT_MAX_SCALE) -> list[Path]:
-    """disaggregation.csv, .md and .png in `out` (each written atomically, `experiments.outputs`);
-    a layout that could not run is a row with its error, and has no bar. The .md's warnings are
-    `search_warnings` (trials of `num_requests` per instance; None: not known, no trial-length
-    caution); it states the sustained-load rule, and with `layouts` (the searched ones) the best
-    layout's deploy commands (`experiments.planning.deploy.deploy_commands`)."""
+    """disaggregation.csv, .md, .html and .png in `out` (each written atomically,
+    `experiments.outputs`); a layout that could not run is a row with its error, and has no bar.
+    The .md's warnings are `search_warnings` (trials of `num_requests` per instance; None: not
+    known, no trial-length caution) and `at_cap_warnings` (trials undecided at the
+    `max_trial_scale` cap); it states the sustained-load rule, and with `layouts` (the searched
+    ones) the best layout's deploy commands (`experiments.planning.deploy.deploy_commands`). The
+    .html is the .md as one page (`html_page.markdown_page`), the plot embedded."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     from experiments.outputs import save_figure, write_csv, write_text
+    from experiments.planning.html_page import markdown_page
 
     out.mkdir(parents=True, exist_ok=True)
     slos = ", ".join(f"{k} ≤ {v:g} s" for k, v in base.goodput.items())
@@ -603,7 +633,8 @@ def write_report(frame: pd.DataFrame, base: SweepConfig, out: Path, attainment: 
              "rate counts as 0. Layouts whose intervals overlap are not told apart.", "",
              f"Ranking: {ranking(frame)}.", "", f"{comparison(frame)}.", "",
              *_sustained_lines(base, num_requests, max_trial_scale),
-             *(line for text in search_warnings(base, seeds, num_requests) for line in (f"Warning: {text}", "")),
+             *(line for text in [*search_warnings(base, seeds, num_requests), *at_cap_warnings(frame, max_trial_scale)]
+               for line in (f"Warning: {text}", "")),
              "| layout | kind | capacity (req/s) | goodput per GPU (req/s) | vs the best | capacity by seed | trials |",
              "|---|---|---|---|---|---|---|"]
     failed = frame["error"].notna()
@@ -630,18 +661,22 @@ def write_report(frame: pd.DataFrame, base: SweepConfig, out: Path, attainment: 
                   if seeds >= 2 else f"goodput per GPU (req/s at {attainment:.0%} SLO attainment; one seed)")
     ax.set_title("xPyD (blue) vs colocated (orange)")
     fig.tight_layout()
-    written = [write_csv(out / "disaggregation.csv", frame),
-               write_text(out / "disaggregation.md", "\n".join(lines) + "\n"),
-               save_figure(fig, out / "disaggregation.png", dpi=110)]
-    plt.close(fig)
+    lines += ["", "![goodput per GPU](disaggregation.png)"]
+    try:  # the page embeds the plot, so it comes last
+        written = [write_csv(out / "disaggregation.csv", frame),
+                   write_text(out / "disaggregation.md", "\n".join(lines) + "\n"),
+                   save_figure(fig, out / "disaggregation.png", dpi=110)]
+    finally:
+        plt.close(fig)
+    written.append(write_text(out / "disaggregation.html", markdown_page(lines, f"xPyD search: {base.model}", out)))
     return written
 
 
 def _sustained_lines(base: SweepConfig, num_requests: int | None, max_trial_scale: int) -> list[str]:
     """The trial length and the sustained-load rule every layout's trials were judged by."""
     trials = (f"Trials: {num_requests:,} requests per instance (a layout's replicas × DP over both pools, so every "
-              f"instance sees as many), rerun with double the requests while undecided up to {max_trial_scale}× "
-              "the first. " if num_requests is not None else "")
+              f"instance sees as many), rerun once at {max_trial_scale}× the requests when undecided. "
+              if num_requests is not None else "")
     return [f"{trials}Sustained-load rule: {rule_text(base.goodput)}.", ""]
 
 

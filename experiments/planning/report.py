@@ -7,10 +7,8 @@ runner-up (`Recommendation`).
 """
 from __future__ import annotations
 
-import base64
 import html
 import math
-import re
 import textwrap
 import warnings
 from dataclasses import dataclass
@@ -26,6 +24,7 @@ import pandas as pd  # noqa: E402
 from experiments.config import POOLS, ClosedLoopTrace, FileTrace, SweepConfig, layouts_of, slo_summary_key  # noqa: E402
 from experiments.planning.capacity import short_trials_warning  # noqa: E402
 from experiments.planning.fleet import fleet_rule_text  # noqa: E402
+from experiments.planning.html_page import CSS, image_tag, inline  # noqa: E402
 from experiments.planning.steady_state import rule_text  # noqa: E402
 from experiments.planning.repetitions import file_trace_seeds_warning, seeds_note  # noqa: E402
 from experiments.planning.request_notes import identical_lines, sustained_throughput_rps  # noqa: E402
@@ -783,13 +782,6 @@ def _markdown(title: str, header: list[str], sections: list[tuple[str, list[str]
     return "\n".join(lines) + "\n"
 
 
-def _inline(text: str) -> str:
-    """Escape for HTML, then Markdown's **bold** and `code` as <b> and <code>."""
-    out = html.escape(text)
-    out = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", out)
-    return re.sub(r"`(.+?)`", r"<code>\1</code>", out)
-
-
 def _html_report_table(table: ReportTable) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
     rows = []
@@ -802,19 +794,10 @@ def _html_report_table(table: ReportTable) -> str:
     return f"<h3>{html.escape(table.title)}</h3><div class=\"wrap\"><table><tr>{head}</tr>{''.join(rows)}</table></div>"
 
 
-_CSS = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;line-height:1.4}
-table{border-collapse:collapse;margin:.5em 0 1em}.wrap{overflow-x:auto}
-td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
-th{background:#f3f3f3}td:first-child,th:first-child{text-align:left;max-width:28em;overflow-wrap:anywhere}
-tr.best td{background:#e3f4e6;font-weight:bold}td.miss{background:#fbe1df;color:#a11}
-code{background:#f3f3f3;padding:1px 3px;overflow-wrap:anywhere}img{max-width:100%;display:block;margin:1em 0}
-.legend{color:#555}"""
-
-
 def _html(header: list[str], sections: list[tuple[str, list[str]]], tables: list[ReportTable], failed: pd.DataFrame,
           figures: list[Path], title: str, heading: str = "Sweep report", extra_html: str = "") -> str:
-    items = "".join(f"<li>{_inline(line)}</li>" for line in header)
-    body = "".join(f"<h2>{html.escape(name)}</h2><ul>{''.join(f'<li>{_inline(x)}</li>' for x in lines)}</ul>"
+    items = "".join(f"<li>{inline(line)}</li>" for line in header)
+    body = "".join(f"<h2>{html.escape(name)}</h2><ul>{''.join(f'<li>{inline(x)}</li>' for x in lines)}</ul>"
                    for name, lines in sections)
     legend = _legend(tables)
     points = "<h2>Points</h2>" + (f'<p class="legend">{html.escape(legend)}.</p>' if legend else "")
@@ -824,11 +807,9 @@ def _html(header: list[str], sections: list[tuple[str, list[str]]], tables: list
         errors = "<h2>Points that failed</h2><ul>" + "".join(
             f"<li><b>{html.escape(point_name(r))}:</b> {html.escape(str(r['error']))}</li>"
             for _, r in failed.iterrows()) + "</ul>"
-    images = "".join(
-        f'<img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
-        for p in figures)
+    images = "".join(image_tag(p, p.stem) for p in figures)
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)} — sarathi-sim</title>
-<style>{_CSS}</style>
+<style>{CSS}</style>
 </head><body><h1>{html.escape(heading)}: {html.escape(title)}</h1><ul>{items}</ul>
 {body}{points}{errors}{images}</body></html>
 """
@@ -987,14 +968,14 @@ def capacity_summary(points: pd.DataFrame, base: SweepConfig, slo: dict[str, flo
 
 
 def _trial_sizes_text(ok: pd.DataFrame, s) -> str:
-    """'2,048 requests per instance (first trial 2,048 requests, lengthened up to 8,192 when
-    undecided)', with each distinct first/cap pair of the points (their instances differ)."""
+    """'2,048 requests per instance (a point's first trial, rerun at the cap when undecided: 2,048 →
+    8,192)', with each distinct first/cap pair of the points (their instances differ)."""
     pairs = []
     if {"trial_requests_first", "trial_requests_cap"} <= set(ok):
         for first, cap in ok[["trial_requests_first", "trial_requests_cap"]].dropna().drop_duplicates().itertuples(
                 index=False):
-            pairs.append(f"{int(first):,}" + (f" → up to {int(cap):,}" if cap > first else ""))
-    sizes = f" (a point's first trial, lengthened when undecided: {'; '.join(pairs)})" if pairs else ""
+            pairs.append(f"{int(first):,}" + (f" → {int(cap):,}" if cap > first else ""))
+    sizes = f" (a point's first trial, rerun at the cap when undecided: {'; '.join(pairs)})" if pairs else ""
     return (f"{s.num_requests:,} requests per instance (replicas × DP, every pool of a cluster){sizes}; "
             f"search.max_trial_scale {s.max_trial_scale}×")
 
