@@ -238,3 +238,55 @@ def test_the_capacity_report_warns_of_seeds_below_the_searched_range():
     assert "Some seeds met the SLOs at no load searched (not even 1 QPS) and count 0 in the mean: p0 (1 of 3); " \
            "lower search.qps to measure them." in summary.warnings
     assert summary.best_id == 0
+
+
+def test_the_lowest_rates_verdict_tells_an_unreachable_slo_from_a_range_set_too_high():
+    """Seed 1 never passed (seed 0 did at 2 QPS). Its deciding trial at the lowest rate, 1 QPS, is
+    the last of its runs there: steady but TBT P99 0.012 s over 0.001 s (service, not queueing),
+    or overloaded (a rising backlog: the range starts too high)."""
+    from experiments.config import SweepConfig
+    from experiments.planning.search import lowest_rate_verdict
+
+    point = SweepConfig.model_validate({"trace": {"kind": "poisson", "qps": 1}, "slo": {"tbt_p99_s": 0.001,
+                                                                                       "ttft_p99_s": 2.0},
+                                        "search": {"qps": [1, 8], "seeds": 2}})
+    seed0 = [{"seed": 0, "trial_qps": 1.0, "passed": True}, {"seed": 0, "trial_qps": 2.0, "passed": True}]
+    undecided = {"seed": 1, "trial_qps": 1.0, "passed": False, "overloaded": False, "tbt_s_p99": 0.0005,
+                 "ttft_s_p99": 0.2}
+    steady_miss = {**undecided, "tbt_s_p99": 0.012, "ttft_s_p99": None}  # the run at the cap decides
+    assert lowest_rate_verdict(point, seed0 + [undecided, steady_miss]) == (
+        "at 1 QPS (seed 1), in steady state (no growing backlog): tbt_p99_s 0.012 > 0.001, ttft_p99_s nan > 2; a "
+        "lower load shortens queues, not service times, so no load may meet these SLOs: relax them or serve faster "
+        "(lower search.qps to check)")
+    overloaded = {**undecided, "overloaded": True, "not_steady": "completions 80.0% of arrivals in the window (< 95%)"}
+    assert lowest_rate_verdict(point, seed0 + [overloaded]) == (
+        "at 1 QPS (seed 1) the load already overloads it (completions 80.0% of arrivals in the window (< 95%)): lower "
+        "search.qps to find its capacity")
+    assert lowest_rate_verdict(point, seed0) is None
+
+
+def test_a_search_with_an_slo_no_load_meets_ends_in_a_verdict_not_a_capacity():
+    """End to end (one 100-request trial): TBT P99 ≤ 1 ms, which a decode step of llama-3-8b on an
+    H100 never meets. Capacity NaN (never 0), the recommendation and fleet lines say nothing is
+    sized, and the warning gives the lowest rate's verdict (the overloaded one: the test above)."""
+    import math
+
+    from experiments.config import SweepConfig
+    from experiments.planning.report import capacity_summary
+    from experiments.planning.sweep import run_capacity_sweep
+
+    raw = {"name": "bad", "model": "llama-3-8b", "device": "h100-sxm",
+           "trace": {"kind": "poisson", "qps": 2, "num_requests": 100, "seed": 0},
+           "engine": {"scheduler": "sarathi", "chunk_size": 512}, "slo": {"tbt_p99_s": 0.001},
+           "search": {"qps": [1, 8], "num_requests": 100, "seeds": 1}, "fleet": {"target_qps": 10}}
+    table, trials, _ = run_capacity_sweep([raw], jobs=1)
+    row = table.iloc[0]
+    assert math.isnan(row["capacity_qps"]) and row["capacity_by_seed"] == "below" and list(trials["trial_qps"]) == [1.0]
+    tbt = trials["tbt_s_p99"].iloc[0]
+    assert tbt > 0.001 and row["lowest_rate_verdict"].startswith(
+        f"at 1 QPS (seed 0), in steady state (no growing backlog): tbt_p99_s {tbt:.3g} > 0.001; ")
+    summary = capacity_summary(table, SweepConfig.model_validate(raw), {"tbt_p99_s": 0.001})
+    assert summary.recommendation == ["No point meets the SLOs even at the lowest load searched.",
+                                      "Fleet for 10 QPS: not sized (no point has a capacity)."]
+    assert f"Meets the SLOs at no load searched (not even 1 QPS): sarathi chunk=512 ({row['lowest_rate_verdict']})." \
+        in summary.warnings

@@ -63,6 +63,6 @@ def test_a_colocated_capacity_row_is_unchanged():
     assert list(row) == ["point_id", "label", "model", "device", *engine, "vllm_flags", "vllm_command", "burstiness",
                          "capacity_qps", "capacity_ci_low", "capacity_ci_high", "capacity_by_seed",
                          "capacity_at_bound", "seeds_below_lowest_rate", "cost_model_label", "cost_model_steps_out_of_range",
-                         "cost_model_steps", *SUSTAINED_COLUMNS, "capacity_per_gpu_qps", "cached"]
+                         "cost_model_steps", *SUSTAINED_COLUMNS, "lowest_rate_verdict", "capacity_per_gpu_qps", "cached"]
     assert (row["device"], row["chunk_size"], row["num_gpus"]) == ("h100-sxm", 2048, 1)
     assert set(trials.columns) == set(TRIAL_COLUMNS) | set(STEADY_COLUMNS)  # no pool columns beside a colocated point

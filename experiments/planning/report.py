@@ -915,18 +915,19 @@ def capacity_summary(points: pd.DataFrame, base: SweepConfig, slo: dict[str, flo
     never = ok[ok["capacity_qps"].isna()]
     if len(never):
         warnings.append(f"Meets the SLOs at no load searched (not even {s.qps[0]:g} QPS): "
-                        + ", ".join(never["label"]) + ".")
+                        + "; ".join(_with_lowest_rate_verdict(r) for _, r in never.iterrows()) + ".")
     if "seeds_below_lowest_rate" in ok:  # counted 0 in the mean (experiments.planning.search.capacity_row)
         some = ok[ok["capacity_qps"].notna() & (ok["seeds_below_lowest_rate"].fillna(0) > 0)]
         if len(some):
             warnings.append(f"Some seeds met the SLOs at no load searched (not even {s.qps[0]:g} QPS) and count 0 in "
-                            "the mean: " + ", ".join(f"{r['label']} ({int(r['seeds_below_lowest_rate'])} of "
-                                                     f"{s.seeds})" for _, r in some.iterrows())
+                            "the mean: " + "; ".join(_with_lowest_rate_verdict(r, f"{int(r['seeds_below_lowest_rate'])} "
+                                                                                  f"of {s.seeds}")
+                                                     for _, r in some.iterrows())
                             + "; lower search.qps to measure them.")
     ranked, rule, (column, unit) = capacity_ranking(ok[ok["capacity_qps"].notna()])
-    if ranked.empty:
-        return CapacitySummary(header, ["No point meets the SLOs even at the lowest load searched."], warnings,
-                               None, None)
+    if ranked.empty:  # the fleet line says it is not sized, and why
+        return CapacitySummary(header, ["No point meets the SLOs even at the lowest load searched.",
+                                        *_fleet_lines(ok, base)], warnings, None, None)
     best = ranked.iloc[0]
     at_bound = _is_true(best.get("capacity_at_bound"))
     lines = [f"Recommended: **{point_name(best)}** — capacity {best['capacity_qps']:.3g} QPS"
@@ -965,6 +966,15 @@ def capacity_summary(points: pd.DataFrame, base: SweepConfig, slo: dict[str, flo
                      + "; ".join(f"{format_cell(r['QPS from'])}–{format_cell(r['QPS to'])} QPS → {r['best point']}"
                                  for _, r in bands.iterrows()) + ".")
     return CapacitySummary(header, lines, warnings, command, int(best["point_id"]))
+
+
+def _with_lowest_rate_verdict(row: pd.Series, count: str = "") -> str:
+    """'p0 (1 of 3: at 1 QPS (seed 2) …)': a point's label with the seeds below the searched range
+    and why its lowest rate failed (`experiments.planning.search.lowest_rate_verdict`), where known."""
+    verdict = row.get("lowest_rate_verdict")
+    verdict = None if _is_missing(verdict) else verdict
+    inside = ": ".join(text for text in (count, verdict) if text)
+    return f"{row['label']} ({inside})" if inside else str(row["label"])
 
 
 def _trial_sizes_text(ok: pd.DataFrame, s) -> str:

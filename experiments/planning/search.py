@@ -86,7 +86,7 @@ def search_capacity(point: SweepConfig, point_id: int, seed: int) -> tuple[float
 
 # `trial_columns`' keys, beside TRIAL_COLUMNS in every trial row; `sustained_summary`'s in every capacity row.
 STEADY_COLUMNS = ("passed", "verdict", "undecided_at_cap", "trial_requests", "completion_ratio", "delay_rise_s",
-                  "drift_t", "effective_samples", "sustained_throughput_rps", "not_steady")
+                  "drift_t", "effective_samples", "sustained_throughput_rps", "not_steady", "overloaded")
 SUSTAINED_COLUMNS = ("trial_requests_first", "trial_requests_cap", "trials_lengthened", "trials_at_cap", "at_cap_qps",
                      "sustained_throughput_rps")
 
@@ -95,13 +95,14 @@ def trial_columns(trial: Trial) -> dict:
     """A trial row's steady-state columns: `passed`, `verdict` (passed / failed / undecided),
     `undecided_at_cap`, `trial_requests`, `completion_ratio`, `delay_rise_s`, `drift_t`,
     `effective_samples`, `sustained_throughput_rps` (completions inside the measured window / its length: the rate
-    served with warm-up and drain left out) and `not_steady` (why, '' when steady)."""
+    served with warm-up and drain left out), `not_steady` (why, '' when steady) and `overloaded` (the backlog
+    drifts upward or completions fall short of arrivals: more load than the point serves)."""
     check = trial.check
     return {"passed": trial.passed, "verdict": trial.verdict.value, "undecided_at_cap": trial.at_cap,
             "trial_requests": trial.num_requests, "completion_ratio": check.completion_ratio,
             "delay_rise_s": check.delay_rise_s, "drift_t": check.drift_t,
             "effective_samples": check.effective_samples, "sustained_throughput_rps": check.completions / check.window_s if check.window_s > 0 else np.nan,
-            "not_steady": check.why_not_steady()}
+            "not_steady": check.why_not_steady(), "overloaded": check.drifting or check.short_of_offered}
 
 
 def sustained_summary(point: SweepConfig, trials: list[dict]) -> dict:
@@ -126,6 +127,44 @@ def sustained_summary(point: SweepConfig, trials: list[dict]) -> dict:
             "at_cap_qps": ", ".join(f"{t['trial_qps']:.4g} {t['verdict']}" for t in capped),
             "sustained_throughput_rps": float(np.nanmean(sustained)) if sustained and not np.isnan(sustained).all()
             else np.nan}
+
+
+def lowest_rate_verdict(point: SweepConfig, trials: list[dict]) -> str | None:
+    """Why a point's lowest searched rate failed, for a point with a seed below the searched range
+    (no passing trial): from that seed's deciding trial at `search.qps[0]` (its last run), either
+
+    - 'at 1 QPS (seed 0) the load already overloads it (…why…): lower search.qps to find its
+      capacity' when that trial was overloaded (`trial_columns`' `overloaded`: its backlog drifts
+      upward or its completions fall short), so a lower load may pass; or
+    - 'at 1 QPS (seed 0), in steady state (no growing backlog): tbt_p99_s 0.0123 > 0.001; a lower
+      load shortens queues, not service times, so no load may meet these SLOs: relax them or serve
+      faster (lower search.qps to check)' when it missed an SLO (each missed key with its value;
+      an undefined value as NaN) without a growing backlog.
+
+    None when every seed met the SLOs at some rate. The seed named is the first below the range."""
+    seeds = {t["seed"] for t in trials}
+    below = sorted(seed for seed in seeds if not any(t.get("passed") for t in trials if t["seed"] == seed))
+    if not below:
+        return None
+    low = point.search.qps[0]
+    runs = [t for t in trials if t["seed"] == below[0] and t["trial_qps"] == low]
+    if not runs:
+        return None
+    last = runs[-1]
+    where = f"at {low:g} QPS (seed {below[0]})"
+    if last.get("overloaded"):
+        return f"{where} the load already overloads it ({last.get('not_steady')}): lower search.qps to find its capacity"
+    values = {key: _number(last.get(slo_summary_key(key))) for key in search_slo(point)}
+    missed = [f"{key} {values[key]:.3g} > {limit:g}" for key, limit in search_slo(point).items()
+              if not values[key] <= limit]
+    return (f"{where}, in steady state (no growing backlog): {', '.join(missed) or 'the SLOs missed'}; a lower load "
+            "shortens queues, not service times, so no load may meet these SLOs: relax them or serve faster (lower "
+            "search.qps to check)")
+
+
+def _number(value) -> float:
+    """A trial row's metric as a float, NaN where it is missing."""
+    return math.nan if value is None else float(value)
 
 
 def capacity_row(label: str, point_id: int, capacities: list[float], max_qps: float) -> dict:

@@ -39,7 +39,7 @@ from experiments.point import (PointResult, cluster_columns, device_name, report
 from experiments.planning.records_spool import RecordsSpool, Shipped, land, records_spool, ship
 from experiments.planning.results_cache import RecordsFolder, ResultsCache, cache_key
 from experiments.planning.fleet import fleet_row
-from experiments.planning.search import (capacity_row, cost_model_summary, load_row, per_gpu_row,
+from experiments.planning.search import (capacity_row, cost_model_summary, load_row, lowest_rate_verdict, per_gpu_row,
                                          search_capacity, sustained_summary, trial_config)
 from experiments.planning.vllm_flags import vllm_serve_command, vllm_serve_flags
 from simulator.records_parquet import concat_files, num_rows, same_columns, source_schema, write_in_row_groups
@@ -132,6 +132,7 @@ def run_capacity_sweep(points: list[dict[str, Any]], jobs: int | None = None,
             point_trials = [{**t, "point_id": ids[i]} for o in outcomes for t in o.trials]
             row.update(cost_model_summary(point_trials))
             row.update(sustained_summary(config, point_trials))
+            row["lowest_rate_verdict"] = lowest_rate_verdict(config, point_trials)
             row.update(per_gpu_row(config, row["capacity_qps"]))
             row.update(fleet_row(config, row, point_trials), cached=all(o.cached for o in outcomes))
             cache_errors = [o.cache_error for o in outcomes if o.cache_error]
