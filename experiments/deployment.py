@@ -13,6 +13,7 @@ from profiler.cost_model import CostModel
 from profiler.kv_cache_groups import kv_cache_groups
 from profiler.model_spec import ModelSpec
 from profiler.quantization import kv_cache_dtype_bytes, resolved_kv_cache_dtype
+from profiler.weight_offload import offloaded_weight_bytes
 from simulator.acceptance import EmpiricalAcceptance, PositionalAcceptance, speculative_outcome_fn
 from simulator.disaggregated import KvLink
 from simulator.frontend import FrontEnd
@@ -52,6 +53,32 @@ def served_context_tokens(point: SweepConfig) -> int:
     return point.engine.max_model_len or model_len
 
 
+def weight_offload_bytes(point: SweepConfig) -> int:
+    """Bytes of weights each GPU of the point keeps in host memory under `engine.cpu_offload_gb`
+    (vLLM `--cpu-offload-gb`; `profiler.weight_offload`): 0 without it; a pipeline stage's
+    layers only (each GPU has its own budget over the layers it holds).
+
+    Raises:
+        ValueError: naming `engine.cpu_offload_gb`: quantised weights or a mixture of experts
+            (not modelled), or more GiB than the device file's host memory per GPU."""
+    e = point.engine
+    if not e.cpu_offload_gb:
+        return 0
+    model = served_model(point)
+    device = get_device_spec(point.device)
+    if model.quantization is not None:
+        raise ValueError(f"engine.cpu_offload_gb: weight offload of quantised weights ({model.quantization.label}) "
+                         "is not modelled; use BF16 weights or set cpu_offload_gb: 0")
+    if device.host_memory_gib is not None and e.cpu_offload_gb > device.host_memory_gib:
+        raise ValueError(f"engine.cpu_offload_gb: {e.cpu_offload_gb:g} GiB per GPU exceeds the {device.host_memory_gib:g} "
+                         f"GiB of host memory per GPU of device {device.name!r}")
+    layers = -(-model.num_layers // e.pipeline_parallel_size)
+    try:
+        return offloaded_weight_bytes(model, e.tensor_parallel_size, layers, e.cpu_offload_gb, DTYPE_BYTES[e.dtype])
+    except ValueError as exc:
+        raise ValueError(f"engine.cpu_offload_gb: {exc}") from None
+
+
 def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
     """The scheduler knobs of a point, with the KV pool from the memory model unless overridden.
 
@@ -77,7 +104,8 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
         max_num_batched_tokens=budget, tensor_parallel_size=e.tensor_parallel_size,
         dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=kv_bytes_per_element(point),
         max_num_seqs=e.max_num_seqs, data_parallel_size=e.data_parallel_size,
-        enable_expert_parallel=e.enable_expert_parallel, kv_groups=kv_groups)
+        enable_expert_parallel=e.enable_expert_parallel, kv_groups=kv_groups,
+        offloaded_weight_bytes=weight_offload_bytes(point))
     num_blocks = e.num_gpu_blocks or fitting_blocks
     if num_blocks > MAX_KV_BLOCKS:  # before any pool is allocated (a pool costs ~40-58 bytes a block)
         device = get_device_spec(point.device).name

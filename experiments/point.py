@@ -16,8 +16,10 @@ from experiments.outputs import TEMP_PREFIX, write_atomic
 from experiments.stage_metrics import stage_columns
 from experiments.deployment import (DTYPE_BYTES, async_scheduling_on, build_frontend, build_link, build_outcome_fn,
                                     build_pricer, build_scheduler_config, build_schedulers, cluster_gpus,
-                                    host_s_per_seq, kv_bytes_per_element, served_context_tokens, served_model)
+                                    host_s_per_seq, kv_bytes_per_element, served_context_tokens, served_model,
+                                    weight_offload_bytes)
 from profiler import CostModel, RooflineCostModel, get_device_spec
+from profiler.weight_offload import offload_read_s_per_step
 from simulator.disaggregated import Pool, simulate_disaggregated
 from simulator.gc_pause import paused_gc
 from simulator.metrics import goodput_count, kv_offload_stats
@@ -118,6 +120,10 @@ def build_cost_model(point: SweepConfig) -> CostModel:
     device = get_device_spec(point.device)
     kv_bytes = kv_bytes_per_element(point)
     cost_model_name = roofline_only_cost_model(point.cost_model, model)
+    # Weights in host memory are read over the host link every step (profiler/weight_offload.py).
+    offloaded = weight_offload_bytes(point)
+    step_overhead_s = (device.step_overhead_s + offload_read_s_per_step(offloaded, device.host_link_bandwidth_bytes_per_s)
+                       if offloaded else None)
     if model.moe is not None:  # issue 18: experts priced by profiler/moe_cost.py
         from profiler.moe_cost import build_moe_cost_model
 
@@ -129,6 +135,9 @@ def build_cost_model(point: SweepConfig) -> CostModel:
         raise ValueError(f"cost_model {point.cost_model}: the profile {directory} times BF16 weights and KV cache; "
                          f"this point serves {model.quantization.label if model.quantization else 'BF16 weights'} "
                          f"with kv_cache_dtype {e.kv_cache_dtype}: use cost_model auto, roofline or measured:DIR")
+    if directory is not None and offloaded:
+        raise ValueError(f"engine.cpu_offload_gb: the profile {directory} was fitted with every weight on the GPU; "
+                         "price weight offload with cost_model auto, roofline or measured:DIR")
     if directory is not None:
         fitted = load_fitted(directory, model, e.tensor_parallel_size, device=device.name)
         overhead = EngineOverhead.load(directory)
@@ -138,12 +147,12 @@ def build_cost_model(point: SweepConfig) -> CostModel:
 
         measured = build_measured(point.cost_model, model, device, e.tensor_parallel_size, DTYPE_BYTES[e.dtype],
                                   kv_bytes, cuda_graph_max_tokens=min(2 * e.max_num_seqs, 512),
-                                  host_s_per_seq=host_s_per_seq(point))
+                                  host_s_per_seq=host_s_per_seq(point), step_overhead_s=step_overhead_s)
         if measured is not None:
             return measured
     return RooflineCostModel(model, device, tensor_parallel_size=e.tensor_parallel_size,
                              dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=kv_bytes,
-                             host_s_per_seq=host_s_per_seq(point))
+                             host_s_per_seq=host_s_per_seq(point), step_overhead_s=step_overhead_s)
 
 
 def roofline_only_cost_model(cost_model: str, model) -> str:
@@ -185,6 +194,12 @@ def cost_model_columns(point: SweepConfig, cost_model) -> dict:
             columns["cost_model_label"] += "; fp8 KV cache"
     else:
         columns["cost_model_label"] = point.cost_model
+    offloaded = weight_offload_bytes(point)
+    if offloaded:  # what every step pays on top (profiler/weight_offload.py)
+        link = get_device_spec(point.device).host_link_bandwidth_bytes_per_s
+        columns["cost_model_label"] += (f"; {offloaded / 2**30:.2f} GiB of weights per GPU read from host memory every "
+                                        f"step (+{offload_read_s_per_step(offloaded, link) * 1e3:.1f} ms at "
+                                        f"{link / 1e9:g} GB/s, a lower bound)")
     return columns
 
 

@@ -192,6 +192,7 @@ def vllm_kv_pool(
     data_parallel_size: int = 1,
     enable_expert_parallel: bool = False,
     kv_groups: KVCacheGroups | None = None,
+    offloaded_weight_bytes: int = 0,
 ) -> KVPoolBreakdown:
     """One rank's KV pool as vLLM 0.19 computes it (module docstring), every term kept.
 
@@ -207,6 +208,8 @@ def vllm_kv_pool(
             GPUs: `profiler.moe_memory`); no effect on a dense model.
         enable_expert_parallel: a mixture of experts split by expert (the busiest rank's share).
         kv_groups: the KV cache groups (`profiler.kv_cache_groups`); None: one group of all layers.
+        offloaded_weight_bytes: weights kept in host memory (`--cpu-offload-gb`,
+            `profiler.weight_offload.offloaded_weight_bytes`): not on the GPU when vLLM profiles.
 
     Returns:
         The breakdown; `num_blocks` is 0 (and `available_bytes` may be negative) when nothing fits.
@@ -216,7 +219,8 @@ def vllm_kv_pool(
     """
     tp = tensor_parallel_size
     requested = math.ceil(cuda_total_memory_bytes(device) * gpu_memory_utilization)
-    weights = weights_memory_bytes(model, tp, dtype_bytes, data_parallel_size, enable_expert_parallel)
+    weights = weights_memory_bytes(model, tp, dtype_bytes, data_parallel_size, enable_expert_parallel) \
+        - offloaded_weight_bytes
     activation = profile_run_peak_bytes(model, device, max_num_batched_tokens, max_num_seqs, tp, data_parallel_size,
                                         enable_expert_parallel)
     non_torch = non_torch_increase_bytes(device, tp)
@@ -245,6 +249,7 @@ def kv_pool_blocks(
     data_parallel_size: int = 1,
     enable_expert_parallel: bool = False,
     kv_groups: KVCacheGroups | None = None,
+    offloaded_weight_bytes: int = 0,
 ) -> int:
     """KV-cache blocks of `block_size` tokens that fit on each GPU: `vllm_kv_pool(...).num_blocks`.
 
@@ -253,6 +258,7 @@ def kv_pool_blocks(
         block_size: tokens per KV block.
         max_num_batched_tokens: the step token budget; shapes the profile run.
         max_num_seqs: most sequences in a step; the profile run's sampler rows (DESIGN.md default 128).
+        offloaded_weight_bytes: as `vllm_kv_pool`.
 
     Returns:
         The block count (≥ 1).
@@ -266,7 +272,8 @@ def kv_pool_blocks(
                         block_size=block_size, max_num_batched_tokens=max_num_batched_tokens,
                         max_num_seqs=max_num_seqs, tensor_parallel_size=tensor_parallel_size,
                         dtype_bytes=dtype_bytes, kv_dtype_bytes=kv_dtype_bytes, data_parallel_size=data_parallel_size,
-                        enable_expert_parallel=enable_expert_parallel, kv_groups=kv_groups)
+                        enable_expert_parallel=enable_expert_parallel, kv_groups=kv_groups,
+                        offloaded_weight_bytes=offloaded_weight_bytes)
     if pool.num_blocks < 1:
         raise ValueError(
             f"{model.name} does not fit on {device.name} with tensor_parallel_size={tensor_parallel_size}: "
