@@ -227,7 +227,7 @@ def test_the_capacity_report_warns_of_seeds_below_the_searched_range():
     import pandas as pd
 
     from experiments.config import SweepConfig
-    from experiments.planning.report import capacity_summary
+    from experiments.planning.capacity_report import capacity_summary
     from experiments.planning.search import capacity_row
 
     base = SweepConfig.model_validate({"trace": {"kind": "poisson", "qps": 1},
@@ -272,7 +272,7 @@ def test_a_search_with_an_slo_no_load_meets_ends_in_a_verdict_not_a_capacity():
     import math
 
     from experiments.config import SweepConfig
-    from experiments.planning.report import capacity_summary
+    from experiments.planning.capacity_report import capacity_summary
     from experiments.planning.sweep import run_capacity_sweep
 
     raw = {"name": "bad", "model": "llama-3-8b", "device": "h100-sxm",

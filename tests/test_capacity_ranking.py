@@ -4,8 +4,8 @@ from __future__ import annotations
 import pandas as pd
 
 from experiments.config import SweepConfig
-from experiments.planning.report import (CAPACITY_RULE, PER_DOLLAR_RULE, PER_GPU_RULE, capacity_ranking,
-                                         capacity_summary)
+from experiments.planning.capacity_report import (CAPACITY_RULE, PER_DOLLAR_RULE, PER_GPU_RULE, capacity_ranking,
+                                                  capacity_summary)
 from experiments.planning.search import capacity_row
 
 

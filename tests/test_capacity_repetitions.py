@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from experiments.config import ConfigError, SweepConfig, load_config
-from experiments.planning.report import capacity_summary
+from experiments.planning.capacity_report import capacity_summary
 from experiments.planning.search import capacity_row, trial_config
 
 SEARCH = {"qps": [2, 64], "num_requests": 300, "seeds": 3, "precision": 0.05}

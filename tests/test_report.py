@@ -1,5 +1,5 @@
-"""The sweep and capacity reports (experiments/planning/report.py): labels by what differs, the
-recommendation's rule and runner-up, the marked tables, truncation and trace wording; hand-made
+"""The sweep and capacity reports (experiments/planning/report.py, capacity_report.py): labels by
+what differs, the recommendation's rule and runner-up, the marked tables, truncation and trace wording; hand-made
 points tables, so every expected value is worked out here."""
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 from experiments.config import SweepConfig, point_labels
-from experiments.planning.report import (Recommendation, capacity_summary, format_cell, points_tables,
-                                         recommendation, recommendation_lines, trace_line, write_report)
+from experiments.planning.capacity_report import capacity_summary
+from experiments.planning.report import (Recommendation, format_cell, points_tables, recommendation,
+                                         recommendation_lines, trace_line, write_report)
 from experiments.planning.sweep import rows_frame
 
 SLO = {"tbt_p99_s": 0.1, "scheduling_delay_p50_s": 2.0}

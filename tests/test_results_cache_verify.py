@@ -275,7 +275,7 @@ search: {qps: [1, 16], num_requests: 40, seeds: 1, precision: 0.2, max_trials: 4
 
 
 def test_a_failed_capacity_report_leaves_no_earlier_runs_files(tmp_path, monkeypatch):
-    from experiments.planning import report
+    from experiments.planning import capacity_report
 
     _, other = configs(tmp_path)
     capacity = tmp_path / "cap.yaml"
@@ -285,7 +285,7 @@ def test_a_failed_capacity_report_leaves_no_earlier_runs_files(tmp_path, monkeyp
 
     def broken(*args, **kwargs):
         raise RuntimeError("report failed")
-    monkeypatch.setattr(report, "write_capacity_report", broken)
+    monkeypatch.setattr(capacity_report, "write_capacity_report", broken)
     result = sweep(capacity, out)
     assert isinstance(result.exception, RuntimeError)
     on_disk = {p.name for p in out.iterdir() if p.is_file() and not p.name.startswith(".")}

@@ -258,7 +258,8 @@ def _run_capacity(base: SweepConfig, points: list[dict], folder: RunFolder, jobs
     by `point_ids` (default 0, 1, ...: `simulate --point K` numbers its one point K)."""
     import pandas as pd
 
-    from experiments.planning.report import point_devices, write_capacity_report
+    from experiments.planning.capacity_report import write_capacity_report
+    from experiments.planning.report import point_devices
     from experiments.planning.search import search_slo
     from experiments.planning.sweep import config_as_run, one_run_only, run_capacity_sweep, write_capacity_results
 
@@ -440,7 +441,8 @@ def _print_capacity(table: pd.DataFrame, base: SweepConfig, slo: dict, policy_ch
     """The capacity search in the terminal: capacity per point (the recommended row marked), the
     failed points, the recommendation with its rule and runner-up, the warnings, and the
     `vllm serve` command to paste."""
-    from experiments.planning.report import CAPACITY_COLUMNS, capacity_summary, format_cell
+    from experiments.planning.capacity_report import CAPACITY_COLUMNS, capacity_summary
+    from experiments.planning.report import format_cell
 
     summary = capacity_summary(table, base, slo, policy_check, loads)
     ran = table[table["error"].isna()] if "error" in table else table

@@ -436,7 +436,7 @@ def _at_cap_columns(outcomes: list) -> dict:
 
 def at_cap_warnings(frame: pd.DataFrame, cap_scale: int) -> list[str]:
     """One line per layout with trials still undecided at the cap (`cap_scale` × the first trial's
-    requests), as the sweep's capacity report words it (`experiments.planning.report`)."""
+    requests), as the sweep's capacity report words it (`experiments.planning.capacity_report`)."""
     if "trials_at_cap" not in frame:
         return []
     return [f"{r['label']}: {int(r['trials_at_cap'])} trial(s) still undecided at the cap of {cap_scale}× the first "
@@ -472,7 +472,7 @@ def _safe_layout_capacity(layout: Layout, thresholds_s: dict[str, float], capaci
 # How a layout stands against the best (first) one, `search`'s vs_best column.
 BEST, UNRESOLVED, BELOW, NO_INTERVAL = "best", "not resolved", "below", "no interval (one seed)"
 NONE_MET = "none met the SLOs"  # every layout that ran: no tested rate met the SLOs, so none is best
-# Where the lowest rate fails, what to change (the capacity search's advice, experiments.planning.report).
+# Where the lowest rate fails, what to change (the capacity search's advice, experiments.planning.capacity_report).
 LOWER_QPS = "lower --qps (or search.qps) to measure"
 
 
