@@ -18,9 +18,8 @@ Read from vLLM's source (vllm-project/vllm, the snapshot stored for this project
   for a decoder-only generation model): the simulator's own defaults already, listed here so a
   report can say which defaults a point ran with.
 - CUDA graph capture sizes (`VllmConfig._set_cudagraph_sizes`, `vllm/config/vllm.py`):
-  max_cudagraph_capture_size = min(max_num_seqs × (1 + num_speculative_tokens) × 2, 512), then at
-  most max_num_batched_tokens; sizes [1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16) up to
-  that maximum. The measured cost model prices steps of at most that many tokens as graphed.
+  `profiler.cuda_graphs.cudagraph_capture_sizes` (cited there), which the measured cost model pads
+  steps to.
 
 The simulator runs the OpenAI API server context, as `vllm serve` does.
 """
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from profiler.cuda_graphs import cudagraph_capture_sizes  # noqa: F401 (vLLM's capture-size rule, re-exported)
 from profiler.device_spec import DeviceSpec
 
 # `EngineArgs.get_batch_defaults`: the card class boundary and its OPENAI_API_SERVER values.
@@ -37,8 +37,6 @@ LARGE_CARD_MIN_GIB = 70
 LARGE_CARD_BUDGET_TOKENS, LARGE_CARD_MAX_NUM_SEQS = 8192, 1024
 OTHER_CARD_BUDGET_TOKENS, OTHER_CARD_MAX_NUM_SEQS = 2048, 256
 BLOCK_SIZE_TOKENS = 16
-# `VllmConfig._set_cudagraph_sizes`: the default largest captured batch.
-CUDA_GRAPH_MAX_CAPTURE_TOKENS = 512
 
 SOURCE = "vLLM 0.19 EngineArgs.get_batch_defaults (vllm/engine/arg_utils.py), OPENAI_API_SERVER context"
 
@@ -74,16 +72,6 @@ def is_large_card(device: DeviceSpec) -> bool:
     total = device.cuda_total_memory_gib if device.cuda_total_memory_gib is not None else device.memory_gib
     names = f"{device.card} {device.name}".lower()
     return total >= LARGE_CARD_MIN_GIB and "a100" not in names
-
-
-def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int,
-                            num_speculative_tokens: int = 0) -> tuple[int, ...]:
-    """vLLM's default CUDA graph capture sizes (tokens per decode batch), ascending
-    (`VllmConfig._set_cudagraph_sizes`; module docstring)."""
-    largest = min(max_num_seqs * (1 + num_speculative_tokens) * 2, CUDA_GRAPH_MAX_CAPTURE_TOKENS)
-    largest = min(largest, max_num_batched_tokens)
-    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, largest + 1, 16))
-    return tuple(s for s in sizes if s <= largest)
 
 
 def vllm_defaults(device: DeviceSpec, max_model_len: int, max_num_batched_tokens: int | None = None,

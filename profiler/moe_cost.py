@@ -337,7 +337,7 @@ class MoECostModel:
 def dispatch_curves(sources, num_gpus: int, device: DeviceSpec) -> tuple[dict[str, Curve], str]:
     """t(bytes) of one MoE dispatch + combine over `num_gpus` GPUs by CUDA-graph mode: the
     device's measured all-reduce at that GPU count (module docstring), else the ring model."""
-    from profiler.measured.cost_model import _one_d  # measured-table curve helper
+    from profiler.measured.table_grids import _one_d  # measured-table curve helper
 
     ring = lambda b: ring_all_reduce_time_s(b, device, num_gpus)  # noqa: E731
     for s in sources:

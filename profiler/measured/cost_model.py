@@ -45,9 +45,9 @@ Mapping a step onto the tables (approximations, stated):
   tokens still count in full for the GEMMs and element-wise kernels.
 - LLMServingSim's mixed table holds one prefill chunk with a batch of decodes: the largest chunk
   is priced with the decodes, any other chunk alone.
-- All-reduces run in CUDA-graph mode up to `cuda_graph_max_tokens` step tokens (vLLM's largest
-  capture size, min(2 × max_num_seqs, 512): `vllm/config/compilation.py`
-  `set_cudagraph_sizes`), eager above.
+- CUDA graphs as vLLM 0.19 runs them (`profiler.cuda_graphs`, cited there): a step of T ≤ the largest
+  capture size runs its GEMMs, element-wise kernels and graph-mode all-reduces at T padded up to the
+  next capture size, above it at T, eager; attention, LM head and sampler at the step's real rows.
 - An LM head wider than the GEMM table's largest n is priced as that many column blocks (time is
   near-linear in n there: on H100, t(n = 65536) / t(n = 16384) = 3.4–4.2 for m = 1–1024).
 
@@ -64,21 +64,20 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from profiler.cuda_graphs import CUDA_GRAPH_MAX_CAPTURE_TOKENS as CUDA_GRAPH_MAX_TOKENS, capture_sizes_up_to, padded_tokens
 from profiler.device_spec import DeviceSpec
 from profiler.measured.grid import LogGrid
 from profiler.measured.head_interpolation import rows_at_heads
+from profiler.measured.table_grids import Curve, _gemm_grid, _measured_width, _mixed_grids, _one_d
 from profiler.measured.tables import MeasuredTableError, MeasuredTables
 from profiler.model_spec import ModelSpec
 from profiler.quantization import kernel_for, weight_only_gemm_time_s
-from profiler.roofline import (BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, STEP_OVERHEAD_S, gemm_time_s,
-                               ring_all_reduce_time_s)
+from profiler.roofline import BANDWIDTH_EFFICIENCY, FLOPS_EFFICIENCY, STEP_OVERHEAD_S, gemm_time_s, ring_all_reduce_time_s
 
 GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 KERNEL_LATENCY_S = 3e-6  # a device without kernel_latency_s: AIConfigurator system.yaml `mem_empirical_constant_latency`
-CUDA_GRAPH_MAX_TOKENS = 512  # vLLM's default largest CUDA-graph capture size (module docstring)
 LOGIT_BYTES = 4  # the sampler reads fp32 logits (vLLM `Sampler`)
 
-Curve = Callable[[float], tuple[float, bool]]
 _IN_GRID: frozenset = frozenset()  # a step with every part on its grids
 _PREFILL_CACHE = 65536  # on-grid prefill chunk times kept by `_attention_layer_s` before it starts over
 
@@ -100,20 +99,6 @@ def has_qk_norm(model: ModelSpec) -> bool:
     return bool(model.qk_norm)
 
 
-def _one_d(table: pd.DataFrame, key: str, source: str, roofline: Callable[[float], float]) -> Curve:
-    """A curve t(x) over one key, log-log interpolated, roofline-scaled past its ends."""
-    grid = LogGrid.from_frame(table, [key], source=source)
-    lo, hi = grid.lower[0], grid.upper[0]
-
-    def curve(x: float) -> tuple[float, bool]:
-        t, out = grid(x)
-        if out and (x < lo or x > hi):
-            edge = lo if x < lo else hi
-            t *= roofline(x) / roofline(edge)
-        return t, out
-    return curve
-
-
 class MeasuredCostModel:
     """Implements `CostModel.predict_step_s` from measured kernel tables (module docstring).
 
@@ -131,7 +116,8 @@ class MeasuredCostModel:
         host_s_per_seq: host time per sequence of a step that the GPU waits for (s): a synchronous
             engine's per-request scheduling, input preparation and output processing
             (`experiments.deployment.host_s_per_seq`); 0 when it overlaps the GPU.
-        cuda_graph_max_tokens: steps up to this many tokens use the graph-mode all-reduce times.
+        cuda_graph_max_tokens: vLLM's largest capture size before its list is built (steps up to
+            the list's last size padded, graph mode); 0: no graphs (`enforce_eager`). `profiler.cuda_graphs`.
         name: the `cost_model` value that selected this model (for `describe()`).
 
     Attributes:
@@ -170,7 +156,8 @@ class MeasuredCostModel:
                                 else step_overhead_s)
         self.host_s_per_seq = host_s_per_seq
         self.kernel_latency_s = getattr(device, "kernel_latency_s", KERNEL_LATENCY_S)
-        self.cuda_graph_max_tokens = cuda_graph_max_tokens
+        self.cuda_graph_sizes = capture_sizes_up_to(cuda_graph_max_tokens)
+        self.cuda_graph_max_tokens = self.cuda_graph_sizes[-1] if self.cuda_graph_sizes else 0
         self.name = name
         self.num_predictions = self.out_of_grid_steps = 0
         self.out_of_range: Counter = Counter()
@@ -422,11 +409,14 @@ class MeasuredCostModel:
     # -- per step ----------------------------------------------------------------------------
 
     def _token_part(self, num_tokens: int) -> tuple[float, frozenset]:
-        """All layers' GEMMs, element-wise ops and all-reduces of a step of `num_tokens` tokens,
-        plus the once-a-step token ops; and the parts that were out of grid. Cached per count."""
+        """All layers' GEMMs, element-wise ops and all-reduces of a step of `num_tokens` scheduled
+        tokens, run at the CUDA-graph padded count (`_graph_tokens`), plus the once-a-step token
+        ops; and the parts that were out of grid. Cached per scheduled count."""
         cached = self._token_cache.get(num_tokens)
         if cached is not None:
             return cached
+        scheduled = num_tokens
+        num_tokens, mode = self._graph_tokens(scheduled)
         out = set()
         layer = 0.0
         for op, curve in self._gemm.items():
@@ -442,13 +432,19 @@ class MeasuredCostModel:
             if o:
                 out.add("elementwise")
         if self._all_reduce is not None:
-            mode = "graph" if num_tokens <= self.cuda_graph_max_tokens else "eager"
             t, o = self._all_reduce[mode](num_tokens * self.model.hidden_size * 2.0)
             layer += 2 * t
             if o:
                 out.add("all_reduce")
-        cached = self._token_cache[num_tokens] = (self.model.num_layers * layer + step, frozenset(out))
+        cached = self._token_cache[scheduled] = (self.model.num_layers * layer + step, frozenset(out))
         return cached
+
+    def _graph_tokens(self, num_tokens: int) -> tuple[int, str]:
+        """(the token count a step of `num_tokens` scheduled tokens runs at, "graph" | "eager"):
+        padded to the next capture size in a CUDA graph up to the largest, else itself, eager."""
+        if num_tokens <= self.cuda_graph_max_tokens:
+            return padded_tokens(num_tokens, self.cuda_graph_sizes), "graph"
+        return num_tokens, "eager"
 
     def _seq_part(self, num_seqs: int) -> tuple[float, frozenset]:
         """LM head, sampler and host overhead (per step and per sequence) of a step of `num_seqs`
@@ -761,13 +757,13 @@ class MeasuredCostModel:
         if not q:
             return dict.fromkeys(names, 0.0)
         c, p = list(np.asarray(context_tokens).tolist()), list(np.asarray(is_prefill).tolist())
-        tokens, layers = int(sum(q)), self.model.num_layers
+        tokens, mode = self._graph_tokens(int(sum(q)))
+        layers = self.model.num_layers
         gemm = layers * sum(curve(tokens)[0] for curve in self._gemm.values())
         elementwise = sum((per_layer * layers + per_step) * curve(tokens)[0]
                           for per_layer, per_step, curve in self._elementwise.values())
         all_reduce = 0.0
         if self._all_reduce is not None:
-            mode = "graph" if tokens <= self.cuda_graph_max_tokens else "eager"
             all_reduce = 2 * layers * self._all_reduce[mode](tokens * self.model.hidden_size * 2.0)[0]
         total = self._price(q, c, p)[0]
         lm_head, sampler = self._lm_head(len(q))[0], self._sampler(len(q))[0]
@@ -799,51 +795,6 @@ class MeasuredCostModel:
                 "roofline_parts": list(self.roofline_parts),
                 "roofline_efficiency": {"gemm_flops": self.flops_efficiency, "memory_bandwidth": self.bandwidth_efficiency},
                 "step_overhead_s": self.step_overhead_s, "host_s_per_seq": self.host_s_per_seq,
+                "cuda_graph_max_tokens": self.cuda_graph_max_tokens,
                 "steps": self.num_predictions,
                 "out_of_grid_steps": self.out_of_grid_steps, "out_of_grid_by_part": dict(self.out_of_range)}
-
-
-def _measured_width(op: str, source: MeasuredTables) -> float:
-    """Width (elements per token) of `op` in the model a layer_ops table was measured for."""
-    m, tp = source.model, source.tensor_parallel_size or 1
-    heads, kv = m.num_attention_heads // tp, m.kv_heads_per_rank(tp)
-    return {"layernorm": m.hidden_size, "final_layernorm": m.hidden_size, "embedding": m.hidden_size,
-            "residual_add": m.hidden_size, "act_fn": m.intermediate_size / tp,
-            "rotary_emb": (heads + kv) * m.head_dim, "qk_norm": (heads + kv) * m.head_dim}[op]
-
-
-def _gemm_grid(source: MeasuredTables, roofline: Callable[..., np.ndarray], table: str = "gemm") -> LogGrid:
-    """The (m, n, k) grid of a source's GEMM table (`gemm`, `gemm_fp8`, `gemm_fp8_block`), built
-    once per tables object and table (kept on it: the shipped tables are loaded once per process,
-    so every point's model shares the grid; `roofline` fills its unmeasured cells and depends only
-    on the device and this table)."""
-    key = "_gemm_grid" if table == "gemm" else f"_gemm_grid_{table}"
-    grid = source.__dict__.get(key)
-    if grid is None:
-        grid = source.__dict__[key] = LogGrid.from_frame(source.tables[table], ["m", "n", "k"],
-                                                         source=f"{source.label} {table}", roofline=roofline)
-    return grid
-
-
-def _mixed_grids(rows: pd.DataFrame, label: str, chunk_roofline, decode_roofline):
-    """(prefill-only t(q, c), decode-only t(B, c), mixed t(q, c, B, c_d)) from a mixed_attention
-    table, on its power-of-two grid (chunk 16·2^i, contexts 0 and 16·2^i, decodes 2^i); the
-    table's in-between points (its ×1.5 skew grid) are not used for the grid."""
-    pow2 = lambda v, base: (v > 0) & (np.log2(np.maximum(v, 1) / base) % 1 == 0) & (v >= base)  # noqa: E731
-    r = rows[pow2(rows["prefill_tokens"], 16) | (rows["prefill_tokens"] == 0)]
-    r = r[pow2(r["prefill_context_tokens"], 16) | (r["prefill_context_tokens"] == 0)]
-    r = r[pow2(r["num_decodes"], 1) | (r["num_decodes"] == 0)]
-    r = r[pow2(r["decode_context_tokens"], 16) | (r["decode_context_tokens"] == 0)]
-    prefill = r[(r["num_decodes"] == 0) & (r["prefill_tokens"] > 0)]
-    decode = r[(r["prefill_tokens"] == 0) & (r["num_decodes"] > 0)]
-    both = r[(r["prefill_tokens"] > 0) & (r["num_decodes"] > 0)]
-    for part, name in ((prefill, "prefill-only"), (decode, "decode-only"), (both, "mixed")):
-        if part.empty:
-            raise MeasuredTableError(f"{label} mixed_attention: no {name} rows on the power-of-two grid")
-    return (LogGrid.from_frame(prefill, ["prefill_tokens", "prefill_context_tokens"], source=f"{label} prefill",
-                               roofline=chunk_roofline),
-            LogGrid.from_frame(decode, ["num_decodes", "decode_context_tokens"], source=f"{label} decode",
-                               roofline=decode_roofline),
-            LogGrid.from_frame(both, ["prefill_tokens", "prefill_context_tokens", "num_decodes", "decode_context_tokens"],
-                               fill_axis=2, source=f"{label} mixed",
-                               roofline=lambda q, c, b, cd: chunk_roofline(q, c) + decode_roofline(b, cd)))
