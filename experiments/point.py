@@ -19,6 +19,7 @@ from experiments.deployment import (DTYPE_BYTES, async_scheduling_on, build_fron
                                     host_s_per_seq, kv_bytes_per_element, served_context_tokens, served_model,
                                     weight_offload_bytes)
 from profiler import CostModel, RooflineCostModel, get_device_spec
+from profiler.cuda_graphs import cudagraph_capture_sizes
 from profiler.weight_offload import offload_read_s_per_step
 from simulator.disaggregated import Pool, simulate_disaggregated
 from simulator.gc_pause import paused_gc
@@ -124,12 +125,14 @@ def build_cost_model(point: SweepConfig) -> CostModel:
     offloaded = weight_offload_bytes(point)
     step_overhead_s = (device.step_overhead_s + offload_read_s_per_step(offloaded, device.host_link_bandwidth_bytes_per_s)
                        if offloaded else None)
+    # vLLM's largest CUDA-graph capture size for these flags (`profiler.cuda_graphs`, cited there).
+    graph_max = max(cudagraph_capture_sizes(e.max_num_seqs, e.chunk_size, e.split_n), default=0)
     if model.moe is not None:  # issue 18: experts priced by profiler/moe_cost.py
         from profiler.moe_cost import build_moe_cost_model
 
         return build_moe_cost_model(cost_model_name, model, device, e.tensor_parallel_size, e.data_parallel_size,
                                     e.enable_expert_parallel, e.expert_routing_skew, DTYPE_BYTES[e.dtype],
-                                    kv_bytes, cuda_graph_max_tokens=min(2 * e.max_num_seqs, 512))
+                                    kv_bytes, cuda_graph_max_tokens=graph_max)
     directory = profile_dir_for(point.cost_model, device, point.model)
     if directory is not None and (model.quantization is not None or kv_bytes != 2):
         raise ValueError(f"cost_model {point.cost_model}: the profile {directory} times BF16 weights and KV cache; "
@@ -146,7 +149,7 @@ def build_cost_model(point: SweepConfig) -> CostModel:
         from profiler.measured.shipped import build_measured  # shipped or imported kernel tables
 
         measured = build_measured(point.cost_model, model, device, e.tensor_parallel_size, DTYPE_BYTES[e.dtype],
-                                  kv_bytes, cuda_graph_max_tokens=min(2 * e.max_num_seqs, 512),
+                                  kv_bytes, cuda_graph_max_tokens=graph_max,
                                   host_s_per_seq=host_s_per_seq(point), step_overhead_s=step_overhead_s)
         if measured is not None:
             return measured
