@@ -2,7 +2,7 @@
 gpt-oss-120b's time goes on one H100.
 
 Run from the repo root (results go in BENCHMARKS.md with this command):
-    .venv/bin/python benchmarks/bench_windowed.py [attention] [closed]
+    .venv/bin/python benchmarks/bench_windowed.py [attention] [closed] [share]
 
 1. attention: one decode step of B sequences at context C, gpt-oss-120b and gemma-3-27b on their
    cards, with their windowed layers against the same model with every layer full (roofline):
@@ -12,6 +12,9 @@ Run from the repo root (results go in BENCHMARKS.md with this command):
    model with full attention in every layer (its config.json with layer_types all full): KV pool
    (tokens of every layer), mean TPOT, output tokens/s, preemptions, and the share of GPU time in
    attention (summed `breakdown` attention over the summed step time of every priced step).
+3. share: the share of GPU time in attention and the KV pool at the issue's targets' sweep points
+   (benchmarks/sweep_gpt_oss_120b.yaml at chunk 8192; benchmarks/capacity_deepseek_v3.yaml's TP 8
+   point at 8 QPS), and deepseek-v3's decode attention per step (TP 8, h200) by context.
 """
 from __future__ import annotations
 
@@ -118,6 +121,43 @@ def closed_section() -> None:
         print(f"\n({time.process_time() - start:.0f} CPU-s; label: {row['cost_model_label']})\n")
 
 
+def share_point(model: str, device: str, tp: int) -> SweepConfig:
+    return SweepConfig.model_validate({
+        "name": "share", "model": model, "device": device, "cost_model": "auto",
+        "trace": {"kind": "profile", "name": "azure-conv", "qps": 8, "num_requests": 2048, "seed": 0},
+        "engine": {"scheduler": "vllm_v1", "chunk_size": 8192, "tensor_parallel_size": tp,
+                   "enable_prefix_caching": False}})
+
+
+def share_section() -> None:
+    print("## Attention share and KV pool at the targets' sweep points (azure-conv, 8 QPS, 2,048 requests)\n")
+    print("| model | device | TP | KV pool blocks (tokens) | req/s | TPOT P50 ms | attention share |\n|---|---|---|---|---|---|---|")
+    original = point_module.build_cost_model
+    try:
+        for model, device, tp in (("gpt-oss-120b", "h100-sxm", 1), ("deepseek-v3", "h200", 8)):
+            point = share_point(model, device, tp)
+            config = build_scheduler_config(point)
+            shares = []
+            point_module.build_cost_model = lambda p: shares.append(AttentionShare(original(p))) or shares[-1]
+            row = point_module.run_point(point).row
+            groups = config.kv_groups
+            tokens = config.num_gpu_blocks * config.block_size // (1 + (groups[1] if groups else 0))
+            print(f"| {model} | {device} | {tp} | {config.num_gpu_blocks:,} ({tokens:,} tokens in the full-attention layers) | "
+                  f"{row['throughput_rps']:.2f} | {1e3 * row['tpot_s_p50']:.1f} | "
+                  f"{100 * shares[-1].attention_s / shares[-1].total_s:.1f} % |")
+    finally:
+        point_module.build_cost_model = original
+    model, device = get_model_spec("deepseek-v3"), get_device_spec("h200")
+    cost = RooflineCostModel(model, device, tensor_parallel_size=8)
+    print("\ndeepseek-v3, TP 8 on h200, one decode step of 32 sequences (roofline; MoE excluded):\n")
+    print("| context | attention ms | dense-part step ms |\n|---|---|---|")
+    for context in CONTEXTS:
+        q, c, p = np.ones(32, dtype=int), np.full(32, context), np.zeros(32, dtype=bool)
+        print(f"| {context:,} | {1e3 * cost.breakdown(q, c, p)['attention_decode_s']:.3f} | "
+              f"{1e3 * cost.predict_step_s(q, c, p):.3f} |")
+    print()
+
+
 if __name__ == "__main__":
-    for section in sys.argv[1:] or ["attention", "closed"]:
-        {"attention": attention_section, "closed": closed_section}[section]()
+    for section in sys.argv[1:] or ["attention", "closed", "share"]:
+        {"attention": attention_section, "closed": closed_section, "share": share_section}[section]()

@@ -160,18 +160,20 @@ def build_cost_model(point: SweepConfig) -> CostModel:
 
 def roofline_only_cost_model(cost_model: str, model) -> str:
     """`cost_model` for a model whose attention only the roofline prices: sliding-window layers,
-    attention sinks or logit soft-capping (the measured and fitted tables time full attention
-    over every context token). `auto` becomes `roofline` (the label says why); other values pass.
+    attention sinks, logit soft-capping or MLA (the measured and fitted tables time full GQA attention
+    over every context token), or a mixture of experts with dense layers. `auto` becomes `roofline` (the label says why); other values pass.
 
     Raises:
         ValueError: `measured:DIR` or `profile:DIR` for such a model (names the model's fields)."""
-    if not (model.num_sliding_layers or model.attention_sinks or model.attn_logit_softcapping):
+    if not (model.num_sliding_layers or model.attention_sinks or model.attn_logit_softcapping or model.kv_lora_rank
+            or model.num_dense_layers):
         return cost_model
     if cost_model in ("auto", "roofline"):
         return "roofline"
     raise ValueError(f"cost_model {cost_model}: model {model.name!r} has sliding-window layers ({model.num_sliding_layers}, "
                      f"window {model.sliding_window}), attention sinks ({model.attention_sinks}) or logit soft-capping "
-                     f"({model.attn_logit_softcapping}); measured and fitted tables time full attention only: "
+                     f"({model.attn_logit_softcapping}), MLA (kv_lora_rank {model.kv_lora_rank}) or dense layers among its "
+                     f"experts ({model.num_dense_layers}); measured and fitted tables time full GQA attention only: "
                      "use cost_model auto or roofline")
 
 
@@ -187,9 +189,11 @@ def cost_model_columns(point: SweepConfig, cost_model) -> dict:
         columns.update(cost_model_label=described["label"], cost_model_steps_out_of_range=described["out_of_grid_steps"])
     elif isinstance(cost_model, RooflineCostModel):  # `auto` without measured tables says so
         model = cost_model.model
-        windowed = model.num_sliding_layers or model.attention_sinks or model.attn_logit_softcapping
+        windowed = (model.num_sliding_layers or model.attention_sinks or model.attn_logit_softcapping or model.kv_lora_rank
+                    or model.num_dense_layers)
         columns["cost_model_label"] = "roofline" + (
-            " (sliding-window/sink/soft-capped attention: priced by the roofline only)" if windowed and point.cost_model == "auto"
+            " (sliding-window/sink/soft-capped/latent attention: priced by the roofline only)"
+            if windowed and point.cost_model == "auto"
             else " (no measured tables for this device and dtype)" if point.cost_model == "auto" else "")
         if cost_model.model.quantization is not None:  # what the weights' GEMMs were priced as
             columns["cost_model_label"] += f"; weights {cost_model.model.quantization.label}"

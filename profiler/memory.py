@@ -136,7 +136,7 @@ def weights_memory_bytes(model: ModelSpec, tensor_parallel_size: int = 1, dtype_
     (`vllm/model_executor/layers/rotary_embedding/base.py`, `cos_sin_cache`). A mixture of
     experts holds its total (not active) weights, the routed experts over DP × TP GPUs
     (`profiler.moe_memory.weight_params_per_rank`)."""
-    rotary = model.max_model_len * model.head_dim * _ACTIVATION_BYTES
+    rotary = model.max_model_len * (model.qk_rope_head_dim or model.head_dim) * _ACTIVATION_BYTES  # MLA: rope dims
     if model.moe is not None:
         return weight_bytes_per_rank(model, tensor_parallel_size, data_parallel_size, enable_expert_parallel,
                                      dtype_bytes) + rotary

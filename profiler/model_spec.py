@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from profiler.hf_config import read_config_json, spec_fields
+from profiler.mla import mla_gemm_shapes, mla_kv_bytes_per_token
 from profiler.moe import MoESpec
 from profiler.quantization import WeightFormat, online_format
 
@@ -65,6 +66,16 @@ class ModelSpec:
     norms_per_layer: int = 2
     # Biases on every attention projection (q, k, v and o: gpt-oss `attention_bias: true`).
     attention_bias: bool = False
+    # Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2; profiler/mla.py): the KV cache holds one
+    # latent of kv_lora_rank + qk_rope_head_dim a token and layer; queries pass a q_lora_rank
+    # low-rank projection (0: none); values are v_head_dim wide; head_dim is qk_nope + qk_rope.
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # A mixture of experts whose first `num_dense_layers` layers have a dense MLP of
+    # `intermediate_size` (DeepSeek `first_k_dense_replace`).
+    num_dense_layers: int = 0
 
     def __post_init__(self) -> None:
         for field_name in ("num_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
@@ -79,6 +90,12 @@ class ModelSpec:
             raise ValueError(f"model {self.name!r}: num_sliding_layers {self.num_sliding_layers} must be from 1 to "
                              f"num_layers {self.num_layers} with a sliding_window > 0 (got {self.sliding_window}), "
                              "or both 0")
+        if self.kv_lora_rank and not (0 < self.qk_rope_head_dim < self.head_dim and self.v_head_dim > 0):
+            raise ValueError(f"model {self.name!r}: multi-head latent attention needs 0 < qk_rope_head_dim < head_dim "
+                             f"and v_head_dim > 0, got {self.qk_rope_head_dim}, {self.head_dim}, {self.v_head_dim}")
+        if not 0 <= self.num_dense_layers < self.num_layers or (self.num_dense_layers and self.moe is None):
+            raise ValueError(f"model {self.name!r}: num_dense_layers {self.num_dense_layers} must be below num_layers "
+                             "and only on a mixture of experts")
         if self.quantization is not None and self.quantization.experts_only and self.moe is None:
             raise ValueError(f"model {self.name!r}: {self.quantization.method} (from {self.quantization.source}) "
                              "quantises mixture-of-experts experts only; this model has none")
@@ -152,6 +169,9 @@ class ModelSpec:
         Raises:
             ValueError: as `kv_heads_per_rank`, or tp does not divide `intermediate_size`.
         """
+        if self.kv_lora_rank:
+            attention = mla_gemm_shapes(self, tp)
+            return attention if self.moe is not None else attention + self.mlp_gemm_shapes(tp)
         if self.moe is not None:
             q_out = self.num_attention_heads // tp * self.head_dim
             kv_out = self.kv_heads_per_rank(tp) * self.head_dim
@@ -168,6 +188,24 @@ class ModelSpec:
             ("gate_up_proj", self.hidden_size, 2 * ffn),
             ("down_proj", ffn, self.hidden_size),
         )
+
+    def mlp_gemm_shapes(self, tp: int = 1) -> tuple[tuple[str, int, int], ...]:
+        """The dense SwiGLU MLP's GEMMs on one rank (`gate_up_proj`, `down_proj`): a dense model's
+        every layer, a mixture of experts' first `num_dense_layers`.
+
+        Raises:
+            ValueError: tp does not divide `intermediate_size`.
+        """
+        if self.intermediate_size % tp:
+            raise ValueError(f"model {self.name!r}: tensor_parallel_size {tp} must divide "
+                             f"intermediate_size {self.intermediate_size}")
+        ffn = self.intermediate_size // tp
+        return (("gate_up_proj", self.hidden_size, 2 * ffn), ("down_proj", ffn, self.hidden_size))
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers with a sparse MoE block (0 for a dense model)."""
+        return 0 if self.moe is None else self.num_layers - self.num_dense_layers
 
     @property
     def num_params(self) -> int:
@@ -192,9 +230,8 @@ class ModelSpec:
     def _params(self, active: bool) -> int:
         shapes = self.layer_gemm_shapes()
         linear = sum(in_dim * out_dim for _, in_dim, out_dim in shapes)
-        if self.moe is not None:
-            linear += (self.moe.active_layer_params if active else self.moe.layer_params)(self.hidden_size)
-        per_layer = linear + self.norms_per_layer * self.hidden_size
+        per_layer = linear + self.norms_per_layer * self.hidden_size + (
+            self.q_lora_rank + self.kv_lora_rank if self.kv_lora_rank else 0)  # MLA's q_a / kv_a norms
         if self.qkv_bias or self.attention_bias:
             per_layer += shapes[0][2]  # one bias per output of the fused qkv_proj
         if self.attention_bias:
@@ -205,7 +242,12 @@ class ModelSpec:
             per_layer += 2 * self.head_dim
         embedding = self.vocab_size * self.hidden_size
         lm_head = 0 if self.tie_word_embeddings else embedding
-        return embedding + self.num_layers * per_layer + self.hidden_size + lm_head
+        mlps = 0
+        if self.moe is not None:
+            block = (self.moe.active_layer_params if active else self.moe.layer_params)(self.hidden_size)
+            dense = sum(in_dim * out_dim for _, in_dim, out_dim in self.mlp_gemm_shapes()) if self.num_dense_layers else 0
+            mlps = self.num_moe_layers * block + self.num_dense_layers * dense
+        return embedding + self.num_layers * per_layer + mlps + self.hidden_size + lm_head
 
     def linear_params(self) -> int:
         """Weights of the decoder layers' linear layers (elements): the ones a quantisation
@@ -218,7 +260,13 @@ class ModelSpec:
             attention = 0
         if self.moe is None:
             return attention
-        return attention + self.expert_params() + self.num_layers * self.moe.shared_params(self.hidden_size)
+        dense = (self.num_dense_layers * sum(i * o for _, i, o in self.mlp_gemm_shapes())
+                 if self.num_dense_layers and not self.quantization_experts_only else 0)
+        return attention + dense + self.expert_params() + self.num_moe_layers * self.moe.shared_params(self.hidden_size)
+
+    @property
+    def quantization_experts_only(self) -> bool:
+        return self.quantization is not None and self.quantization.experts_only
 
     def weight_bytes(self, dtype_bytes: int) -> int:
         """Bytes of all weights: `dtype_bytes` per element (2 for bf16), except the linear layers'
@@ -253,7 +301,7 @@ class ModelSpec:
     def expert_params(self) -> int:
         """Routed-expert weights over all layers (elements): the part expert parallelism shards;
         0 for a dense model."""
-        return 0 if self.moe is None else self.num_layers * self.moe.num_experts * self.moe.expert_params(self.hidden_size)
+        return 0 if self.moe is None else self.num_moe_layers * self.moe.num_experts * self.moe.expert_params(self.hidden_size)
 
     def kv_bytes_per_token(self, dtype_bytes: int, tp: int = 1) -> int:
         """KV-cache bytes one token takes on one tensor-parallel rank, over all layers.
@@ -264,11 +312,15 @@ class ModelSpec:
         Raises:
             ValueError: as `kv_heads_per_rank`.
         """
+        if self.kv_lora_rank:  # one latent a token and layer, on every rank (profiler/mla.py)
+            return mla_kv_bytes_per_token(self, dtype_bytes)
         return 2 * self.num_layers * self.kv_heads_per_rank(tp) * self.head_dim * dtype_bytes
 
 
 _NEW_FIELD_DEFAULTS = {"sliding_window": 0, "num_sliding_layers": 0, "attention_sinks": False,
-                       "attn_logit_softcapping": 0.0, "norms_per_layer": 2, "attention_bias": False}
+                       "attn_logit_softcapping": 0.0, "norms_per_layer": 2, "attention_bias": False,
+                       "kv_lora_rank": 0, "q_lora_rank": 0, "qk_rope_head_dim": 0, "v_head_dim": 0,
+                       "num_dense_layers": 0}
 
 
 def _llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, vocab: int,
@@ -360,11 +412,27 @@ BUILTIN_MODELS: dict[str, ModelSpec] = {
                   attention_sinks=True, sliding_window=128, num_sliding_layers=12,
                   moe=MoESpec(num_experts=32, num_experts_per_tok=4, expert_intermediate_size=2880, bias=True),
                   quantization=WeightFormat("mxfp4", "mxfp4", 4, 32, 1.0, source="openai/gpt-oss-20b config.json")),
+        # deepseek-ai/DeepSeek-V3 config.json (DeepSeek-R1 has the same shapes): 61 layers, hidden 7168,
+        # 128 heads, MLA with q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64
+        # (head_dim 192), v_head_dim 128; first_k_dense_replace 3 dense layers of intermediate_size 18432,
+        # then 256 routed experts of moe_intermediate_size 2048, top-8, n_shared_experts 1 (a shared
+        # expert of 2048); vocab 129280, 163840 positions, untied; quantization_config fp8 with
+        # weight_block_size [128, 128]. The multi-token-prediction layer (num_nextn_predict_layers 1,
+        # 14 B) is loaded by vLLM only as a speculative drafter: not counted (card: 671 B main model).
+        ModelSpec("deepseek-v3", 61, 7168, 128, 128, 192, 18432, 129280, 163840, kv_lora_rank=512, q_lora_rank=1536,
+                  qk_rope_head_dim=64, v_head_dim=128, num_dense_layers=3,
+                  moe=MoESpec(num_experts=256, num_experts_per_tok=8, expert_intermediate_size=2048,
+                              shared_expert_intermediate_size=2048),
+                  quantization=WeightFormat("fp8", "fp8_block", 8, source="deepseek-ai/DeepSeek-V3 config.json")),
         # Qwen/Qwen3-30B-A3B-Instruct-2507: the same shapes, a 262,144-token context (its config.json).
         ModelSpec("qwen3-30b-a3b-instruct-2507", 48, 2048, 32, 4, 128, 6144, 151936, 262144, qk_norm=True,
                   moe=MoESpec(num_experts=128, num_experts_per_tok=8, expert_intermediate_size=768)),
     )
 }
+
+
+# Names of the same shapes: DeepSeek-R1's config.json is DeepSeek-V3's.
+BUILTIN_ALIASES = {"deepseek-r1": "deepseek-v3"}
 
 
 def get_model_spec(name_or_path: str | Path) -> ModelSpec:
@@ -382,6 +450,8 @@ def get_model_spec(name_or_path: str | Path) -> ModelSpec:
     """
     if str(name_or_path) in BUILTIN_MODELS:
         return BUILTIN_MODELS[str(name_or_path)]
+    if str(name_or_path) in BUILTIN_ALIASES:
+        return replace(BUILTIN_MODELS[BUILTIN_ALIASES[str(name_or_path)]], name=str(name_or_path))
     path = Path(name_or_path)
     if path.is_dir():
         path = path / "config.json"

@@ -291,7 +291,7 @@ class MoECostModel:
         layer_s = self.block.layer_s(tokens)
         if dispatch_mode is not None and self.dispatch_s is not None:
             layer_s += self.dispatch_s[dispatch_mode](tokens * self.model.hidden_size * 2.0)[0]
-        return self.model.num_layers * layer_s
+        return self.model.num_moe_layers * layer_s  # dense leading layers: the base model's MLP
 
     def predict_step_s(self, query_tokens, context_tokens, is_prefill) -> float:
         """Duration (s) of one step of one engine (no data parallelism); 0.0 for an empty batch."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from profiler.mla import mla_replicated_params
 from profiler.model_spec import ModelSpec
 
 _ACTIVATION_BYTES = 2
@@ -30,7 +31,14 @@ def weight_params_per_rank(model: ModelSpec, tensor_parallel_size: int = 1, data
         return model.num_params // tensor_parallel_size
     experts = model.expert_params()
     local = _local_expert_params(model, tensor_parallel_size, data_parallel_size, enable_expert_parallel)
-    return (model.num_params - experts) // tensor_parallel_size + local
+    return (model.num_params - experts) // tensor_parallel_size + local + _replicated_extra(model, tensor_parallel_size)
+
+
+def _replicated_extra(model: ModelSpec, tensor_parallel_size: int) -> int:
+    """What a rank holds beyond its 1/tp share of weights every rank keeps whole (MLA's down-projections,
+    `profiler.mla.mla_replicated_params`)."""
+    replicated = mla_replicated_params(model)
+    return replicated - replicated // tensor_parallel_size
 
 
 def _local_expert_params(model: ModelSpec, tensor_parallel_size: int, data_parallel_size: int,
@@ -56,7 +64,8 @@ def weight_bytes_per_rank(model: ModelSpec, tensor_parallel_size: int = 1, data_
     if model.quantization is None:
         return params * dtype_bytes
     local = _local_expert_params(model, tensor_parallel_size, data_parallel_size, enable_expert_parallel)
-    quantized = local + (model.linear_params() - model.expert_params()) // tensor_parallel_size
+    quantized = (local + (model.linear_params() - model.expert_params()) // tensor_parallel_size
+                 + _replicated_extra(model, tensor_parallel_size))
     return (params - quantized) * dtype_bytes + math.ceil(quantized * model.quantization.bytes_per_param)
 
 

@@ -52,6 +52,7 @@ from profiler.device_file import (DEFAULT_GEMM_FLOPS_EFFICIENCY, DEFAULT_MEMORY_
 from profiler.device_spec import AttentionFit, DeviceSpec
 from profiler.model_spec import ModelSpec
 from profiler.quantization import kernel_for, weight_only_gemm_time_s
+from profiler.mla import mla_flops
 from profiler.sliding_window import windowed_kv_tokens, windowed_pairs
 
 # The assumed defaults, under the names `roofline_tuning` and `fitted` import.
@@ -247,7 +248,16 @@ class RooflineCostModel:
         # Windowed layers (profiler/sliding_window.py) and sinks take the general path of every method.
         self._full_layers, self._window = model.num_full_layers, model.sliding_window
         self._sink_flops_per_query = SINK_FLOPS_PER_ROW * heads_per_rank if model.attention_sinks else 0.0
-        self._plain = not (self._window or self._sink_flops_per_query)
+        self._plain = not (self._window or self._sink_flops_per_query or model.kv_lora_rank)
+        # MLA (profiler/mla.py): FLOPs per pair by path, as multiples of `_attn_flops_per_pair`, and the
+        # pairs' worth of a prefill's context up-projection per context token.
+        self._pair_scale, self._context_pairs = (1.0, 1.0), 0.0
+        if model.kv_lora_rank:
+            prefill, decode, context = mla_flops(model, tp)
+            self._pair_scale = (prefill / self._attn_flops_per_pair, decode / self._attn_flops_per_pair)
+            self._context_pairs = context / self._attn_flops_per_pair
+        # A mixture of experts' leading dense layers (DeepSeek first_k_dense_replace): their MLP GEMMs.
+        self._dense_mlp_gemms = model.mlp_gemm_shapes(tp) if model.num_dense_layers else ()
         self._qo_bytes_per_token = 2.0 * heads_per_rank * model.head_dim * dtype_bytes
         self._kv_bytes_per_token_layer = model.kv_bytes_per_token(kv_dtype_bytes, tp) / model.num_layers
         # Attention runs in BF16 even with FP8 weights (vLLM dequantises an FP8 KV cache).
@@ -403,6 +413,9 @@ class RooflineCostModel:
         """(linear_s, elementwise_s, all_reduce_s) of a step of `num_tokens` tokens, all layers."""
         layers = self.model.num_layers
         linear_s = layers * sum(self._layer_gemm_s(num_tokens, out_dim, in_dim) for _, in_dim, out_dim in self._layer_gemms)
+        if self._dense_mlp_gemms:  # a mixture of experts' dense layers
+            linear_s += self.model.num_dense_layers * sum(self._layer_gemm_s(num_tokens, out_dim, in_dim)
+                                                          for _, in_dim, out_dim in self._dense_mlp_gemms)
         elementwise_s = self._elementwise_bytes_per_token * num_tokens / self._bytes_per_s + self._elementwise_launch_s
         all_reduce_bytes = num_tokens * self.model.hidden_size * self.dtype_bytes
         all_reduce_s = self._num_all_reduces * ring_all_reduce_time_s(all_reduce_bytes, self.device,
@@ -459,9 +472,10 @@ class RooflineCostModel:
                                         int(prefill.sum())), decode_s)
 
     def _windowed_attention_s(self, q: np.ndarray, c: np.ndarray, prefill: np.ndarray) -> tuple[float, float]:
-        """`_attention_s` of a model with windowed layers or sinks: the full layers over every
+        """`_attention_s` of a model with windowed layers, sinks or MLA: the full layers over every
         pair, the windowed ones over `windowed_pairs` / `windowed_kv_tokens`, each group's sink
-        FLOPs added as pairs' worth (`_sink_flops_per_query` per query token)."""
+        FLOPs added as pairs' worth (`_sink_flops_per_query` per query token); MLA's pairs at its
+        prefill or decode FLOPs and a prefill's context up-projection (`profiler.mla`)."""
         sink_pairs = q * (self._sink_flops_per_query / self._attn_flops_per_pair)
         groups = [(self._full_layers, q * c + q * (q + 1) / 2 + sink_pairs, c + q)]
         if self._window:
@@ -472,10 +486,12 @@ class RooflineCostModel:
         for index, mask in enumerate((prefill, ~prefill)):
             if not mask.any():
                 continue
+            scale = self._pair_scale[index]
+            extra = self._context_pairs * c[mask].sum() if index == 0 else 0.0  # MLA: context up-projection
             for layers, pairs, kv_tokens in groups:
                 if layers:
                     parts[index] += layers / self.model.num_layers * self._attention_group_s(
-                        pairs[mask].sum(), kv_tokens[mask].sum(), q[mask].sum(), int(mask.sum()))
+                        scale * pairs[mask].sum() + extra, kv_tokens[mask].sum(), q[mask].sum(), int(mask.sum()))
         return parts[0], parts[1]
 
     def _attention_group_s(self, pairs: float, kv_tokens: float, query_tokens: float, num_seqs: int) -> float:

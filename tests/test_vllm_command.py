@@ -9,11 +9,11 @@ import pytest
 from experiments.config import SweepConfig
 from experiments.planning.vllm_flags import (HF_MODEL_IDS, served_point_from_row, vllm_caveats, vllm_model_argument,
                                              vllm_serve_command)
-from profiler.model_spec import BUILTIN_MODELS
+from profiler.model_spec import BUILTIN_ALIASES, BUILTIN_MODELS
 
 
 def test_every_built_in_model_has_a_repository_and_paths_pass_as_folders(tmp_path):
-    assert sorted(HF_MODEL_IDS) == sorted(BUILTIN_MODELS)
+    assert sorted(HF_MODEL_IDS) == sorted([*BUILTIN_MODELS, *BUILTIN_ALIASES])
     assert vllm_model_argument("llama-3-8b") == "meta-llama/Meta-Llama-3-8B"
     config = tmp_path / "m" / "config.json"
     config.parent.mkdir()
