@@ -424,6 +424,14 @@ BUILTIN_MODELS: dict[str, ModelSpec] = {
                   moe=MoESpec(num_experts=256, num_experts_per_tok=8, expert_intermediate_size=2048,
                               shared_expert_intermediate_size=2048),
                   quantization=WeightFormat("fp8", "fp8_block", 8, source="deepseek-ai/DeepSeek-V3 config.json")),
+        # moonshotai/Kimi-K2-Instruct config.json (the DeepSeek-V3 architecture): 61 layers, hidden 7168,
+        # 64 heads, the same MLA ranks, first_k_dense_replace 1, 384 routed experts of 2048, top-8, one
+        # shared expert, vocab 163840, 131072 positions, FP8 128 x 128 blocks (card: 1 T total, 32 B activated).
+        ModelSpec("kimi-k2", 61, 7168, 64, 64, 192, 18432, 163840, 131072, kv_lora_rank=512, q_lora_rank=1536,
+                  qk_rope_head_dim=64, v_head_dim=128, num_dense_layers=1,
+                  moe=MoESpec(num_experts=384, num_experts_per_tok=8, expert_intermediate_size=2048,
+                              shared_expert_intermediate_size=2048),
+                  quantization=WeightFormat("fp8", "fp8_block", 8, source="moonshotai/Kimi-K2-Instruct config.json")),
         # Qwen/Qwen3-30B-A3B-Instruct-2507: the same shapes, a 262,144-token context (its config.json).
         ModelSpec("qwen3-30b-a3b-instruct-2507", 48, 2048, 32, 4, 128, 6144, 151936, 262144, qk_norm=True,
                   moe=MoESpec(num_experts=128, num_experts_per_tok=8, expert_intermediate_size=768)),

@@ -64,3 +64,16 @@ def test_mla_fields_are_checked():
         ModelSpec("bad", 2, 256, 4, 4, 64, 512, 1000, 4096, kv_lora_rank=64, qk_rope_head_dim=64, v_head_dim=64)
     with pytest.raises(ValueError, match="num_dense_layers 1 must be below num_layers and only on a mixture"):
         ModelSpec("bad", 2, 256, 4, 4, 64, 512, 1000, 4096, num_dense_layers=1)
+
+
+def test_kimi_k2_counts_and_kv_bytes():
+    model = get_model_spec("kimi-k2")
+    # Per layer: MLA 7168 x 2112 + 1536 x 12288 + 512 x 16384 + 8192 x 7168 and norms 2 x 7168 + 1536 + 512;
+    # 1 dense MLP 3 x 7168 x 18432; 60 MoE layers of 384 experts + 1 shared of 3 x 7168 x 2048 and a router
+    # 7168 x 384 (+ 7168, the shared expert's gate as MoESpec counts it); embedding and LM head 163840 x 7168.
+    attention = 61 * (7168 * 2112 + 1536 * 12288 + 512 * 16384 + 8192 * 7168 + 2 * 7168 + 1536 + 512)
+    expert, router = 3 * 7168 * 2048, 7168 * 384 + 7168
+    rest = attention + 3 * 7168 * 18432 + 2 * 163840 * 7168 + 7168
+    assert model.num_params == rest + 60 * (385 * expert + router) == 1_026_408_639_488  # card: 1 T
+    assert model.num_active_params == rest + 60 * (9 * expert + router) == 32_861_907_968  # card: 32 B activated
+    assert model.kv_bytes_per_token(2, 8) == 70_272  # the same latent as DeepSeek-V3

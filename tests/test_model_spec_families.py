@@ -55,6 +55,9 @@ PUBLISHED = {
     "gpt-oss-20b": (20.91e9, 0.005e9),
     # deepseek-ai/DeepSeek-V3 model card: 671 B total (685 B with the 14 B MTP module), 37 B activated.
     "deepseek-v3": (671e9, 0.5e9),
+    # moonshotai/Kimi-K2-Instruct model card: "1 trillion total parameters" (32 B activated): held to
+    # [0.95, 1.05] T, the card's rounding.
+    "kimi-k2": (1.0e12, 0.05e12),
 }
 # The same Qwen cards, "Number of Parameters (Non-Embedding)": 6.53B, 6.95B, 13.2B, 31.2B.
 PUBLISHED_NON_EMBEDDING = {"qwen2.5-7b": 6.53e9, "qwen3-8b": 6.95e9, "qwen3-14b": 13.2e9, "qwen3-32b": 31.2e9}

@@ -65,7 +65,7 @@ def test_builtin_context_lengths_and_mistral_v02_shape():
         "qwen3-8b": 40960, "qwen3-14b": 40960, "qwen3-32b": 40960,
         "llama-3.1-70b": 131072, "llama-3.3-70b": 131072, "llama-3.1-405b": 131072, "llama-3.1-70b-fp8": 131072,
         "qwen3-32b-fp8": 40960, "qwen3-235b-a22b": 40960, "qwen3-235b-a22b-fp8": 40960,
-        "qwen3-30b-a3b-fp8": 40960, "gemma-3-27b": 131072, "gpt-oss-120b": 131072, "gpt-oss-20b": 131072, "deepseek-v3": 163840,
+        "qwen3-30b-a3b-fp8": 40960, "gemma-3-27b": 131072, "gpt-oss-120b": 131072, "gpt-oss-20b": 131072, "deepseek-v3": 163840, "kimi-k2": 131072,
     }
     mistral = get_model_spec("mistral-7b")
     assert (mistral.num_layers, mistral.hidden_size, mistral.num_attention_heads,

@@ -39,6 +39,7 @@ HF_MODEL_IDS = {
     "gpt-oss-20b": "openai/gpt-oss-20b",
     "deepseek-v3": "deepseek-ai/DeepSeek-V3",
     "deepseek-r1": "deepseek-ai/DeepSeek-R1",
+    "kimi-k2": "moonshotai/Kimi-K2-Instruct",
     "llama-3.1-70b": "meta-llama/Llama-3.1-70B",
     "llama-3.3-70b": "meta-llama/Llama-3.3-70B-Instruct",
     "llama-3.1-405b": "meta-llama/Llama-3.1-405B",
