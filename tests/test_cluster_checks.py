@@ -1,6 +1,6 @@
 """What a `cluster:` point must satisfy and how its row and report state each pool
 (experiments/config.py `check_cluster`, `check_router`, `pool_gpus`; experiments/point.py
-`simulate_cluster`; experiments/planning/report.py `kv_pool_line`): `engine.num_gpus` counts every
+`simulate_cluster`; experiments/planning/report_header.py `kv_pool_line`): `engine.num_gpus` counts every
 pool's GPUs, a pool's prefix_aware router needs its pool's prefix cache as a colocated one does,
 an overlap weight nothing reads is an error, and points.csv / report.md give each pool's values."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import yaml
 from experiments.config import SweepConfig, pool_gpus, pool_point
 from experiments.deployment import cluster_gpus
 from experiments.planning.disaggregation import layouts
-from experiments.planning.report import kv_pool_line
+from experiments.planning.report_header import kv_pool_line
 from experiments.planning.sweep import config_as_run
 from experiments.point import run_point
 

@@ -141,7 +141,7 @@ def test_file_and_inline_devices_are_labelled_and_described_by_their_names_once_
     import pandas as pd
 
     from experiments.config import point_labels
-    from experiments.planning.report import device_lines, point_devices
+    from experiments.planning.report_header import device_lines, point_devices
 
     (tmp_path / "devices").mkdir()
     (tmp_path / "devices" / "card.yaml").write_text(CARD)

@@ -1,4 +1,4 @@
-"""The report's KV pool line (experiments/planning/report.py `kv_pool_line`): a DP engine's block
+"""The report's KV pool line (experiments/planning/report_header.py `kv_pool_line`): a DP engine's block
 count is each rank's (every DP rank holds its own pool, experiments.deployment.build_schedulers),
 so the line says "per DP rank" there, not "per instance" or "per replica"."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pandas as pd
 
 from experiments.config import SweepConfig, pool_point
 from experiments.deployment import build_scheduler_config, build_schedulers
-from experiments.planning.report import kv_pool_line
+from experiments.planning.report_header import kv_pool_line
 from experiments.point import run_point
 
 COLOCATED = {"model": "llama-3-8b", "device": "h100-sxm", "cost_model": "roofline",

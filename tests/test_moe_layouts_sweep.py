@@ -100,7 +100,7 @@ def test_layouts_a_model_cannot_take_are_skipped_with_the_reason(tmp_path):
     assert len(points) == 12
     assert any(text.startswith("layouts: 5 of the 17 layouts of 16 GPUs are skipped: TP 1 × DP 16, EP 16 (")
                for text in said)
-    from experiments.planning.report import layout_lines
+    from experiments.planning.report_header import layout_lines
 
     base, _ = load_config(write(tmp_path, MOE.replace("qwen3-30b-a3b", "mixtral-8x7b") + "layouts: {gpus: 16}\n"),
                           on_warning=lambda text: None)

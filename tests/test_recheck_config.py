@@ -10,7 +10,7 @@ import pytest
 from experiments.config import (ConfigError, EngineConfig, LinkConfig, SweepConfig, SyntheticTrace, engine_gpus,
                                 load_config, point_labels)
 from experiments.deployment import cluster_gpus
-from experiments.planning.report import cost_model_lines, deployment_line, device_lines
+from experiments.planning.report_header import cost_model_lines, deployment_line, device_lines
 from experiments.point import device_name, run_point
 from profiler.unknown_key import unknown_key_message, valid_keys
 

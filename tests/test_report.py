@@ -11,7 +11,8 @@ import pytest
 from experiments.config import SweepConfig, point_labels
 from experiments.planning.capacity_report import capacity_summary
 from experiments.planning.report import (Recommendation, format_cell, points_tables, recommendation,
-                                         recommendation_lines, trace_line, write_report)
+                                         recommendation_lines, write_report)
+from experiments.planning.report_header import trace_line
 from experiments.planning.sweep import rows_frame
 
 SLO = {"tbt_p99_s": 0.1, "scheduling_delay_p50_s": 2.0}
@@ -177,7 +178,7 @@ def test_the_report_states_what_priced_the_steps_and_the_device_figures():
     import pandas as pd
 
     from experiments.config import SweepConfig
-    from experiments.planning.report import cost_model_lines, device_lines
+    from experiments.planning.report_header import cost_model_lines, device_lines
 
     points = pd.DataFrame({"point_id": [0, 1], "label": ["a", "b"], "device": ["h100-sxm", "h100-sxm"],
                            "cost_model_label": ["measured (aiconfigurator vllm 0.19.0) on h100-sxm",

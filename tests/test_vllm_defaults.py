@@ -61,7 +61,7 @@ def test_cudagraph_capture_sizes():
 # ----- applied to a config's vllm_v1 engine ------------------------------------------------------
 
 from experiments.config import SweepConfig  # noqa: E402
-from experiments.planning.report import vllm_defaults_lines  # noqa: E402
+from experiments.planning.report_header import vllm_defaults_lines  # noqa: E402
 from experiments.vllm_defaults import applied_defaults  # noqa: E402
 
 TRACE = {"kind": "synthetic", "qps": 1, "prompt_tokens": 10, "output_tokens": 10, "num_requests": 4}

@@ -209,7 +209,8 @@ def _done(progress: Progress, task, advance: int = 1, **fields) -> None:
 def _run_points(base: SweepConfig, points: list[dict], folder: RunFolder, jobs: Optional[int],
                 cache_dir: Optional[Path], backend: str, ray_address: Optional[str],
                 point_ids: Optional[List[int]] = None) -> None:
-    from experiments.planning.report import point_devices, write_report
+    from experiments.planning.report import write_report
+    from experiments.planning.report_header import point_devices
     from experiments.planning.sweep import (config_as_run, one_run_only, remove_point_files, requests_sources, run_sweep,
                                             sweep_requests, write_results)
 
@@ -259,7 +260,7 @@ def _run_capacity(base: SweepConfig, points: list[dict], folder: RunFolder, jobs
     import pandas as pd
 
     from experiments.planning.capacity_report import write_capacity_report
-    from experiments.planning.report import point_devices
+    from experiments.planning.report_header import point_devices
     from experiments.planning.search import search_slo
     from experiments.planning.sweep import config_as_run, one_run_only, run_capacity_sweep, write_capacity_results
 
@@ -371,8 +372,9 @@ def _terminal_tables(title: str, columns: dict[str, str], rows: list[list[str]],
 
 
 def _print_table(points: pd.DataFrame, base: SweepConfig) -> None:
-    from experiments.planning.report import (format_cell, hidden_per_gpu_columns, ignored_trace_columns, metric_title,
-                                             recommendation, recommendation_lines, slo_misses)
+    from experiments.planning.report import (format_cell, hidden_per_gpu_columns, metric_title, recommendation,
+                                             recommendation_lines, slo_misses)
+    from experiments.planning.report_header import ignored_trace_columns
     from experiments.config import slo_summary_key
     from traces.readers.load_result import UNUSED_NOTE
 

@@ -54,7 +54,7 @@ def _check_layout_keys(base_tree: dict, raw: dict, set_keys: dict[str, Any], pat
 def _layouts_of(base: SweepConfig, path: Path, warn: Callable[[str], None]) -> list:
     """The layouts `layouts:` crosses every point with (`experiments.planning.layouts`), as
     dotted engine keys; [{}] without it (the points as the variants give them). Warns naming
-    each layout skipped and why (the reports list them too: `planning.report.layout_lines`).
+    each layout skipped and why (the reports list them too: `planning.report_header.layout_lines`).
     The engine keys a layout sets were checked unset (`_check_layout_keys`).
     """
     if base.layouts is None:

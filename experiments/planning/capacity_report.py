@@ -22,9 +22,11 @@ from experiments.planning.steady_state import rule_text  # noqa: E402
 from experiments.planning.repetitions import file_trace_seeds_warning, seeds_note  # noqa: E402
 from experiments.planning.search import pareto_frontier, policy_table  # noqa: E402
 from experiments.outputs import write_text  # noqa: E402
-from experiments.planning.report import (  # noqa: E402  (the sweep report's tables, cells, page and plots)
-    ReportTable, add_legend, cost_model_lines, deployment_line, device_lines, format_cell, html_report_page,
-    is_missing, layout_lines, markdown_page, metric_title, point_bars, point_name, save_plot,
+from experiments.planning.report import (  # noqa: E402  (the sweep report's tables, page and plots)
+    ReportTable, add_legend, html_report_page, markdown_page, metric_title, point_bars, point_name, save_plot,
+)
+from experiments.planning.report_header import (  # noqa: E402  (the header lines and cells both reports use)
+    cost_model_lines, deployment_line, device_lines, format_cell, is_missing, layout_lines,
 )
 
 
