@@ -51,7 +51,16 @@ class ModelArgs:
         missing = [what for what, present in (("q/k/v projection biases (Qwen2)", self.spec.qkv_bias),
                                               ("per-head q/k RMSNorm (Qwen3)", self.spec.qk_norm),
                                               ("a shared expert (Qwen2-MoE)", self.spec.moe is not None
-                                               and self.spec.moe.shared_expert_intermediate_size > 0)) if present]
+                                               and self.spec.moe.shared_expert_intermediate_size > 0),
+                                              (f"sliding-window attention ({self.spec.num_sliding_layers} layers, window "
+                                               f"{self.spec.sliding_window})", self.spec.num_sliding_layers),
+                                              ("attention sinks", self.spec.attention_sinks),
+                                              ("attention logit soft-capping", self.spec.attn_logit_softcapping),
+                                              ("attention projection biases", self.spec.attention_bias),
+                                              ("multi-head latent attention", self.spec.kv_lora_rank),
+                                              ("dense layers among the experts", self.spec.num_dense_layers),
+                                              ("biased experts", self.spec.moe is not None and self.spec.moe.bias))
+                   if present]
         if missing:
             raise ValueError(f"model {self.spec.name!r} has {' and '.join(missing)}, which the engine does not "
                              "implement yet (it runs Llama-architecture models: Llama 2/3, Mistral, and Mixtral's MoE)")

@@ -226,3 +226,13 @@ def test_serve_command_turns_prefix_caching_off_as_simulated():
                                         "trace": {"kind": "profile", "name": "azure-conv", "qps": 1, "num_requests": 8},
                                         "engine": {"scheduler": "vllm_v1", "enable_prefix_caching": False}})
     assert "--no-enable-prefix-caching" in vllm_serve_flags(point).split()
+
+
+@pytest.mark.parametrize("name, feature", [("gemma-3-27b", "sliding-window attention"), ("gpt-oss-120b", "attention sinks"),
+                                           ("deepseek-v3", "multi-head latent attention")])
+def test_the_engine_refuses_attention_it_does_not_implement(name, feature):
+    pytest.importorskip("torch")
+    from gpu_engine.model import ModelArgs
+
+    with pytest.raises(ValueError, match=f"has .*{feature}.*which the engine does not implement"):
+        ModelArgs.for_builtin(get_model_spec(name))
