@@ -10,6 +10,7 @@ token times back a row group at a time (the TBT/ITL percentiles of a run that wr
 """
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import numpy as np
@@ -28,13 +29,18 @@ class RowGroupWriter:
         path: the file (created or truncated at the first `write`, or at `close` when nothing
             was written).
         row_group_rows: the largest row group written (a longer slice is split).
+        read_back_names: name list items "element", as a Parquet file reads back (pandas names
+            them "item"): the file is then the very bytes `concat_files` makes of it, so a
+            sweep's one point file is copied into the run folder, not re-encoded
+            (`experiments.planning.sweep`).
 
     Raises (from `write`/`close`):
         OSError: the file cannot be written; pyarrow.ArrowInvalid: a column Arrow cannot store.
     """
 
-    def __init__(self, path: str | Path, row_group_rows: int = ROW_GROUP_ROWS) -> None:
+    def __init__(self, path: str | Path, row_group_rows: int = ROW_GROUP_ROWS, read_back_names: bool = False) -> None:
         self.path, self.row_group_rows = path, row_group_rows
+        self.read_back_names = read_back_names
         self._writer: pq.ParquetWriter | None = None
         self._schema: pa.Schema | None = None
 
@@ -42,6 +48,8 @@ class RowGroupWriter:
         """Append the rows of `part` (its index is not written)."""
         if self._writer is None:
             self._schema = _schema(part)
+            if self.read_back_names:
+                self._schema = read_back_schema(self._schema)
             self._writer = pq.ParquetWriter(self.path, self._schema)
             if part.empty:
                 self._writer.write_table(pa.Table.from_pandas(part, schema=self._schema, preserve_index=False))
@@ -130,6 +138,29 @@ def copy_with_constants(source: str | Path, path: str | Path, constants: dict[st
 def source_schema(source) -> pa.Schema:
     """The Arrow schema of a Parquet file, or of a frame as `write_in_row_groups` writes it."""
     return _schema(source) if isinstance(source, pd.DataFrame) else pq.read_schema(source)
+
+
+def read_back_schema(schema: pa.Schema) -> pa.Schema:
+    """`schema` with each list column's items named "element", as `pq.read_schema` gives the
+    schema of a file written with it (pandas' conversion names them "item")."""
+    for i, field in enumerate(schema):
+        if pa.types.is_list(field.type) and field.type.value_field.name != "element":
+            schema = schema.set(i, field.with_type(pa.list_(field.type.value_field.with_name("element"))))
+    return schema
+
+
+def rewrites_as_itself(path: str | Path) -> bool:
+    """Whether `concat_files([path], out)` would write the very bytes of the Parquet file
+    `path`: true of a file `RowGroupWriter` or `concat_files` wrote whose stored Arrow schema
+    names list items as they read back ("element", `read_back_schema`). `concat_files` writes
+    each row group again as one, with the schema and metadata read back, and Parquet's encoding
+    is a function of them and the values; only the stored schema's list item names could differ
+    (pandas writes "item", they read back as "element")."""
+    stored = pq.read_metadata(path).metadata or {}
+    if b"ARROW:schema" not in stored:
+        return False
+    schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(stored[b"ARROW:schema"])))
+    return schema.equals(read_back_schema(schema), check_metadata=True)
 
 
 def same_columns(schemas: list[pa.Schema]) -> bool:

@@ -102,7 +102,7 @@ class RequestsStream:
         self._ready = 0  # rows [0, _ready) are all finished
         self._written = 0  # rows [0, _written) are in the file
         self._tokens: dict[int, np.ndarray] = {}  # rank -> token times, until written
-        self._writer = RowGroupWriter(path, self.row_group_rows)
+        self._writer = RowGroupWriter(path, self.row_group_rows, read_back_names=True)
 
     @staticmethod
     def ids_if_streamable(requests) -> np.ndarray | None:

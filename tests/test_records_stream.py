@@ -348,3 +348,25 @@ def test_a_run_that_fails_leaves_no_step_part_files(tmp_path, monkeypatch, small
         simulate(trace(), schedulers(2), COST, record_files=files)
     assert seen == ["requests.parquet", "steps.parquet.replica-0.part", "steps.parquet.replica-1.part"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["requests.parquet"]  # the caller's own file
+
+
+def test_a_streamed_file_is_copied_as_concat_files_would_write_it(tmp_path):
+    """Issue 34: a stream's file names its list items as they read back, so `concat_files` of it
+    alone rewrites it byte for byte and a sweep of one point copies it (`rewrites_as_itself`);
+    a file pandas wrote ("item") is not such a file, and is joined by `concat_files` as before."""
+    import filecmp
+
+    from simulator.records import SCALAR_COLUMNS
+    from simulator.records_parquet import rewrites_as_itself
+
+    stream = RequestsStream(tmp_path / "r.parquet", [3, 1, 2], keep_token_times=True, row_group_rows=2)
+    columns = {name: np.zeros(3, dtype=dtype) for name, dtype in SCALAR_COLUMNS.items()}
+    columns["request_id"] = np.array([2, 1, 3])
+    stream.add(0, columns, np.full(3, 0.5), np.array([1.0, 2.0, 3.0, 4.0, 5.0]), np.array([2, 0, 3]))
+    stream.close()
+    concat_files([tmp_path / "r.parquet"], tmp_path / "joined.parquet")
+    assert rewrites_as_itself(tmp_path / "r.parquet")
+    assert filecmp.cmp(tmp_path / "r.parquet", tmp_path / "joined.parquet", shallow=False)
+    assert pd.read_parquet(tmp_path / "r.parquet")["token_times_s"].map(list).tolist() == [[], [1.0, 2.0], [3.0, 4.0, 5.0]]
+    write_in_row_groups(pd.read_parquet(tmp_path / "r.parquet"), tmp_path / "pandas.parquet")
+    assert not rewrites_as_itself(tmp_path / "pandas.parquet")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 from concurrent.futures import as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,7 +43,8 @@ from experiments.planning.fleet import fleet_row
 from experiments.planning.search import (capacity_row, cost_model_summary, load_row, lowest_rate_verdict, per_gpu_row,
                                          search_capacity, sustained_summary, trial_config)
 from experiments.planning.vllm_flags import vllm_serve_command, vllm_serve_flags
-from simulator.records_parquet import concat_files, num_rows, same_columns, source_schema, write_in_row_groups
+from simulator.records_parquet import (concat_files, num_rows, rewrites_as_itself, same_columns, source_schema,
+                                      write_in_row_groups)
 
 
 def run_sweep(points: list[dict[str, Any]], jobs: int | None = None,
@@ -437,8 +439,12 @@ def _record_sources(results: list[PointResult], name: str) -> list:
 def _join_records(sources: list, path: Path) -> None:
     """The sources' rows into `path`: row group by row group when every source has the same
     columns and types (the rows of `pd.concat` of them), else through `pd.concat` itself (its
-    union of columns, e.g. a point without token times beside one with)."""
-    if same_columns([source_schema(s) for s in sources]):
+    union of columns, e.g. a point without token times beside one with). One file that
+    `concat_files` would rewrite byte for byte (`rewrites_as_itself`: a `simulate` run's) is
+    copied instead of decoded and encoded again."""
+    if len(sources) == 1 and not isinstance(sources[0], pd.DataFrame) and rewrites_as_itself(sources[0]):
+        shutil.copyfile(sources[0], path)
+    elif same_columns([source_schema(s) for s in sources]):
         concat_files(sources, path)
     else:
         write_in_row_groups(_concat([s if isinstance(s, pd.DataFrame) else pd.read_parquet(s) for s in sources]), path)
