@@ -69,6 +69,8 @@ class ClusterRequestsStream(RequestsStream):
         for name, column in self.transfer_columns.items():
             column[ranks] = columns[name]
 
+    tokens_as_arrow = False  # `rows_frame` puts the prefill's first token in front of them
+
     def rows_frame(self, start: int, end: int, tokens: pd.Series | None) -> pd.DataFrame:
         self._file_transfers()
         part = merge_first_tokens(super().rows_frame(start, end, tokens), self.num_prefill)

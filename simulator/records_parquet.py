@@ -44,6 +44,11 @@ class RowGroupWriter:
         self._writer: pq.ParquetWriter | None = None
         self._schema: pa.Schema | None = None
 
+    @property
+    def started(self) -> bool:
+        """Whether a first `write` gave the file its schema."""
+        return self._writer is not None
+
     def write(self, part: pd.DataFrame) -> None:
         """Append the rows of `part` (its index is not written)."""
         if self._writer is None:
@@ -57,6 +62,23 @@ class RowGroupWriter:
             rows = part.iloc[start:start + self.row_group_rows]
             self._writer.write_table(pa.Table.from_pandas(rows, schema=self._schema, preserve_index=False),
                                      row_group_size=self.row_group_rows)
+
+    def write_with_arrays(self, part: pd.DataFrame, arrays: dict[str, pa.Array]) -> None:
+        """`write` of `part` with the columns `arrays` names given as Arrow arrays of the
+        schema's types (not converted from pandas objects: a list column of numpy arrays costs a
+        Python step per row); `part` has the other columns. Only after a first `write` fixed the
+        schema. The file is the same as `write` of the whole frame gives."""
+        schema = self._schema
+        if schema is None:
+            raise ValueError(f"{self.path}: write_with_arrays before a first write gave the schema")
+        rest = pa.schema([f for f in schema if f.name not in arrays], metadata=schema.metadata)
+        table = pa.Table.from_pandas(part, schema=rest, preserve_index=False)
+        for name, array in arrays.items():
+            position = schema.get_field_index(name)
+            field = schema.field(position)
+            table = table.add_column(position, field, array if array.type.equals(field.type) else array.cast(field.type))
+        for start in range(0, table.num_rows, self.row_group_rows):
+            self._writer.write_table(table.slice(start, self.row_group_rows), row_group_size=self.row_group_rows)
 
     def close(self, empty: pd.DataFrame | None = None) -> None:
         """Finish the file; when nothing was written, `empty` (a frame of no rows with the

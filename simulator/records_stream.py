@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from simulator.records import SCALAR_COLUMNS, records_frame, request_views
 from simulator.records_parquet import ROW_GROUP_ROWS, RowGroupWriter, concat_files, write_in_row_groups
@@ -85,6 +86,10 @@ class RequestsStream:
         RuntimeError: a request id not in `request_ids`, finished twice, or one never finished
             by `close` (a bug: the records would be wrong); OSError: the file cannot be written.
     """
+
+    # Token times written as one Arrow list array per row group (`_write`); a subclass whose
+    # `rows_frame` changes them sets it False.
+    tokens_as_arrow = True
 
     def __init__(self, path: str | Path, request_ids, keep_token_times: bool, constants: dict[str, int] | None = None,
                  row_group_rows: int | None = None, frontend=None) -> None:
@@ -150,12 +155,20 @@ class RequestsStream:
             self._write(self._written + self.row_group_rows)
 
     def _write(self, end: int) -> None:
-        """Write rows [_written, end) and drop their token times."""
+        """Write rows [_written, end) and drop their token times. After the first row group
+        (which gives the file its schema) the token times go to the file as one Arrow list
+        array of the rows' times back to back, not as a column of numpy arrays."""
         start, self._written = self._written, end
-        tokens = None
-        if self.keep_token_times:
-            tokens = pd.Series([self._tokens.pop(rank) for rank in range(start, end)], dtype=object)
-        self._writer.write(with_constants(self.rows_frame(start, end, tokens), self.constants))
+        if not self.keep_token_times:
+            self._writer.write(with_constants(self.rows_frame(start, end, None), self.constants))
+            return
+        views = [self._tokens.pop(rank) for rank in range(start, end)]
+        if self._writer.started and self.tokens_as_arrow:
+            frame = with_constants(self.rows_frame(start, end, None), self.constants)
+            self._writer.write_with_arrays(frame, {"token_times_s": _list_array(views)})
+        else:
+            tokens = pd.Series(views, dtype=object)
+            self._writer.write(with_constants(self.rows_frame(start, end, tokens), self.constants))
 
     def rows_frame(self, start: int, end: int, tokens: pd.Series | None) -> pd.DataFrame:
         """Rows [start, end) as the frame has them (`records_frame`), `tokens` their token times
@@ -176,6 +189,15 @@ class RequestsStream:
         empty = self.rows_frame(0, 0, pd.Series([], dtype=object) if self.keep_token_times else None)
         self._writer.close(with_constants(empty, self.constants))
         return self.rows_frame(0, self.ids.size, None)
+
+
+def _list_array(views: list[np.ndarray]) -> pa.ListArray:
+    """The float64 arrays `views` as one Arrow list array (int32 offsets, as pandas' conversion
+    of the column gives; the file's item name is set by the writer's schema)."""
+    offsets = np.zeros(len(views) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, views), np.int64, len(views)), out=offsets[1:])
+    values = np.concatenate(views) if views else np.zeros(0)
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values, type=pa.float64()))
 
 
 def join_step_files(files: RecordFiles, num_replicas: int) -> None:
