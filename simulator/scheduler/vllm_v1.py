@@ -109,16 +109,19 @@ class VllmV1Scheduler(Scheduler):
         lookahead, max_model_len = self.config.num_lookahead_tokens, self.config.max_model_len
         tables = bm._tables  # request id -> block ids (read only: the common "already fits" check)
         hybrid = self._hybrid_kv  # sliding-window groups: free what left the window first (allocate_slots)
+        in_flight = self._in_flight  # (the dict itself: preemption deletes from it)
         for seq in self._idle_running():
             if budget <= 0:
                 break
-            if seq.request_id not in self._in_flight:  # preempted earlier in this loop
+            if seq.request_id not in in_flight:  # preempted earlier in this loop
                 continue
             computed = seq.num_computed_tokens
             if hybrid:
                 bm.remove_skipped_blocks(seq.request_id, computed)
             pending = seq.request.prompt_tokens + seq.num_generated_tokens - computed  # num_pending_tokens, inline
-            n = min(pending, budget, threshold or budget)
+            n = pending if pending < budget else budget  # min(pending, budget, threshold), as comparisons
+            if threshold and n > threshold:
+                n = threshold
             drafts = 0
             if every_step and computed >= seq.prefill_target_tokens:
                 # vLLM schedules num_tokens_with_spec - num_computed_tokens: the token and the drafts
@@ -142,7 +145,7 @@ class VllmV1Scheduler(Scheduler):
                     if entries:
                         entries, budget = self._unschedule_preempted(entries)
                 if not fits:
-                    if seq.request_id not in self._in_flight:
+                    if seq.request_id not in in_flight:
                         break  # preempted itself: vLLM stops loop 1 here
                     continue
                 computed = seq.num_computed_tokens
