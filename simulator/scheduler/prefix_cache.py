@@ -37,7 +37,7 @@ can be hit.
 from __future__ import annotations
 
 from collections import deque
-from itertools import repeat
+from itertools import repeat, starmap
 
 from simulator.scheduler.block_manager import BlockManager
 from traces import Request
@@ -218,6 +218,15 @@ class PrefixCachingBlockManager(BlockManager):
                 self._drop_key(b)  # evict it
             table.append(b)
             self._num_free -= 1
+            return
+        if not self._any_gen:  # several blocks (a prompt's chunk), no stale entry: taken at C level
+            taken = list(starmap(pop, repeat((), extra)))
+            for b in taken:
+                is_free[b] = 0
+            for b in [b for b in taken if key_of[b] is not None]:
+                self._drop_key(b)  # evict it (in queue order, as one by one)
+            table.extend(taken)
+            self._num_free -= extra
             return
         n, gen, stale = self.num_blocks, self._gen, self._any_gen
         for _ in range(extra):
