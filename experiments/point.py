@@ -125,8 +125,10 @@ def build_cost_model(point: SweepConfig) -> CostModel:
     offloaded = weight_offload_bytes(point)
     step_overhead_s = (device.step_overhead_s + offload_read_s_per_step(offloaded, device.host_link_bandwidth_bytes_per_s)
                        if offloaded else None)
-    # vLLM's largest CUDA-graph capture size for these flags (`profiler.cuda_graphs`, cited there).
-    graph_max = max(cudagraph_capture_sizes(e.max_num_seqs, e.chunk_size, e.split_n), default=0)
+    # vLLM's largest CUDA-graph capture size for these flags (`profiler.cuda_graphs`, cited there);
+    # 0 with --enforce-eager: no graphs, so no padding and eager all-reduces.
+    graph_max = 0 if e.enforce_eager else max(cudagraph_capture_sizes(e.max_num_seqs, e.chunk_size, e.split_n),
+                                              default=0)
     if model.moe is not None:  # issue 18: experts priced by profiler/moe_cost.py
         from profiler.moe_cost import build_moe_cost_model
 

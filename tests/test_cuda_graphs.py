@@ -71,3 +71,28 @@ def test_a_step_above_the_largest_capture_size_is_unpadded():
     assert model.breakdown([260], [0], [True])["gemm_s"] == pytest.approx(2 * C_GEMM * 272 * GEMM_NK, rel=1e-9)
     no_graphs = MeasuredCostModel([synthetic_tables()], TOY, DEVICE, cuda_graph_max_tokens=0)
     assert no_graphs.breakdown([1] * 17, [63] * 17, [False] * 17)["gemm_s"] == pytest.approx(2 * C_GEMM * 17 * GEMM_NK)
+
+
+def test_enforce_eager_is_a_point_without_graphs_and_its_flag():
+    """engine.enforce_eager (vLLM --enforce-eager): the point's measured cost model captures
+    nothing (largest capture size 0: a 17-token decode step's GEMMs at m = 17), the command
+    carries the flag, and the settings column appears only when it is set."""
+    from experiments.config import SweepConfig
+    from experiments.planning.vllm_flags import vllm_serve_flags
+    from experiments.point import build_cost_model
+
+    def point(**engine):
+        return SweepConfig.model_validate({
+            "model": "llama-3-8b", "device": "h100-sxm", "cost_model": "auto",
+            "trace": {"kind": "synthetic", "num_requests": 10, "qps": 1, "prompt_tokens": 64, "output_tokens": 4},
+            "engine": {"scheduler": "vllm_v1", "chunk_size": 2048, "max_num_seqs": 64, **engine}})
+    graphs, eager = build_cost_model(point()), build_cost_model(point(enforce_eager=True))
+    assert graphs.cuda_graph_max_tokens == 128 and eager.cuda_graph_max_tokens == 0  # min(2 × 64, 512)
+    assert eager.breakdown([1] * 17, [63] * 17, [False] * 17)["gemm_s"] < graphs.breakdown(
+        [1] * 17, [63] * 17, [False] * 17)["gemm_s"]  # 17 rows against 24 padded
+    assert eager.breakdown([1] * 24, [63] * 24, [False] * 24)["gemm_s"] == pytest.approx(
+        graphs.breakdown([1] * 17, [63] * 17, [False] * 17)["gemm_s"], rel=1e-12)  # 24 rows: the padded count
+    assert "--enforce-eager" in vllm_serve_flags(point(enforce_eager=True)).split()
+    assert "--enforce-eager" not in vllm_serve_flags(point()).split()
+    assert point(enforce_eager=True).engine.used_settings()["enforce_eager"] is True
+    assert "enforce_eager" not in point().engine.used_settings()

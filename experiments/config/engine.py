@@ -80,6 +80,7 @@ class EngineConfig(_Strict):
     on_too_long: Literal["reject", "truncate"] = "reject"  # prompt + output > max_model_len
     enable_prefix_caching: bool = True  # vllm_v1 only, on as in vLLM V1 (simulator/scheduler/prefix_cache.py)
     kv_offload: KvOffloadConfig | None = None  # KV tier in host memory (vLLM --kv-offloading-size), vllm_v1 only
+    enforce_eager: bool = False  # vLLM --enforce-eager: no CUDA graphs (no padding to capture sizes, eager all-reduces; profiler/cuda_graphs.py)
     cpu_offload_gb: float = Field(default=0.0, ge=0, le=1e6, allow_inf_nan=False)  # GiB of weights per GPU in host memory, read over the host link every step (vLLM --cpu-offload-gb; profiler/weight_offload.py); dense BF16 models
     # experiments.deployment.async_scheduling_on resolves null; simulator/replica.py models it
     async_scheduling: bool | None = None  # vllm_v1 only: vLLM's --async-scheduling; null: as vLLM >= 0.14 (on; off with pipeline_parallel_size > 1, split_n on draft ngram, MoE data parallel)
@@ -174,7 +175,8 @@ class EngineConfig(_Strict):
                 and k not in KEY_ALIASES.get(self.scheduler, {})
                 and (k != "router_overlap_weight" or self.router == "prefix_aware")
                 and (k != "kv_offload" or self.kv_offload is not None)
-                and (k != "cpu_offload_gb" or self.cpu_offload_gb > 0)}
+                and (k != "cpu_offload_gb" or self.cpu_offload_gb > 0)
+                and (k != "enforce_eager" or self.enforce_eager)}
 
 
 def check_router(router: str, router_key: str, e: EngineConfig, engine_key: str) -> None:

@@ -165,7 +165,7 @@ def vllm_serve_flags(point: Point) -> str:
     Split-N maps to `--speculative-config` (`ngram`, or `draft_model` with the draft's name).
     `engine.kv_offload` maps to `--kv-offloading-backend native --kv-offloading-size GiB`;
     `engine.enable_prefix_caching: false` under vllm_v1 to `--no-enable-prefix-caching`;
-    `engine.cpu_offload_gb` to `--cpu-offload-gb GiB`.
+    `engine.cpu_offload_gb` to `--cpu-offload-gb GiB`, `engine.enforce_eager: true` to `--enforce-eager`.
     vLLM's own policy is v1's; a point simulated under another scheduler shares only its flags.
     A disaggregated point (`cluster:`) has no one command: `DISAGGREGATED_FLAGS` says so.
     """
@@ -210,6 +210,8 @@ def vllm_serve_flags(point: Point) -> str:
     if e.kv_offload is not None and e.kv_offload.cpu_gib > 0:
         # vllm/config/vllm.py: native -> OffloadingConnector, cpu_bytes_to_use = size * 2**30 (all ranks)
         flags += ["--kv-offloading-backend", e.kv_offload.connector, "--kv-offloading-size", f"{e.kv_offload.cpu_gib:g}"]
+    if e.enforce_eager:  # no CUDA graphs (vllm/config/model.py ModelConfig.enforce_eager)
+        flags += ["--enforce-eager"]
     if e.cpu_offload_gb > 0:  # vllm/config/offload.py: UVA offload of this many GiB of weights per GPU
         flags += ["--cpu-offload-gb", f"{e.cpu_offload_gb:g}"]
     if e.split_n:
