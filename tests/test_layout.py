@@ -114,3 +114,20 @@ def test_experiments_has_its_three_roles():
     for role in ("cli", "planning", "verification"):
         assert (ROOT / "experiments" / role / "__init__.py").is_file()
     assert (ROOT / "profiler" / "engine_overhead.py").is_file()
+
+
+MAX_FILE_LINES = 800  # issue 30: a longer file says at its top why it is one piece
+
+
+def test_no_module_is_longer_than_800_lines_unless_it_says_why():
+    """Every module of the project (and every test file) is at most 800 lines, or its docstring
+    says why it is one piece ("one piece" in the module docstring)."""
+    files = [p for pkg in (*PACKAGES, "tests", "benchmarks") for p in (ROOT / pkg).rglob("*.py")]
+    assert len(files) > 100
+    too_long = {}
+    for path in files:
+        text = path.read_text()
+        lines = text.count("\n")
+        if lines > MAX_FILE_LINES and "one piece" not in (ast.get_docstring(ast.parse(text)) or ""):
+            too_long[str(path.relative_to(ROOT))] = lines
+    assert too_long == {}
