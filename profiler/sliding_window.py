@@ -14,7 +14,13 @@ The layer pattern, as each config family spells it (transformers' config classes
 - `sliding_window_pattern` (Gemma-3 configs before `layer_types`: `Gemma3TextConfig`): layer i is
   windowed unless (i + 1) % pattern == 0 — 5 local : 1 global for pattern 6;
 - `use_sliding_window` with `max_window_layers` (Qwen2 / Qwen3 / their MoE: `Qwen2Config`): layers
-  i >= max_window_layers are windowed when use_sliding_window is true; false is full attention;
+  i >= max_window_layers are windowed when use_sliding_window is true; false is full attention,
+  and so is a Qwen config without it: those config classes default it to False and then set
+  `sliding_window = None` (transformers `Qwen2Config` / `Qwen3Config` / `Qwen3MoeConfig`:
+  `self.sliding_window = sliding_window if self.use_sliding_window else None`), the attribute
+  vLLM 0.19's `ModelConfig.get_sliding_window` returns (vllm/config/model.py), whatever the
+  file's `sliding_window` or `layer_types` say; a Qwen config with use_sliding_window true,
+  no layer_types and no max_window_layers is refused (the default is the class's, not the file's);
 - `sliding_window` alone (Mistral: `MistralConfig`, no `use_sliding_window`): every layer.
 
 A window of at least `max_position_embeddings` never drops a token: that is full attention
@@ -27,6 +33,9 @@ from pathlib import Path
 import numpy as np
 
 FULL, SLIDING = "full_attention", "sliding_attention"
+# model_types whose transformers config class has `use_sliding_window` (default False):
+# Qwen2Config, Qwen3Config, Qwen2MoeConfig, Qwen3MoeConfig.
+USE_SLIDING_WINDOW_TYPES = ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
 
 
 def _whole(config: dict, key: str, path: Path, minimum: int = 1) -> int:
@@ -42,12 +51,18 @@ def layer_pattern(config: dict, path: Path) -> list[bool]:
     Raises:
         ValueError: `layer_types` of the wrong length or naming another attention type, a
             pattern or max_window_layers that is not a whole number, a pattern given in two
-            spellings that disagree; the message names `path` and the field.
+            spellings that disagree, a Qwen config's use_sliding_window true with neither
+            layer_types nor max_window_layers; the message names `path` and the field.
     """
     num_layers = _whole(config, "num_hidden_layers", path)
     layer_types = config.get("layer_types")
     pattern = config.get("sliding_window_pattern")
     uses = config.get("use_sliding_window")
+    if config.get("model_type") in USE_SLIDING_WINDOW_TYPES:
+        uses = bool(uses)  # the config class's default, False, when the file omits it
+        if uses and layer_types is None and config.get("max_window_layers") is None:
+            raise ValueError(f"{path}: use_sliding_window is true but max_window_layers is not set: give the "
+                             "first windowed layer (0 for every layer)")
     window_set = config.get("sliding_window") not in (None, 0, False)
     if layer_types is not None:
         if not isinstance(layer_types, list) or len(layer_types) != num_layers:

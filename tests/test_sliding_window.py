@@ -52,6 +52,7 @@ def test_bad_layer_patterns_name_the_file_and_field(tmp_path, extra, match):
 def test_a_config_json_with_layer_types_reads_into_the_spec(tmp_path):
     config = {"model_type": "qwen3", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4,
               "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 4096, "sliding_window": 64,
+              "use_sliding_window": True,
               "layer_types": ["sliding_attention", "full_attention"] * 2, "attn_logit_softcapping": 50.0}
     (tmp_path / "config.json").write_text(json.dumps(config))
     spec = get_model_spec(tmp_path)
@@ -236,3 +237,26 @@ def test_the_engine_refuses_attention_it_does_not_implement(name, feature):
 
     with pytest.raises(ValueError, match=f"has .*{feature}.*which the engine does not implement"):
         ModelArgs.for_builtin(get_model_spec(name))
+
+
+def test_a_qwen_config_without_use_sliding_window_is_full_attention(tmp_path):
+    """transformers' Qwen config classes default use_sliding_window to False and then drop the
+    window, so a Qwen config.json with `sliding_window` (even `layer_types`) but no
+    use_sliding_window is full attention in vLLM: no windowed layer. A Mistral one is windowed."""
+    path = tmp_path / "config.json"
+    base = {"num_hidden_layers": 4, "sliding_window": 8, "max_position_embeddings": 4096}
+    for model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
+        assert read_sliding_window({**base, "model_type": model_type}, path) == (0, 0)
+        assert read_sliding_window({**base, "model_type": model_type,
+                                    "layer_types": ["sliding_attention", "full_attention"] * 2}, path) == (0, 0)
+        assert read_sliding_window({**base, "model_type": model_type, "use_sliding_window": True,
+                                    "max_window_layers": 1}, path) == (8, 3)
+    assert read_sliding_window({**base, "model_type": "mistral"}, path) == (8, 4)
+
+
+def test_a_qwen_config_with_use_sliding_window_but_no_first_layer_is_refused(tmp_path):
+    """use_sliding_window true with neither layer_types nor max_window_layers: the windowed layers
+    would be the config class's default, not the file's; the error names the file and field."""
+    config = {"model_type": "qwen2", "num_hidden_layers": 4, "sliding_window": 8, "use_sliding_window": True}
+    with pytest.raises(ValueError, match=r"config\.json: use_sliding_window is true but max_window_layers is not set"):
+        layer_pattern(config, tmp_path / "config.json")
