@@ -74,9 +74,31 @@ def weight_offload_bytes(point: SweepConfig) -> int:
                          f"GiB of host memory per GPU of device {device.name!r}")
     layers = -(-model.num_layers // e.pipeline_parallel_size)
     try:
-        return offloaded_weight_bytes(model, e.tensor_parallel_size, layers, e.cpu_offload_gb, DTYPE_BYTES[e.dtype])
+        moved = offloaded_weight_bytes(model, e.tensor_parallel_size, layers, e.cpu_offload_gb, DTYPE_BYTES[e.dtype])
     except ValueError as exc:
         raise ValueError(f"engine.cpu_offload_gb: {exc}") from None
+    _check_host_memory_shared(e, device, moved)
+    return moved
+
+
+def _check_host_memory_shared(e, device, moved_bytes_per_gpu: int) -> None:
+    """The moved weights and the KV offload tier share a replica's host memory (device file's
+    `host_memory_gib` per GPU × TP × PP × DP): each GPU's `moved_bytes_per_gpu` plus each DP
+    rank's `kv_offload.cpu_gib` tier must fit it (each alone is checked where it is read).
+
+    Raises:
+        ValueError: naming `engine.cpu_offload_gb` and `engine.kv_offload.cpu_gib`: together over it."""
+    tier_gib = e.kv_offload.cpu_gib if e.kv_offload is not None else 0.0
+    if device.host_memory_gib is None or not tier_gib:
+        return
+    gpus = e.tensor_parallel_size * e.pipeline_parallel_size * e.data_parallel_size
+    weights_gib = moved_bytes_per_gpu * gpus / 2**30
+    host_gib = device.host_memory_gib * gpus
+    if weights_gib + tier_gib * e.data_parallel_size > host_gib:
+        raise ValueError(f"engine.cpu_offload_gb with engine.kv_offload.cpu_gib: {weights_gib:.2f} GiB of offloaded "
+                         f"weights and {tier_gib:g} GiB of KV tier x {e.data_parallel_size} DP rank(s) exceed the "
+                         f"{host_gib:g} GiB of host memory of a replica's {gpus} GPU(s) ({device.host_memory_gib:g} GiB "
+                         f"each, device {device.name!r}); lower one of them")
 
 
 def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:

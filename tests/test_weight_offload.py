@@ -111,3 +111,14 @@ def test_what_is_not_modelled_is_refused_naming_the_key(engine, message):
 def test_a_negative_or_non_finite_budget_is_a_config_error(value):
     with pytest.raises(ValueError, match="cpu_offload_gb"):
         point(cpu_offload_gb=value)
+
+
+def test_moved_weights_and_the_kv_offload_tier_share_the_host_memory():
+    """h100-sxm: 256 GiB of host memory per GPU. At 20 GiB every one of Llama-3.1-8B's 32 layers
+    moves: 32 x 436,224,000 B = 13.000488 GiB; with a 242 GiB KV tier that is 255.0005 GiB (fits),
+    with 243 GiB 256.0005 GiB, over the 256: refused naming both keys (each alone fits)."""
+    assert weight_offload_bytes(point(device="h100-sxm", cpu_offload_gb=20, kv_offload={"cpu_gib": 242})) \
+        == 32 * sum(LAYER)
+    with pytest.raises(ValueError, match=r"engine\.cpu_offload_gb with engine\.kv_offload\.cpu_gib: 13\.00 GiB of "
+                                         r"offloaded weights and 243 GiB of KV tier x 1 DP rank\(s\) exceed the 256 GiB"):
+        weight_offload_bytes(point(device="h100-sxm", cpu_offload_gb=20, kv_offload={"cpu_gib": 243}))
