@@ -167,16 +167,18 @@ def roofline_only_cost_model(cost_model: str, model) -> str:
 
     Raises:
         ValueError: `measured:DIR` or `profile:DIR` for such a model (names the model's fields)."""
-    if not (model.num_sliding_layers or model.attention_sinks or model.attn_logit_softcapping or model.kv_lora_rank
-            or model.num_dense_layers):
+    features = [text for present, text in (
+        (model.num_sliding_layers, f"{model.num_sliding_layers} sliding-window layers (window {model.sliding_window})"),
+        (model.attention_sinks, "attention sinks"),
+        (model.attn_logit_softcapping, f"logit soft-capping ({model.attn_logit_softcapping:g})"),
+        (model.kv_lora_rank, f"MLA (kv_lora_rank {model.kv_lora_rank})"),
+        (model.num_dense_layers, f"{model.num_dense_layers} dense layers among its experts")) if present]
+    if not features:
         return cost_model
     if cost_model in ("auto", "roofline"):
         return "roofline"
-    raise ValueError(f"cost_model {cost_model}: model {model.name!r} has sliding-window layers ({model.num_sliding_layers}, "
-                     f"window {model.sliding_window}), attention sinks ({model.attention_sinks}) or logit soft-capping "
-                     f"({model.attn_logit_softcapping}), MLA (kv_lora_rank {model.kv_lora_rank}) or dense layers among its "
-                     f"experts ({model.num_dense_layers}); measured and fitted tables time full GQA attention only: "
-                     "use cost_model auto or roofline")
+    raise ValueError(f"cost_model {cost_model}: model {model.name!r} has {', '.join(features)}; measured and fitted "
+                     "tables time full GQA attention and uniform expert layers only: use cost_model auto or roofline")
 
 
 def cost_model_columns(point: SweepConfig, cost_model) -> dict:
