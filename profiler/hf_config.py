@@ -32,7 +32,8 @@ Sliding-window layers are read as each family spells them (`profiler.sliding_win
 `layer_types`, `sliding_window_pattern`, `use_sliding_window` / `max_window_layers`, or a Mistral
 config's `sliding_window` for every layer) into `sliding_window` and `num_sliding_layers`;
 `attn_logit_softcapping` into the spec (priced by the roofline). Qwen2/2.5 and Qwen3 configs carry
-`sliding_window` with `use_sliding_window: false`: that is full attention. The rule is vLLM's `ModelConfig.get_sliding_window` (`vllm/config`; pinned
+`sliding_window` with `use_sliding_window: false` (or without it: the config class's default is
+false): that is full attention. The rule is vLLM's `ModelConfig.get_sliding_window` (`vllm/config`; pinned
 by vLLM's `tests/test_config.py::test_get_sliding_window`): None for a Qwen2 config with
 use_sliding_window false, the window when it is true, and a Mistral config's window whenever set.
 
