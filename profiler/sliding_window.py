@@ -23,6 +23,11 @@ The layer pattern, as each config family spells it (transformers' config classes
   no layer_types and no max_window_layers is refused (the default is the class's, not the file's);
 - `sliding_window` alone (Mistral: `MistralConfig`, no `use_sliding_window`): every layer.
 
+Where a config.json omits a key, the transformers class's default is what vLLM reads
+(`class_defaults`): `MistralConfig.sliding_window` 4096; `GptOssConfig.sliding_window` 128 and
+`layer_types` alternating from a windowed layer 0 ("sliding_attention" if (i + 1) % 2 else
+"full_attention"). A Qwen config with use_sliding_window true and no sliding_window is refused.
+
 A window of at least `max_position_embeddings` never drops a token: that is full attention
 (vLLM's `ModelConfig.get_sliding_window` returns the window, and the attention is the same).
 """
@@ -36,6 +41,23 @@ FULL, SLIDING = "full_attention", "sliding_attention"
 # model_types whose transformers config class has `use_sliding_window` (default False):
 # Qwen2Config, Qwen3Config, Qwen2MoeConfig, Qwen3MoeConfig.
 USE_SLIDING_WINDOW_TYPES = ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
+# transformers' `sliding_window` default where the file omits the key: MistralConfig, GptOssConfig.
+WINDOW_DEFAULTS = {"mistral": 4096, "gpt_oss": 128}
+
+
+def class_defaults(config: dict) -> dict:
+    """`config` with the window fields its transformers class fills in when the file omits them
+    (module docstring): a Mistral or gpt-oss `sliding_window`, gpt-oss's alternating `layer_types`
+    (only with a window: with `sliding_window: null` vLLM windows no layer). A copy; `config` is kept."""
+    out = dict(config)
+    model_type = out.get("model_type")
+    if model_type in WINDOW_DEFAULTS and "sliding_window" not in out:
+        out["sliding_window"] = WINDOW_DEFAULTS[model_type]
+    layers = out.get("num_hidden_layers")
+    if (model_type == "gpt_oss" and out.get("layer_types") is None and out.get("sliding_window") not in (None, 0)
+            and isinstance(layers, int) and not isinstance(layers, bool) and layers >= 1):
+        out["layer_types"] = [SLIDING if (i + 1) % 2 else FULL for i in range(layers)]
+    return out
 
 
 def _whole(config: dict, key: str, path: Path, minimum: int = 1) -> int:
@@ -52,8 +74,10 @@ def layer_pattern(config: dict, path: Path) -> list[bool]:
         ValueError: `layer_types` of the wrong length or naming another attention type, a
             pattern or max_window_layers that is not a whole number, a pattern given in two
             spellings that disagree, a Qwen config's use_sliding_window true with neither
-            layer_types nor max_window_layers; the message names `path` and the field.
+            layer_types nor max_window_layers or without sliding_window; the message names
+            `path` and the field.
     """
+    config = class_defaults(config)
     num_layers = _whole(config, "num_hidden_layers", path)
     layer_types = config.get("layer_types")
     pattern = config.get("sliding_window_pattern")
@@ -63,6 +87,9 @@ def layer_pattern(config: dict, path: Path) -> list[bool]:
         if uses and layer_types is None and config.get("max_window_layers") is None:
             raise ValueError(f"{path}: use_sliding_window is true but max_window_layers is not set: give the "
                              "first windowed layer (0 for every layer)")
+        if uses and config.get("sliding_window") is None:
+            raise ValueError(f"{path}: use_sliding_window is true but sliding_window is not set: give the window "
+                             "in tokens, or use_sliding_window: false for full attention")
     window_set = config.get("sliding_window") not in (None, 0, False)
     if layer_types is not None:
         if not isinstance(layer_types, list) or len(layer_types) != num_layers:
@@ -98,6 +125,7 @@ def read_sliding_window(config: dict, path: Path) -> tuple[int, int]:
         ValueError: as `layer_pattern`, or a `sliding_window` that is not a whole number >= 1
             where layers are windowed (the message names `path` and the field).
     """
+    config = class_defaults(config)
     sliding = layer_pattern(config, path)
     if not any(sliding):
         return 0, 0

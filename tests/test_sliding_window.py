@@ -260,3 +260,23 @@ def test_a_qwen_config_with_use_sliding_window_but_no_first_layer_is_refused(tmp
     config = {"model_type": "qwen2", "num_hidden_layers": 4, "sliding_window": 8, "use_sliding_window": True}
     with pytest.raises(ValueError, match=r"config\.json: use_sliding_window is true but max_window_layers is not set"):
         layer_pattern(config, tmp_path / "config.json")
+
+
+def test_an_omitted_window_field_takes_the_transformers_class_default(tmp_path):
+    """MistralConfig's sliding_window defaults to 4096 (every layer); GptOssConfig's to 128 with
+    layer_types alternating from a windowed layer 0: of 24 layers, 12 windowed. An explicit null
+    window is full attention for both."""
+    path = tmp_path / "config.json"
+    base = {"num_hidden_layers": 24, "max_position_embeddings": 131072}
+    assert read_sliding_window({**base, "model_type": "mistral"}, path) == (4096, 24)
+    assert read_sliding_window({**base, "model_type": "mistral", "sliding_window": None}, path) == (0, 0)
+    assert read_sliding_window({**base, "model_type": "gpt_oss"}, path) == (128, 12)
+    assert layer_pattern({**base, "model_type": "gpt_oss"}, path)[:4] == [True, False, True, False]
+    assert read_sliding_window({**base, "model_type": "gpt_oss", "sliding_window": None}, path) == (0, 0)
+    assert read_sliding_window({**base, "model_type": "llama"}, path) == (0, 0)  # LlamaConfig has no window
+
+
+def test_a_qwen_config_with_use_sliding_window_but_no_window_is_refused(tmp_path):
+    config = {"model_type": "qwen3", "num_hidden_layers": 4, "use_sliding_window": True, "max_window_layers": 2}
+    with pytest.raises(ValueError, match=r"config\.json: use_sliding_window is true but sliding_window is not set"):
+        layer_pattern(config, tmp_path / "config.json")
