@@ -11,6 +11,7 @@ from experiments.config import (CHUNKING_SCHEDULERS, MAX_KV_BLOCKS, POOLS, SCHED
 from profiler import RooflineCostModel, get_device_spec, get_model_spec, kv_pool_blocks
 from profiler.cost_model import CostModel
 from profiler.kv_cache_groups import kv_cache_groups
+from profiler.memory import weights_memory_bytes
 from profiler.model_spec import ModelSpec
 from profiler.quantization import kv_cache_dtype_bytes, resolved_kv_cache_dtype
 from profiler.weight_offload import offloaded_weight_bytes
@@ -101,6 +102,17 @@ def _check_host_memory_shared(e, device, moved_bytes_per_gpu: int) -> None:
                          f"each, device {device.name!r}); lower one of them")
 
 
+def draft_weight_bytes(point: SweepConfig) -> int:
+    """Bytes of a draft model's weights on each GPU of the point (split-N with `draft: {model}`;
+    0 otherwise): vLLM loads the drafter on the target's GPUs, split over the same tensor-parallel
+    ranks, before it profiles memory (`profiler.memory.weights_memory_bytes` of the draft's spec).
+    Counted on every pipeline stage (conservative: vLLM runs the drafter on one)."""
+    e = point.engine
+    if not (e.split_n > 0 and isinstance(e.draft, DraftModel)):
+        return 0
+    return weights_memory_bytes(get_model_spec(e.draft.model), e.tensor_parallel_size, DTYPE_BYTES[e.dtype])
+
+
 def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
     """The scheduler knobs of a point, with the KV pool from the memory model unless overridden.
 
@@ -127,7 +139,7 @@ def build_scheduler_config(point: SweepConfig) -> SchedulerConfig:
         dtype_bytes=DTYPE_BYTES[e.dtype], kv_dtype_bytes=kv_bytes_per_element(point),
         max_num_seqs=e.max_num_seqs, data_parallel_size=e.data_parallel_size,
         enable_expert_parallel=e.enable_expert_parallel, kv_groups=kv_groups,
-        offloaded_weight_bytes=weight_offload_bytes(point))
+        offloaded_weight_bytes=weight_offload_bytes(point), draft_weight_bytes=draft_weight_bytes(point))
     num_blocks = e.num_gpu_blocks or fitting_blocks
     if num_blocks > MAX_KV_BLOCKS:  # before any pool is allocated (a pool costs ~40-58 bytes a block)
         device = get_device_spec(point.device).name

@@ -193,6 +193,7 @@ def vllm_kv_pool(
     enable_expert_parallel: bool = False,
     kv_groups: KVCacheGroups | None = None,
     offloaded_weight_bytes: int = 0,
+    draft_weight_bytes: int = 0,
 ) -> KVPoolBreakdown:
     """One rank's KV pool as vLLM 0.19 computes it (module docstring), every term kept.
 
@@ -210,6 +211,9 @@ def vllm_kv_pool(
         kv_groups: the KV cache groups (`profiler.kv_cache_groups`); None: one group of all layers.
         offloaded_weight_bytes: weights kept in host memory (`--cpu-offload-gb`,
             `profiler.weight_offload.offloaded_weight_bytes`): not on the GPU when vLLM profiles.
+        draft_weight_bytes: a draft model's weights on the rank (split-N with `draft: {model}`):
+            vLLM loads the drafter beside the target before it profiles (its KV per token is not
+            counted here: a pool a little larger than vLLM's).
 
     Returns:
         The breakdown; `num_blocks` is 0 (and `available_bytes` may be negative) when nothing fits.
@@ -220,7 +224,7 @@ def vllm_kv_pool(
     tp = tensor_parallel_size
     requested = math.ceil(cuda_total_memory_bytes(device) * gpu_memory_utilization)
     weights = weights_memory_bytes(model, tp, dtype_bytes, data_parallel_size, enable_expert_parallel) \
-        - offloaded_weight_bytes
+        - offloaded_weight_bytes + draft_weight_bytes
     activation = profile_run_peak_bytes(model, device, max_num_batched_tokens, max_num_seqs, tp, data_parallel_size,
                                         enable_expert_parallel)
     non_torch = non_torch_increase_bytes(device, tp)
@@ -250,6 +254,7 @@ def kv_pool_blocks(
     enable_expert_parallel: bool = False,
     kv_groups: KVCacheGroups | None = None,
     offloaded_weight_bytes: int = 0,
+    draft_weight_bytes: int = 0,
 ) -> int:
     """KV-cache blocks of `block_size` tokens that fit on each GPU: `vllm_kv_pool(...).num_blocks`.
 
@@ -258,7 +263,7 @@ def kv_pool_blocks(
         block_size: tokens per KV block.
         max_num_batched_tokens: the step token budget; shapes the profile run.
         max_num_seqs: most sequences in a step; the profile run's sampler rows (DESIGN.md default 128).
-        offloaded_weight_bytes: as `vllm_kv_pool`.
+        offloaded_weight_bytes, draft_weight_bytes: as `vllm_kv_pool`.
 
     Returns:
         The block count (≥ 1).
@@ -273,10 +278,11 @@ def kv_pool_blocks(
                         max_num_seqs=max_num_seqs, tensor_parallel_size=tensor_parallel_size,
                         dtype_bytes=dtype_bytes, kv_dtype_bytes=kv_dtype_bytes, data_parallel_size=data_parallel_size,
                         enable_expert_parallel=enable_expert_parallel, kv_groups=kv_groups,
-                        offloaded_weight_bytes=offloaded_weight_bytes)
+                        offloaded_weight_bytes=offloaded_weight_bytes, draft_weight_bytes=draft_weight_bytes)
     if pool.num_blocks < 1:
         raise ValueError(
-            f"{model.name} does not fit on {device.name} with tensor_parallel_size={tensor_parallel_size}: "
+            f"{model.name}{' and its draft model' if draft_weight_bytes else ''} does not fit on {device.name} with "
+            f"tensor_parallel_size={tensor_parallel_size}: "
             f"requested {pool.requested_bytes / GIB:.2f} GiB ({cuda_total_memory_bytes(device) / GIB:.2f} GiB × "
             f"{gpu_memory_utilization}) minus weights {pool.weights_bytes / GIB:.2f} GiB, profile-run peak "
             f"{pool.activation_peak_bytes / GIB:.2f} GiB and non-torch memory {pool.non_torch_bytes / GIB:.2f} GiB "
