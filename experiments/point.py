@@ -211,6 +211,9 @@ def cost_model_columns(point: SweepConfig, cost_model) -> dict:
         columns["cost_model_label"] += (f"; {offloaded / 2**30:.2f} GiB of weights per GPU read from host memory every "
                                         f"step (+{offload_read_s_per_step(offloaded, link) * 1e3:.1f} ms at "
                                         f"{link / 1e9:g} GB/s, a lower bound)")
+    if point.engine.enforce_eager:  # only the padding is modelled (profiler/cuda_graphs.py)
+        columns["cost_model_label"] += ("; enforce_eager: no CUDA-graph padding, but eager kernel-launch overhead is "
+                                        "not modelled, so step times are a lower bound")
     return columns
 
 

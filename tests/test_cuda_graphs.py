@@ -96,3 +96,9 @@ def test_enforce_eager_is_a_point_without_graphs_and_its_flag():
     assert "--enforce-eager" not in vllm_serve_flags(point()).split()
     assert point(enforce_eager=True).engine.used_settings()["enforce_eager"] is True
     assert "enforce_eager" not in point().engine.used_settings()
+    # Eager launch overhead is not modelled: the label says the steps are a lower bound.
+    from experiments.point import cost_model_columns
+    assert cost_model_columns(point(enforce_eager=True), eager)["cost_model_label"].endswith(
+        "; enforce_eager: no CUDA-graph padding, but eager kernel-launch overhead is not modelled, so step times "
+        "are a lower bound")
+    assert "enforce_eager" not in cost_model_columns(point(), graphs)["cost_model_label"]
