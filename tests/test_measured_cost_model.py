@@ -213,6 +213,25 @@ def test_heldout_error_is_zero_on_a_power_law_and_exact_on_a_kink():
     assert sorted(errors[0]) == pytest.approx([0.0, 0.0, math.sqrt(2) - 1, math.sqrt(2) - 1])
 
 
+def test_heldout_error_within_classes_sees_no_step_between_them():
+    from profiler.measured.heldout import heldout_errors, heldout_errors_by_class, mape
+
+    # Aligned m (multiples of 4) on t = m µs, the others on t = m + 8 µs (a copy before the GEMM):
+    # across the classes leaving out m = 8 predicts from 5 and 9 (off by the step); within them from
+    # 4 and 12: exact (t = m is a power law, log-log interpolation's exact case). The unaligned class
+    # (1, 5, 9, 13; t = m + 8) holds out 5 (from 1 and 9) and 9 (from 5 and 13), a little off.
+    frame = _product(m=[1, 4, 5, 8, 9, 12, 13], k=[1, 10])
+    frame["time_s"] = 1e-6 * (frame["m"] + np.where(frame["m"] % 4 == 0, 0.0, 8.0))
+    assert mape(heldout_errors(LogGrid.from_frame(frame, ["m", "k"]))[0]) > 20.0
+    within = heldout_errors_by_class(frame, ["m", "k"], frame["m"] % 4 == 0)
+
+    def off(m, lo, hi):  # log-log interpolation of t = m + 8 between lo and hi, relative error at m
+        w = math.log(m / lo) / math.log(hi / lo)
+        return abs((lo + 8) ** (1 - w) * (hi + 8) ** w / (m + 8) - 1)
+    expected = [0.0] * 2 + [off(5, 1, 9)] * 2 + [off(9, 5, 13)] * 2  # each twice: two k columns
+    assert sorted(within[0]) == pytest.approx(sorted(expected))
+
+
 def test_speculative_verify_rows_count_as_decode_rows():
     model = MeasuredCostModel([synthetic_tables()], TOY, DEVICE)
     # A verify of 3 tokens and a decode, both after 63 cached tokens: 2 decode rows reading 65 + 63

@@ -278,3 +278,27 @@ def test_fp8_mixture_of_experts_weights_tables_and_block_shapes():
     awq_moe = read_quantization_config({"quant_method": "awq", "bits": 4, "group_size": 128}, "m/config.json")
     with pytest.raises(ValueError, match="quantised mixture-of-experts weights .* are not priced yet"):
         replace(bf16, quantization=awq_moe)
+
+
+def test_block_fp8_gemms_interpolate_within_the_scale_alignment_class():
+    """Hopper's block-FP8 rows step up when m is not a multiple of 4 (DeepGEMM's TMA-aligned scales,
+    profiler/measured/table_grids.py): an m between rows is read from the rows of its own class."""
+    import math
+
+    block = build_measured("auto", get_model_spec("qwen3-32b-fp8"), get_device_spec("h100-sxm"), 2)
+    table = next(s.tables["gemm_fp8_block"] for s in block.sources if "gemm_fp8_block" in s.tables)
+    rows = table[(table["n"] == 5120) & (table["k"] == 5120)].set_index("m")["time_s"]  # qkv_proj at TP 2
+    t = lambda m: block._gemm["qkv_proj"](m)[0]  # noqa: E731
+
+    def loglog(m, lo, hi):
+        w = math.log(m / lo) / math.log(hi / lo)
+        return math.exp((1 - w) * math.log(rows[lo]) + w * math.log(rows[hi]))
+
+    assert t(4097) == pytest.approx(rows[4097], rel=1e-9) and t(4096) == pytest.approx(rows[4096], rel=1e-9)
+    assert rows[4097] > 1.05 * rows[4096]  # the step itself, measured
+    assert t(1409) == pytest.approx(loglog(1409, 1281, 1537), rel=1e-9)  # 1409 % 4 == 1: rows 1281, 1537
+    assert t(1408) == pytest.approx(loglog(1408, 1280, 1536), rel=1e-9)  # 1408 % 4 == 0: rows 1280, 1536
+    # Above the last unaligned row (4353): the aligned curve times the step measured there.
+    ratio = rows[4353] / loglog(4353, 4352, 8192)
+    assert t(5001) == pytest.approx(loglog(5001, 4352, 8192) * ratio, rel=1e-9)
+    assert not block._gemm["qkv_proj"](5001)[1]  # both curves read measured rows: not off the grid

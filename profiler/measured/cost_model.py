@@ -68,7 +68,7 @@ from profiler.cuda_graphs import CUDA_GRAPH_MAX_CAPTURE_TOKENS as CUDA_GRAPH_MAX
 from profiler.device_spec import DeviceSpec
 from profiler.measured.grid import LogGrid
 from profiler.measured.head_interpolation import rows_at_heads
-from profiler.measured.table_grids import Curve, _gemm_grid, _measured_width, _mixed_grids, _one_d
+from profiler.measured.table_grids import Curve, _gemm_grid, _gemm_m_curve, _measured_width, _mixed_grids, _one_d
 from profiler.measured.tables import MeasuredTableError, MeasuredTables
 from profiler.model_spec import ModelSpec
 from profiler.quantization import kernel_for, weight_only_gemm_time_s
@@ -254,7 +254,7 @@ class MeasuredCostModel:
         anchor = grid.clamp(1.0, n_block, k)
         ratio = (self._roofline_gemm_s(1, n_block, k, kernel) / self._roofline_gemm_s(1, anchor[1], anchor[2], kernel)
                  if off_grid else 1.0)
-        inner = _one_d(column, "m", f"{source.label} {table}", lambda m: self._roofline_gemm_s(m, n_block, k, kernel))
+        inner = _gemm_m_curve(column, table, f"{source.label} {table}", lambda m: self._roofline_gemm_s(m, n_block, k, kernel))
 
         def curve(m: float) -> tuple[float, bool]:
             t, out = inner(m)

@@ -38,3 +38,26 @@ def heldout_errors(grid: LogGrid) -> dict[int, np.ndarray]:
 def mape(errors: np.ndarray) -> float:
     """Mean of absolute relative errors, in percent (NaN when empty)."""
     return float(100.0 * errors.mean()) if errors.size else float("nan")
+
+
+def heldout_errors_by_class(frame, keys: list[str], classes) -> dict[int, np.ndarray]:
+    """`heldout_errors` of the grid over `keys` within each class of `frame`'s rows, pooled per axis:
+    each point predicted from its neighbours of the same class, as the cost model reads a table whose
+    first key steps between classes (`profiler.measured.table_grids._m_class_curve`).
+
+    Args:
+        frame: the table's rows (`keys` columns and time_s).
+        classes: one label per row (array-like of len(frame)); a class with a single row is skipped.
+
+    Returns:
+        axis index → 1-D array of errors, every class's pooled.
+    """
+    labels = np.asarray(classes)
+    pooled: dict[int, list[np.ndarray]] = {axis: [] for axis in range(len(keys))}
+    for label in np.unique(labels):
+        rows = frame[labels == label]
+        if len(rows) < 2:
+            continue
+        for axis, errors in heldout_errors(LogGrid.from_frame(rows, keys)).items():
+            pooled[axis].append(errors)
+    return {axis: np.concatenate(v) if v else np.array([]) for axis, v in pooled.items()}

@@ -30,6 +30,54 @@ def _one_d(table: pd.DataFrame, key: str, source: str, roofline: Callable[[float
     return curve
 
 
+# Hopper's block-FP8 GEMM (DeepGEMM, vLLM 0.19 `vllm/utils/deep_gemm.py`:
+# `should_use_deepgemm_for_fp8_linear`, `get_col_major_tma_aligned_tensor`) reads the activations'
+# per-token-group scales, fp32 and column-major, by TMA, whose global addresses must be 16-byte
+# aligned (DeepGEMM's `get_tma_aligned_size`): 4 scales, so a GEMM whose m is not a multiple of 4
+# pays for an aligned copy. AIConfigurator's h100_sxm / h200 `gemm_fp8_block` rows show it as a
+# step: m = 8, 12, 16 run ~9 µs faster than m = 9, 13, 17 (n = k = 8192: 36 vs 46 µs), and m = 4096
+# 514 µs against 566 µs at 4097. Interpolating across the step misses by the step (21-22 % held-out
+# MAPE along m); within each class, 3.1 % (h100) / 4.2 % (h200) (benchmarks/bench_quantized.py).
+SCALE_TMA_ALIGNMENT_ROWS = 4
+
+
+def _m_class_curve(column: pd.DataFrame, source: str, roofline: Callable[[float], float]) -> Curve:
+    """t(m) over a GEMM table's m column, interpolated within m's alignment class
+    (`SCALE_TMA_ALIGNMENT_ROWS`) when the table measured both classes (two rows or more each), else
+    over every row as `_one_d`.
+
+    An unaligned m above the last unaligned row is the aligned curve at m times the misalignment
+    ratio measured at that row (t(m_u) / t_aligned(m_u)): the aligned rows reach higher (h100:
+    unaligned to 4353, aligned to 32768), and the step is a copy of the scales that grows with m as
+    the GEMM does. Below the first unaligned row (m = 1 on the tables read) the unaligned curve is
+    extended as `_one_d` extends. `column`: rows with "m" and "time_s"."""
+    aligned = (column["m"].to_numpy() % SCALE_TMA_ALIGNMENT_ROWS) == 0
+    if aligned.sum() < 2 or (~aligned).sum() < 2:
+        return _one_d(column, "m", source, roofline)
+    on = _one_d(column[aligned], "m", f"{source} (m a multiple of {SCALE_TMA_ALIGNMENT_ROWS})", roofline)
+    off = _one_d(column[~aligned], "m", f"{source} (m not a multiple of {SCALE_TMA_ALIGNMENT_ROWS})", roofline)
+    top = float(column["m"][~aligned].max())
+    ratio = off(top)[0] / on(top)[0]
+
+    def curve(m: float) -> tuple[float, bool]:
+        if round(m) % SCALE_TMA_ALIGNMENT_ROWS == 0:
+            return on(m)
+        if m <= top:
+            return off(m)
+        t, out = on(m)
+        return t * ratio, out
+    return curve
+
+
+def _gemm_m_curve(column: pd.DataFrame, table: str, source: str, roofline: Callable[[float], float]) -> Curve:
+    """t(m) of one GEMM shape from `table`'s m column: `_m_class_curve` for `gemm_fp8_block`
+    (DeepGEMM's scale alignment step), else `_one_d` over m (the bf16 and per-tensor FP8 rows show
+    no step at m = 9, 13, 17 against 8, 12, 16)."""
+    if table == "gemm_fp8_block":
+        return _m_class_curve(column, source, roofline)
+    return _one_d(column, "m", source, roofline)
+
+
 def _measured_width(op: str, source: MeasuredTables) -> float:
     """Width (elements per token) of `op` in the model a layer_ops table was measured for."""
     m, tp = source.model, source.tensor_parallel_size or 1
