@@ -4,6 +4,15 @@ One call covers every kind of query in a step: a prefill chunk (q tokens over c 
 decode (1 over c) and a speculative verify (1 + drafts over c) are all "q new tokens attending
 causally to the c + q tokens of their sequence". The keys of this step are in the cache before
 attention runs (`KVCache.store`), so a query at position p sees positions 0..p of its sequence.
+
+Two variants of the 2025 open models, per layer:
+- a sliding window of W tokens: the query at position p sees positions max(0, p − W + 1) .. p, W
+  keys its own included (transformers' `sliding_window_overlay`: kv_idx > q_idx − W; vLLM's
+  flash-attention window (W − 1, 0));
+- attention sinks (gpt-oss): a learned logit per query head joins each row's softmax
+  denominator and adds nothing to its numerator (transformers `gpt_oss.eager_attention_forward`:
+  the sink column is concatenated to the scaled logits, softmaxed, then dropped; it is not
+  scaled).
 """
 from __future__ import annotations
 
@@ -41,7 +50,8 @@ class AttentionMetadata:
 
 
 def paged_attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                          meta: AttentionMetadata, scale: float) -> torch.Tensor:
+                          meta: AttentionMetadata, scale: float, window: int = 0,
+                          sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Causal attention of each sequence's queries over its cached keys; the reference path.
 
     Single-token queries (decodes) are computed together, padded to the longest context; every
@@ -54,6 +64,8 @@ def paged_attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
             already holding this step's keys and values.
         meta: the step's `AttentionMetadata`.
         scale: softmax scale, 1 / sqrt(head_dim).
+        window: sliding window in tokens (the query's own included); 0: full causal attention.
+        sinks: (num_heads,) sink logits (module docstring), or None.
 
     Returns:
         (T, num_heads, head_dim), in q's dtype; softmax in at least float32.
@@ -67,22 +79,26 @@ def paged_attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
         rows = torch.tensor([starts[i] for i in decodes], device=q.device)
         ctx = [meta.context_lens_list[i] for i in decodes]
         index = torch.tensor(decodes, device=q.device)
-        out[rows] = _attend(q[rows][:, None], k_cache, v_cache, meta.block_tables[index], ctx, scale)[:, 0]
+        out[rows] = _attend(q[rows][:, None], k_cache, v_cache, meta.block_tables[index], ctx, scale, window,
+                            sinks)[:, 0]
     for i, (q_len, ctx_len) in enumerate(zip(meta.query_lens_list, meta.context_lens_list)):
         if q_len > 1:
             rows = slice(starts[i], starts[i] + q_len)
-            out[rows] = _attend(q[rows][None], k_cache, v_cache, meta.block_tables[i : i + 1], [ctx_len], scale)[0]
+            out[rows] = _attend(q[rows][None], k_cache, v_cache, meta.block_tables[i : i + 1], [ctx_len], scale,
+                                window, sinks)[0]
     return out
 
 
 def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-            context_lens: list[int], scale: float) -> torch.Tensor:
+            context_lens: list[int], scale: float, window: int = 0,
+            sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of B sequences with the same query length Q, padded to the longest.
 
     Args:
         q: (B, Q, num_heads, head_dim); query j of sequence b sits at position context_lens[b] + j.
         block_tables: (B, >= blocks of the longest sequence) block ids.
         context_lens: B cached-token counts before the queries.
+        window, sinks: as `paged_attention_torch`.
 
     Returns:
         (B, Q, num_heads, head_dim) in q's dtype.
@@ -99,6 +115,13 @@ def _attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block
     query_pos = torch.tensor(context_lens, device=q.device)[:, None] + torch.arange(q_len, device=q.device)
     key_pos = torch.arange(seq_len, device=q.device)
     hidden = key_pos[None, None, :] > query_pos[:, :, None]  # (B, Q, L): causal, and past each sequence's end
+    if window:
+        hidden |= key_pos[None, None, :] <= query_pos[:, :, None] - window
     scores = scores.masked_fill(hidden[:, None, None], float("-inf")) * scale
-    o = torch.einsum("bhgqk,bkhd->bqhgd", scores.softmax(dim=-1), v)
+    if sinks is None:
+        probs = scores.softmax(dim=-1)
+    else:  # a sink column per query head, softmaxed with the row and dropped
+        sink = sinks.to(work_dtype).view(1, num_kv_heads, group, 1, 1).expand(*scores.shape[:-1], 1)
+        probs = torch.cat((scores, sink), dim=-1).softmax(dim=-1)[..., :-1]
+    o = torch.einsum("bhgqk,bkhd->bqhgd", probs, v)
     return o.reshape(batch, q_len, num_heads, head_dim).to(q.dtype)

@@ -14,6 +14,7 @@ import torch
 
 from gpu_engine.model import Llama, ModelArgs
 from profiler import get_model_spec
+from profiler.sliding_window import FULL, SLIDING, layer_pattern
 from profiler.atomic_write import write_text_whole, write_whole
 
 # Hugging Face projection -> (fused engine module, index of its row block).
@@ -25,7 +26,8 @@ def load_model_args(checkpoint_dir: str | Path) -> ModelArgs:
     """`ModelArgs` from a checkpoint's config.json (shapes via `profiler.get_model_spec`).
 
     Reads `rope_theta` (transformers 4) or `rope_parameters.rope_theta` (transformers 5) and
-    `rms_norm_eps`, with LlamaConfig's defaults (10,000 and 1e-6) where absent.
+    `rms_norm_eps`, with LlamaConfig's defaults (10,000 and 1e-6) where absent, and which layers
+    are windowed as the profiler reads them (`profiler.sliding_window.layer_pattern`).
 
     Raises:
         ValueError: a missing config or key (from the profiler), or rotary scaling other than
@@ -39,7 +41,9 @@ def load_model_args(checkpoint_dir: str | Path) -> ModelArgs:
     if rope_type != "default":
         raise ValueError(f"{path}: rotary scaling {rope_type!r} is not supported by the engine (only default)")
     theta = config.get("rope_theta", rope.get("rope_theta", 10000.0))
-    return ModelArgs(spec, rope_theta=float(theta), rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)))
+    windowed = layer_pattern(config, path) if spec.num_sliding_layers else [False] * spec.num_layers
+    return ModelArgs(spec, rope_theta=float(theta), rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+                     layer_windows=tuple(spec.sliding_window if w else 0 for w in windowed))
 
 
 def load_weights(model: Llama, checkpoint_dir: str | Path) -> Llama:
@@ -79,8 +83,8 @@ def load_weights(model: Llama, checkpoint_dir: str | Path) -> Llama:
 
 
 def save_checkpoint(model: Llama, checkpoint_dir: str | Path) -> Path:
-    """Write `model` as a Hugging Face Llama (or, with MoE layers, Mixtral) checkpoint (config.json,
-    model.safetensors).
+    """Write `model` as a Hugging Face Llama checkpoint (config.json, model.safetensors): Mixtral with MoE
+    layers, Qwen2 with q/k/v biases, Mistral with every layer windowed.
 
     transformers' `LlamaForCausalLM.from_pretrained` reads it; EOS/BOS ids are left unset so
     generation runs for exactly the requested number of tokens.
@@ -116,6 +120,8 @@ def _hf_names(model: Llama) -> list[str]:
     per_layer = ["input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.o_proj.weight",
                  "mlp.down_proj.weight"] + [f"{'mlp' if p in ('gate_proj', 'up_proj') else 'self_attn'}.{p}.weight"
                                             for p in _PACKED]
+    if model.args.spec.qkv_bias:  # Qwen2
+        per_layer += [f"self_attn.{p}.bias" for p in ("q_proj", "k_proj", "v_proj")]
     moe = model.args.spec.moe
     if moe is not None:  # Mixtral: block_sparse_moe.gate and per-expert w1 (gate), w2 (down), w3 (up)
         per_layer = [n for n in per_layer if not n.startswith("mlp.")] + ["block_sparse_moe.gate.weight"] + [
@@ -141,11 +147,11 @@ def _engine_slot(model: Llama, hf_name: str) -> tuple[str, slice | int | tuple[i
             return f"{layer}.w2", expert
         start = 0 if parts[5] == "w1" else width
         return f"{layer}.w13", (expert, slice(start, start + width))
-    if len(parts) == 5 and parts[3] in _PACKED:  # layers.{i}.{self_attn|mlp}.{proj}.weight
+    if len(parts) == 5 and parts[3] in _PACKED:  # layers.{i}.{self_attn|mlp}.{proj}.{weight|bias}
         fused, index = _PACKED[parts[3]]
         widths = _packed_widths(model.args, fused)
         start = sum(widths[:index])
-        return f"layers.{parts[1]}.{parts[2]}.{fused}.weight", slice(start, start + widths[index])
+        return f"layers.{parts[1]}.{parts[2]}.{fused}.{parts[4]}", slice(start, start + widths[index])
     return name, slice(None)
 
 
@@ -160,14 +166,37 @@ def _packed_widths(args: ModelArgs, fused: str) -> list[int]:
 def _hf_config(args: ModelArgs, dtype: torch.dtype) -> dict:
     s = args.spec
     if s.moe is not None:  # Mixtral: transformers `MixtralConfig`, experts of width intermediate_size
+        if 0 < s.num_sliding_layers < s.num_layers:
+            raise ValueError(f"model {s.name!r}: Mixtral's config windows every layer or none, not "
+                             f"{s.num_sliding_layers} of {s.num_layers}")
         return {**_dense_hf_config(args, dtype), "architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
                 "intermediate_size": s.moe.expert_intermediate_size, "num_local_experts": s.moe.num_experts,
-                "num_experts_per_tok": s.moe.num_experts_per_tok, "sliding_window": None,
+                "num_experts_per_tok": s.moe.num_experts_per_tok, "sliding_window": s.sliding_window or None,
                 "router_jitter_noise": 0.0, "output_router_logits": False}
     return _dense_hf_config(args, dtype)
 
 
 def _dense_hf_config(args: ModelArgs, dtype: torch.dtype) -> dict:
+    """A Llama config; Qwen2's (q/k/v biases, `layer_types` for windowed layers) or Mistral's (every
+    layer windowed) where the model has those."""
+    s = args.spec
+    config = _llama_hf_config(args, dtype)
+    if s.qkv_bias:
+        return {**config, "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+                "use_sliding_window": bool(s.num_sliding_layers), "sliding_window": s.sliding_window or None,
+                "max_window_layers": next((i for i, w in enumerate(args.layer_windows) if w), s.num_layers),
+                "layer_types": [SLIDING if w else FULL for w in args.layer_windows]}
+    if s.num_sliding_layers == s.num_layers:
+        return {**config, "architectures": ["MistralForCausalLM"], "model_type": "mistral",
+                "sliding_window": s.sliding_window}
+    if s.num_sliding_layers:
+        raise ValueError(f"model {s.name!r}: a checkpoint of a Llama layer with {s.num_sliding_layers} of "
+                         f"{s.num_layers} layers windowed has no transformers family here (Qwen2's has q/k/v biases, "
+                         "Mistral's windows every layer)")
+    return config
+
+
+def _llama_hf_config(args: ModelArgs, dtype: torch.dtype) -> dict:
     s = args.spec
     return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",

@@ -54,7 +54,8 @@ class Engine:
         prompt_seed: seeds the prompt ids of requests added without explicit ids.
 
     Raises:
-        ValueError: the scheduler's pool or block size differs from the runner's cache.
+        ValueError: the scheduler's pool or block size differs from the runner's cache, or the
+            scheduler runs the hybrid KV cache manager (`simulator.scheduler.hybrid_block_manager`).
     """
 
     def __init__(self, scheduler: Scheduler, runner: ModelRunner, *, sampler: Sampler | None = None,
@@ -64,6 +65,10 @@ class Engine:
         if (config.num_gpu_blocks, config.block_size) != (cache.num_blocks, cache.block_size):
             raise ValueError(f"scheduler pool ({config.num_gpu_blocks} blocks of {config.block_size}) differs from "
                              f"the KV cache ({cache.num_blocks} blocks of {cache.block_size})")
+        if getattr(scheduler.block_manager, "hybrid", False):
+            raise ValueError("the engine keeps every layer's KV in one block table per request; vLLM's hybrid KV "
+                             "cache manager (SchedulerConfig.kv_groups, per-group tables that free windowed blocks) "
+                             "is not run by the engine: give the scheduler no kv_groups")
         self.scheduler = scheduler
         self.runner = runner
         self.sampler = sampler or Sampler()

@@ -1,5 +1,8 @@
 """A Llama-family decoder (RMSNorm, rotary, GQA attention, SwiGLU MLP) over a paged KV cache.
 
+Also Mistral's and Qwen2's variants of it: sliding-window attention per layer (`ModelArgs.layer_windows`)
+and q/k/v projection biases (Qwen2).
+
 The whole model in one file, as gpt-fast keeps it. Inputs are flat: the tokens of every sequence
 of a step, concatenated (prefill chunks, decodes and verify tokens alike), with their positions;
 attention reads and writes the paged cache through `AttentionMetadata`. Projections are fused as
@@ -28,7 +31,8 @@ BUILTIN_ROPE_THETA = {"llama-3-8b": 500000.0, "llama-3-70b": 500000.0, "llama-3.
                       "llama-3.1-405b": 500000.0, "llama-3.1-70b-fp8": 500000.0, "qwen3-32b-fp8": 1000000.0,
                       "qwen3-235b-a22b": 1000000.0, "qwen3-235b-a22b-fp8": 1000000.0, "qwen3-30b-a3b-fp8": 1000000.0}
 
-AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionMetadata, float], torch.Tensor]
+# (q, k_cache, v_cache, meta, scale, window) -> out: `gpu_engine.attention.paged_attention_torch`'s contract.
+AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionMetadata, float, int], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -39,31 +43,53 @@ class ModelArgs:
         spec: layer counts and widths (profiler).
         rope_theta: rotary base (10,000 for Llama 2; 500,000 for Llama 3).
         rms_norm_eps: RMSNorm epsilon (1e-5 for Llama 2 and 3).
+        layer_windows: per layer, its sliding window in tokens (0: full attention); None derives
+            it from the spec where the spec decides it (no windowed layer, or every layer
+            windowed); a checkpoint's config.json gives it per layer (`gpu_engine.checkpoint`).
+
+    Raises:
+        ValueError: a feature of the spec the engine does not implement (named), or windows
+            that disagree with the spec (or a mixed pattern the spec alone cannot place).
     """
 
     spec: ModelSpec
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-5
+    layer_windows: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        # The engine implements the Llama layer only; running a Qwen2/Qwen3 layer as one would
-        # time (and, with weights, compute) another model without a word.
-        missing = [what for what, present in (("q/k/v projection biases (Qwen2)", self.spec.qkv_bias),
-                                              ("per-head q/k RMSNorm (Qwen3)", self.spec.qk_norm),
+        # The engine implements the Llama layer (with Qwen2's q/k/v biases and per-layer sliding
+        # windows); running another layer as one would time (and, with weights, compute) another
+        # model without a word.
+        missing = [what for what, present in (("per-head q/k RMSNorm (Qwen3)", self.spec.qk_norm),
                                               ("a shared expert (Qwen2-MoE)", self.spec.moe is not None
                                                and self.spec.moe.shared_expert_intermediate_size > 0),
-                                              (f"sliding-window attention ({self.spec.num_sliding_layers} layers, window "
-                                               f"{self.spec.sliding_window})", self.spec.num_sliding_layers),
-                                              ("attention sinks", self.spec.attention_sinks),
+                                              ("attention sinks (the paged-attention kernels honour them; the "
+                                               "gpt-oss layer around them is not implemented)", self.spec.attention_sinks),
                                               ("attention logit soft-capping", self.spec.attn_logit_softcapping),
                                               ("attention projection biases", self.spec.attention_bias),
+                                              (f"{self.spec.norms_per_layer} norms per layer (Gemma)",
+                                               self.spec.norms_per_layer != 2),
                                               ("multi-head latent attention", self.spec.kv_lora_rank),
                                               ("dense layers among the experts", self.spec.num_dense_layers),
                                               ("biased experts", self.spec.moe is not None and self.spec.moe.bias))
                    if present]
         if missing:
             raise ValueError(f"model {self.spec.name!r} has {' and '.join(missing)}, which the engine does not "
-                             "implement yet (it runs Llama-architecture models: Llama 2/3, Mistral, and Mixtral's MoE)")
+                             "implement yet (it runs Llama-architecture models: Llama 2/3, Mistral, Qwen2 and "
+                             "Mixtral's MoE, with full or sliding-window attention per layer)")
+        s = self.spec
+        if self.layer_windows is None:
+            if 0 < s.num_sliding_layers < s.num_layers:
+                raise ValueError(f"model {s.name!r}: {s.num_sliding_layers} of {s.num_layers} layers are windowed and "
+                                 "the spec does not say which; serve it from a checkpoint folder whose config.json "
+                                 "names them (layer_types, sliding_window_pattern or max_window_layers)")
+            object.__setattr__(self, "layer_windows", (s.sliding_window if s.num_sliding_layers else 0,) * s.num_layers)
+        windows = self.layer_windows
+        if (len(windows) != s.num_layers or sum(w > 0 for w in windows) != s.num_sliding_layers
+                or any(w not in (0, s.sliding_window) for w in windows)):
+            raise ValueError(f"model {s.name!r}: layer_windows {windows} disagree with the spec ({s.num_sliding_layers} "
+                             f"of {s.num_layers} layers windowed, window {s.sliding_window})")
 
     @classmethod
     def for_builtin(cls, spec: ModelSpec) -> "ModelArgs":
@@ -125,14 +151,16 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    """GQA self-attention of one layer: fused QKV, rotary, paged KV write and read, output projection."""
+    """GQA self-attention of one layer: fused QKV (biased for Qwen2), rotary, paged KV write and read
+    (over the layer's sliding window, if it has one), output projection."""
 
-    def __init__(self, args: ModelArgs):
+    def __init__(self, args: ModelArgs, layer: int):
         super().__init__()
         s = args.spec
         self.num_heads, self.num_kv_heads, self.head_dim = s.num_attention_heads, s.num_key_value_heads, s.head_dim
         self.q_width, self.kv_width = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.qkv_proj = nn.Linear(s.hidden_size, self.q_width + 2 * self.kv_width, bias=False)
+        self.qkv_proj = nn.Linear(s.hidden_size, self.q_width + 2 * self.kv_width, bias=s.qkv_bias)
+        self.window = args.layer_windows[layer]  # tokens this layer's query sees; 0: all before it
         self.o_proj = nn.Linear(self.q_width, s.hidden_size, bias=False)
         self.scale = self.head_dim ** -0.5
 
@@ -148,7 +176,7 @@ class Attention(nn.Module):
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         q, k = Rotary.apply(q, *rope), Rotary.apply(k, *rope)
         KVCache.store(k, v, k_cache, v_cache, meta.slot_mapping)
-        out = attend(q, k_cache, v_cache, meta, self.scale)
+        out = attend(q, k_cache, v_cache, meta, self.scale, self.window)
         return self.o_proj(out.reshape(-1, self.q_width))
 
 
@@ -169,10 +197,10 @@ class MLP(nn.Module):
 class DecoderLayer(nn.Module):
     """Pre-norm block: x + attn(norm(x)), then + mlp(norm(·))."""
 
-    def __init__(self, args: ModelArgs):
+    def __init__(self, args: ModelArgs, layer: int):
         super().__init__()
         self.input_layernorm = RMSNorm(args.spec.hidden_size, args.rms_norm_eps)
-        self.self_attn = Attention(args)
+        self.self_attn = Attention(args, layer)
         self.post_attention_layernorm = RMSNorm(args.spec.hidden_size, args.rms_norm_eps)
         # Mixtral: a sparse MoE block in place of the MLP (gpu_engine/moe.py)
         self.mlp = MLP(args) if args.spec.moe is None else SparseMoE(args.spec.hidden_size, args.spec.moe)
@@ -195,7 +223,7 @@ class Llama(nn.Module):
         self.args = args
         self.attend = attend
         self.embed_tokens = nn.Embedding(s.vocab_size, s.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(args) for _ in range(s.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(args, i) for i in range(s.num_layers))
         self.norm = RMSNorm(s.hidden_size, args.rms_norm_eps)
         self.rotary = Rotary(s.head_dim, args.rope_theta)
         self.lm_head = nn.Linear(s.hidden_size, s.vocab_size, bias=False)

@@ -6,6 +6,12 @@ and value block is read once per group rather than once per query head. It walks
 keys BLOCK_N at a time through its block table, with an online softmax (FlashAttention) and a
 causal mask by position. Same contract as `gpu_engine.attention.paged_attention_torch`.
 
+A sliding window of W tokens masks the keys at positions <= p − W and starts the walk at the
+tile's first visible key. Attention sinks seed the online softmax with M = sink and L = 1 (as vLLM's
+`triton_unified_attention.py` does, vllm-project/vllm 1c98a49): exp(sink − m) then sits in the
+denominator and nothing in the numerator. A row may see no key in one BLOCK_N iteration (a window
+that starts mid-tile); its running max then stays −inf and that iteration adds nothing.
+
 Checked against the torch path on the CPU under `TRITON_INTERPRET=1` (tests). On CUDA it is
 compiled but, in this repository's history, not yet run: see BENCHMARKS.md.
 """
@@ -23,10 +29,11 @@ _BLOCK_N = 64  # keys per inner iteration (any page size: each key looks up its 
 
 @triton.jit
 def _paged_attention_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, block_tables_ptr, query_start_ptr, context_lens_ptr,
-    scale, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_ot, stride_oh, stride_bt,
+    q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, block_tables_ptr, query_start_ptr, context_lens_ptr, sinks_ptr,
+    scale, window, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_ot, stride_oh, stride_bt,
     BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_SINKS: tl.constexpr,
+    USE_WINDOW: tl.constexpr,
 ):
     seq = tl.program_id(0)
     tile_start = tl.program_id(1) * BLOCK_Q
@@ -46,11 +53,18 @@ def _paged_attention_kernel(
         q_offs = (q_begin + row_tok)[:, None] * stride_qt + row_head[:, None] * stride_qh + d[None, :]
         q = tl.load(q_ptr + q_offs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
 
-        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_M], tl.float32)
+        if USE_SINKS:
+            m_i = tl.load(sinks_ptr + row_head, mask=row_ok, other=0.0).to(tl.float32)
+            l_i = tl.full([BLOCK_M], 1.0, tl.float32)
+        else:
+            m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+            l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
         kv_end = ctx + tl.minimum(q_len, tile_start + BLOCK_Q)  # keys the tile's last query sees
-        for start in range(0, kv_end, BLOCK_N):
+        kv_begin = 0
+        if USE_WINDOW:
+            kv_begin = tl.maximum(ctx + tile_start - window + 1, 0)  # the tile's first query's first key
+        for start in range(kv_begin, kv_end, BLOCK_N):
             keys = start + tl.arange(0, BLOCK_N)
             key_ok = keys < kv_end
             block_ids = tl.load(block_tables_ptr + seq * stride_bt + keys // BLOCK_SIZE, mask=key_ok, other=0)
@@ -58,15 +72,19 @@ def _paged_attention_kernel(
             kv_mask = key_ok[:, None] & d_ok[None, :]
             k = tl.load(k_cache_ptr + kv_offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
             s = tl.dot(q, tl.trans(k)) * scale
-            s = tl.where((keys[None, :] <= q_pos[:, None]) & key_ok[None, :], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: key 0 is visible to every row
-            p = tl.exp(s - m_new[:, None])
-            alpha = tl.exp(m_i - m_new)
+            visible = (keys[None, :] <= q_pos[:, None]) & key_ok[None, :]
+            if USE_WINDOW:
+                visible = visible & (keys[None, :] > q_pos[:, None] - window)
+            s = tl.where(visible, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key seen yet
+            p = tl.exp(s - m_safe[:, None])
+            alpha = tl.exp(m_i - m_safe)
             v = tl.load(v_cache_ptr + kv_offs[:, None] + d[None, :], mask=kv_mask, other=0.0)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             l_i = l_i * alpha + tl.sum(p, 1)
             m_i = m_new
-        out = acc / l_i[:, None]
+        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # l_i is 0 only on padding rows (not stored)
         o_offs = (q_begin + row_tok)[:, None] * stride_ot + row_head[:, None] * stride_oh + d[None, :]
         tl.store(out_ptr + o_offs, out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
 
@@ -82,7 +100,8 @@ def tile_shape(max_query_len: int, group: int) -> tuple[int, int]:
 
 
 def paged_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           meta: AttentionMetadata, scale: float) -> torch.Tensor:
+                           meta: AttentionMetadata, scale: float, window: int = 0,
+                           sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Causal paged attention of every query token of a step; see `paged_attention_torch`.
 
     Args:
@@ -91,6 +110,8 @@ def paged_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
             this step's keys and values.
         meta: the step's metadata (query_start, context_lens, block_tables on q's device).
         scale: softmax scale.
+        window: sliding window in tokens (the query's own included); 0: full causal attention.
+        sinks: (num_heads,) sink logits, or None.
 
     Returns:
         (T, num_heads, head_dim) in q's dtype; accumulation in float32 (inputs in float32 use
@@ -104,10 +125,10 @@ def paged_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     grid = (len(meta.query_lens_list), triton.cdiv(meta.max_query_len, block_q), num_kv_heads)
     _paged_attention_kernel[grid](
         q, k_cache, v_cache, out, meta.block_tables, meta.query_start, meta.context_lens,
-        scale, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        out if sinks is None else sinks.contiguous(), scale, window, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         out.stride(0), out.stride(1), meta.block_tables.stride(0),
         BLOCK_SIZE=block_size, GROUP=group, HEAD_DIM=head_dim,
         BLOCK_D=max(_MIN_DOT, triton.next_power_of_2(head_dim)), BLOCK_Q=block_q, BLOCK_M=block_m,
-        BLOCK_N=_BLOCK_N,
+        BLOCK_N=_BLOCK_N, USE_SINKS=sinks is not None, USE_WINDOW=window > 0,
     )
     return out

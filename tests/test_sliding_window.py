@@ -229,7 +229,7 @@ def test_serve_command_turns_prefix_caching_off_as_simulated():
     assert "--no-enable-prefix-caching" in vllm_serve_flags(point).split()
 
 
-@pytest.mark.parametrize("name, feature", [("gemma-3-27b", "sliding-window attention"), ("gpt-oss-120b", "attention sinks"),
+@pytest.mark.parametrize("name, feature", [("gemma-3-27b", "4 norms per layer"), ("gpt-oss-120b", "attention sinks"),
                                            ("deepseek-v3", "multi-head latent attention")])
 def test_the_engine_refuses_attention_it_does_not_implement(name, feature):
     pytest.importorskip("torch")

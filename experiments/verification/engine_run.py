@@ -7,6 +7,7 @@ run starts, so the rest of the CLI works without it.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -136,11 +137,14 @@ def _serve(point: SweepConfig, out_dir: Path, *, realtime: bool, weights: Option
         raise ValueError("closed-loop traces are not supported by the engine yet; use a file, profile or poisson trace")
     max_kv_bytes = (torch.cuda.mem_get_info(torch_device)[0] * 0.9 if torch_device.type == "cuda"
                     else max_kv_gib * 2**30)
-    check_fits_memory(args.spec, DTYPES[dtype_name].itemsize, build_scheduler_config(point), torch_device,
+    # The engine keeps every layer's KV for every token in one block table (gpu_engine.engine): no
+    # hybrid KV cache groups, as vLLM with --disable-hybrid-kv-cache-manager; windows are masked.
+    scheduler_config = dataclasses.replace(build_scheduler_config(point), kv_groups=None)
+    check_fits_memory(args.spec, DTYPES[dtype_name].itemsize, scheduler_config, torch_device,
                       available_memory_bytes(torch_device), max_kv_bytes)
     model = build_model(args, dtype=DTYPES[dtype_name], device=torch_device, checkpoint_dir=checkpoint,
                         seed=point.engine.seed, attention=attention)
-    engine = build_engine(model, point.engine.scheduler, build_scheduler_config(point), temperature=temperature,
+    engine = build_engine(model, point.engine.scheduler, scheduler_config, temperature=temperature,
                           forced_acceptance=build_acceptance_model(point) if forced else None, seed=point.engine.seed,
                           max_kv_bytes=int(max_kv_bytes))
     # CPU time is the step's own work only when torch computes on this thread.
