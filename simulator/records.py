@@ -33,7 +33,11 @@ SCALAR_COLUMNS = {
     "first_token_s": np.float64, "completion_s": np.float64, "num_preemptions": np.int64,
     "recomputed_tokens": np.int64, "cached_tokens": np.int64, "resumed_cached_tokens": np.int64,
     "cpu_hit_tokens": np.int64, "kv_load_wait_s": np.float64,
+    # Not a FinishedRequest field: the replica's note of each request's wait from its scheduling
+    # decision to its first step's start (`RequestRecords.schedule_wait_s`).
+    "schedule_wait_s": np.float64,
 }
+_FINISHED_FIELDS = tuple(name for name in SCALAR_COLUMNS if name != "schedule_wait_s")
 _REASON_CODE = {reason: code for code, reason in enumerate(FINISH_REASONS)}
 # Finished requests staged before they become typed rows. 256 (~50k tokens) keeps a flush's
 # temporaries (~0.2-0.4 MB a column) reused from malloc's heap and the staged requests' token lists
@@ -154,6 +158,10 @@ class RequestRecords:
         self.token_counts = GrowableArray(np.int64)  # tokens recorded per request
         self._pending: list[FinishedRequest] = []
         self._pending_ends_s: list[float] = []  # step ends not yet in step_end_s (one extend per flush)
+        # request id -> seconds from its scheduling decision (`first_scheduled_s`) to the start of
+        # its first step, where they differ (async scheduling: the step in flight at the decision);
+        # noted by the replica (`Replica._note_schedule_wait`), taken out as the request is recorded.
+        self.schedule_wait_s: dict[int, float] = {}
 
     def __len__(self) -> int:
         return len(self.tpot_s) + self._streamed + len(self._pending)
@@ -186,14 +194,15 @@ class RequestRecords:
         lengths = np.fromiter(map(len, lists), np.int64, len(lists))
         times = np.fromiter(chain.from_iterable(lists), np.float64, int(lengths.sum()))
         tpot = _tpot_s(times, lengths)
+        columns = _scalar_columns(pending, self.schedule_wait_s)
         if self.stream is not None:
-            self.stream.add(self.replica_id, _scalar_columns(pending), tpot,
+            self.stream.add(self.replica_id, columns, tpot,
                             times if self.keep_token_times else None, lengths)
             self._streamed += len(pending)
             if not self.keep_token_times:
                 self._add_to_sketch(pending, times, lengths)
             return
-        for name, values in _scalar_columns(pending).items():
+        for name, values in columns.items():
             self.columns[name].extend(values)
         self.tpot_s.extend(tpot)
         if self.keep_token_times:
@@ -272,9 +281,18 @@ def records_frame(columns: dict[str, np.ndarray], tpot_s: np.ndarray, replica_id
     after it), and the frame adds the terms of TTFT one by one: `engine_arrival_s`, `frontend_in_s`,
     `queue_s` (engine arrival to the scheduling decision that admitted it), `engine_first_token_s`
     (that decision to the first token leaving the engine: with async scheduling the step already
-    in flight, then the prompt's steps), `frontend_out_s`; and `engine_ttft_s`, `engine_e2e_s`
-    (what vLLM's engine-core timestamps give: `first_token_ts` / `last_token_ts` − `queued_ts`).
-    `scheduling_delay_s` is `queue_s`. SLOs read `ttft_s` / `e2e_s`: the client's."""
+    in flight, then the prompt's steps) = `schedule_wait_s` (the decision to the start of the
+    request's first step: the step in flight at the decision with async scheduling, 0 in a
+    synchronous engine, where vLLM decides as the step starts) + `prefill_s` (that start to the end
+    of the step that emits the first token: the prompt's chunks and any step between them),
+    `frontend_out_s`; and `engine_ttft_s`, `engine_e2e_s` (what vLLM's engine-core timestamps give:
+    `first_token_ts` / `last_token_ts` − `queued_ts`). So `ttft_s` = frontend_in_s + queue_s +
+    schedule_wait_s + prefill_s + frontend_out_s. The engine core's own output processing
+    (`Scheduler.update_from_output`, the sampled token's copy to the host) is inside a step's
+    time in a synchronous engine (its host time) and overlaps the next step with async
+    scheduling; the API server's (detokenization, streaming) is `frontend_out_s`.
+    `scheduling_delay_s` is `queue_s`. SLOs read `ttft_s` / `e2e_s`: the client's.
+    Without a front end `schedule_wait_s` is a scalar column as well (0 in a synchronous engine)."""
     frame = pd.DataFrame(index=pd.RangeIndex(tpot_s.size))
     for name in SCALAR_COLUMNS:
         if name == "finish_reason":
@@ -308,17 +326,26 @@ def _client_and_engine_terms(frame: pd.DataFrame, frontend) -> None:
     frame["frontend_in_s"] = fe_in
     frame["queue_s"] = frame["scheduling_delay_s"]
     frame["engine_first_token_s"] = first_token - frame["first_scheduled_s"].to_numpy()
+    frame["prefill_s"] = frame["engine_first_token_s"].to_numpy() - frame["schedule_wait_s"].to_numpy()
     frame["frontend_out_s"] = np.where(np.isnan(first_token), np.nan, out_s)
     frame["engine_ttft_s"] = first_token - engine_arrival
     frame["engine_e2e_s"] = completion - engine_arrival
 
 
-def _scalar_columns(finished: list[FinishedRequest]) -> dict[str, np.ndarray]:
-    """The `SCALAR_COLUMNS` of `finished`, one typed array each (finish_reason as codes)."""
+def _scalar_columns(finished: list[FinishedRequest], schedule_wait_s: dict[int, float]) -> dict[str, np.ndarray]:
+    """The `SCALAR_COLUMNS` of `finished`, one typed array each (finish_reason as codes);
+    `schedule_wait_s` from the replica's notes (popped), 0 where none was noted (the decision was
+    the first step's start) and NaN for a request never scheduled."""
     n = len(finished)
-    return {name: np.fromiter(map(_REASON_CODE.__getitem__, map(attrgetter(name), finished))
-                              if name == "finish_reason" else map(attrgetter(name), finished), dtype, n)
-            for name, dtype in SCALAR_COLUMNS.items()}
+    columns = {name: np.fromiter(map(_REASON_CODE.__getitem__, map(attrgetter(name), finished))
+                                 if name == "finish_reason" else map(attrgetter(name), finished),
+                                 SCALAR_COLUMNS[name], n)
+               for name in _FINISHED_FIELDS}
+    wait = (np.fromiter((schedule_wait_s.pop(f.request_id, 0.0) for f in finished), np.float64, n)
+            if schedule_wait_s else np.zeros(n))
+    wait[np.isnan(columns["first_scheduled_s"])] = math.nan
+    columns["schedule_wait_s"] = wait
+    return columns
 
 
 def _tpot_s(times: np.ndarray, lengths: np.ndarray) -> np.ndarray:

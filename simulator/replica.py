@@ -113,6 +113,9 @@ class Replica:
     ):
         if async_scheduling and pricer.pipeline_stages > 1:
             raise ValueError("async scheduling with pipeline parallelism is not modelled (vLLM turns it off there)")
+        if async_scheduling and not scheduler.running_in_admission_order:
+            raise ValueError(f"async scheduling is modelled for vLLM V1's scheduler (vllm_v1) only, not "
+                             f"{type(scheduler).__name__}")
         self.env = env
         self.scheduler = scheduler
         self.pricer = pricer
@@ -231,6 +234,22 @@ class Replica:
                     self._admit_seen(request)
         return decided_s
 
+    def _note_schedule_wait(self, running_before: int, plan: BatchPlan, decided_s: float, start_s: float) -> None:
+        """Async scheduling: note `start_s − decided_s` (the step in flight when vLLM decided) as the
+        schedule wait of each request first scheduled in the step starting now (the records'
+        `schedule_wait_s`). `vllm_v1` appends admissions to the tail of `running`
+        (`running_in_admission_order`), so they are its last `len(running) − running_before +
+        preempted` sequences; of these, the ones first scheduled by this decision (a resumed
+        request's stamp is older). A request admitted by an earlier decision at the same instant
+        (the step after an idle engine's first is decided at that step's start) keeps its note."""
+        running = self.scheduler.running
+        admitted = len(running) - running_before + len(plan.preempted_ids)
+        if admitted > 0:
+            waits = self.records.schedule_wait_s
+            for seq in running[-admitted:]:
+                if seq.first_scheduled_s == decided_s:
+                    waits.setdefault(seq.request_id, start_s - decided_s)
+
     def _admit_seen(self, request: Request) -> None:
         """Hand a request held in `_unseen` to the scheduler (counted outstanding already)."""
         rejection = self.scheduler.add_request(request)
@@ -274,7 +293,13 @@ class Replica:
                         yield from self._prefill_window(admission, keep_first=True)
                         continue
             start_s = self.env.now
-            plan = self.scheduler.schedule(decided_s if self.async_scheduling else start_s)
+            if self.async_scheduling:
+                running_before = len(self.scheduler.running)
+                plan = self.scheduler.schedule(decided_s)
+                if decided_s < start_s:
+                    self._note_schedule_wait(running_before, plan, decided_s, start_s)
+            else:
+                plan = self.scheduler.schedule(start_s)
             self._last_step_start_s = start_s
             if not plan.columns.request_ids:  # `plan.is_empty`, without two property calls per step
                 if (yield from self._wait_for_kv_load()):

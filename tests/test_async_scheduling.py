@@ -128,3 +128,35 @@ def test_impossible_async_scheduling_is_a_clear_config_error(tmp_path, engine, m
     with pytest.raises(ConfigError, match=message) as info:
         load_config(path)
     assert str(path) in str(info.value) and "engine" in str(info.value)
+
+
+def test_schedule_wait_and_prefill_split_the_engine_first_token_hand_worked():
+    # As the first test: B arrives at 25 ms, vLLM decides at 30 ms (start of the step [30, 40)) and
+    # B's prefill runs in [40, 50): queue 5 ms, schedule wait 10 ms (the step in flight at the
+    # decision), prefill 10 ms. A was scheduled on an idle engine: no wait. Synchronous: no wait.
+    rows = [(0.0, 100, 10), (0.025, 100, 3)]
+    asyn, sync = _run(rows, True), _run(rows, False)
+    assert asyn["schedule_wait_s"].tolist() == pytest.approx([0.0, 0.01])
+    assert sync["schedule_wait_s"].tolist() == [0.0, 0.0]
+
+
+def test_requests_decided_at_one_instant_get_the_wait_of_their_own_step():
+    # Three one-token requests at t = 0, one sequence at a time (10 ms steps). The idle engine
+    # decides step [0, 10) at 0 (A: no wait) and step [10, 20) also at 0, while [0, 10) runs (B:
+    # waits 10 ms); step [20, 30) is decided at 10 ms (C: queue 10 ms, wait 10 ms). Prefill 10 ms each.
+    config = SchedulerConfig(max_model_len=8192, block_size=16, chunk_size=512, num_gpu_blocks=4096,
+                             max_num_seqs=1)
+    requests = [Request(i, 0.0, 100, 1) for i in range(3)]
+    frame = simulate(requests, make_scheduler("vllm_v1", config), ConstantCostModel(0.01),
+                     async_scheduling=True).requests.set_index("request_id")
+    assert frame["first_scheduled_s"].tolist() == pytest.approx([0.0, 0.0, 0.01])
+    assert frame["schedule_wait_s"].tolist() == pytest.approx([0.0, 0.01, 0.01])
+    prefill = frame["first_token_s"] - frame["first_scheduled_s"] - frame["schedule_wait_s"]
+    assert prefill.tolist() == pytest.approx([0.01, 0.01, 0.01])
+
+
+def test_async_scheduling_other_than_vllm_v1_is_refused():
+    config = SchedulerConfig(max_model_len=8192, block_size=16, chunk_size=512, num_gpu_blocks=4096)
+    with pytest.raises(ValueError, match="vllm_v1"):
+        simulate([Request(0, 0.0, 10, 2)], make_scheduler("sarathi", config), ConstantCostModel(0.01),
+                 async_scheduling=True)

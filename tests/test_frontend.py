@@ -42,6 +42,21 @@ def test_one_request_hand_worked():
     assert r["tpot_s"] == pytest.approx(0.01)  # a constant shift: TPOT and ITL are the engine's
 
 
+def test_the_five_terms_of_a_queued_request_sum_to_its_ttft():
+    # Async scheduling, 10 ms steps. A sent at 0: at the engine at 3 ms (2 ms + 100 × 10 µs), runs
+    # [3, 13) ms, decodes after. B sent at 20 ms with 50 tokens: at the engine at 22.5 ms, during
+    # [13, 23), whose successor [23, 33) was decided at 13 ms without it; vLLM decides B at 23 ms
+    # (the start of the step before B's), B's prefill runs [33, 43): front end in 2.5 ms, queue
+    # 0.5 ms, schedule wait 10 ms, prefill 10 ms, front end out 3 ms = 26 ms.
+    r = simulate([Request(0, 0.0, 100, 8), Request(1, 0.02, 50, 2)], make_scheduler("vllm_v1", _config()),
+                 ConstantCostModel(0.01), frontend=FE, async_scheduling=True).requests.set_index("request_id").loc[1]
+    terms = ("frontend_in_s", "queue_s", "schedule_wait_s", "prefill_s", "frontend_out_s")
+    assert [r[t] for t in terms] == pytest.approx([0.0025, 0.0005, 0.01, 0.01, 0.003])
+    assert r["ttft_s"] == pytest.approx(0.026)
+    assert sum(r[t] for t in terms) == pytest.approx(r["ttft_s"])
+    assert r["engine_first_token_s"] == pytest.approx(r["schedule_wait_s"] + r["prefill_s"])
+
+
 def test_without_a_front_end_the_frame_is_unchanged():
     requests = [Request(0, 0.0, 100, 4), Request(1, 0.004, 50, 3)]
     plain = simulate(requests, make_scheduler("vllm_v1", _config()), ConstantCostModel(0.01)).requests

@@ -123,8 +123,11 @@ def test_a_token_time_that_is_no_step_end_is_an_error():
 
 def test_requests_frame_keeps_the_columns_and_types_of_records():
     frame = metrics.requests_frame([finished(1, [0.3, 0.5]), finished(0, [0.2])])
-    assert list(frame.columns) == [*FinishedRequest.__dataclass_fields__, "ttft_s", "e2e_s",
+    fields = [*FinishedRequest.__dataclass_fields__]
+    assert fields[-1] == "token_times_s"
+    assert list(frame.columns) == [*fields[:-1], "schedule_wait_s", "token_times_s", "ttft_s", "e2e_s",
                                    "scheduling_delay_s", "tpot_s"]
+    assert frame["schedule_wait_s"].tolist() == [0.0, 0.0]  # no replica noted a wait: decided as it ran
     assert frame["request_id"].tolist() == [0, 1] and frame["generated_tokens"].dtype == np.int64
     assert [list(t) for t in frame["token_times_s"]] == [[0.2], [0.3, 0.5]]
 

@@ -197,6 +197,7 @@ def _compare_recorded(bundle: Path, overrides: list[str], out_dir: Path, fail_ab
 
     from experiments.verification import recorded_run as rr
     from experiments.verification.fidelity_report import timeseries_overlay
+    from experiments.verification.ttft_terms import term_verdict, ttft_terms
     from experiments.verification.verify import simulate_point
 
     config_path, trace_path = out_dir / "config.yaml", out_dir / "trace.csv"
@@ -213,6 +214,7 @@ def _compare_recorded(bundle: Path, overrides: list[str], out_dir: Path, fail_ab
         result = simulate_point(chosen, build_pricer(chosen, cost_model))
         e2e = e2e_fidelity(result.summary, rr.measured_summary(run))
         per_request = rr.per_request_errors(run, result.requests)
+        terms = ttft_terms(run.requests, result.requests)
     except (ConfigError, ValueError) as exc:
         for path in written:  # a failed run leaves no inputs of a run that did not happen
             path.unlink(missing_ok=True)
@@ -235,7 +237,12 @@ def _compare_recorded(bundle: Path, overrides: list[str], out_dir: Path, fail_ab
                "engine": f"vLLM {run.meta.get('vllm_version', '?')}", "requests": len(r),
                "simulated_completed": summary.get("completed"), "simulated_rejected": summary.get("rejected"),
                "simulated_preemptions": summary.get("num_preemptions"), "fail_above_pct": fail_above}
-    sections = [("Per request: signed error of each request's latency (simulated − measured) / measured", per_request)]
+    verdict = term_verdict(terms)
+    context["ttft_terms"] = verdict
+    console.print(f"TTFT terms (engine clock): {verdict}")
+    sections = [("Per request: signed error of each request's latency (simulated − measured) / measured", per_request),
+                ("TTFT by engine term (queued → scheduled → first token; schedule_wait_s and prefill_s simulated "
+                 "only): " + verdict, terms)]
     return _report(out_dir, context, None, e2e, fail_above, ledger or _default_ledger(chosen.cost_model, out_dir),
                    sections, [figure])[1]
 

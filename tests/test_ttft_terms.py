@@ -1,0 +1,53 @@
+"""Which term of TTFT is off against a recording (experiments/verification/ttft_terms.py): hand values."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from experiments.verification.ttft_terms import term_verdict, ttft_terms
+
+
+def _measured():
+    # Two requests on the engine clock: queued 0 / 1 s, scheduled 0.01 / 1.03 s, first token
+    # 0.05 / 1.10 s: TTFT 50 / 100 ms = queue 10 / 30 ms + after-scheduled 40 / 70 ms.
+    return pd.DataFrame({"arrival_s": [0.0, 1.0], "scheduled_s": [0.01, 1.03], "first_token_s": [0.05, 1.10]})
+
+
+def _simulated(first_token_s=(0.05, 1.06)):
+    # Request order reversed in the frame: matched by request_id. Queues 10 / 30 ms as measured;
+    # after-scheduled 40 / 30 ms, of which the step in flight 10 / 10 ms.
+    return pd.DataFrame({"request_id": [1, 0], "arrival_s": [1.0, 0.0], "first_scheduled_s": [1.03, 0.01],
+                         "first_token_s": [first_token_s[1], first_token_s[0]], "schedule_wait_s": [0.01, 0.01]})
+
+
+def test_the_ttft_gap_is_split_between_the_terms_by_their_means():
+    terms = ttft_terms(_measured(), _simulated()).set_index("metric")
+    # mean TTFT measured 75 ms, simulated 55 ms: -20 ms, all of it after scheduling.
+    assert terms.loc["ttft_s", "measured mean s"] == pytest.approx(0.075)
+    assert terms.loc["ttft_s", "simulated mean s"] == pytest.approx(0.055)
+    assert terms.loc["ttft_s", "mean diff ms"] == pytest.approx(-20.0)
+    assert terms.loc["queue_s", "mean diff ms"] == pytest.approx(0.0, abs=1e-9)
+    assert terms.loc["first_token_after_scheduled_s", "mean diff ms"] == pytest.approx(-20.0)
+    # -20 ms of a measured mean TTFT of 75 ms; of a measured mean 55 ms after scheduling.
+    assert terms.loc["first_token_after_scheduled_s", "mean diff % of measured TTFT"] == pytest.approx(-26.667, abs=1e-3)
+    assert terms.loc["first_token_after_scheduled_s", "term error %"] == pytest.approx(-36.364, abs=1e-3)
+    assert terms.loc["queue_s", "mean diff % of measured TTFT"] == pytest.approx(0.0, abs=1e-9)
+    assert terms.loc["schedule_wait_s", "simulated mean s"] == pytest.approx(0.01)
+    assert terms.loc["prefill_s", "simulated P50 s"] == pytest.approx(0.025)  # 30 and 20 ms
+    assert math.isnan(terms.loc["prefill_s", "measured mean s"])
+    verdict = term_verdict(terms.reset_index())
+    assert "mean TTFT -20.0 ms (-26.7 %)" in verdict and verdict.endswith("first_token_after_scheduled_s")
+    assert "first_token_after_scheduled_s -20.0 ms (-36.4 % of its own)" in verdict
+
+
+def test_mismatched_request_counts_are_refused():
+    with pytest.raises(ValueError, match="1 requests, the recording 2"):
+        ttft_terms(_measured(), _simulated().iloc[:1])
+
+
+def test_requests_without_a_first_token_are_left_out():
+    terms = ttft_terms(_measured(), _simulated(first_token_s=(0.05, math.nan))).set_index("metric")
+    assert terms.loc["ttft_s", "requests"] == 1
+    assert terms.loc["ttft_s", "mean diff ms"] == pytest.approx(0.0, abs=1e-9)
