@@ -293,3 +293,27 @@ def test_a_verify_reads_its_kv_once_not_once_per_query():
     decode = model.breakdown(np.full(64, 1), np.full(64, 2004), np.zeros(64, bool))
     assert verify["attention_s"] == pytest.approx(decode["attention_s"], rel=1e-9)
     assert verify["gemm_s"] > decode["gemm_s"]  # the 5 × 64 tokens still go through every GEMM
+
+
+def test_all_reduce_is_never_interpolated_across_the_custom_all_reduce_switch():
+    """vLLM's custom all-reduce takes messages under 8 MiB, NCCL the rest (table_grids.py): a100-80gb's
+    graph rows at TP 4 jump 41.5 -> 118.0 µs from 4 to 8 MiB, so 6 MiB is the 4 MiB row scaled by the
+    ring model, not a log-log mix of the two algorithms."""
+    from profiler import get_device_spec, get_model_spec
+    from profiler.measured.shipped import build_measured
+    from profiler.roofline import ring_all_reduce_time_s
+
+    a100 = get_device_spec("a100-80gb")
+    model = build_measured("auto", get_model_spec("llama-2-70b"), a100, 4)
+    table = next(s.tables["all_reduce"] for s in model.sources if "all_reduce" in s.tables)
+    rows = table[(table["num_gpus"] == 4) & (table["mode"] == "graph")].set_index("size_bytes")["time_s"]
+    mib = 1024 * 1024
+    graph = model._all_reduce["graph"]
+    assert graph(4 * mib) == (pytest.approx(rows[4 * mib], rel=1e-9), False)
+    assert graph(8 * mib) == (pytest.approx(rows[8 * mib], rel=1e-9), False)  # at the switch: NCCL's row
+    ring = lambda b: ring_all_reduce_time_s(b, a100, 4)  # noqa: E731
+    six = rows[4 * mib] * ring(6 * mib) / ring(4 * mib)
+    assert graph(6 * mib) == (pytest.approx(six, rel=1e-9), False)
+    assert six < 0.8 * math.exp(0.415 * math.log(rows[4 * mib]) + 0.585 * math.log(rows[8 * mib]))  # the old mix
+    w = math.log(12 / 8) / math.log(16 / 8)  # above the switch: NCCL's rows only
+    assert graph(12 * mib)[0] == pytest.approx(rows[8 * mib] ** (1 - w) * rows[16 * mib] ** w, rel=1e-9)

@@ -68,7 +68,7 @@ from profiler.cuda_graphs import CUDA_GRAPH_MAX_CAPTURE_TOKENS as CUDA_GRAPH_MAX
 from profiler.device_spec import DeviceSpec
 from profiler.measured.grid import LogGrid
 from profiler.measured.head_interpolation import rows_at_heads
-from profiler.measured.table_grids import Curve, _gemm_grid, _gemm_m_curve, _measured_width, _mixed_grids, _one_d
+from profiler.measured.table_grids import Curve, _all_reduce_curve, _gemm_grid, _gemm_m_curve, _measured_width, _mixed_grids, _one_d
 from profiler.measured.tables import MeasuredTableError, MeasuredTables
 from profiler.model_spec import ModelSpec
 from profiler.quantization import kernel_for, weight_only_gemm_time_s
@@ -290,7 +290,7 @@ class MeasuredCostModel:
             if table is None or not (table["num_gpus"] == self.tp).any():
                 continue
             rows = table[table["num_gpus"] == self.tp]
-            curves = {mode: _one_d(rows[rows["mode"] == mode], "size_bytes", f"{s.label} all_reduce", ring)
+            curves = {mode: _all_reduce_curve(rows[rows["mode"] == mode], f"{s.label} all_reduce", ring)
                       for mode in ("graph", "eager") if (rows["mode"] == mode).any()}
             curves.setdefault("graph", curves.get("eager"))
             curves.setdefault("eager", curves["graph"])

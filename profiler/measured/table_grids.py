@@ -78,6 +78,38 @@ def _gemm_m_curve(column: pd.DataFrame, table: str, source: str, roofline: Calla
     return _one_d(column, "m", source, roofline)
 
 
+# vLLM's custom all-reduce takes a message while `inp_size < self.max_size`, 8 MiB by default
+# (`CustomAllreduce.__init__(..., max_size=8192 * 1024)` and `should_custom_ar` in
+# vllm/distributed/device_communicators/custom_all_reduce.py, vLLM 0.14-0.19; two GPUs or NVLink
+# fully connected only); larger ones go to NCCL. The tables' rows are powers of two, so 4 MiB and
+# 8 MiB sit on either side of the switch: on a100-80gb (vLLM 0.14 rows) the graph all-reduce jumps
+# 41.5 -> 118.0 µs at TP 4, and a message between them interpolated across the jump.
+CUSTOM_ALL_REDUCE_MAX_BYTES = 8 * 1024 * 1024
+
+
+def _all_reduce_curve(rows: pd.DataFrame, source: str, roofline: Callable[[float], float]) -> Curve:
+    """t(bytes) of one all-reduce from a table's rows of one GPU count and mode ("size_bytes",
+    "time_s"), never interpolated across `CUSTOM_ALL_REDUCE_MAX_BYTES`: a message below it is read
+    from the rows below it and one at or above it from the rows at or above it, as `_one_d` reads
+    each. A message between the last row below the switch (4 MiB on the tables read) and the switch
+    is that row scaled by the ring model (`roofline`), as the custom all-reduce's two-shot
+    algorithm moves bytes in proportion; it is not flagged off the grid (the gap is at most the
+    rows' own factor of two, as an interpolation's). Rows on one side only: `_one_d` over all."""
+    below = rows["size_bytes"].to_numpy() < CUSTOM_ALL_REDUCE_MAX_BYTES
+    if not below.any() or below.all():
+        return _one_d(rows, "size_bytes", source, roofline)
+    custom = _one_d(rows[below], "size_bytes", f"{source} (custom all-reduce)", roofline)
+    nccl = _one_d(rows[~below], "size_bytes", f"{source} (NCCL)", roofline)
+    top = float(rows["size_bytes"][below].max())
+
+    def curve(size_bytes: float) -> tuple[float, bool]:
+        if size_bytes >= CUSTOM_ALL_REDUCE_MAX_BYTES:
+            return nccl(size_bytes)
+        t, out = custom(size_bytes)
+        return t, out and size_bytes <= top
+    return curve
+
+
 def _measured_width(op: str, source: MeasuredTables) -> float:
     """Width (elements per token) of `op` in the model a layer_ops table was measured for."""
     m, tp = source.model, source.tensor_parallel_size or 1
