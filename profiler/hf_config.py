@@ -14,9 +14,10 @@ field and saying the architecture is not supported yet — never a silent dense 
 
 - mixture-of-experts fields on a dense `model_type` (`num_local_experts` on a `llama` config), the
   other family's fields (`num_experts` on `mixtral`), dense layers among the sparse ones
-  (`decoder_sparse_step` > 1, `mlp_only_layers`), DeepSeek's `n_routed_experts` /
-  `n_shared_experts` / `first_k_dense_replace` / `moe_layer_freq`;
-- multi-head latent attention (DeepSeek-V2/V3): `kv_lora_rank`, `q_lora_rank`, `qk_rope_head_dim`, ...;
+  (`decoder_sparse_step` > 1, `mlp_only_layers`, DeepSeek's `moe_layer_freq` > 1), DeepSeek's
+  `n_routed_experts` / `n_shared_experts` / `first_k_dense_replace` on another family;
+- multi-head latent attention (`kv_lora_rank`, `q_lora_rank`, `qk_rope_head_dim`, ...) on a family
+  other than `deepseek_v3` / `kimi_k2` (DeepSeek-V2's `deepseek_v2` included: not read yet);
 - `layer_types` naming a layer other than full or sliding-window attention (`profiler.sliding_window`);
 - chunked local attention
   (`attention_chunk_size`, Llama 4), multi-token prediction layers (`num_nextn_predict_layers`:
@@ -24,6 +25,14 @@ field and saying the architecture is not supported yet — never a silent dense 
   (`attention_bias`, `mlp_bias`), a multimodal wrapper (`text_config`);
 - any other `model_type` (Gemma-2, for one: its LM head is tied by default and each layer has four
   norms, so reading it as a Llama over-counts gemma-2-9b by its 0.92 B-parameter embedding).
+
+DeepSeek-V3 / R1 (`deepseek_v3`) and Kimi-K2 (`kimi_k2`): multi-head latent attention and the DeepSeek
+mixture of experts (`deepseek_fields`, `moe_fields`): routed experts `n_routed_experts` of
+`moe_intermediate_size`, top-`num_experts_per_tok`, a shared MLP of `n_shared_experts` x
+`moe_intermediate_size`, the first `first_k_dense_replace` layers dense; routing settings (`n_group`,
+`topk_group`, `scoring_func`, `routed_scaling_factor`, ...) change no shape and are not read; the
+multi-token-prediction layer (`num_nextn_predict_layers`) is not counted (vLLM loads it only as a
+speculative drafter).
 
 A pre-quantised checkpoint's `quantization_config` is read by `profiler.quantization`
 (`read_quantization_config`): a method or scheme it cannot price is a `ValueError` naming the field.
@@ -67,17 +76,29 @@ SUPPORTED_MODEL_TYPES: dict[str, tuple[bool, bool]] = {
     # gpt-oss (transformers `modeling_gpt_oss.py`, vLLM `gpt_oss.py`): biases on q, k, v and o
     # (`attention_bias`), a learned sink per head, biased experts and router (read in `spec_fields`).
     "gpt_oss": (False, False),
+    # DeepSeek-V3 / R1 and Kimi-K2 (Kimi's config.json says model_type "kimi_k2" for the DeepSeek-V3
+    # architecture, `DeepseekV3ForCausalLM`): multi-head latent attention and a DeepSeek mixture of
+    # experts (read in `deepseek_fields`).
+    "deepseek_v3": (False, False),
+    "kimi_k2": (False, False),
 }
-MOE_MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss")
+DEEPSEEK_MODEL_TYPES = ("deepseek_v3", "kimi_k2")
+MOE_MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", *DEEPSEEK_MODEL_TYPES)
 # The MoE fields each family reads (`moe_fields`); any other family's field is refused.
 _MOE_FIELDS = {"mixtral": ("num_local_experts", "num_experts_per_tok"),
                "qwen2_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
                              "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers"),
                "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
                              "decoder_sparse_step", "mlp_only_layers"),
-               "gpt_oss": ("num_local_experts", "num_experts_per_tok")}
+               "gpt_oss": ("num_local_experts", "num_experts_per_tok"),
+               **{t: ("num_experts_per_tok", "moe_intermediate_size") for t in DEEPSEEK_MODEL_TYPES}}
+# DeepSeek's MoE and MLA fields, read by `deepseek_fields`; the multi-token-prediction layer
+# (`num_nextn_predict_layers`) is accepted and not counted, as in the built-ins (vLLM loads it only
+# as a speculative drafter).
+_DEEPSEEK_FIELDS = ("n_routed_experts", "n_shared_experts", "moe_layer_freq", "first_k_dense_replace", "kv_lora_rank",
+                    "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "num_nextn_predict_layers")
 # Fields a family reads that others are refused for.
-_FAMILY_FIELDS = {"gpt_oss": ("attention_bias",)}
+_FAMILY_FIELDS = {"gpt_oss": ("attention_bias",), **{t: _DEEPSEEK_FIELDS for t in DEEPSEEK_MODEL_TYPES}}
 _ANY_MOE_FIELD = ("num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
                   "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers")
 
@@ -95,7 +116,8 @@ _UNSUPPORTED_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("a multimodal model (its language model is in text_config)", ("text_config",)),
 )
 _SUPPORTED = ("dense Llama, Mistral, Qwen2/2.5 and Qwen3 decoders and Mixtral, Qwen2-MoE, Qwen3-MoE and gpt-oss "
-              "mixtures of experts, with full or sliding-window attention")
+              "mixtures of experts, with full or sliding-window attention, and DeepSeek-V3 / Kimi-K2 (multi-head "
+              "latent attention)")
 
 
 def _is_set(value) -> bool:
@@ -171,7 +193,8 @@ def spec_fields(config: dict, path: Path) -> dict:
     tied = config.get("tie_word_embeddings", False)
     if not isinstance(tied, bool):
         raise ValueError(f"{path}: tie_word_embeddings must be true or false, got {tied!r}")
-    return dict(
+    mla = deepseek_fields(config, path, whole) if model_type in DEEPSEEK_MODEL_TYPES else {}
+    fields = dict(
         num_layers=whole("num_hidden_layers"),
         hidden_size=hidden,
         num_attention_heads=heads,
@@ -192,6 +215,8 @@ def spec_fields(config: dict, path: Path) -> dict:
         attention_bias=model_type == "gpt_oss" and config.get("attention_bias", True) is not False,
         attention_sinks=model_type == "gpt_oss",
     )
+    fields.update(mla)  # DeepSeek: head_dim is qk_nope + qk_rope
+    return fields
 
 
 def moe_fields(config: dict, path: Path, model_type: str, whole) -> MoESpec | None:
@@ -217,6 +242,10 @@ def moe_fields(config: dict, path: Path, model_type: str, whole) -> MoESpec | No
         return None
     if model_type in ("mixtral", "gpt_oss"):
         experts_key, width_key, shared = "num_local_experts", "intermediate_size", 0
+    elif model_type in DEEPSEEK_MODEL_TYPES:
+        experts_key, width_key = "n_routed_experts", "moe_intermediate_size"
+        # vLLM `DeepseekV2MoE`: the shared experts are one MLP of moe_intermediate_size x n_shared_experts.
+        shared = whole("n_shared_experts", 0) * whole("moe_intermediate_size")
     else:
         experts_key, width_key = "num_experts", "moe_intermediate_size"
         shared = whole("shared_expert_intermediate_size") if model_type == "qwen2_moe" else 0
@@ -235,3 +264,31 @@ def moe_fields(config: dict, path: Path, model_type: str, whole) -> MoESpec | No
         if str(exc).startswith(str(path)):
             raise
         raise ValueError(f"{path}: {exc} (keys {experts_key}, num_experts_per_tok, {width_key})") from None
+
+
+def deepseek_fields(config: dict, path: Path, whole) -> dict:
+    """`ModelSpec` keyword arguments of a DeepSeek-V3 / Kimi-K2 config's attention and dense layers.
+
+    Multi-head latent attention (transformers `DeepseekV3Config`, vLLM `deepseek_v2.py`
+    `DeepseekV2MLAAttention`; `profiler.mla`): `kv_lora_rank` (the latent cached per token),
+    `q_lora_rank` (null: queries without the low-rank projection, 0 here), `qk_nope_head_dim` +
+    `qk_rope_head_dim` (the query/key head width, `head_dim`), `v_head_dim`; the first
+    `first_k_dense_replace` layers have a dense MLP of `intermediate_size`
+    (`num_dense_layers`), the others the routed experts (`moe_fields`). Every width is required:
+    the config class's defaults are DeepSeek-V3's, and a config that omits one is more likely
+    another model than V3 itself.
+
+    Args:
+        whole: `spec_fields`' reader of a whole-number key.
+
+    Raises:
+        ValueError: a required key missing or not a whole number, or `moe_layer_freq` other than
+            1 (MoE layers every k-th layer is not described by the spec); names the file and key.
+    """
+    freq = config.get("moe_layer_freq", 1)
+    if freq != 1:
+        raise ValueError(f"{path}: moe_layer_freq={freq!r}: only every layer after first_k_dense_replace sparse "
+                         "(moe_layer_freq 1) is supported")
+    return dict(head_dim=whole("qk_nope_head_dim") + whole("qk_rope_head_dim"), kv_lora_rank=whole("kv_lora_rank"),
+                q_lora_rank=whole("q_lora_rank", 0), qk_rope_head_dim=whole("qk_rope_head_dim"),
+                v_head_dim=whole("v_head_dim"), num_dense_layers=whole("first_k_dense_replace"))

@@ -2,6 +2,10 @@
 on an H200, the projections and the work of prefill and absorbed decode (hand-computed values)."""
 from __future__ import annotations
 
+import dataclasses
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -77,3 +81,32 @@ def test_kimi_k2_counts_and_kv_bytes():
     assert model.num_params == rest + 60 * (385 * expert + router) == 1_026_408_639_488  # card: 1 T
     assert model.num_active_params == rest + 60 * (9 * expert + router) == 32_861_907_968  # card: 32 B activated
     assert model.kv_bytes_per_token(2, 8) == 70_272  # the same latent as DeepSeek-V3
+
+
+# config.json of deepseek-ai/DeepSeek-V3 (huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json) and
+# moonshotai/Kimi-K2-Instruct (huggingface.co/moonshotai/Kimi-K2-Instruct/blob/main/config.json): the keys
+# read and the routing keys, copied into tests/data/models/ (auto_map, token ids and rope_scaling left out).
+MODELS = Path(__file__).parent / "data" / "models"
+
+
+@pytest.mark.parametrize("folder, builtin", [("deepseek-v3", "deepseek-v3"), ("kimi-k2-instruct", "kimi-k2")])
+def test_public_mla_config_json_reads_as_its_builtin(folder, builtin):
+    spec, expected = get_model_spec(MODELS / folder), get_model_spec(builtin)
+    assert dataclasses.replace(spec, name=expected.name, quantization=expected.quantization) == expected
+    assert (spec.quantization.method, spec.quantization.kernel) == ("fp8", "fp8_block")
+    # head_dim = qk_nope 128 + qk_rope 64; the shared MLP = 1 x moe_intermediate_size.
+    assert (spec.head_dim, spec.moe.shared_expert_intermediate_size, spec.q_lora_rank) == (192, 2048, 1536)
+
+
+def test_mla_config_fields_the_spec_cannot_describe_are_refused(tmp_path):
+    config = json.loads((MODELS / "deepseek-v3" / "config.json").read_text())
+    for change, match in (({"moe_layer_freq": 2}, r"moe_layer_freq=2"),
+                          ({"kv_lora_rank": None}, r"missing required key 'kv_lora_rank'"),
+                          ({"attention_bias": True}, r"attention_bias=True \(biases on every attention projection"),
+                          ({"num_local_experts": 8}, r"num_local_experts=8 .*model_type 'deepseek_v3' does not read")):
+        (tmp_path / "config.json").write_text(json.dumps({**config, **change}))
+        with pytest.raises(ValueError, match=match):
+            get_model_spec(tmp_path)
+    # A V3-shaped config without the query low-rank projection (q_lora_rank null): queries from hidden.
+    (tmp_path / "config.json").write_text(json.dumps({**config, "q_lora_rank": None}))
+    assert get_model_spec(tmp_path).q_lora_rank == 0
