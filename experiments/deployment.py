@@ -18,6 +18,7 @@ from profiler.weight_offload import offloaded_weight_bytes
 from simulator.acceptance import EmpiricalAcceptance, PositionalAcceptance, speculative_outcome_fn
 from simulator.disaggregated import KvLink
 from simulator.frontend import FrontEnd
+from simulator.step_variance import StepVariance
 from simulator.pricing import StepPricer
 from simulator.scheduler import BatchPlan, Scheduler, SchedulerConfig, StepOutcome, make_scheduler
 from simulator.scheduler.kv_offload import KvOffload, offload_blocks
@@ -225,6 +226,13 @@ def build_frontend(point: SweepConfig) -> FrontEnd | None:
     if not on:
         return None
     return FrontEnd.from_config_units(f.request_ms, f.tokenize_us_per_token, f.output_ms)
+
+
+def build_step_variance(point: SweepConfig) -> StepVariance | None:
+    """The point's step-time variance (`simulator.step_variance.StepVariance`, seeded by
+    `engine.seed`), or None with `step_variance.cv` 0."""
+    cv = point.step_variance.cv
+    return StepVariance(cv, point.engine.seed) if cv > 0 else None
 
 
 def build_schedulers(point: SweepConfig, config: SchedulerConfig) -> list[Scheduler]:

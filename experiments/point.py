@@ -15,7 +15,8 @@ from experiments.config import (POOLS, ClosedLoopTrace, StagesTrace, SweepConfig
 from experiments.outputs import TEMP_PREFIX, write_atomic
 from experiments.stage_metrics import stage_columns
 from experiments.deployment import (DTYPE_BYTES, async_scheduling_on, build_frontend, build_link, build_outcome_fn,
-                                    build_pricer, build_scheduler_config, build_schedulers, cluster_gpus,
+                                    build_pricer, build_scheduler_config, build_schedulers, build_step_variance,
+                                    cluster_gpus,
                                     host_s_per_seq, kv_bytes_per_element, served_context_tokens, served_model,
                                     weight_offload_bytes)
 from profiler import CostModel, RooflineCostModel, get_device_spec
@@ -245,7 +246,7 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0,
                           trim_fraction=trim_fraction, keep_token_times=point.output.token_times,
                           keep_steps=point.output.steps, data_parallel=point.engine.data_parallel_size > 1,
                           record_files=files, async_scheduling=async_scheduling_on(point),
-                          frontend=build_frontend(point))
+                          frontend=build_frontend(point), step_variance=build_step_variance(point))
         tiers = [s.kv_offload for s in schedulers if s.kv_offload is not None]
         return result, sched_config, cost_model, kv_offload_stats(result.requests, tiers) if tiers else {}
 
@@ -340,7 +341,8 @@ def serving_columns(point: SweepConfig) -> dict:
     """What a vllm_v1 point ran with beyond its settings: async scheduling as resolved
     (`experiments.deployment.async_scheduling_on`) and, behind a front end, its delays
     (`frontend_request_ms`, `frontend_tokenize_us_per_token`, `frontend_output_ms`); nothing for
-    other schedulers (their rows are unchanged)."""
+    other schedulers (their rows are unchanged); with step-time variance its `step_variance_cv`
+    and `step_variance_seed`."""
     out: dict = {}
     if point.engine.scheduler == "vllm_v1" and point.cluster is None:
         out["async_scheduling"] = async_scheduling_on(point)
@@ -349,6 +351,8 @@ def serving_columns(point: SweepConfig) -> dict:
         out.update(frontend_request_ms=point.frontend.request_ms,
                    frontend_tokenize_us_per_token=point.frontend.tokenize_us_per_token,
                    frontend_output_ms=point.frontend.output_ms)
+    if point.step_variance.cv > 0:
+        out.update(step_variance_cv=point.step_variance.cv, step_variance_seed=point.engine.seed)
     return out
 
 

@@ -65,6 +65,8 @@ class DataParallelGroup:
         outcome_fn: tokens emitted per plan (as `Replica`).
         on_finish: called with each finished request (closed-loop clients).
         records, steps: per rank, its `RequestRecords` and `StepLog`.
+        step_factors: step-time variance (`simulator.step_variance.StepFactors`): one factor per
+            lockstep step, on the synchronised step's time; None: the priced time.
 
     Attributes:
         ranks: the `DataParallelRank`s, in rank order (what `simulate` routes requests to).
@@ -73,8 +75,10 @@ class DataParallelGroup:
     def __init__(self, env: simpy.Environment, schedulers: list[Scheduler], cost_model,
                  outcome_fn: Callable[[BatchPlan], StepOutcome] = StepOutcome.without_speculation,
                  on_finish: Callable[[FinishedRequest], None] | None = None,
-                 records: list[RequestRecords] | None = None, steps: list[StepLog] | None = None):
+                 records: list[RequestRecords] | None = None, steps: list[StepLog] | None = None,
+                 step_factors=None):
         self.env, self.cost_model, self.outcome_fn, self.on_finish = env, cost_model, outcome_fn, on_finish
+        self._step_factors = step_factors  # step-time variance (`simulator.step_variance.StepFactors`)
         self.ranks = [DataParallelRank(self, s, i, records[i] if records else RequestRecords(i),
                                        steps[i] if steps else StepLog()) for i, s in enumerate(schedulers)]
         self._wake: simpy.Event = env.event()
@@ -106,6 +110,8 @@ class DataParallelGroup:
             batches = [([], [], []) if p is None or p.is_empty else
                        (p.columns.query_tokens, p.columns.context_tokens, p.columns.is_prefill) for p in plans]
             duration_s = self.cost_model.dp_step_s(batches)
+            if self._step_factors is not None:
+                duration_s *= self._step_factors.next()
             yield self.env.timeout(duration_s)
             self.num_steps += 1
             for rank, plan in zip(self.ranks, plans):

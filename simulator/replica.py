@@ -14,6 +14,7 @@ from simulator.pricing import StepPricer
 from simulator.records import RequestRecords
 from simulator.scheduler import BatchPlan, FinishedRequest, Scheduler, StepOutcome
 from simulator.step_log import StepLog
+from simulator.step_variance import StepFactors
 from traces import Request
 
 
@@ -72,6 +73,9 @@ class Replica:
             vLLM 0.14): each step is scheduled while the GPU runs the step before it, so a
             request reaches the scheduler one step later than in a synchronous engine
             (`_take_visible`). One pipeline stage only.
+        step_factors: step-time variance (`simulator.step_variance`): each step's priced time is
+            multiplied by the stream's next factor. Step by step only (`next_arrival_s` None),
+            one pipeline stage.
 
     Async scheduling as vLLM V1 runs it (read at vllm-project/vllm 00080ee, the 0.19 line):
     `EngineCore.step_with_batch_queue` (vllm/v1/engine/core.py; batch queue of
@@ -110,9 +114,13 @@ class Replica:
         arrival_due_at: Callable[[float], bool] | None = None,
         chain_admissions: bool = True,
         async_scheduling: bool = False,
+        step_factors: StepFactors | None = None,
     ):
         if async_scheduling and pricer.pipeline_stages > 1:
             raise ValueError("async scheduling with pipeline parallelism is not modelled (vLLM turns it off there)")
+        if step_factors is not None and (pricer.pipeline_stages > 1 or next_arrival_s is not None):
+            raise ValueError("step-time variance runs step by step with one pipeline stage (no windows: "
+                             "simulator/step_variance.py)")
         if async_scheduling and not scheduler.running_in_admission_order:
             raise ValueError(f"async scheduling is modelled for vLLM V1's scheduler (vllm_v1) only, not "
                              f"{type(scheduler).__name__}")
@@ -150,6 +158,7 @@ class Replica:
         self.arrival_due_at = (self._arrival_at if pricer.pipeline_stages == 1 and self._pricing != "counted"
                                and not async_scheduling else None)  # prefill windows stamp admissions now
         self.async_scheduling = async_scheduling
+        self._step_factors = step_factors  # step-time variance: one factor a step (simulator/step_variance.py)
         # Async scheduling: requests submitted while the replica steps, with their arrival times,
         # not yet seen by the scheduler (`_take_visible`); and whether the replica waits idle.
         self._unseen: list[tuple[float, Request]] = []
@@ -306,6 +315,8 @@ class Replica:
                     continue
                 raise SimulationStalled(self._stall_message(start_s))
             duration_s = self.pricer.step_s(plan)
+            if self._step_factors is not None:
+                duration_s *= self._step_factors.next()
             yield self.env.timeout(duration_s)
             self._complete(plan)
             self.steps.append(start_s, duration_s, plan, self.replica_id)

@@ -19,6 +19,7 @@ from simulator.records_parquet import ParquetTokenTimes
 from simulator.records_stream import RecordFiles, RequestsStream, join_step_files, remove_step_parts, write_frames
 from simulator.data_parallel import DataParallelGroup
 from simulator.frontend import FrontEnd, engine_arrival_s
+from simulator.step_variance import StepVariance
 from simulator.gc_pause import paused_gc
 from simulator.records_sketch import GapSketch
 from simulator.replica import Replica, wait_until
@@ -61,6 +62,7 @@ def simulate(
     record_files: RecordFiles | None = None,
     async_scheduling: bool = False,
     frontend: FrontEnd | None = None,
+    step_variance: StepVariance | None = None,
 ) -> SimulationResult:
     """Run `requests` through the replicas (one scheduler each) until every request has finished.
 
@@ -103,6 +105,9 @@ def simulate(
             reach the client `frontend.output_s` after their steps (a closed-loop client sends its
             next request from then), and the records carry client and engine terms
             (`simulator.records.records_frame`). None: the trace's arrivals are the engine's.
+        step_variance: seeded step-time variance (`simulator.step_variance.StepVariance`): replica
+            (or lockstep DP group) r multiplies each step's priced time by its stream r's next
+            factor; such a run goes step by step (no windows), one pipeline stage. None: priced times.
 
     Raises:
         ValueError: keep_token_times=False with trim_fraction > 0 on a closed-loop workload;
@@ -129,8 +134,8 @@ def simulate(
     # step-by-step path's at its last step's start, and when replicas finish at the same instant
     # (think time 0, equal step times) that order decides which client sends first, hence the
     # next request ids and routes; those runs go step by step too.
-    windows = fast_forward and not (router == "prefix_aware" and len(schedulers) > 1) and not (
-        closed_loop is not None and len(schedulers) > 1)
+    windows = fast_forward and step_variance is None and not (router == "prefix_aware" and len(schedulers) > 1) \
+        and not (closed_loop is not None and len(schedulers) > 1)
     next_arrival = dispatch.next_arrival_s if windows else None
     window_s = _sketch_window_s(requests, closed_loop, keep_token_times, trim_fraction)
     stream = _requests_stream(requests, keep_token_times, record_files, frontend)
@@ -142,13 +147,15 @@ def simulate(
             raise ValueError("async scheduling of data-parallel ranks stepped in lockstep (a mixture-of-experts "
                              "model) is not modelled")
         replicas += DataParallelGroup(env, schedulers, pricer.cost_model, outcome_fn or StepOutcome.without_speculation,
-                                      on_finish, records, step_logs).ranks
+                                      on_finish, records, step_logs,
+                                      step_variance.factors(0) if step_variance is not None else None).ranks
     else:
         replicas += [Replica(env, s, pricer, outcome_fn or StepOutcome.without_speculation, i, on_finish, next_arrival,
                              records=records[i], steps=step_logs[i], arrivals_bounded=closed_loop is None,
                              arrival_due_at=dispatch.arrives_at if closed_loop is None else None,
                              chain_admissions=len(schedulers) == 1 or dispatch.router.policy != "vllm_dp",
-                             async_scheduling=async_scheduling)
+                             async_scheduling=async_scheduling,
+                             step_factors=step_variance.factors(i) if step_variance is not None else None)
                      for i, s in enumerate(schedulers)]
     if closed_loop:
         dispatch.start_closed_loop(closed_loop)

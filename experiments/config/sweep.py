@@ -1,5 +1,5 @@
 """The whole config file (`SweepConfig`): its top-level keys (`name`, `model`, `device`,
-`cost_model`, `trace`, `engine`, `variants`, `slo`, `goodput`, `search`, `fleet`, `output`,
+`cost_model`, `trace`, `engine`, `frontend`, `step_variance`, `variants`, `slo`, `goodput`, `search`, `fleet`, `output`,
 `cluster`, `layouts`) and the checks across blocks. Each block's own keys are validated in the
 file of its name (`trace.py`, `engine.py`, ...); `model`, `device` and `cost_model` and how the
 engine fits them in `model_and_device.py`."""
@@ -19,6 +19,7 @@ from experiments.config.model_and_device import check_deployment
 from experiments.config.output import OutputConfig
 from experiments.config.search import SearchConfig, repetition_seed_problem
 from experiments.config.slo import check_goodput, check_slo
+from experiments.config.step_variance import StepVarianceConfig
 from experiments.config.trace import SessionsTrace, TraceConfig
 from profiler import get_model_spec
 
@@ -33,6 +34,7 @@ class SweepConfig(_Strict):
     trace: TraceConfig
     engine: EngineConfig = EngineConfig()
     frontend: FrontendConfig = FrontendConfig()
+    step_variance: StepVarianceConfig = StepVarianceConfig()
     variants: list[dict[str, Any]] = []
     slo: dict[str, float] = {}
     goodput: dict[str, float] = {}
@@ -51,6 +53,10 @@ class SweepConfig(_Strict):
             if self.engine.async_scheduling:
                 raise ValueError("engine.async_scheduling true with cluster: async scheduling is not modelled in "
                                  "prefill/decode pools; set it false or leave it unset")
+        if self.step_variance.cv > 0 and (self.cluster is not None or self.engine.pipeline_parallel_size > 1):
+            raise ValueError("step_variance.cv > 0 with " + ("cluster:" if self.cluster is not None else
+                             "engine.pipeline_parallel_size > 1") + ": step-time variance is not modelled there; "
+                             "set step_variance.cv 0")
         return self
 
     @model_validator(mode="after")

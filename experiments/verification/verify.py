@@ -238,7 +238,7 @@ def simulate_summary(point, pricer: StepPricer) -> dict:
 def simulate_point(point, pricer: StepPricer):
     """Simulate `point`'s trace with `pricer`; the `simulator.simulate.SimulationResult`."""
     from experiments.deployment import (async_scheduling_on, build_frontend, build_outcome_fn, build_scheduler_config,
-                                        build_schedulers)
+                                        build_schedulers, build_step_variance)
     from experiments.point import load_requests
     from simulator.simulate import simulate
 
@@ -246,4 +246,5 @@ def simulate_point(point, pricer: StepPricer):
     schedulers = build_schedulers(point, build_scheduler_config(point))
     return simulate(requests, schedulers, pricer, outcome_fn=build_outcome_fn(point), router=point.engine.router,
                     seed=point.engine.seed, data_parallel=point.engine.data_parallel_size > 1,
-                    async_scheduling=async_scheduling_on(point), frontend=build_frontend(point))
+                    async_scheduling=async_scheduling_on(point), frontend=build_frontend(point),
+                    step_variance=build_step_variance(point))
