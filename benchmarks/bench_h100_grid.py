@@ -113,6 +113,13 @@ def simulate_point(config: dict, overrides: list[str], spread_s: float = 0.0, wa
     out["saturated"] = trace["clients"] * blocks_per_request > int(result.row["num_gpu_blocks"])
     if "engine_ttft_s" in done:
         out["sim_engine_ttft_ms"] = float(done["engine_ttft_s"].mean() * 1e3)
+        # TTFT term by term (simulator/records.py), and the first wave (the clients' first requests,
+        # sent together at t = 0) apart from the rest
+        for term in ("frontend_in_s", "queue_s", "schedule_wait_s", "prefill_s", "frontend_out_s"):
+            out[f"sim_{term.removesuffix('_s')}_ms"] = float(done[term].mean() * 1e3)
+    first = done["request_id"] < warmup_requests + trace["clients"]
+    out["sim_ttft_first_wave_ms"] = float(done.loc[first, "ttft_s"].mean() * 1e3)
+    out["sim_ttft_after_first_wave_ms"] = float(done.loc[~first, "ttft_s"].mean() * 1e3)
     return out
 
 
