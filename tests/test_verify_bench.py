@@ -180,3 +180,43 @@ def test_vllm_bench_start_times_are_replayed_in_send_order(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match=r"r.json: start_times\[2\]: expected a finite number"):
         read_bench_run(path)
+
+
+def _sweep_run(tmp_path, sweep: str, drop_rate: bool = False):
+    """The inference-perf fixture's two stage reports under a config whose load is a sweep."""
+    results = tmp_path / "results"
+    results.mkdir(parents=True)
+    for f in (IP / "results").iterdir():
+        data = json.loads(f.read_text())
+        if drop_rate:
+            del data["load_summary"]["requested_rate"]
+        (results / f.name).write_text(json.dumps(data))
+    config = (IP / "config.yaml").read_text().replace(
+        "  stages:\n    - {rate: 2, duration: 4}\n    - {rate: 4, duration: 2}\n", sweep)
+    (tmp_path / "config.yaml").write_text(config)
+    return results, tmp_path / "config.yaml"
+
+
+def test_inference_perf_sweep_stages_take_their_rates_from_the_reports(tmp_path):
+    """A sweep's stages are generated at run time (inference_perf/loadgen/saturation.py): the rate of
+    each is its report's requested_rate (2 and 4 req/s here), its duration load.sweep.stage_duration."""
+    results, config = _sweep_run(tmp_path, "  sweep: {type: linear, num_stages: 2, stage_duration: 3}\n")
+    run = read_bench_run(results, config)
+    first, second = (s.plan for s in run.stages)
+    assert (first.rate, first.duration_s, first.num_requests) == (2.0, 3.0, 6)   # int(2 x 3)
+    assert (second.rate, second.duration_s, second.num_requests) == (4.0, 3.0, 12)
+    assert any("sweep" in note for note in first.notes)
+    results, config = _sweep_run(tmp_path / "d", "  sweep: {type: geometric}\n")  # default 180 s
+    assert read_bench_run(results, config).stages[0].plan.num_requests == 360
+
+
+@pytest.mark.parametrize("sweep, drop_rate, message", [
+    ("  sweep: {type: linear, stage_duration: -1}\n", False, r"load.sweep.stage_duration: expected a finite number"),
+    ("  sweep: {type: linear, stage_duration: 0}\n", False, r"load.sweep.stage_duration must be > 0"),
+    ("  sweep: [1, 2]\n", False, r"load.sweep must be a mapping"),
+    ("  sweep: {type: linear}\n", True, r"stage_0_lifecycle_metrics.json: no load_summary.requested_rate"),
+])
+def test_inference_perf_sweep_bad_input_names_the_key(tmp_path, sweep, drop_rate, message):
+    results, config = _sweep_run(tmp_path, sweep, drop_rate)
+    with pytest.raises(ValueError, match=message):
+        read_bench_run(results, config)

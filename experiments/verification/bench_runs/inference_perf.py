@@ -3,7 +3,10 @@
 Read in kubernetes-sigs/inference-perf 7de5ef2:
 - config (`inference_perf/config/loadgen/config.py`, `config/datagen/config.py`): `load.type`
   constant | poisson | concurrent; `load.stages`, each `{rate, duration}` (constant, poisson) or
-  `{num_requests, concurrency_level}` (concurrent); `data.type` shared_prefix with
+  `{num_requests, concurrency_level}` (concurrent), or `load.sweep` (constant, poisson: stages
+  generated at run time, each stage's rate read from its report, `_sweep_stage`); `trace_replay`
+  and `trace_session_replay` are refused by name (their timing is in a trace file the report does
+  not hold); `data.type` shared_prefix with
   `data.shared_prefix.{num_groups (alias num_unique_system_prompts), num_prompts_per_group
   (alias num_users_per_system_prompt), system_prompt_len, question_len, output_len}`, or random /
   synthetic with `data.input_distribution` and `data.output_distribution`
@@ -96,14 +99,19 @@ def _stage(path: Path, index: int, config: dict, config_path: Path) -> BenchStag
 
 def _plan(config: dict, config_path: Path, index: int, count: int, data: dict, path: Path) -> LoadPlan:
     load_type = str(dig(config, ["load", "type"], config_path, required=False) or "constant")
-    stages = dig(config, ["load", "stages"], config_path)
-    if not isinstance(stages, list) or not 0 <= index < len(stages):
-        raise ValueError(f"{path}: stage {index}, but {config_path} load.stages has "
-                         f"{len(stages) if isinstance(stages, list) else 0} stage(s)")
-    stage = stages[index]
-    where = f"{config_path}: load.stages[{index}]"
+    sweep = dig(config, ["load", "sweep"], config_path, required=False)
     lengths, notes = _lengths(config, config_path)
     notes = list(notes)
+    if sweep is not None and load_type in ("constant", "poisson"):
+        stage, where = _sweep_stage(sweep, config_path, index, data, path)
+        notes.append(f"stage {index} of a sweep: its rate is the run's (load_summary.requested_rate, generated "
+                     "from the server's measured saturation), its duration load.sweep.stage_duration")
+    else:
+        stages = dig(config, ["load", "stages"], config_path)
+        if not isinstance(stages, list) or not 0 <= index < len(stages):
+            raise ValueError(f"{path}: stage {index}, but {config_path} load.stages has "
+                             f"{len(stages) if isinstance(stages, list) else 0} stage(s)")
+        stage, where = stages[index], f"{config_path}: load.stages[{index}]"
     if load_type in ("constant", "poisson"):
         rate = finite_number(dig(stage, ["rate"], config_path), f"{where}.rate")
         duration_s = finite_number(dig(stage, ["duration"], config_path), f"{where}.duration")
@@ -121,7 +129,36 @@ def _plan(config: dict, config_path: Path, index: int, count: int, data: dict, p
         level = int(finite_number(dig(stage, ["concurrency_level"], config_path), f"{where}.concurrency_level"))
         notes.append("concurrency_level is split over worker processes in inference-perf; replayed as one limit")
         return LoadPlan(num, max_concurrency=level, notes=tuple(notes), **lengths)
-    raise ValueError(f"{config_path}: load.type {load_type!r} is not replayed here; valid: constant, poisson, concurrent")
+    raise ValueError(f"{config_path}: load.type {load_type!r} is not replayed here; valid: constant, poisson, concurrent "
+                     "(trace_replay / trace_session_replay time requests from a trace file the report does not "
+                     "hold: replay that trace with trace.path instead)")
+
+
+def _sweep_stage(sweep: Any, config_path: Path, index: int, data: dict, path: Path) -> tuple[dict, str]:
+    """Stage `index` of a `load.sweep` run as a `{rate, duration}` stage and where its values come
+    from. inference-perf generates a sweep's stages at run time from the server's measured
+    saturation (`inference_perf/loadgen/saturation.py`, `config/loadgen/config.py` SweepConfig:
+    `num_stages` stages of `stage_duration` s, default 180, rates spaced `linear` or `geometric`
+    below the saturation rate), so the config holds no rate: each stage's is its report's
+    `load_summary.requested_rate`. The saturation probe itself is not a reported stage.
+
+    Raises:
+        ValueError: `load.sweep` not a mapping, a non-positive or non-numeric `stage_duration`, or a
+            stage file without `load_summary.requested_rate`; file and key named."""
+    if not isinstance(sweep, dict):
+        raise ValueError(f"{config_path}: load.sweep must be a mapping (type, num_stages, stage_duration, ...)")
+    duration = sweep.get("stage_duration", 180)
+    duration_s = finite_number(duration, f"{config_path}: load.sweep.stage_duration")
+    if duration_s <= 0:
+        raise ValueError(f"{config_path}: load.sweep.stage_duration must be > 0 seconds, got {duration}")
+    rate = (data.get("load_summary") or {}).get("requested_rate")
+    if rate is None:
+        raise ValueError(f"{path}: no load_summary.requested_rate: a sweep's stage rates are only in its "
+                         "reports (the config generates them at run time)")
+    rate = finite_number(rate, f"{path}: load_summary.requested_rate")
+    if rate <= 0:
+        raise ValueError(f"{path}: load_summary.requested_rate must be > 0, got {rate}")
+    return {"rate": rate, "duration": duration_s}, f"{path}: stage {index} (sweep)"
 
 
 def _lengths(config: dict, config_path: Path) -> tuple[dict[str, Any], tuple[str, ...]]:
