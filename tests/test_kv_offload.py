@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.scheduler import SchedulerConfig, make_scheduler
-from simulator.scheduler.kv_offload import KvOffload, LruTier, offload_blocks, tier_key
+from simulator.scheduler.kv_offload import KvOffload, LruTier, offload_blocks, tier_key, tier_keys
 from traces import Request
 
 BLOCK = 16
@@ -285,20 +285,37 @@ def test_segment_lru_keeps_vllms_order_on_random_requests():
             elif op < 0.85:  # stores complete; a load holds or releases a block
                 for key, value in list(ref.blocks.items()):
                     if value == -1 and rng.random() < 0.5:
-                        ref.blocks[key] = tier.blocks[key] = 0
+                        ref.blocks[key] = 0
+                        tier.complete_store([key])
                     elif value >= 0 and rng.random() < 0.1:
-                        ref.blocks[key] = tier.blocks[key] = value + 1 if rng.random() < 0.5 or not value else value - 1
+                        if rng.random() < 0.5 or not value:
+                            ref.blocks[key] = value + 1
+                            tier.prepare_load([key])
+                        else:
+                            ref.blocks[key] = value - 1
+                            tier.complete_load([key])
             else:
                 rid = rng.choice(list(live))
                 del live[rid]
                 tier.forget(rid)
             assert tier.order() == list(ref.blocks), (trial, step)
             assert tier.blocks == dict(ref.blocks)
+            assert tier._num_evictable == list(ref.blocks.values()).count(0)
 
 
 def test_tier_keys_are_one_to_one():
     keys = [(h, e) for h in (-3, 0, 1, 2**40) for e in (16, 32, 2**23)] + [(r, j, 0) for r in (0, 1, 7) for j in (0, 1, 5)]
     assert len({tier_key(k) for k in keys}) == len(keys)
+
+
+def test_tier_keys_are_the_block_keys_as_ints():
+    from simulator.scheduler.prefix_cache import block_keys
+
+    for prompt, out, ids, hash_block in [(100, 50, (), 16), (100, 50, (5, 6, 7), 16), (1000, 200, (9, 8), 512),
+                                         (600, 300, (1, 2, 3), 512), (40, 8, (3,) * 3, 16)]:
+        req = Request(77, 0.0, prompt, out, prefix_hash_ids=ids, prefix_block_tokens=hash_block)
+        for first, last in [(0, 0), (0, 1), (0, 9), (2, 9), (3, 40), (30, 60), (70, 71)]:
+            assert tier_keys(req, 16, first, last) == [tier_key(k) for k in block_keys(req, 16, first, last)]
 
 
 def test_vllm_serve_flags_of_a_point_with_offload():

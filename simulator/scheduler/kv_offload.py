@@ -58,12 +58,13 @@ vLLM's optional store filter (`store_threshold`) and ARC policy (`eviction_polic
 from __future__ import annotations
 
 import heapq
-from collections import deque
+from collections import Counter
 from itertools import islice, repeat
 from dataclasses import dataclass
 
-from simulator.scheduler.prefix_cache import BlockKey, block_keys
+from simulator.scheduler.prefix_cache import BlockKey, named_tokens
 from simulator.scheduler.sequence import Sequence
+from traces import Request
 
 _NOT_READY = -1  # a block's ref count while it is being stored (vLLM's BlockStatus before complete_store)
 _END_BITS = 24  # a block's end token < 2**24 (max_model_len is far below)
@@ -79,19 +80,54 @@ def tier_key(key: BlockKey) -> int:
     return ((key[0] << _END_BITS | key[1]) << 1) | 1
 
 
+
+def tier_keys(request: Request, block_size: int, first_block: int, last_block: int) -> list[int]:
+    """`tier_key` of each of `block_keys(request, block_size, first_block, last_block)`,
+    computed as ints directly (no tuples: this runs for every block a request stores)."""
+    ids, size = request.prefix_hash_ids, request.prefix_block_tokens
+    shared = min((named_tokens(request) if ids else 0) // block_size, last_block)
+    own = request.request_id << _END_BITS
+    keys = [(ids[(end - 1) // size] << _END_BITS | end) << 1
+            for end in range((first_block + 1) * block_size, shared * block_size + 1, block_size)]
+    keys += [((own | j) << 1) | 1 for j in range(max(first_block, shared), last_block)]
+    return keys
+
+class _Segment:
+    """One run of the LRU order (`LruTier`): `keys[:n]`, newest first (a touch: vLLM moves the
+    keys to the end in reverse) or oldest first (a store's new keys). `owner`: the request whose
+    latest touch it is (None once superseded or forgotten, and for a store). `skip`: entries at
+    its old end whose claims are released (an ownerless segment's only)."""
+
+    __slots__ = ("keys", "n", "newest_first", "owner", "skip")
+
+    def __init__(self, keys: list, n: int, newest_first: bool, owner: object):
+        self.keys, self.n, self.newest_first, self.owner, self.skip = keys, n, newest_first, owner, 0
+
+    def old_end_first(self, start: int) -> range:
+        """Indices into `keys`, LRU first, from the `start`-th."""
+        n = self.n
+        return range(n - 1 - start, -1, -1) if self.newest_first else range(start, n)
+
+
 class LruTier:
     """One offload tier of `num_blocks` blocks, LRU (vLLM `LRUOffloadingManager`).
 
     A block is held as key -> ref count: -1 while it is being stored (not ready), else the
-    loads reading it. The LRU order is the OrderedDict order vLLM keeps, held as segments so
-    that a touch costs C-level passes: a request touches all its blocks at every block it
-    stores (hundreds of keys), and moving each to the end one by one cost more than the rest of
-    the simulation. A segment is one touch (its keys newest first: vLLM moves them to the end
-    in reverse) or one store (its new keys in order, appended); a key's place is in the latest
-    segment that holds it (`_seg_of`), so the order is the segments' in time and, inside one,
-    its orientation, counting only the keys whose latest segment it is (`order`). Eviction
-    walks that order from the oldest (`_victims`). A segment no key calls its own is dead:
-    flagged when its owner's next touch covers it or a walk finds it empty, and dropped.
+    loads reading it. The LRU order is vLLM's OrderedDict's, held as claims so that a request's
+    touch costs O(1 + its new keys), not O(its keys): in vLLM a request touches all its blocks at
+    every block it stores, which moved key by key cost O(n^2) a request and more than the rest
+    of the simulation. A segment (`_Segment`) is one touch or one store, and claims each key of
+    its range; the segments are kept in time order (`_order`, oldest first), and a key sits in
+    its latest claiming segment, in that segment's orientation (`order`). A request's next touch
+    of the same (growing) key list moves its latest segment to the end and extends it by the new
+    keys: every key it claimed moves with it, exactly what vLLM's touch of all its keys does,
+    whoever touched them in between. `_claims[key]` counts the segments claiming a key, so a
+    walk from the oldest segment knows a key has a later claimer when more claims remain than
+    it has passed. Claims of an ownerless segment (a store, a finished or superseded touch) that
+    a walk finds void (a later claimer, or the key gone) at its old end are released; a segment
+    with none left is dropped. A touch with an owner claims keys not held too, so that when one
+    is stored later and then touched again, its owner's segment places it (vLLM: a touch skips
+    keys it does not hold; a stored key goes to the end; a later touch moves it).
     """
 
     def __init__(self, name: str, num_blocks: int):
@@ -99,13 +135,11 @@ class LruTier:
             raise ValueError(f"{name} tier: num_blocks must be >= 0, got {num_blocks}")
         self.name = name
         self.num_blocks = num_blocks
-        self.blocks: dict[BlockKey, int] = {}
-        self._seg_of: dict[BlockKey, list] = {}  # key -> its latest segment
-        # Oldest first; a segment is [keys, n (its keys are keys[:n]), newest_first, dead, skip
-        # (entries at its old end known to be no one's: never walked again)].
-        self._segments: deque[list] = deque()
-        self._latest: dict[object, list] = {}  # owner -> its latest touch (`touch`)
-        self._num_dead = 0
+        self.blocks: dict[BlockKey, int] = {}  # change it through the methods only (`_num_evictable`)
+        self._num_evictable = 0  # held, ready blocks no load reads (ref 0): a walk short of them fails at once
+        self._claims: Counter = Counter()  # key -> segments in `_order` claiming it
+        self._order: dict[_Segment, None] = {}  # oldest first
+        self._latest: dict[object, _Segment] = {}  # owner -> its latest touch
 
     def lookup(self, keys: list[BlockKey]) -> int:
         """Leading `keys` stored and ready."""
@@ -120,96 +154,120 @@ class LruTier:
 
     def touch(self, keys: list[BlockKey], n: int | None = None, owner: object = None) -> None:
         """Move the held keys of `keys[:n]` to the MRU end, the first last (the most recent:
-        vLLM `touch` moves them in reverse). `owner` (a request) marks its previous touch dead
-        when this one covers it (its keys list is the same live list, at least as long)."""
+        vLLM `touch` moves them in reverse). `owner` (a request) passes the same live list,
+        grown, at each of its touches: a touch covering its previous one moves that segment."""
         n = len(keys) if n is None else n
-        blocks = self.blocks
-        seg = [keys, n, True, False, 0]
-        self._seg_of.update(zip(filter(blocks.__contains__, islice(keys, n)), repeat(seg)))
-        self._segments.append(seg)
+        order = self._order
+        seg = self._latest.get(owner) if owner is not None else None
+        if seg is not None and seg.keys is keys and seg.n <= n:
+            del order[seg]
+            order[seg] = None
+            if n > seg.n:
+                self._claims.update(islice(keys, seg.n, n))
+                seg.n = n
+            return
+        if seg is not None:
+            seg.owner = None  # superseded: its claims stay until a walk finds them void
+        seg = _Segment(keys, n, True, owner)
+        self._claims.update(islice(keys, n))
+        order[seg] = None
         if owner is not None:
-            previous = self._latest.get(owner)
-            if previous is not None and previous[0] is keys and previous[1] <= n and not previous[3]:
-                previous[3] = True  # every key it placed is placed again here (or gone)
-                self._num_dead += 1
             self._latest[owner] = seg
-        if self._num_dead > 64 and 2 * self._num_dead > len(self._segments):
-            self._segments = deque(seg for seg in self._segments if not seg[3])
-            self._num_dead = 0
 
     def forget(self, owner: object) -> None:
         """`owner` touches no more (a finished request)."""
-        self._latest.pop(owner, None)
+        seg = self._latest.pop(owner, None)
+        if seg is not None:
+            seg.owner = None
 
     def order(self) -> list[BlockKey]:
         """The held keys, LRU first (vLLM's OrderedDict order)."""
-        seg_of = self._seg_of
+        claims, blocks, passed = self._claims, self.blocks, Counter()
         out = []
-        for seg in self._segments:
-            keys, n, newest_first = seg[0], seg[1], seg[2]
-            for i in (range(n - 1, -1, -1) if newest_first else range(n)):
-                if seg_of.get(keys[i]) is seg:
-                    out.append(keys[i])
+        for seg in self._order:
+            keys = seg.keys
+            for i in seg.old_end_first(seg.skip):
+                key = keys[i]
+                passed[key] += 1
+                if passed[key] == claims[key] and key in blocks:
+                    out.append(key)
         return out
 
     def _victims(self, count: int) -> list[BlockKey] | None:
         """The `count` LRU-first keys with no reader (ref 0), or None when fewer exist (vLLM
-        `prepare_store`'s walk). Entries found to be no one's at a segment's old end are skipped
-        from then on; a segment with none left is flagged dead."""
-        blocks, seg_of, segments = self.blocks, self._seg_of, self._segments
-        while segments and segments[0][3]:  # the dead at the old end: never walked again
-            segments.popleft()
-            self._num_dead -= 1
-        victims = []
-        for seg in segments:
-            if seg[3]:
-                continue
-            keys, n, newest_first, _, skip = seg
-            consumed = True  # every entry so far is no one's
-            for i in (range(n - 1 - skip, -1, -1) if newest_first else range(skip, n)):
+        `prepare_store`'s walk). Releases the void claims it finds at ownerless segments' old
+        ends (a bookkeeping change only) and drops the segments left with none."""
+        claims, blocks, order = self._claims, self.blocks, self._order
+        passed: dict[BlockKey, int] = {}
+        victims, emptied = [], []
+        for seg in order:
+            keys, releasing = seg.keys, seg.owner is None
+            for i in seg.old_end_first(seg.skip):
                 key = keys[i]
-                if seg_of.get(key) is not seg:
-                    if consumed:
-                        seg[4] += 1
+                seen = passed.get(key, 0)
+                here = claims[key] == seen + 1  # no later claimer
+                if releasing and not (here and key in blocks):  # void here: release
+                    seg.skip += 1
+                    if claims[key] == 1:
+                        del claims[key]
+                    else:
+                        claims[key] -= 1
                     continue
-                consumed = False
-                if blocks[key] == 0:
+                releasing = False
+                passed[key] = seen + 1
+                if here and blocks.get(key) == 0:
                     victims.append(key)
                     if len(victims) == count:
-                        return victims
-            if consumed:
-                seg[3] = True
-                self._num_dead += 1
-        return None
+                        break
+            if seg.owner is None and seg.skip == seg.n:
+                emptied.append(seg)
+            if len(victims) == count:
+                break
+        for seg in emptied:
+            del order[seg]
+        if len(victims) < count:
+            raise RuntimeError(f"{self.name} tier: {self._num_evictable} evictable blocks counted, {len(victims)} found")
+        return victims
 
     def prepare_load(self, keys: list[BlockKey]) -> None:
+        """A load reads `keys` (held and ready): not evictable until `complete_load`."""
+        blocks = self.blocks
         for key in keys:
-            self.blocks[key] += 1
+            ref = blocks[key]
+            if ref == 0:
+                self._num_evictable -= 1
+            blocks[key] = ref + 1
 
     def complete_load(self, keys: list[BlockKey]) -> None:
         blocks = self.blocks
         for key in keys:
-            if key in blocks and blocks[key] > 0:
-                blocks[key] -= 1
+            ref = blocks.get(key, 0)
+            if ref > 0:
+                blocks[key] = ref - 1
+                if ref == 1:
+                    self._num_evictable += 1
 
-    def prepare_store(self, keys: list[BlockKey]) -> list[BlockKey] | None:
+    def prepare_store(self, keys: list[BlockKey], touched_after: bool = False) -> list[BlockKey] | None:
         """Allocate the `keys` not held yet (not ready until `complete_store`), evicting LRU
-        blocks with no reader; None (nothing changed) when too few can be evicted."""
+        blocks with no reader; None (nothing changed) when too few can be evicted.
+        `touched_after`: the caller touches them all next, with nothing in between (the
+        connector's store: a request touches all its blocks after storing), so they are not
+        placed here (the touch places them; a store's segment would be void at once)."""
         blocks = self.blocks
         new = [key for key in keys if key not in blocks]
         excess = len(blocks) + len(new) - self.num_blocks
         if excess > 0:
-            victims = self._victims(excess)
+            victims = self._victims(excess) if excess <= self._num_evictable else None
             if victims is None:
                 return None
-            seg_of = self._seg_of
             for key in victims:
-                del blocks[key], seg_of[key]
+                del blocks[key]
+            self._num_evictable -= excess
         if new:
             blocks.update(zip(new, repeat(_NOT_READY)))
-            seg = [new, len(new), False, False, 0]
-            self._seg_of.update(zip(new, repeat(seg)))
-            self._segments.append(seg)
+            if not touched_after:
+                self._claims.update(new)
+                self._order[_Segment(new, len(new), False, None)] = None
         return new
 
     def complete_store(self, keys: list[BlockKey]) -> None:
@@ -217,6 +275,7 @@ class LruTier:
         for key in keys:
             if blocks.get(key) == _NOT_READY:
                 blocks[key] = 0
+                self._num_evictable += 1
 
 
 @dataclass
@@ -296,13 +355,13 @@ class KvOffload:
         self._unsubmitted = []
 
     def _keys_of(self, seq: Sequence, num_blocks: int) -> list[BlockKey]:
-        """The keys of `seq`'s blocks, at least its first `num_blocks` (`block_keys`, kept per
+        """The keys of `seq`'s blocks, at least its first `num_blocks` (`tier_keys`, kept per
         request and extended as it grows: the live list, never shorten it)."""
         keys = self._keys.get(seq.request_id)
         if keys is None:
             keys = self._keys[seq.request_id] = []
         if len(keys) < num_blocks:
-            keys += map(tier_key, block_keys(seq.request, self.block_size, len(keys), num_blocks))
+            keys += tier_keys(seq.request, self.block_size, len(keys), num_blocks)
         return keys
 
     # ----- admission ------------------------------------------------------------------------
@@ -367,7 +426,7 @@ class KvOffload:
         if full <= start:
             return
         keys = self._keys_of(seq, full)
-        new = self.cpu.prepare_store(keys[start:full])
+        new = self.cpu.prepare_store(keys[start:full], touched_after=True)
         if new is None:
             self.stats.stores_skipped_blocks += full - start
             return  # vLLM logs "cannot store" and tries again at the next step
