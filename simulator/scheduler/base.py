@@ -245,13 +245,10 @@ class Scheduler(SchedulerWindows):
         if offload is not None:
             offload.poll(now_s)  # loads and stores done by now (vLLM: after the step that just ended)
         entries, preempted = self._build_plan(now_s)
-        if offload is not None:  # write-through: the blocks this step fills (few entries fill one)
-            size, stored = offload.block_size, offload.stored_blocks
-            for seq, tokens in [(seq, c + q) for seq, q, _ in entries
-                                if (c := seq.num_computed_tokens) + q >= (stored.get(seq.request_id, 0) + 1) * size]:
-                offload.note_scheduled(seq, tokens)
         if entries:
             seqs, queries, drafts, ids, contexts, prefills, emits, counts = self._plan_columns(entries)
+            if offload is not None:  # write-through: the blocks this step fills
+                offload.note_step(seqs, ids, contexts, queries)
         else:
             seqs, queries, drafts, ids, contexts, prefills, emits, counts = [], [], [], [], [], [], [], (0, 0, 0, 0)
         if ids:

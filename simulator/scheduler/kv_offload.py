@@ -59,7 +59,8 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from itertools import islice, repeat
+from itertools import compress, islice, repeat
+from operator import add, floordiv, gt
 from dataclasses import dataclass
 
 from simulator.scheduler.prefix_cache import BlockKey, named_tokens
@@ -91,6 +92,13 @@ def tier_keys(request: Request, block_size: int, first_block: int, last_block: i
             for end in range((first_block + 1) * block_size, shared * block_size + 1, block_size)]
     keys += [((own | j) << 1) | 1 for j in range(max(first_block, shared), last_block)]
     return keys
+
+def _claim(claims: dict, keys) -> None:
+    """One more claim on each of `keys` (`LruTier`)."""
+    get = claims.get
+    for key in keys:
+        claims[key] = get(key, 0) + 1
+
 
 class _Segment:
     """One run of the LRU order (`LruTier`): `keys[:n]`, newest first (a touch: vLLM moves the
@@ -137,7 +145,7 @@ class LruTier:
         self.num_blocks = num_blocks
         self.blocks: dict[BlockKey, int] = {}  # change it through the methods only (`_num_evictable`)
         self._num_evictable = 0  # held, ready blocks no load reads (ref 0): a walk short of them fails at once
-        self._claims: Counter = Counter()  # key -> segments in `_order` claiming it
+        self._claims: dict[BlockKey, int] = {}  # key -> segments in `_order` claiming it
         self._order: dict[_Segment, None] = {}  # oldest first
         self._latest: dict[object, _Segment] = {}  # owner -> its latest touch
 
@@ -163,13 +171,13 @@ class LruTier:
             del order[seg]
             order[seg] = None
             if n > seg.n:
-                self._claims.update(islice(keys, seg.n, n))
+                _claim(self._claims, islice(keys, seg.n, n))
                 seg.n = n
             return
         if seg is not None:
             seg.owner = None  # superseded: its claims stay until a walk finds them void
         seg = _Segment(keys, n, True, owner)
-        self._claims.update(islice(keys, n))
+        _claim(self._claims, islice(keys, n))
         order[seg] = None
         if owner is not None:
             self._latest[owner] = seg
@@ -266,7 +274,7 @@ class LruTier:
         if new:
             blocks.update(zip(new, repeat(_NOT_READY)))
             if not touched_after:
-                self._claims.update(new)
+                _claim(self._claims, new)
                 self._order[_Segment(new, len(new), False, None)] = None
         return new
 
@@ -358,9 +366,11 @@ class KvOffload:
         """The keys of `seq`'s blocks, at least its first `num_blocks` (`tier_keys`, kept per
         request and extended as it grows: the live list, never shorten it)."""
         keys = self._keys.get(seq.request_id)
-        if keys is None:
-            keys = self._keys[seq.request_id] = []
-        if len(keys) < num_blocks:
+        if keys is None:  # all its blocks at once: a request's token count is known (prompt + output)
+            request = seq.request
+            keys = self._keys[seq.request_id] = tier_keys(
+                request, self.block_size, 0, max(num_blocks, (request.prompt_tokens + request.output_tokens) // self.block_size))
+        elif len(keys) < num_blocks:
             keys += tier_keys(seq.request, self.block_size, len(keys), num_blocks)
         return keys
 
@@ -415,6 +425,15 @@ class KvOffload:
         return tokens
 
     # ----- stores ---------------------------------------------------------------------------
+    def note_step(self, seqs: list[Sequence], ids: list[int], contexts: list[int], queries: list[int]) -> None:
+        """`note_scheduled` for each of a step's scheduled sequences (plan columns: request ids,
+        computed tokens before the step, tokens it computes) that fills a block, in plan order
+        (C-level maps: this runs every step over every scheduled sequence, and few fill one)."""
+        reach = list(map(add, contexts, queries))
+        fills = map(gt, map(floordiv, reach, repeat(self.block_size)), map(self.stored_blocks.get, ids, repeat(0)))
+        for i in compress(range(len(ids)), fills):
+            self.note_scheduled(seqs[i], reach[i])
+
     def note_scheduled(self, seq: Sequence, num_tokens_after: int) -> None:
         """`_get_reqs_to_store` for one scheduled request that will hold `num_tokens_after`
         computed tokens after this step: the blocks they fill are stored (submitted at the
