@@ -23,6 +23,28 @@ def test_capacity_is_nan_when_even_the_lowest_load_fails_and_capped_at_the_top()
     assert find_capacity(lambda q: True, 0.5, 64.0, max_qps=64.0).capacity_qps == 64.0
 
 
+def test_the_lowest_rate_runs_only_when_no_higher_rate_passed():
+    """True capacity 7.3 in [0.5, 64], an overloaded trial serving 10 QPS: 64 fails, the guesses
+    9.5 and 8.5 fail, 7 passes (implying 0.5, never run), then bisection in [7, 8.5]: 7.75 and
+    7.375 fail, 7.1875 passes ((7.375 − 7.1875) / 7.375 = 2.54 % > 2.5 %), 7.281 passes (1.3 %).
+    The rates and their order are those of the search that tried 0.5 first, whose slot still
+    counts against max_trials: with 5 it stops at 7 as that search did after 0.5, 64, 9.5, 8.5, 7;
+    with 4 nothing above passed, so 0.5 runs and is the capacity, as there."""
+    served = lambda qps: 10.0  # noqa: E731
+    result = find_capacity(lambda qps: qps <= 7.3, 0.5, 64.0, precision=0.025, served_qps=served)
+    assert [q for q, _ in result.trials] == pytest.approx([64.0, 9.5, 8.5, 7.0, 7.75, 7.375, 7.1875, 7.28125])
+    assert result.capacity_qps == pytest.approx(7.28125)
+    five = find_capacity(lambda qps: qps <= 7.3, 0.5, 64.0, precision=0.025, max_trials=5, served_qps=served)
+    assert [q for q, _ in five.trials] == pytest.approx([64.0, 9.5, 8.5, 7.0]) and five.capacity_qps == 7.0
+    four = find_capacity(lambda qps: qps <= 7.3, 0.5, 64.0, precision=0.025, max_trials=4, served_qps=served)
+    assert [q for q, _ in four.trials] == pytest.approx([64.0, 9.5, 8.5, 0.5]) and four.capacity_qps == 0.5
+    below = find_capacity(lambda qps: qps <= 0.3, 0.5, 64.0, served_qps=served)
+    # 64 fails, the guesses 9.5, 8.5 and 7 fail, then 0.5 is run and fails: no capacity
+    assert [q for q, _ in below.trials] == pytest.approx([64.0, 9.5, 8.5, 7.0, 0.5]) and math.isnan(below.capacity_qps)
+    plain = find_capacity(lambda qps: qps <= 7.3, 0.5, 64.0)  # no saturation guesses: 0.5 runs once 64 fails
+    assert [q for q, _ in plain.trials][:3] == pytest.approx([64.0, 0.5, 5.657], abs=1e-3)
+
+
 def test_confidence_interval():
     mean, low, high = confidence_interval([10.0, 11.0, 12.0])
     # t(0.975, 2) = 4.303; sd = 1; half width = 4.303 / sqrt(3) = 2.484
@@ -199,7 +221,8 @@ def test_saturation_guess_narrows_the_bracket_without_changing_the_answer(true_c
     for result in (plain, guided):
         assert true_capacity * (1 - 0.025) <= result.capacity_qps <= true_capacity
     if served == 21.0 and true_capacity == 20.3:
-        assert [q for q, _ in guided.trials[:4]] == [2.0, 40.0, pytest.approx(19.95), pytest.approx(23.1)]
+        # the lowest rate, 2 QPS, is implied by 19.95 passing: not run
+        assert [q for q, _ in guided.trials[:3]] == [40.0, pytest.approx(19.95), pytest.approx(23.1)]
         assert len(guided.trials) <= len(plain.trials) - 3
     assert len(guided.trials) <= len(plain.trials) + 2
 
@@ -281,8 +304,10 @@ def test_a_search_with_an_slo_no_load_meets_ends_in_a_verdict_not_a_capacity():
            "search": {"qps": [1, 8], "num_requests": 100, "seeds": 1}, "fleet": {"target_qps": 10}}
     table, trials, _ = run_capacity_sweep([raw], jobs=1)
     row = table.iloc[0]
-    assert math.isnan(row["capacity_qps"]) and row["capacity_by_seed"] == "below" and list(trials["trial_qps"]) == [1.0]
-    tbt = trials["tbt_s_p99"].iloc[0]
+    # 8 QPS and the saturation guesses below it fail, then the deferred lowest rate decides
+    assert math.isnan(row["capacity_qps"]) and row["capacity_by_seed"] == "below"
+    assert list(trials["trial_qps"])[0] == 8.0 and list(trials["trial_qps"])[-1] == 1.0 and not trials["passed"].any()
+    tbt = trials["tbt_s_p99"].iloc[-1]
     assert tbt > 0.001 and row["lowest_rate_verdict"].startswith(
         f"at 1 QPS (seed 0), in steady state (no growing backlog): tbt_p99_s {tbt:.3g} > 0.001; ")
     summary = capacity_summary(table, SweepConfig.model_validate(raw), {"tbt_p99_s": 0.001})

@@ -162,10 +162,11 @@ def test_trial_length_scales_with_instances():
 
 
 @pytest.mark.parametrize("true_capacity, served, expected_trials", [
-    # served 10: 0.95 μ = 9.5 fails, 0.85 μ = 8.5 fails, 0.7 μ = 7 passes, then bisection in [7, 8.5].
-    (8.0, 10.0, [0.5, 16.0, 9.5, 8.5, 7.0]),
+    # served 10: 0.95 μ = 9.5 fails, 0.85 μ = 8.5 fails, 0.7 μ = 7 passes, then bisection in [7, 8.5]
+    # (0.5 QPS, the lowest rate, is implied by 7 passing: never run).
+    (8.0, 10.0, [16.0, 9.5, 8.5, 7.0, 7.75]),
     # served 10: 9.5 passes, 1.1 μ = 11 fails, bisection in [9.5, 11].
-    (10.2, 10.0, [0.5, 16.0, 9.5, 11.0]),
+    (10.2, 10.0, [16.0, 9.5, 11.0, 10.25]),
 ])
 def test_saturation_guesses_step_down_after_a_failure(true_capacity, served, expected_trials):
     result = find_capacity(lambda q: q <= true_capacity, 0.5, 16.0, precision=0.025, served_qps=lambda q: served)
