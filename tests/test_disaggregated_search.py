@@ -105,7 +105,7 @@ def test_trials_keep_the_trace_seed_unless_given_one(monkeypatch):
     for seed, expected in ((None, 3), (7, 7)):
         with pytest.raises(ValueError, match="stop"):
             module.layout_capacity(layout, base.goodput, qps=(1.5, 4.0), num_requests=50, seed=seed)
-        assert seen.pop() == (1.5, 100, expected)  # 50 requests per instance × the layout's 2 instances
+        assert seen.pop() == (4.0, 100, expected)  # the top rate first; 50 requests per instance × the layout's 2 instances
 
 
 def test_a_repetition_offsets_the_trace_and_engine_seeds(monkeypatch):
