@@ -150,8 +150,11 @@ def test_vllm_v1_with_a_windowed_group_holds_blocks_as_vllm():
 
 
 def test_windowed_kv_groups_are_refused_where_not_modelled():
-    with pytest.raises(ValueError, match="enable_prefix_caching with sliding-window layers"):
-        make_scheduler("vllm_v1", SchedulerConfig(num_gpu_blocks=100, kv_groups=(1, 1, 32)))
+    # Prefix caching with windowed groups is modelled (tests/test_hybrid_prefix_cache.py); a draft
+    # model's lookahead slots are not.
+    with pytest.raises(ValueError, match="lookahead slots with sliding-window layers"):
+        make_scheduler("vllm_v1", SchedulerConfig(num_gpu_blocks=100, chunk_size=256, kv_groups=(1, 1, 32),
+                                                  split_n=2, num_lookahead_tokens=2))
     with pytest.raises(ValueError, match="only vllm_v1 runs vLLM's hybrid KV cache manager"):
         make_scheduler("sarathi", SchedulerConfig(num_gpu_blocks=100, chunk_size=256, kv_groups=(1, 1, 32)))
 

@@ -15,6 +15,7 @@ from operator import add, attrgetter, ge, gt, lt, sub
 
 from simulator.scheduler.block_manager import BlockManager, blocks_for
 from simulator.scheduler.hybrid_block_manager import HybridBlockManager
+from simulator.scheduler.hybrid_prefix_cache import HybridPrefixCachingBlockManager
 from simulator.scheduler.config import SchedulerConfig
 from simulator.scheduler.kv_offload import KvOffload
 from simulator.scheduler.prefix_cache import PrefixCachingBlockManager
@@ -149,29 +150,31 @@ class Scheduler(SchedulerWindows):
         """The pool of a model with sliding-window KV cache groups (`config.kv_groups`): vLLM V1's
         hybrid KV cache manager (`simulator.scheduler.hybrid_block_manager`).
 
+        With prefix caching, the pool caches per group (`simulator.scheduler.hybrid_prefix_cache`).
+
         Raises:
             ValueError: a scheduler other than vllm_v1 (the others keep every layer's KV: give
-                them no kv_groups), prefix caching (vLLM's hit rule with windowed groups is not
-                modelled: set enable_prefix_caching false), or a draft model's lookahead slots.
+                them no kv_groups), or a draft model's lookahead slots.
         """
         if self.name != "vllm_v1":
             raise ValueError(f"kv_groups with sliding-window groups: only vllm_v1 runs vLLM's hybrid KV cache "
                              f"manager, not scheduler {self.name!r}")
-        if self.prefix_caching:
-            raise ValueError("enable_prefix_caching with sliding-window layers: vLLM's prefix-cache hits over "
-                             "windowed KV cache groups are not modelled; set engine.enable_prefix_caching: false")
         if config.num_lookahead_tokens:
             raise ValueError("a draft model's lookahead slots with sliding-window layers are not modelled")
         full, sliding, window = config.kv_groups
-        return HybridBlockManager(config.num_gpu_blocks, config.block_size, watermark, full, sliding, window)
+        manager = HybridPrefixCachingBlockManager if self.prefix_caching else HybridBlockManager
+        return manager(config.num_gpu_blocks, config.block_size, watermark, full, sliding, window)
 
     def attach_kv_offload(self, offload: KvOffload) -> None:
         """Put an offload tier behind this scheduler's prefix cache (`simulator.scheduler.kv_offload`).
 
         Raises:
             ValueError: the scheduler has no prefix cache (vLLM's offloading connector keys
-                blocks by their prefix-cache hashes), or a block size other than the pool's.
+                blocks by their prefix-cache hashes), a block size other than the pool's, or
+                sliding-window KV cache groups (offloading a hybrid pool is not modelled).
         """
+        if self._hybrid_kv:
+            raise ValueError("KV offload with sliding-window layers (hybrid KV cache groups) is not modelled")
         if not (self.supports_prefix_caching and self.prefix_caching):
             raise ValueError(f"KV offload needs the prefix cache (scheduler vllm_v1 with enable_prefix_caching), "
                              f"scheduler {self.name!r} has it {'on' if self.prefix_caching else 'off'}")
@@ -531,7 +534,7 @@ class Scheduler(SchedulerWindows):
         reserve = self._admission_tokens(seq, num_query_tokens) + hit_tokens
         loaded = self.kv_offload is not None and seq.load_started_s == seq.load_started_s  # its KV load is done
         if hit_tokens:
-            needed = blocks_for(reserve, bm.block_size) - len(hit_blocks) + bm.num_evictable(hit_blocks)
+            needed = bm.blocks_to_admit(reserve, hit_blocks)
             if bm.num_free - needed < bm.watermark_blocks:
                 return None
         elif loaded:  # it holds the loaded blocks already

@@ -48,7 +48,8 @@ class SchedulerConfig:
             (full-attention groups, sliding-window groups, window in tokens)
             (`profiler.kv_cache_groups`); None: one group (every layer keeps every token). With
             sliding-window groups a request holds blocks in every group and a windowed group
-            frees the blocks behind its window (`simulator.scheduler.hybrid_block_manager`).
+            frees the blocks behind its window (`simulator.scheduler.hybrid_block_manager`; with
+            prefix caching `simulator.scheduler.hybrid_prefix_cache`).
     """
 
     num_gpu_blocks: int

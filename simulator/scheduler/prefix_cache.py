@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections import deque
 from itertools import repeat, starmap
 
-from simulator.scheduler.block_manager import BlockManager
+from simulator.scheduler.block_manager import BlockManager, blocks_for
 from traces import Request
 
 # A block's identity: (hash id, end token) for a shared prefix, (request_id, index, 0) for a
@@ -133,6 +133,11 @@ class PrefixCachingBlockManager(BlockManager):
         """How many of `block_ids` sit in the free queue (count 0): taking them uses free blocks."""
         is_free = self._is_free
         return sum(is_free[b] for b in block_ids)
+
+    def blocks_to_admit(self, num_tokens: int, block_ids: list[int]) -> int:
+        """Free blocks admitting a request of `num_tokens` slots whose hit is `block_ids` uses: the
+        new blocks plus the hit blocks taken out of the free queue (vLLM `allocate_slots`)."""
+        return blocks_for(num_tokens, self.block_size) - len(block_ids) + self.num_evictable(block_ids)
 
     def admit_cached(self, request_id: int, block_ids: list[int]) -> None:
         """Start `request_id`'s table with the hit blocks (`BlockPool.touch`: count + 1, out of
