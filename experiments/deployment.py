@@ -181,20 +181,19 @@ def async_scheduling_on(point: SweepConfig) -> bool:
     vllm/config/vllm.py at vllm-project/vllm 000fc94; default since vLLM 0.14): on for scheduler
     vllm_v1, off with pipeline parallelism (the batch queue then holds the pipeline's
     micro-batches), with split-N on the CPU n-gram drafter (vLLM keeps async scheduling only for
-    EAGLE/MTP, draft models and `ngram_gpu`), for a mixture-of-experts model's DP ranks stepped in
-    lockstep, beside a KV offload tier and for a cluster's pools (none modelled here); off for every
-    other scheduler.
+    EAGLE/MTP, draft models and `ngram_gpu`), beside a KV offload tier and for a cluster's pools
+    (neither modelled here); off for every other scheduler. A mixture-of-experts model's DP ranks
+    stepped in lockstep (`simulator.data_parallel.DataParallelGroup`) model it when set true, but
+    stay off unset although vLLM runs them with it: on the one recorded such run it corrects the
+    scheduled → first token term (−36 % → +4 %) while replaying the recording's engine-stamped
+    arrivals adds a queue the engine never had (its TTFT P50 −9.7 % → +18 %; BENCHMARKS.md, issue 27).
 
     Raises:
-        ValueError: async_scheduling true for lockstep MoE DP ranks or beside a KV offload tier (the
-            config checks the rest)."""
+        ValueError: async_scheduling true beside a KV offload tier (the config checks the rest)."""
     e = point.engine
     lockstep_dp = e.data_parallel_size > 1 and get_model_spec(point.model).moe is not None
     offload = getattr(e.kv_offload, "cpu_gib", 0) > 0  # a KV offload tier (its loads): not modelled with async
     if e.async_scheduling is not None:
-        if e.async_scheduling and lockstep_dp:
-            raise ValueError("engine.async_scheduling true with data_parallel_size > 1 on a mixture-of-experts model: "
-                             "async scheduling of DP ranks stepped in lockstep is not modelled; set it false")
         if e.async_scheduling and offload:
             raise ValueError("engine.async_scheduling true with engine.kv_offload: async scheduling beside the KV "
                              "offload tier's loads is not modelled; set it false or remove kv_offload")

@@ -23,6 +23,25 @@ _WINDOW_CHUNK_STEPS = 16
 _NUM_COMPUTED_TOKENS = attrgetter("num_computed_tokens")
 
 
+def note_schedule_wait(scheduler: Scheduler, records: RequestRecords, running_before: int, plan: BatchPlan,
+                       decided_s: float, start_s: float) -> None:
+    """Async scheduling: note `start_s − decided_s` (the step in flight when vLLM decided) as the
+    schedule wait of each request first scheduled in the step starting now (the records'
+    `schedule_wait_s`). `vllm_v1` appends admissions to the tail of `running`
+    (`running_in_admission_order`), so they are its last `len(running) − running_before +
+    preempted` sequences (`running_before`: its length before `schedule`); of these, the ones first
+    scheduled by this decision (a resumed request's stamp is older). A request admitted by an
+    earlier decision at the same instant (the step after an idle engine's first is decided at that
+    step's start) keeps its note."""
+    running = scheduler.running
+    admitted = len(running) - running_before + len(plan.preempted_ids)
+    if admitted > 0:
+        waits = records.schedule_wait_s
+        for seq in running[-admitted:]:
+            if seq.first_scheduled_s == decided_s:
+                waits.setdefault(seq.request_id, start_s - decided_s)
+
+
 class SimulationStalled(RuntimeError):
     """The scheduler holds work but can schedule nothing with nothing executing: a scheduler bug."""
 
@@ -244,20 +263,7 @@ class Replica:
         return decided_s
 
     def _note_schedule_wait(self, running_before: int, plan: BatchPlan, decided_s: float, start_s: float) -> None:
-        """Async scheduling: note `start_s − decided_s` (the step in flight when vLLM decided) as the
-        schedule wait of each request first scheduled in the step starting now (the records'
-        `schedule_wait_s`). `vllm_v1` appends admissions to the tail of `running`
-        (`running_in_admission_order`), so they are its last `len(running) − running_before +
-        preempted` sequences; of these, the ones first scheduled by this decision (a resumed
-        request's stamp is older). A request admitted by an earlier decision at the same instant
-        (the step after an idle engine's first is decided at that step's start) keeps its note."""
-        running = self.scheduler.running
-        admitted = len(running) - running_before + len(plan.preempted_ids)
-        if admitted > 0:
-            waits = self.records.schedule_wait_s
-            for seq in running[-admitted:]:
-                if seq.first_scheduled_s == decided_s:
-                    waits.setdefault(seq.request_id, start_s - decided_s)
+        note_schedule_wait(self.scheduler, self.records, running_before, plan, decided_s, start_s)
 
     def _admit_seen(self, request: Request) -> None:
         """Hand a request held in `_unseen` to the scheduler (counted outstanding already)."""

@@ -98,8 +98,8 @@ def simulate(
             end only for a trace with repeated request ids):
             the result's `requests` then has no `token_times_s` column and its `steps` no rows
             (they are in the files, with the same values); the summary is the same.
-        async_scheduling: vLLM V1's async scheduling in every replica (`Replica`); not with a
-            mixture-of-experts model's DP ranks in lockstep (`DataParallelGroup`).
+        async_scheduling: vLLM V1's async scheduling in every replica (`Replica`) or lockstep DP
+            rank (`DataParallelGroup`).
         frontend: the serving front end (`simulator.frontend.FrontEnd`): each request reaches
             the engine `frontend.in_s(prompt)` after the trace's (the client's) arrival, its tokens
             reach the client `frontend.output_s` after their steps (a closed-loop client sends its
@@ -110,8 +110,7 @@ def simulate(
             factor; such a run goes step by step (no windows), one pipeline stage. None: priced times.
 
     Raises:
-        ValueError: keep_token_times=False with trim_fraction > 0 on a closed-loop workload;
-            async_scheduling with lockstep DP ranks.
+        ValueError: keep_token_times=False with trim_fraction > 0 on a closed-loop workload.
 
     Simulated time depends only on the inputs and seeds (no wall clock), so a run is
     reproducible. Requests that can never be served are rejected with a finish reason and
@@ -143,12 +142,10 @@ def simulate(
     step_logs = [StepLog(keep=keep_steps, path=record_files.step_spool(i, len(schedulers)) if stream else None,
                          constants=record_files.constants if stream else None) for i in range(len(schedulers))]
     if data_parallel and hasattr(pricer.cost_model, "dp_step_s"):  # MoE: DP ranks in lockstep
-        if async_scheduling:
-            raise ValueError("async scheduling of data-parallel ranks stepped in lockstep (a mixture-of-experts "
-                             "model) is not modelled")
         replicas += DataParallelGroup(env, schedulers, pricer.cost_model, outcome_fn or StepOutcome.without_speculation,
                                       on_finish, records, step_logs,
-                                      step_variance.factors(0) if step_variance is not None else None).ranks
+                                      step_variance.factors(0) if step_variance is not None else None,
+                                      async_scheduling).ranks
     else:
         replicas += [Replica(env, s, pricer, outcome_fn or StepOutcome.without_speculation, i, on_finish, next_arrival,
                              records=records[i], steps=step_logs[i], arrivals_bounded=closed_loop is None,

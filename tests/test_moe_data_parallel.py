@@ -78,3 +78,34 @@ def test_dp2_ep2_run_within_the_issue_targets(tmp_path):
     error = {k: abs(result.summary[k] / measured[k] - 1) for k in ("tpot_s_p50", "ttft_s_p50", "e2e_s_p50", "makespan_s")}
     assert error["tpot_s_p50"] <= 0.15 and error["makespan_s"] <= 0.15
     assert error["ttft_s_p50"] <= 0.20 and error["e2e_s_p50"] <= 0.20
+
+
+def test_async_scheduling_in_lockstep_hand_worked():
+    # R0 and R1 at 0 (one per rank, 100 tokens each): prefill [0, 0.1) s, then 1 ms decode steps.
+    # R2 (10 tokens) arrives at 0.1015 s, during [0.101, 0.102), to rank 0 (a tie). Synchronous: scheduled
+    # at 0.102, its step (11 tokens on rank 0) [0.102, 0.113). Async: the step [0.102, 0.103) was decided
+    # at 0.101 without it; rank 0 decides it at 0.102, its step is [0.103, 0.114): a 1 ms schedule wait.
+    requests = [Request(0, 0.0, 100, 20), Request(1, 0.0, 100, 20), Request(2, 0.1015, 10, 2)]
+    sync = simulate(requests, _schedulers(), TokenCost(), data_parallel=True).requests.set_index("request_id")
+    asyn = simulate(requests, _schedulers(), TokenCost(), data_parallel=True,
+                    async_scheduling=True).requests.set_index("request_id")
+    assert sync.loc[2, "replica_id"] == 0 and asyn.loc[2, "replica_id"] == 0
+    assert sync.loc[2, "first_scheduled_s"] == pytest.approx(0.102)
+    assert sync.loc[2, "first_token_s"] == pytest.approx(0.113)
+    assert asyn.loc[2, "first_scheduled_s"] == pytest.approx(0.102)
+    assert asyn.loc[2, "schedule_wait_s"] == pytest.approx(0.001)
+    assert asyn.loc[2, "first_token_s"] == pytest.approx(0.114)
+    # R0 and R1, scheduled on the idle group, start at once either way.
+    assert asyn.loc[0, "first_token_s"] == pytest.approx(0.1) and asyn.loc[0, "schedule_wait_s"] == 0.0
+
+
+def test_an_arrival_at_an_idle_rank_of_a_running_group_is_scheduled_at_the_step_end():
+    # R0 runs on rank 0; R1 arrives at 0.1005 s during [0.1, 0.101) on the empty rank 1, which scheduled
+    # nothing for that step: its engine core decides again at 0.101 and sees R1 (no step in flight for it).
+    requests = [Request(0, 0.0, 100, 10), Request(1, 0.1005, 10, 2)]
+    asyn = simulate(requests, _schedulers(), TokenCost(), data_parallel=True,
+                    async_scheduling=True).requests.set_index("request_id")
+    assert asyn.loc[1, "replica_id"] == 1
+    assert asyn.loc[1, "first_scheduled_s"] == pytest.approx(0.101)
+    assert asyn.loc[1, "schedule_wait_s"] == 0.0
+    assert asyn.loc[1, "first_token_s"] == pytest.approx(0.111)  # [0.101, 0.111): 10 prompt tokens
