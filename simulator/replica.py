@@ -95,6 +95,8 @@ class Replica:
         step_factors: step-time variance (`simulator.step_variance`): each step's priced time is
             multiplied by the stream's next factor. Step by step only (`next_arrival_s` None),
             one pipeline stage.
+        sole_replica: no other replica shares the arrivals, so no router reads this one's
+            queues while a window runs (`_chunk_window` under async scheduling).
 
     Async scheduling as vLLM V1 runs it (read at vllm-project/vllm 00080ee, the 0.19 line):
     `EngineCore.step_with_batch_queue` (vllm/v1/engine/core.py; batch queue of
@@ -134,6 +136,7 @@ class Replica:
         chain_admissions: bool = True,
         async_scheduling: bool = False,
         step_factors: StepFactors | None = None,
+        sole_replica: bool = False,
     ):
         if async_scheduling and pricer.pipeline_stages > 1:
             raise ValueError("async scheduling with pipeline parallelism is not modelled (vLLM turns it off there)")
@@ -178,6 +181,11 @@ class Replica:
                                and not async_scheduling else None)  # prefill windows stamp admissions now
         self.async_scheduling = async_scheduling
         self._step_factors = step_factors  # step-time variance: one factor a step (simulator/step_variance.py)
+        self.sole_replica = sole_replica
+        # vLLM V1's steps whose chunk takes the whole budget (`Scheduler.chunk_window`): certain
+        # whatever arrives, so an open loop takes them at once, async scheduling or not.
+        self._chunk_windows = (getattr(scheduler, "chunk_windows", False) and self._arrival_at is not None
+                               and pricer.pipeline_stages == 1 and self._pricing != "counted")
         # Async scheduling: requests submitted while the replica steps, with their arrival times,
         # not yet seen by the scheduler (`_take_visible`); and whether the replica waits idle.
         self._unseen: list[tuple[float, Request]] = []
@@ -256,14 +264,18 @@ class Replica:
             if not seen and not self.scheduler.has_work():  # the step before scheduled nothing
                 decided_s = now_s
                 seen = [r for _, r in self._unseen]
-            if seen:
-                self._unseen = self._unseen[len(seen):]  # in arrival order: the seen ones lead
-                for request in seen:
-                    self._admit_seen(request)
+            self._hand_over(seen)
         return decided_s
 
     def _note_schedule_wait(self, running_before: int, plan: BatchPlan, decided_s: float, start_s: float) -> None:
         note_schedule_wait(self.scheduler, self.records, running_before, plan, decided_s, start_s)
+
+    def _hand_over(self, seen: list[Request]) -> None:
+        """Hand the first len(seen) requests of `_unseen` (`seen`, in arrival order) to the scheduler."""
+        if seen:
+            self._unseen = self._unseen[len(seen):]  # in arrival order: the seen ones lead
+            for request in seen:
+                self._admit_seen(request)
 
     def _admit_seen(self, request: Request) -> None:
         """Hand a request held in `_unseen` to the scheduler (counted outstanding already)."""
@@ -307,6 +319,10 @@ class Replica:
                     if admission is not None:
                         yield from self._prefill_window(admission, keep_first=True)
                         continue
+            if self._chunk_windows:
+                chunk = self.scheduler.chunk_window()
+                if chunk is not None and (yield from self._chunk_window(chunk)):
+                    continue
             start_s = self.env.now
             if self.async_scheduling:
                 running_before = len(self.scheduler.running)
@@ -463,6 +479,40 @@ class Replica:
         if steps:
             self._apply_prefill_window(partial, decodes, chunks, prefill_steps, steps, starts, durations, ends,
                                        admit if steps >= prefill_steps else None)
+        return True
+
+    def _chunk_window(self, window):
+        """The steps of a `Scheduler.chunk_window` (vLLM V1: the decodes and a chunk taking the
+        whole budget) as one SimPy timeout, priced and clocked as the step-by-step path would.
+        None of them can admit, so arrivals change none; the window ends before any step whose
+        end an arrival is due at (SimPy's same-time order there, as `_prefill_window`). Returns
+        whether any step ran (else the caller schedules one).
+
+        With async scheduling the step-by-step path hands the scheduler, as each step after the
+        first is scheduled, the requests that arrived by the start of the step before
+        (`_take_visible`): a rejected one is recorded then, before the finishes of the window's
+        last step, so those up to its second-to-last step's start are handed over first here.
+        """
+        partial, decodes, chunks = window.partial, window.decodes, window.chunks
+        durations, tally = self._prefill_window_prices(partial, decodes, chunks)
+        clock = list(accumulate(durations, initial=self.env.now))
+        steps = len(chunks)
+        while steps and self._arrival_at(clock[steps]):
+            steps -= 1
+        if self.async_scheduling and not self.sole_replica and steps > 1:
+            # Another replica's router may read this one's queues at an arrival (`vllm_dp`: the
+            # waiting requests; `least_outstanding`: a rejection's count): no request handed over
+            # mid-window, so none that arrived by a step's start may be followed by two more steps.
+            steps = min(steps, 1 if self._unseen else 1 + bisect_left(clock, self.next_arrival_s(), 0, steps))
+        if not steps:
+            return False
+        starts, ends = clock[:steps], clock[1:steps + 1]
+        steps = yield from self._wait_window(starts, ends)
+        self._count_priced([(tally, steps)], steps)
+        if self.async_scheduling and steps > 1 and self._unseen:
+            decided_s = starts[steps - 2]
+            self._hand_over([r for t, r in self._unseen if t <= decided_s])
+        self._apply_prefill_window(partial, decodes, chunks, steps, steps, starts, durations, ends, None)
         return True
 
     def _apply_prefill_window(self, partial, decodes: list, chunks: list[int], prefill_steps: int, steps: int,

@@ -151,7 +151,7 @@ def simulate(
                              records=records[i], steps=step_logs[i], arrivals_bounded=closed_loop is None,
                              arrival_due_at=dispatch.arrives_at if closed_loop is None else None,
                              chain_admissions=len(schedulers) == 1 or dispatch.router.policy != "vllm_dp",
-                             async_scheduling=async_scheduling,
+                             async_scheduling=async_scheduling, sole_replica=len(schedulers) == 1,
                              step_factors=step_variance.factors(i) if step_variance is not None else None)
                      for i, s in enumerate(schedulers)]
     if closed_loop:

@@ -98,6 +98,9 @@ class Scheduler(SchedulerWindows):
         prefill_windows: the policy's step is Sarathi-Serve's three passes over one token
             budget (decodes, then running prefills, then admissions), so the steps that finish
             a running prompt next to plain decodes can be taken at once (`prefill_window`).
+        chunk_windows: the policy's step is vLLM V1's loop 1 then loop 2 with KV per chunk,
+            so the steps where the decodes and one running prompt's chunk take the whole budget
+            can be taken at once (`chunk_window`).
 
     Raises (constructor):
         ValueError: a bad budget, or enable_prefix_caching=True for a policy without support.
@@ -110,6 +113,7 @@ class Scheduler(SchedulerWindows):
     prefix_caching_default = False
     running_in_admission_order = False
     prefill_windows = False
+    chunk_windows = False
 
     def __init__(self, config: SchedulerConfig):
         self.config = config

@@ -63,6 +63,7 @@ class VllmV1Scheduler(Scheduler):
     supports_prefix_caching = True
     prefix_caching_default = True
     running_in_admission_order = True
+    chunk_windows = True  # full-budget chunks beside the decodes taken at once (`chunk_window`)
 
     def _decodes_all_run(self, num_decodes: int) -> bool:
         return num_decodes <= self.token_budget  # loop 1 stops when the budget is spent

@@ -14,10 +14,11 @@ the scheduler's queues, KV blocks and sequences through `self`.
 from __future__ import annotations
 
 from itertools import accumulate, repeat, starmap
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from simulator.scheduler.block_manager import BlockManager, blocks_for
 from simulator.scheduler.plan import FinishedRequest
+from simulator.scheduler.prefix_cache import named_tokens
 from simulator.scheduler.sequence import Sequence
 
 
@@ -140,8 +141,11 @@ class SchedulerWindows:
             seq.num_generated_tokens = generated = seq.num_generated_tokens + steps
             seq.token_times_s.extend(step_end_s)
             if generated >= seq.max_output_tokens:
-                finished.append(self._finish(seq, step_end_s[-1]))
-        return new_blocks, finished
+                finished.append(seq)
+        # Finished after every sequence's growth, as the last step's plan allocated before it
+        # completed: a prefix cache puts a freed partial block at the head of its free queue,
+        # where a later sequence's growth would take it instead of the block the plan took.
+        return new_blocks, [self._finish(seq, step_end_s[-1]) for seq in finished]
 
     def _offload_window(self, decodes: list[Sequence], step_end_s: list[float]) -> None:
         """The offload tier's work in a window of plain decode steps ending at `step_end_s`, as
@@ -297,6 +301,70 @@ class SchedulerWindows:
         self._admit_certain(head, first, now_s)
         return self._window_chunks(head, decodes, [first], pending - first, budget, chain_admissions)
 
+    def chunk_window(self) -> PrefillWindow | None:
+        """vLLM V1's steps that are certain whatever arrives (`chunk_windows` policies, KV
+        allocated per chunk): the running decodes and a chunk of the one running prompt that
+        takes all the budget they leave, before the prompt's last chunk. Loop 1 gives each
+        decode its token and the prompt min(pending, budget left) (`VllmV1Scheduler._one_pass`);
+        with no budget left loop 2 admits nothing, so neither an arrival nor the waiting queue
+        changes these steps. None when there are none (the caller schedules a step).
+
+        Returns:
+            A `PrefillWindow` of P (the prompt, last in `running`), the decodes in `running`
+            order (the plan's), and P's chunks (each the budget after the decodes), flagged as
+            leaving no budget and admitting nobody.
+
+        Conditions (else None): P is the prompt the last plan left unfinished and the tail of
+        `running`, every other running sequence decodes, nothing in flight, no drafts or
+        lookahead slots, no sliding-window groups or offload tier, no `long_prefill_token_threshold`
+        below the chunk, and the chunk leaves pending tokens (the last chunk, which may leave
+        budget for an admission, is scheduled); the steps stop at the first decode completion
+        and where the free blocks stop covering the decodes' tokens and P's chunks
+        (`_chunk_kv_steps`: then loop 1 never preempts). With prefix caching, P with ids while a
+        decode registers named blocks meanwhile gives None: the window registers P's blocks
+        after the decodes', where step by step they interleave (the order of duplicates).
+        Applying them with `advance_prefill_window` gives exactly the state as many
+        `schedule`/`complete_step` calls would, bar which block ids are used.
+        """
+        partial = self._partial_prefill
+        if (partial is None or not self.chunk_windows or partial.request_id not in self._in_flight
+                or self._in_flight_plans or self.config.split_n or self._hybrid_kv or self.kv_offload is not None
+                or self.config.num_lookahead_tokens):
+            return None
+        running = self.running
+        if running[-1] is not partial or partial.num_computed_tokens >= partial.prefill_target_tokens:
+            return None
+        decodes = [seq for seq in running if seq.num_computed_tokens >= seq.prefill_target_tokens]
+        chunk = self.token_budget - len(decodes)  # loop 1: each decode's token first
+        threshold = self.config.long_prefill_token_threshold
+        if len(decodes) != len(running) - 1 or chunk <= 0 or (threshold and threshold < chunk):
+            return None
+        steps = (partial.num_pending_tokens - 1) // chunk  # chunks that leave pending tokens
+        if steps and decodes:
+            steps = min(steps, min([seq.max_output_tokens - seq.num_generated_tokens for seq in decodes]))
+        if steps and self.prefix_caching and partial.request.prefix_hash_ids and [
+                seq for seq in decodes if seq.request.prefix_hash_ids
+                and named_tokens(seq.request) > seq.num_computed_tokens]:
+            return None
+        steps = self._chunk_kv_steps(partial, decodes, chunk, steps) if steps else 0
+        return PrefillWindow(partial, decodes, [chunk] * steps, False) if steps else None
+
+    def _chunk_kv_steps(self, partial: Sequence, decodes: list[Sequence], chunk: int, steps: int) -> int:
+        """Largest m <= steps such that m steps of the decodes' tokens and `partial`'s chunks of
+        `chunk` tokens (KV per chunk) fit the free blocks."""
+        bm = self.block_manager
+        size = bm.block_size
+        computed, held = partial.num_computed_tokens, bm.blocks_held(partial.request_id)
+
+        def partial_blocks(m: int) -> int:
+            return max(0, -(-(computed + m * chunk) // size) - held)
+
+        if len(decodes) * -(-steps // size) + partial_blocks(steps) <= bm.num_free:  # even with no room anywhere
+            return steps
+        room = [h * size - seq.num_computed_tokens
+                for h, seq in zip(bm.blocks_held_each([seq.request_id for seq in decodes]), decodes)]
+        return _steps_fitting(room, size, bm.num_free, steps, partial_blocks)
+
     def decode_steps_after_prefill(self, partial: Sequence, decodes: list[Sequence], prefill_steps: int) -> int:
         """Plain decode steps of `decodes` and `partial` that certainly follow the first
         `prefill_steps` steps of a `prefill_window` whose last chunk finishes `partial`'s prompt
@@ -349,7 +417,11 @@ class SchedulerWindows:
         bm.forget_block_tables()
         chunk_steps = len(chunks)
         used = bm.num_used  # before the decodes' growth and the finishes' frees
+        chunk_blocks = self._grow_chunks(partial, chunks) if self.chunk_windows else None
         new_blocks, finished = self._advance_plain_decodes(decodes, step_end_s)  # every step, one pass
+        if chunk_blocks:
+            for j, n in enumerate(chunk_blocks):
+                new_blocks[j] += n
         partial.num_computed_tokens += sum(chunks)
         if partial.num_computed_tokens >= partial.prefill_target_tokens:  # its last chunk ran: it samples
             if self._sample_token(partial, step_end_s[chunk_steps - 1]):
@@ -368,6 +440,26 @@ class SchedulerWindows:
         if admit is not None:
             self._apply_chained_admission(admit, admit_at_s, step_end_s[-1], kv_used, finished)
         return kv_used, finished
+
+    def _grow_chunks(self, partial: Sequence, chunks: list[int]) -> list[int]:
+        """KV for `partial`'s chunks (a `chunk_window`: per chunk, as loop 1's `allocate_slots`),
+        and their blocks registered as each step's would (only a prompt with ids: the rest
+        lazily); taken before the decodes' growth and finishes (a finish's freed blocks must not
+        be among them). Returns the blocks first needed at each step."""
+        bm = self.block_manager
+        size = bm.block_size
+        held = bm.blocks_held(partial.request_id)
+        computed = partial.num_computed_tokens
+        new_blocks = []
+        for q in chunks:
+            computed += q
+            needed = -(-computed // size)
+            new_blocks.append(needed - held if needed > held else 0)
+            held = max(held, needed)
+        bm.grow_to(partial.request_id, computed)
+        if self.prefix_caching and partial.request.prefix_hash_ids:
+            bm.cache_blocks(partial.request_id, computed, partial.request)
+        return new_blocks
 
     def _apply_chained_admission(self, admit: tuple[Sequence, int], admitted_at_s: float, end_s: float,
                                  kv_used: list[int], finished: list[FinishedRequest]) -> None:
@@ -413,12 +505,15 @@ class SchedulerWindows:
     # ----- for subclasses: policy decisions -------------------------------------------------
 
 
-def _steps_fitting(room: list[int], block_size: int, free_blocks: int, steps: int) -> int:
+def _steps_fitting(room: list[int], block_size: int, free_blocks: int, steps: int,
+                   more_blocks: Callable[[int], int] | None = None) -> int:
     """Largest m <= steps such that m more tokens of each sequence fit `free_blocks` new blocks,
-    a sequence with `room` tokens left in its blocks needing ceil((m - room) / block_size)."""
+    a sequence with `room` tokens left in its blocks needing ceil((m - room) / block_size), and
+    `more_blocks(m)` more (non-decreasing in m) when given."""
 
     def extra_blocks(m: int) -> int:
-        return sum(-(-(m - r) // block_size) for r in room if m > r)
+        blocks = sum(-(-(m - r) // block_size) for r in room if m > r)
+        return blocks + more_blocks(m) if more_blocks is not None else blocks
 
     if extra_blocks(steps) <= free_blocks:
         return steps
