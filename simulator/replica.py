@@ -482,11 +482,12 @@ class Replica:
         return True
 
     def _chunk_window(self, window):
-        """The steps of a `Scheduler.chunk_window` (vLLM V1: the decodes and a chunk taking the
-        whole budget) as one SimPy timeout, priced and clocked as the step-by-step path would.
-        None of them can admit, so arrivals change none; the window ends before any step whose
-        end an arrival is due at (SimPy's same-time order there, as `_prefill_window`). Returns
-        whether any step ran (else the caller schedules one).
+        """The steps of a `Scheduler.chunk_window` (vLLM V1: the decodes and a running prompt's
+        chunks) as one SimPy timeout, priced and clocked as the step-by-step path would. Only a
+        last chunk that leaves budget could admit: it is kept only if no request arrives before
+        it starts (none unseen either, async scheduling), so arrivals change none of the steps;
+        the window ends before any step whose end an arrival is due at (SimPy's same-time order
+        there, as `_prefill_window`). Returns whether any step ran (else the caller schedules one).
 
         With async scheduling the step-by-step path hands the scheduler, as each step after the
         first is scheduled, the requests that arrived by the start of the step before
@@ -497,6 +498,8 @@ class Replica:
         durations, tally = self._prefill_window_prices(partial, decodes, chunks)
         clock = list(accumulate(durations, initial=self.env.now))
         steps = len(chunks)
+        if window.last_has_leftover and (self._unseen or clock[steps - 1] >= self.next_arrival_s()):
+            steps -= 1  # a request may reach the waiting queue before it: it could be admitted there
         while steps and self._arrival_at(clock[steps]):
             steps -= 1
         if self.async_scheduling and not self.sole_replica and steps > 1:

@@ -29,19 +29,28 @@ def _two_decodes_and_a_prompt(scheduler, prompt_tokens=60, output_tokens=(30, 30
 
 
 def test_chunk_window_by_hand():
-    # 60 - 14 = 46 tokens left, 14 a step: 14, 14, 14 leave pending tokens, the last 4 leaves 10 of
-    # budget where loop 2 would admit: the window is the three full chunks.
+    # 60 - 14 = 46 tokens left, 14 a step: 14, 14, 14 take the whole budget; the last 4 leaves 10
+    # where loop 2 would admit a waiting request: with nothing waiting it is the window's last step,
+    # flagged (the replica keeps it only if nothing arrives before it starts).
     s = _vllm_v1()
     _two_decodes_and_a_prompt(s)
     partial, decodes, chunks, last_has_leftover, admit = s.chunk_window()
     assert partial.request_id == 2 and [d.request_id for d in decodes] == [0, 1]
-    assert (chunks, last_has_leftover, admit) == ([14, 14, 14], False, None)
+    assert (chunks, last_has_leftover, admit) == ([14, 14, 14, 4], True, None)
+    # A request waiting: the last chunk is left to `schedule`.
+    s.add_request(Request(3, 2.0, 10, 3))
+    assert s.chunk_window()[2:] == ([14, 14, 14], False, None)
     # A decode with 2 tokens to go finishes in the second step: the window stops there.
     decodes[1].max_output_tokens = decodes[1].num_generated_tokens + 2
     assert s.chunk_window().chunks == [14, 14]
-    # A prompt whose next chunk is its last (14 + 14 = 28: 14 left) takes no window.
+    # A last chunk that takes the whole budget (28 - 14 = 14 left) is certain, waiting or not.
     s = _vllm_v1()
     _two_decodes_and_a_prompt(s, prompt_tokens=28)
+    s.add_request(Request(3, 2.0, 10, 3))
+    assert s.chunk_window()[2:] == ([14], False, None)
+    s = _vllm_v1()
+    _two_decodes_and_a_prompt(s, prompt_tokens=20)  # 6 left: a last chunk with a request waiting
+    s.add_request(Request(3, 2.0, 10, 3))
     assert s.chunk_window() is None
     # A long_prefill_token_threshold below the budget's chunk leaves budget every step: none.
     s = _vllm_v1(long_prefill_token_threshold=14)
@@ -59,8 +68,9 @@ def test_chunk_window_by_hand():
 def test_chunk_window_stops_where_the_free_blocks_do():
     # Block size 4, 20 blocks: the decodes hold 2 each (5 tokens in 8 slots), the prompt 4 (its 14
     # computed tokens): 12 free. After step j the prompt holds 14 + 14 j tokens and each decode
-    # 5 + j (no new block through j = 3). Three steps: the prompt at 56 tokens, 14 blocks, 10
-    # more <= 12. With 17 blocks (9 free) two: 42 tokens, 11 blocks, 7 more.
+    # 5 + j (no new block through j = 3; the 4th step takes one each). Three steps: the prompt at
+    # 56 tokens, 14 blocks, 10 more <= 12; four: 60 tokens, 15 blocks, 11 + 2 = 13 > 12. With 17
+    # blocks (9 free) two: 42 tokens, 11 blocks, 7 more.
     s = _vllm_v1(blocks=20)
     _two_decodes_and_a_prompt(s)
     bm = s.block_manager
@@ -71,27 +81,36 @@ def test_chunk_window_stops_where_the_free_blocks_do():
     assert s.block_manager.num_free == 9 and s.chunk_window().chunks == [14, 14]
 
 
-def test_advance_chunk_window_equals_the_steps_it_stands_for():
+@pytest.mark.parametrize("waiting", [False, True])
+def test_advance_chunk_window_equals_the_steps_it_stands_for(waiting):
+    # With a request waiting the window is the three full chunks; without, the last chunk (4)
+    # too, where the prompt samples its first token.
     fast, slow = _vllm_v1(enable_prefix_caching=True), _vllm_v1(enable_prefix_caching=True)
     for s in (fast, slow):
         _two_decodes_and_a_prompt(s)
+        if waiting:
+            s.add_request(Request(3, 2.0, 10, 3))
     partial, decodes, chunks, _, _ = fast.chunk_window()
-    kv_used, finished = fast.advance_prefill_window(partial, decodes, chunks, [3.0, 4.0, 5.0])
+    ends = [3.0, 4.0, 5.0, 6.0][:len(chunks)]
+    kv_used, finished = fast.advance_prefill_window(partial, decodes, chunks, ends)
     slow_kv = []
-    for now_s in (3.0, 4.0, 5.0):
+    for now_s, chunk in zip(ends, chunks):
         plan = slow.schedule(now_s - 1.0)
-        assert list(plan.columns.query_tokens) == [1, 1, 14]
+        assert list(plan.columns.query_tokens) == [1, 1, chunk]
         slow_kv.append(plan.kv_blocks_used)
         assert slow.complete_step(plan, None, now_s) == []
-    # The decodes hold 2 blocks each throughout (5 -> 8 tokens); the prompt 14 -> 28, 42, 56
-    # tokens: 7, 11, 14 blocks.
-    assert kv_used == slow_kv == [4 + 7, 4 + 11, 4 + 14] and finished == []
+    # The decodes hold 2 blocks each (5 -> 8 tokens), then 3 (9); the prompt 14 -> 28, 42, 56, 60
+    # tokens: 7, 11, 14, 15 blocks.
+    assert kv_used == slow_kv == [4 + 7, 4 + 11, 4 + 14, 6 + 15][:len(chunks)] and finished == []
     for a, b in zip(fast.running, slow.running):
-        assert (a.request_id, a.num_computed_tokens, a.num_generated_tokens, a.token_times_s) == (
-            b.request_id, b.num_computed_tokens, b.num_generated_tokens, b.token_times_s)
+        assert (a.request_id, a.num_computed_tokens, a.num_generated_tokens, a.first_token_s, a.token_times_s) == (
+            b.request_id, b.num_computed_tokens, b.num_generated_tokens, b.first_token_s, b.token_times_s)
         assert fast.block_manager.blocks_held(a.request_id) == slow.block_manager.blocks_held(b.request_id)
-    assert fast.running[2].num_computed_tokens == 56 and fast.block_manager.num_used == slow.block_manager.num_used
-    assert fast.chunk_window() is None  # the prompt's last chunk (4) is scheduled
+    assert fast.block_manager.num_used == slow.block_manager.num_used
+    if waiting:
+        assert fast.running[2].num_computed_tokens == 56 and fast.chunk_window() is None  # its last chunk is scheduled
+    else:
+        assert fast.running[2].token_times_s == [6.0] and fast._partial_prefill is None
 
 
 def test_other_policies_take_no_chunk_window():

@@ -302,25 +302,25 @@ class SchedulerWindows:
         return self._window_chunks(head, decodes, [first], pending - first, budget, chain_admissions)
 
     def chunk_window(self) -> PrefillWindow | None:
-        """vLLM V1's steps that are certain whatever arrives (`chunk_windows` policies, KV
-        allocated per chunk): the running decodes and a chunk of the one running prompt that
-        takes all the budget they leave, before the prompt's last chunk. Loop 1 gives each
-        decode its token and the prompt min(pending, budget left) (`VllmV1Scheduler._one_pass`);
-        with no budget left loop 2 admits nothing, so neither an arrival nor the waiting queue
-        changes these steps. None when there are none (the caller schedules a step).
+        """vLLM V1's steps of the running decodes and the one running prompt's next chunks
+        (`chunk_windows` policies, KV allocated per chunk). Loop 1 gives each decode its token
+        and the prompt min(pending, budget left) (`VllmV1Scheduler._one_pass`); a chunk that
+        takes the whole budget leaves loop 2 none, so neither an arrival nor the waiting queue
+        changes its step. The prompt's last chunk may leave budget: with nothing waiting it is
+        the window's last step, flagged (the replica keeps it only if no request arrives before
+        it starts); with a request waiting it is left to `schedule`. None when no step is left.
 
         Returns:
             A `PrefillWindow` of P (the prompt, last in `running`), the decodes in `running`
-            order (the plan's), and P's chunks (each the budget after the decodes), flagged as
-            leaving no budget and admitting nobody.
+            order (the plan's), and P's chunks (each the budget after the decodes, bar a last),
+            admitting nobody; `last_has_leftover` when the last chunk leaves budget.
 
         Conditions (else None): P is the prompt the last plan left unfinished and the tail of
         `running`, every other running sequence decodes, nothing in flight, no drafts or
         lookahead slots, no sliding-window groups or offload tier, no `long_prefill_token_threshold`
-        below the chunk, and the chunk leaves pending tokens (the last chunk, which may leave
-        budget for an admission, is scheduled); the steps stop at the first decode completion
-        and where the free blocks stop covering the decodes' tokens and P's chunks
-        (`_chunk_kv_steps`: then loop 1 never preempts). With prefix caching, P with ids while a
+        below the chunk; the steps stop at the first decode completion and where the free blocks
+        stop covering the decodes' tokens and P's chunks (`_chunk_kv_steps`: then loop 1 never
+        preempts). With prefix caching, P with ids while a
         decode registers named blocks meanwhile gives None: the window registers P's blocks
         after the decodes', where step by step they interleave (the order of duplicates).
         Applying them with `advance_prefill_window` gives exactly the state as many
@@ -339,26 +339,34 @@ class SchedulerWindows:
         threshold = self.config.long_prefill_token_threshold
         if len(decodes) != len(running) - 1 or chunk <= 0 or (threshold and threshold < chunk):
             return None
-        steps = (partial.num_pending_tokens - 1) // chunk  # chunks that leave pending tokens
-        if steps and decodes:
-            steps = min(steps, min([seq.max_output_tokens - seq.num_generated_tokens for seq in decodes]))
-        if steps and self.prefix_caching and partial.request.prefix_hash_ids and [
+        pending = partial.num_pending_tokens
+        steps = (pending - 1) // chunk  # chunks that leave pending tokens
+        chunks = [chunk] * steps
+        last = pending - steps * chunk
+        if last == chunk or not self._waiting_items:  # loop 2 has no budget, or nobody to admit now
+            chunks.append(last)
+        if chunks and decodes:
+            del chunks[min([seq.max_output_tokens - seq.num_generated_tokens for seq in decodes]):]
+        if chunks and self.prefix_caching and partial.request.prefix_hash_ids and [
                 seq for seq in decodes if seq.request.prefix_hash_ids
                 and named_tokens(seq.request) > seq.num_computed_tokens]:
             return None
-        steps = self._chunk_kv_steps(partial, decodes, chunk, steps) if steps else 0
-        return PrefillWindow(partial, decodes, [chunk] * steps, False) if steps else None
+        if chunks:
+            del chunks[self._chunk_kv_steps(partial, decodes, chunks):]
+        return PrefillWindow(partial, decodes, chunks, chunks[-1] < chunk) if chunks else None
 
-    def _chunk_kv_steps(self, partial: Sequence, decodes: list[Sequence], chunk: int, steps: int) -> int:
-        """Largest m <= steps such that m steps of the decodes' tokens and `partial`'s chunks of
-        `chunk` tokens (KV per chunk) fit the free blocks."""
+    def _chunk_kv_steps(self, partial: Sequence, decodes: list[Sequence], chunks: list[int]) -> int:
+        """Largest m <= len(chunks) such that m steps of the decodes' tokens and `partial`'s first
+        m `chunks` (KV per chunk) fit the free blocks."""
         bm = self.block_manager
         size = bm.block_size
-        computed, held = partial.num_computed_tokens, bm.blocks_held(partial.request_id)
+        held = bm.blocks_held(partial.request_id)
+        reach = list(accumulate(chunks, initial=partial.num_computed_tokens))  # its tokens after m steps
 
         def partial_blocks(m: int) -> int:
-            return max(0, -(-(computed + m * chunk) // size) - held)
+            return max(0, -(-reach[m] // size) - held)
 
+        steps = len(chunks)
         if len(decodes) * -(-steps // size) + partial_blocks(steps) <= bm.num_free:  # even with no room anywhere
             return steps
         room = [h * size - seq.num_computed_tokens
