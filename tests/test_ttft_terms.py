@@ -51,3 +51,34 @@ def test_requests_without_a_first_token_are_left_out():
     terms = ttft_terms(_measured(), _simulated(first_token_s=(0.05, math.nan))).set_index("metric")
     assert terms.loc["ttft_s", "requests"] == 1
     assert terms.loc["ttft_s", "mean diff ms"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_engine_intake_is_the_end_of_the_step_under_way_or_the_arrival_when_idle():
+    from experiments.verification.ttft_terms import engine_intake_s
+
+    steps = pd.DataFrame({"replica_id": [0, 0, 1], "start_s": [0.0, 0.1, 0.05], "duration_s": [0.1, 0.1, 0.1]})
+    sim = pd.DataFrame({"request_id": [4, 3, 2, 1, 0], "replica_id": [1, 1, 0, 0, 0],
+                        "arrival_s": [0.06, 0.0, 0.1, 0.25, 0.05]})
+    # 0: mid-step on replica 0 -> 0.1; 1: replica 0 idle -> 0.25; 2: at a step's start -> its end 0.2;
+    # 3: replica 1 idle until 0.05 -> 0.0; 4: replica 1 mid-step -> 0.15
+    assert engine_intake_s(sim, steps).tolist() == pytest.approx([0.1, 0.25, 0.2, 0.0, 0.15])
+
+
+def test_lockstep_ranks_take_requests_in_at_the_groups_step_ends():
+    from experiments.verification.ttft_terms import engine_intake_s
+
+    # The group steps [0, 0.1) (both ranks' rows) and [0.1, 0.2) (rank 0 only; rank 1 runs a dummy batch).
+    steps = pd.DataFrame({"replica_id": [0, 1, 0], "start_s": [0.0, 0.0, 0.1], "duration_s": [0.1, 0.1, 0.1]})
+    sim = pd.DataFrame({"request_id": [0], "replica_id": [1], "arrival_s": [0.15]})
+    assert engine_intake_s(sim, steps, lockstep=True).tolist() == pytest.approx([0.2])
+    assert engine_intake_s(sim, steps, lockstep=False).tolist() == pytest.approx([0.15])
+
+
+def test_terms_from_the_intake():
+    # The simulated requests taken in 5 ms after their replayed arrivals: TTFT from intake 45 / 55 ms.
+    terms = ttft_terms(_measured(), _simulated(), intake_s=[0.005, 1.005]).set_index("metric")
+    assert terms.loc["ttft_s from intake", "simulated mean s"] == pytest.approx(0.05)
+    assert terms.loc["ttft_s from intake", "measured mean s"] == pytest.approx(0.075)
+    assert terms.loc["queue_s from intake", "simulated P50 s"] == pytest.approx(0.015)  # 5 and 25 ms
+    verdict = term_verdict(terms.reset_index())
+    assert verdict.endswith("from the engine's intake (where vLLM stamps queued_ts): TTFT P50 -33.3 %, mean -33.3 %")

@@ -197,7 +197,8 @@ def _compare_recorded(bundle: Path, overrides: list[str], out_dir: Path, fail_ab
 
     from experiments.verification import recorded_run as rr
     from experiments.verification.fidelity_report import timeseries_overlay
-    from experiments.verification.ttft_terms import term_verdict, ttft_terms
+    from experiments.verification.ttft_terms import engine_intake_s, term_verdict, ttft_terms
+    from profiler import get_model_spec
     from experiments.verification.verify import simulate_point
 
     config_path, trace_path = out_dir / "config.yaml", out_dir / "trace.csv"
@@ -214,7 +215,8 @@ def _compare_recorded(bundle: Path, overrides: list[str], out_dir: Path, fail_ab
         result = simulate_point(chosen, build_pricer(chosen, cost_model))
         e2e = e2e_fidelity(result.summary, rr.measured_summary(run))
         per_request = rr.per_request_errors(run, result.requests)
-        terms = ttft_terms(run.requests, result.requests)
+        lockstep = chosen.engine.data_parallel_size > 1 and get_model_spec(chosen.model).moe is not None
+        terms = ttft_terms(run.requests, result.requests, engine_intake_s(result.requests, result.steps, lockstep))
     except (ConfigError, ValueError) as exc:
         for path in written:  # a failed run leaves no inputs of a run that did not happen
             path.unlink(missing_ok=True)
