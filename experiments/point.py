@@ -13,6 +13,7 @@ import pandas as pd
 from experiments.config import (POOLS, ClosedLoopTrace, StagesTrace, SweepConfig, TraceConfig, cluster_label,
                                 describe_point, pool_point, pool_points, slo_summary_key)
 from experiments.outputs import TEMP_PREFIX, write_atomic
+from experiments.bench_tool_columns import point_client_columns
 from experiments.stage_metrics import stage_columns
 from experiments.deployment import (DTYPE_BYTES, async_scheduling_on, build_frontend, build_link, build_outcome_fn,
                                     build_pricer, build_scheduler_config, build_schedulers, build_step_variance,
@@ -264,6 +265,7 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0,
     row.update(result.summary)
     row.update(cost_model_columns(point, cost_model))
     row.update(report_columns(row, result.requests, point))
+    row.update(point_client_columns(point.output.client_metrics, result.requests, files.get("requests")))
     if isinstance(point.trace, StagesTrace):  # per-stage load and latencies (experiments/stage_metrics.py)
         row.update(stage_columns(result.requests, point.trace.stage_starts_s()))
     result.requests.insert(0, "point_id", point_id)
