@@ -16,7 +16,7 @@ class OutputConfig(_Strict):
     step rows, so no steps.parquet (the summary's step count and KV usage are still computed).
     `client_metrics: [vllm-bench, inference-perf, guidellm, aiperf]`: points.csv also gets each
     named tool's TTFT / ITL / TPOT / E2E by the tool's own definition (experiments/bench_tool_columns.py);
-    it reads the token times, so it needs `token_times: true`.
+    it reads the token times, so it needs `token_times: true`. A capacity search's trials.csv keeps its own columns.
 
     Raises (as a config error naming the key): an unknown tool, a tool named twice, or client
     metrics with `token_times: false`."""
