@@ -221,7 +221,8 @@ def cost_model_columns(point: SweepConfig, cost_model) -> dict:
 
 @paused_gc()  # trace loading, the run and its summary without collector passes (simulator/gc_pause.py)
 def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0,
-              records_dir: Path | None = None, temporary: bool = False) -> PointResult:
+              records_dir: Path | None = None, temporary: bool = False,
+              cost_model: CostModel | None = None) -> PointResult:
     """Simulate one point; the row holds its settings, summary metrics, SLO verdicts and goodput.
 
     `trim_fraction` drops warm-up and drain from the latency statistics (capacity trials).
@@ -231,7 +232,8 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0,
     (`simulator.records_stream`); `PointResult.files` names them. `temporary`: under temporary
     names of the folder instead (`TEMP_PREFIX`: a sweep's per-point files, which it joins and
     removes; a killed run's are removed at the folder's next claim), written in place and
-    removed when the run fails.
+    removed when the run fails. `cost_model`: `build_cost_model(point)`'s model, already built
+    (a capacity search's trials share one, `experiments.planning.trial_reuse`); None builds it.
     """
     requests, info = load_requests(point.trace, served_context_tokens(point))
 
@@ -239,9 +241,9 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0,
         if point.cluster is not None:  # prefill/decode disaggregation: the decode pool's pool and cost model label the row
             return simulate_cluster(point, requests, trim_fraction, files)  # files written as it runs
         sched_config = build_scheduler_config(point)
-        cost_model = build_cost_model(point)
+        model = cost_model if cost_model is not None else build_cost_model(point)
         schedulers = build_schedulers(point, sched_config)
-        result = simulate(requests, schedulers, build_pricer(point, cost_model),
+        result = simulate(requests, schedulers, build_pricer(point, model),
                           outcome_fn=build_outcome_fn(point), router=point.engine.router, seed=point.engine.seed,
                           router_overlap_weight=point.engine.router_overlap_weight,
                           trim_fraction=trim_fraction, keep_token_times=point.output.token_times,
@@ -249,7 +251,7 @@ def run_point(point: SweepConfig, point_id: int = 0, trim_fraction: float = 0.0,
                           record_files=files, async_scheduling=async_scheduling_on(point),
                           frontend=build_frontend(point), step_variance=build_step_variance(point))
         tiers = [s.kv_offload for s in schedulers if s.kv_offload is not None]
-        return result, sched_config, cost_model, kv_offload_stats(result.requests, tiers) if tiers else {}
+        return result, sched_config, model, kv_offload_stats(result.requests, tiers) if tiers else {}
 
     write_files = _with_temporary_files if temporary else _with_record_files
     (result, sched_config, cost_model, cluster_row), files = write_files(records_dir, point_id, point.output.steps, run)

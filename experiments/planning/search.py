@@ -10,6 +10,7 @@ from experiments.planning.capacity import confidence_interval, default_slo, find
 from experiments.planning.repetitions import trial_point
 from experiments.planning.steady_state import Trial, drift_floor_s, run_until_decided
 from experiments.planning.trial_length import trial_length
+from experiments.planning.trial_reuse import shared_cost_model
 from experiments.config import POOLS, ClosedLoopTrace, SweepConfig, slo_summary_key
 from experiments.deployment import cluster_gpus
 from experiments.point import run_point
@@ -64,6 +65,11 @@ def search_capacity(point: SweepConfig, point_id: int, seed: int) -> tuple[float
     floor_s = drift_floor_s(slo)
     slo_columns = [slo_summary_key(key) for key in slo]  # every SLO metric, for the report's plots
     served: dict[float, float] = {}
+    cost_model = shared_cost_model()  # one for every trial, its counters zeroed for each
+
+    def run(qps: float, num_requests: int):
+        config = trial_config(point, qps, seed, num_requests)
+        return run_point(config, point_id, trim_fraction=search.trim_fraction, cost_model=cost_model(config))
 
     def passes(qps: float) -> bool:
         def record(trial: Trial) -> None:
@@ -74,7 +80,7 @@ def search_capacity(point: SweepConfig, point_id: int, seed: int) -> tuple[float
             served[qps] = row.get("throughput_rps", np.nan)
 
         return run_until_decided(
-            lambda n: run_point(trial_config(point, qps, seed, n), point_id, trim_fraction=search.trim_fraction),
+            lambda n: run(qps, n),
             lambda result: bool(result.row["slo_met"]), length.base, length.next, search.trim_fraction, floor_s,
             record)
 
