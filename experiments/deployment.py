@@ -183,15 +183,12 @@ def async_scheduling_on(point: SweepConfig) -> bool:
     micro-batches), with split-N on the CPU n-gram drafter (vLLM keeps async scheduling only for
     EAGLE/MTP, draft models and `ngram_gpu`), beside a KV offload tier and for a cluster's pools
     (neither modelled here); off for every other scheduler. A mixture-of-experts model's DP ranks
-    stepped in lockstep (`simulator.data_parallel.DataParallelGroup`) model it when set true, but
-    stay off unset although vLLM runs them with it: on the one recorded such run it corrects the
-    scheduled → first token term (−36 % → +4 %) while replaying the recording's engine-stamped
-    arrivals adds a queue the engine never had (its TTFT P50 −9.7 % → +18 %; BENCHMARKS.md, issue 27).
+    stepped in lockstep run it too (`simulator.data_parallel.DataParallelGroup`), as vLLM does
+    (`VllmConfig.__post_init__` keeps it with MoE DP and turns off NCCL for the DP synchronisation).
 
     Raises:
         ValueError: async_scheduling true beside a KV offload tier (the config checks the rest)."""
     e = point.engine
-    lockstep_dp = e.data_parallel_size > 1 and get_model_spec(point.model).moe is not None
     offload = getattr(e.kv_offload, "cpu_gib", 0) > 0  # a KV offload tier (its loads): not modelled with async
     if e.async_scheduling is not None:
         if e.async_scheduling and offload:
@@ -199,7 +196,7 @@ def async_scheduling_on(point: SweepConfig) -> bool:
                              "offload tier's loads is not modelled; set it false or remove kv_offload")
         return e.async_scheduling
     return (e.scheduler == "vllm_v1" and e.pipeline_parallel_size == 1 and not (e.split_n and e.draft == "ngram")
-            and not lockstep_dp and not offload and point.cluster is None)
+            and not offload and point.cluster is None)
 
 
 def host_s_per_seq(point: SweepConfig) -> float:

@@ -82,3 +82,17 @@ def test_terms_from_the_intake():
     assert terms.loc["queue_s from intake", "simulated P50 s"] == pytest.approx(0.015)  # 5 and 25 ms
     verdict = term_verdict(terms.reset_index())
     assert verdict.endswith("from the engine's intake (where vLLM stamps queued_ts): TTFT P50 -33.3 %, mean -33.3 %")
+
+
+def test_a_frame_from_the_intake_and_its_summary():
+    from experiments.verification.ttft_terms import from_intake, with_latencies_of
+
+    sim = pd.DataFrame({"request_id": [1, 0], "arrival_s": [1.0, 0.0], "first_scheduled_s": [1.03, 0.01],
+                        "first_token_s": [1.06, 0.05], "completion_s": [2.0, 1.0]})
+    aligned = from_intake(sim, [0.005, 1.01])  # request_id order
+    assert aligned["replayed_arrival_s"].tolist() == [0.0, 1.0]
+    assert aligned["ttft_s"].tolist() == pytest.approx([0.045, 0.05])
+    assert aligned["e2e_s"].tolist() == pytest.approx([0.995, 0.99])
+    assert aligned["scheduling_delay_s"].tolist() == pytest.approx([0.005, 0.02])
+    summary = with_latencies_of({"ttft_s_p50": 9.0, "tpot_s_p50": 0.1}, aligned)
+    assert summary["ttft_s_p50"] == pytest.approx(0.0475) and summary["tpot_s_p50"] == 0.1

@@ -197,7 +197,8 @@ def _compare_recorded(bundle: Path, overrides: list[str], out_dir: Path, fail_ab
 
     from experiments.verification import recorded_run as rr
     from experiments.verification.fidelity_report import timeseries_overlay
-    from experiments.verification.ttft_terms import engine_intake_s, term_verdict, ttft_terms
+    from experiments.verification.ttft_terms import (engine_intake_s, from_intake, term_verdict, ttft_terms,
+                                                     with_latencies_of)
     from profiler import get_model_spec
     from experiments.verification.verify import simulate_point
 
@@ -213,15 +214,18 @@ def _compare_recorded(bundle: Path, overrides: list[str], out_dir: Path, fail_ab
         chosen = _point(load_config(config_path, overrides)[1], 0)
         cost_model = build_cost_model(chosen)
         result = simulate_point(chosen, build_pricer(chosen, cost_model))
-        e2e = e2e_fidelity(result.summary, rr.measured_summary(run))
-        per_request = rr.per_request_errors(run, result.requests)
+        # Simulated requests measured from their engine intake, where vLLM stamps the recording's
+        # queued_ts (experiments.verification.ttft_terms.engine_intake_s), not from the replayed arrival.
         lockstep = chosen.engine.data_parallel_size > 1 and get_model_spec(chosen.model).moe is not None
-        terms = ttft_terms(run.requests, result.requests, engine_intake_s(result.requests, result.steps, lockstep))
+        aligned = from_intake(result.requests, engine_intake_s(result.requests, result.steps, lockstep))
+        e2e = e2e_fidelity(with_latencies_of(result.summary, aligned), rr.measured_summary(run))
+        per_request = rr.per_request_errors(run, aligned)
+        terms = ttft_terms(run.requests, aligned, aligned["replayed_arrival_s"].to_numpy(), "replayed arrival")
     except (ConfigError, ValueError) as exc:
         for path in written:  # a failed run leaves no inputs of a run that did not happen
             path.unlink(missing_ok=True)
         fail(str(exc))
-    r, sim = run.requests, result.requests
+    r, sim = run.requests, aligned
     horizon_s = max(r["completion_s"].max(), sim["completion_s"].max())
     measured_s = rr.per_second(r["arrival_s"].to_numpy(), r["scheduled_s"].to_numpy(), r["completion_s"].to_numpy(),
                                None, horizon_s)

@@ -83,7 +83,7 @@ class EngineConfig(_Strict):
     enforce_eager: bool = False  # vLLM --enforce-eager: no CUDA graphs (no padding to capture sizes, eager all-reduces; profiler/cuda_graphs.py)
     cpu_offload_gb: float = Field(default=0.0, ge=0, le=1e6, allow_inf_nan=False)  # GiB of weights per GPU in host memory, read over the host link every step (vLLM --cpu-offload-gb; profiler/weight_offload.py); dense BF16 models
     # experiments.deployment.async_scheduling_on resolves null; simulator/replica.py models it
-    async_scheduling: bool | None = None  # vllm_v1 only: vLLM's --async-scheduling; null: as vLLM >= 0.14 (on; off with pipeline_parallel_size > 1, split_n on draft ngram; off unless set for MoE data parallel, BENCHMARKS issue 27)
+    async_scheduling: bool | None = None  # vllm_v1 only: vLLM's --async-scheduling; null: as vLLM >= 0.14 (on; off with pipeline_parallel_size > 1, split_n on draft ngram)
 
     @field_validator("acceptance", mode="before")
     @classmethod

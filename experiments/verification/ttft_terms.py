@@ -26,6 +26,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from simulator.metrics import percentile_stats
+
 ENGINE_TERMS = ("queue_s", "first_token_after_scheduled_s")
 
 
@@ -67,7 +69,31 @@ def engine_intake_s(simulated: pd.DataFrame, steps: pd.DataFrame, lockstep: bool
     return intake
 
 
-def ttft_terms(measured: pd.DataFrame, simulated: pd.DataFrame, intake_s: np.ndarray | None = None) -> pd.DataFrame:
+def from_intake(simulated: pd.DataFrame, intake_s: np.ndarray) -> pd.DataFrame:
+    """The requests frame with each request measured from its engine intake (`engine_intake_s`,
+    request_id order): `arrival_s` the intake, `ttft_s`, `e2e_s` and `scheduling_delay_s` from it
+    (the replayed arrival kept as `replayed_arrival_s`); sorted by request_id."""
+    frame = simulated.sort_values("request_id", kind="stable").reset_index(drop=True)
+    intake = np.asarray(intake_s, dtype=float)
+    frame["replayed_arrival_s"] = frame["arrival_s"]
+    frame["arrival_s"] = intake
+    frame["ttft_s"] = frame["first_token_s"].to_numpy() - intake
+    frame["e2e_s"] = frame["completion_s"].to_numpy() - intake
+    frame["scheduling_delay_s"] = frame["first_scheduled_s"].to_numpy() - intake
+    return frame
+
+
+def with_latencies_of(summary: dict, frame: pd.DataFrame) -> dict:
+    """`summary` with its TTFT, E2E and scheduling-delay statistics taken from `frame` (every
+    request, as a recorded run's summary without trimming)."""
+    out = dict(summary)
+    for name in ("ttft_s", "e2e_s", "scheduling_delay_s"):
+        out.update(percentile_stats(name, frame[name].to_numpy(dtype=float)))
+    return out
+
+
+def ttft_terms(measured: pd.DataFrame, simulated: pd.DataFrame, intake_s: np.ndarray | None = None,
+               origin: str = "intake") -> pd.DataFrame:
     """Mean and P50 of TTFT and its two engine terms, measured and simulated, and each term's
     part of the difference of the mean TTFTs.
 
@@ -81,7 +107,8 @@ def ttft_terms(measured: pd.DataFrame, simulated: pd.DataFrame, intake_s: np.nda
         one row per metric (`ttft_s`, the two `ENGINE_TERMS`, then the simulated-only
         `schedule_wait_s` and `prefill_s`; with `intake_s` (`engine_intake_s`, request_id order)
         also `ttft_s from intake` and `queue_s from intake`, the simulated terms measured from the
-        engine's intake instead of the replayed arrival): measured and simulated mean and P50 (s), the
+        engine's intake instead of the replayed arrival; `origin` names another origin given as
+        `intake_s`, e.g. "replayed arrival" for a frame already `from_intake`): measured and simulated mean and P50 (s), the
         difference of the means (ms) and its share of the TTFT difference (%; NaN for the
         simulated-only rows). Only requests with a first token on both sides are counted.
 
@@ -104,10 +131,10 @@ def ttft_terms(measured: pd.DataFrame, simulated: pd.DataFrame, intake_s: np.nda
                        "first_token_after_scheduled_s": after, "schedule_wait_s": wait, "prefill_s": after - wait}
     if intake_s is not None:
         intake = pd.Series(np.asarray(intake_s, dtype=float)[ok], index=s.index)
-        simulated_terms["ttft_s from intake"] = s["first_token_s"] - intake
-        simulated_terms["queue_s from intake"] = s["first_scheduled_s"] - intake
-        measured_terms["ttft_s from intake"] = measured_terms["ttft_s"]
-        measured_terms["queue_s from intake"] = measured_terms["queue_s"]
+        simulated_terms[f"ttft_s from {origin}"] = s["first_token_s"] - intake
+        simulated_terms[f"queue_s from {origin}"] = s["first_scheduled_s"] - intake
+        measured_terms[f"ttft_s from {origin}"] = measured_terms["ttft_s"]
+        measured_terms[f"queue_s from {origin}"] = measured_terms["queue_s"]
     ttft_mean_s = measured_terms["ttft_s"].mean()
     rows = []
     for name, predicted in simulated_terms.items():
@@ -137,9 +164,10 @@ def term_verdict(terms: pd.DataFrame) -> str:
                        for name, value in parts.items())
     text = (f"mean TTFT {gap_ms:+.1f} ms ({pct:+.1f} %) against the recording: {detail}; "
             f"the term off most is {worst}")
-    if "ttft_s from intake" in rows.index:
-        intake = rows.loc["ttft_s from intake"]
-        p50 = 100.0 * (intake["simulated P50 s"] / intake["measured P50 s"] - 1) if intake["measured P50 s"] else np.nan
-        text += (f"; from the engine's intake (where vLLM stamps queued_ts): TTFT P50 {p50:+.1f} %, "
-                 f"mean {intake['term error %']:+.1f} %")
+    for origin, said in (("intake", "the engine's intake (where vLLM stamps queued_ts)"),
+                         ("replayed arrival", "the replayed arrival")):
+        if f"ttft_s from {origin}" in rows.index:
+            other = rows.loc[f"ttft_s from {origin}"]
+            p50 = 100.0 * (other["simulated P50 s"] / other["measured P50 s"] - 1) if other["measured P50 s"] else np.nan
+            text += f"; from {said}: TTFT P50 {p50:+.1f} %, mean {other['term error %']:+.1f} %"
     return text
