@@ -220,3 +220,29 @@ def test_inference_perf_sweep_bad_input_names_the_key(tmp_path, sweep, drop_rate
     results, config = _sweep_run(tmp_path, sweep, drop_rate)
     with pytest.raises(ValueError, match=message):
         read_bench_run(results, config)
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("  shared_prefix:\n", "  shared_prefix: null\n  unused:\n", r"data.shared_prefix must be a mapping"),
+    ("num_groups: 2", "num_groups: abc", r"config.yaml: data.shared_prefix.num_groups: expected a finite number"),
+    ("system_prompt_len: 40", "system_prompt_len: {std_dev: 3}",
+     r"config.yaml: data.shared_prefix.system_prompt_len.mean: expected a finite number >= 0, got None$"),
+    ("question_len: 24", "question_len: '24'", r"config.yaml: data.shared_prefix.question_len: expected a token count"),
+])
+def test_inference_perf_bad_shared_prefix_names_the_key(tmp_path, old, new, message):
+    """A malformed data.shared_prefix is a ValueError naming the config file and key (it was a
+    TypeError traceback, or int()'s message without file or key)."""
+    results, config = _sweep_run(tmp_path, "  sweep: {type: linear, stage_duration: 3}\n")
+    text = config.read_text()
+    assert old in text
+    config.write_text(text.replace(old, new))
+    with pytest.raises(ValueError, match=message):
+        read_bench_run(results, config)
+
+
+def test_inference_perf_stage_that_sends_no_request_is_refused(tmp_path):
+    """int(rate x duration) = int(2 x 0.4) = 0 requests against a report of 8 successes: a config of
+    another run (the replay of no request compared nothing and passed any --fail-above)."""
+    results, config = _sweep_run(tmp_path, "  sweep: {type: linear, stage_duration: 0.4}\n")
+    with pytest.raises(ValueError, match=r"rate 2 x duration 0.4 s sends no request .* reports 8 successes"):
+        read_bench_run(results, config)

@@ -120,6 +120,10 @@ def _plan(config: dict, config_path: Path, index: int, count: int, data: dict, p
             raise ValueError(f"{path}: load_summary.requested_rate {requested} is not {where}.rate {rate}: "
                              "is this the config of that run?")
         sent = int(rate * duration_s)  # run_stage: num_requests = int(rate * duration)
+        if sent == 0:
+            raise ValueError(f"{where}: rate {rate:g} x duration {duration_s:g} s sends no request "
+                             f"(inference-perf sends int(rate x duration)), but {path} reports {count} "
+                             "successes: is this the config of that run?")
         if count != sent:
             notes.append(f"stage {index}: {sent} requests sent, {count} succeeded; all {sent} are replayed")
         notes.append(f"inference-perf's {load_type} timer ({'exponential gaps normalised to the duration' if load_type == 'constant' else 'a Poisson count per second, spread the same way'}, unseeded) is replayed as {sent} sorted uniform times over {duration_s:g} s")
@@ -165,18 +169,27 @@ def _lengths(config: dict, config_path: Path) -> tuple[dict[str, Any], tuple[str
     data_type = str(dig(config, ["data", "type"], config_path))
     if data_type == "shared_prefix":
         sp = dig(config, ["data", "shared_prefix"], config_path)
+        if not isinstance(sp, dict):
+            raise ValueError(f"{config_path}: data.shared_prefix must be a mapping (num_groups, "
+                             f"num_prompts_per_group, system_prompt_len, ...), got {sp!r}")
         groups = _first(sp, ("num_groups", "num_unique_system_prompts"), 10)
         per_group = _first(sp, ("num_prompts_per_group", "num_users_per_system_prompt"), 10)
-        pool = PromptPool(int(groups), int(per_group), _spec(sp.get("system_prompt_len", 100)),
-                          _spec(sp.get("question_len", 50)), _spec(sp.get("output_len", 50)),
-                          order="shuffled_cycle", seed=int(sp.get("seed") or 0))
+        where = f"{config_path}: data.shared_prefix"
+        counts = [int(finite_number(v, f"{where}.{k}")) for k, v in
+                  (("num_groups", groups), ("num_prompts_per_group", per_group), ("seed", sp.get("seed") or 0))]
+        lens = [_spec(sp.get(k, default), f"{where}.{k}")
+                for k, default in (("system_prompt_len", 100), ("question_len", 50), ("output_len", 50))]
+        try:
+            pool = PromptPool(counts[0], counts[1], *lens, order="shuffled_cycle", seed=counts[2])
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
         return {"pool": pool}, ("the shared-prefix pool is drawn with its own seed: the same sizes and reuse, "
                                 "not the run's exact lengths where they were distributions",
                                 "output_len is each request's max_tokens; the replay assumes every output reached it")
     if data_type in ("random", "synthetic", "mock"):
-        return ({"prompt": _spec(dig(config, ["data", "input_distribution"], config_path)),
-                 "output": _spec(dig(config, ["data", "output_distribution"], config_path))},
-                ("lengths drawn from the config's distributions",))
+        lengths = {name: _spec(dig(config, ["data", key], config_path), f"{config_path}: data.{key}")
+                   for name, key in (("prompt", "input_distribution"), ("output", "output_distribution"))}
+        return lengths, ("lengths drawn from the config's distributions",)
     raise ValueError(f"{config_path}: data.type {data_type!r} is not replayed here; valid: shared_prefix, random, "
                      "synthetic (a dataset's prompts are not in the report)")
 
@@ -185,12 +198,17 @@ def _first(mapping: dict, names: tuple[str, ...], default: int) -> Any:
     return next((mapping[n] for n in names if n in mapping), default)
 
 
-def _spec(value: Any) -> Any:
-    """An inference-perf length (an int, or a Distribution {mean, std_dev, min, max}) as a length spec."""
+def _spec(value: Any, where: str) -> Any:
+    """An inference-perf length (an int, or a Distribution {mean, std_dev, min, max}) as a length
+    spec; ValueError naming `where` (file: key) for a missing or non-numeric mean / bound."""
     if isinstance(value, dict):
-        mean, std = value.get("mean"), value.get("std_dev", value.get("std", 0))
+        mean = finite_number(value.get("mean"), f"{where}.mean")
+        std = finite_number(value.get("std_dev", value.get("std", 0)), f"{where}.std_dev")
         spec = {"dist": "normal", "mean": mean, "std": std} if std else int(round(mean))
         if isinstance(spec, dict):
-            spec.update({k: int(value[k]) for k in ("min", "max") if k in value})
+            spec.update({k: int(finite_number(value[k], f"{where}.{k}")) for k in ("min", "max") if k in value})
         return spec
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{where}: expected a token count (an integer >= 0) or a distribution "
+                         f"{{mean, std_dev, min, max}}, got {value!r}")
     return value
