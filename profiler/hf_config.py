@@ -282,13 +282,19 @@ def deepseek_fields(config: dict, path: Path, whole) -> dict:
         whole: `spec_fields`' reader of a whole-number key.
 
     Raises:
-        ValueError: a required key missing or not a whole number, or `moe_layer_freq` other than
-            1 (MoE layers every k-th layer is not described by the spec); names the file and key.
+        ValueError: a required key missing or not a whole number, `kv_lora_rank` <= 0, a negative
+            `q_lora_rank`, or `moe_layer_freq` other than 1 (MoE layers every k-th layer is not
+            described by the spec); names the file and key.
     """
     freq = config.get("moe_layer_freq", 1)
     if freq != 1:
         raise ValueError(f"{path}: moe_layer_freq={freq!r}: only every layer after first_k_dense_replace sparse "
                          "(moe_layer_freq 1) is supported")
-    return dict(head_dim=whole("qk_nope_head_dim") + whole("qk_rope_head_dim"), kv_lora_rank=whole("kv_lora_rank"),
-                q_lora_rank=whole("q_lora_rank", 0), qk_rope_head_dim=whole("qk_rope_head_dim"),
+    kv_lora_rank, q_lora_rank = whole("kv_lora_rank"), whole("q_lora_rank", 0)
+    if kv_lora_rank <= 0:  # 0 would price the layers as plain multi-head attention: another model
+        raise ValueError(f"{path}: kv_lora_rank must be > 0 (the latent cached per token), got {kv_lora_rank}")
+    if q_lora_rank < 0:
+        raise ValueError(f"{path}: q_lora_rank must be >= 0 or null (no query compression), got {q_lora_rank}")
+    return dict(head_dim=whole("qk_nope_head_dim") + whole("qk_rope_head_dim"), kv_lora_rank=kv_lora_rank,
+                q_lora_rank=q_lora_rank, qk_rope_head_dim=whole("qk_rope_head_dim"),
                 v_head_dim=whole("v_head_dim"), num_dense_layers=whole("first_k_dense_replace"))

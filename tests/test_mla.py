@@ -103,7 +103,11 @@ def test_mla_config_fields_the_spec_cannot_describe_are_refused(tmp_path):
     for change, match in (({"moe_layer_freq": 2}, r"moe_layer_freq=2"),
                           ({"kv_lora_rank": None}, r"missing required key 'kv_lora_rank'"),
                           ({"attention_bias": True}, r"attention_bias=True \(biases on every attention projection"),
-                          ({"num_local_experts": 8}, r"num_local_experts=8 .*model_type 'deepseek_v3' does not read")):
+                          ({"num_local_experts": 8}, r"num_local_experts=8 .*model_type 'deepseek_v3' does not read"),
+                          # were read: 0 priced plain attention (702.6 B), -512 a negative latent (668.5 B)
+                          ({"kv_lora_rank": 0}, r"config.json: kv_lora_rank must be > 0 .*got 0"),
+                          ({"kv_lora_rank": -512}, r"config.json: kv_lora_rank must be > 0 .*got -512"),
+                          ({"q_lora_rank": -1}, r"config.json: q_lora_rank must be >= 0 or null .*got -1")):
         (tmp_path / "config.json").write_text(json.dumps({**config, **change}))
         with pytest.raises(ValueError, match=match):
             get_model_spec(tmp_path)
