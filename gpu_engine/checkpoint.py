@@ -26,24 +26,28 @@ def load_model_args(checkpoint_dir: str | Path) -> ModelArgs:
     """`ModelArgs` from a checkpoint's config.json (shapes via `profiler.get_model_spec`).
 
     Reads `rope_theta` (transformers 4) or `rope_parameters.rope_theta` (transformers 5) and
-    `rms_norm_eps`, with LlamaConfig's defaults (10,000 and 1e-6) where absent, and which layers
-    are windowed as the profiler reads them (`profiler.sliding_window.layer_pattern`).
+    `rms_norm_eps`, with LlamaConfig's defaults (10,000 and 1e-6) where absent, which layers
+    are windowed as the profiler reads them (`profiler.sliding_window.layer_pattern`), and gpt-oss's
+    `swiglu_alpha` / `swiglu_limit` (GptOssConfig's defaults 1.702, 7.0).
 
     Raises:
         ValueError: a missing config or key (from the profiler), or rotary scaling other than
-            the default (Llama 3.1's "llama3" or YaRN scaling is not implemented).
+            the default (Llama 3.1's "llama3" or YaRN scaling, gpt-oss's default, is not implemented).
     """
     path = Path(checkpoint_dir) / "config.json"
     spec = get_model_spec(path)
     config = json.loads(path.read_text())
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    # GptOssConfig's default rotary is YaRN: a gpt-oss config that names none has it.
+    rope_type = rope.get("rope_type", rope.get("type", "yarn" if config.get("model_type") == "gpt_oss" else "default"))
     if rope_type != "default":
         raise ValueError(f"{path}: rotary scaling {rope_type!r} is not supported by the engine (only default)")
     theta = config.get("rope_theta", rope.get("rope_theta", 10000.0))
     windowed = layer_pattern(config, path) if spec.num_sliding_layers else [False] * spec.num_layers
     return ModelArgs(spec, rope_theta=float(theta), rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
-                     layer_windows=tuple(spec.sliding_window if w else 0 for w in windowed))
+                     layer_windows=tuple(spec.sliding_window if w else 0 for w in windowed),
+                     swiglu_alpha=float(config.get("swiglu_alpha", 1.702)),
+                     swiglu_limit=float(config.get("swiglu_limit", 7.0)))
 
 
 def load_weights(model: Llama, checkpoint_dir: str | Path) -> Llama:
@@ -84,7 +88,7 @@ def load_weights(model: Llama, checkpoint_dir: str | Path) -> Llama:
 
 def save_checkpoint(model: Llama, checkpoint_dir: str | Path) -> Path:
     """Write `model` as a Hugging Face Llama checkpoint (config.json, model.safetensors): Mixtral with MoE
-    layers, Qwen2 with q/k/v biases, Mistral with every layer windowed.
+    layers, gpt-oss with biased experts, Qwen2 with q/k/v biases, Mistral with every layer windowed.
 
     transformers' `LlamaForCausalLM.from_pretrained` reads it; EOS/BOS ids are left unset so
     generation runs for exactly the requested number of tokens.
@@ -120,10 +124,16 @@ def _hf_names(model: Llama) -> list[str]:
     per_layer = ["input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.o_proj.weight",
                  "mlp.down_proj.weight"] + [f"{'mlp' if p in ('gate_proj', 'up_proj') else 'self_attn'}.{p}.weight"
                                             for p in _PACKED]
-    if model.args.spec.qkv_bias:  # Qwen2
+    if model.args.spec.qkv_bias or model.args.spec.attention_bias:  # Qwen2, gpt-oss
         per_layer += [f"self_attn.{p}.bias" for p in ("q_proj", "k_proj", "v_proj")]
     moe = model.args.spec.moe
-    if moe is not None:  # Mixtral: block_sparse_moe.gate and per-expert w1 (gate), w2 (down), w3 (up)
+    if model.args.spec.attention_bias:  # gpt-oss: o_proj's bias too, and a sink per head
+        per_layer += ["self_attn.o_proj.bias", "self_attn.sinks"]
+    if moe is not None and moe.bias:  # gpt-oss: a biased router and fused, biased experts, as stored
+        per_layer = [n for n in per_layer if not n.startswith("mlp.")] + [
+            f"mlp.{n}" for n in ("router.weight", "router.bias", "experts.gate_up_proj", "experts.gate_up_proj_bias",
+                                 "experts.down_proj", "experts.down_proj_bias")]
+    elif moe is not None:  # Mixtral: block_sparse_moe.gate and per-expert w1 (gate), w2 (down), w3 (up)
         per_layer = [n for n in per_layer if not n.startswith("mlp.")] + ["block_sparse_moe.gate.weight"] + [
             f"block_sparse_moe.experts.{j}.{w}.weight" for j in range(moe.num_experts) for w in ("w1", "w2", "w3")]
     for i in range(model.args.spec.num_layers):
@@ -165,6 +175,14 @@ def _packed_widths(args: ModelArgs, fused: str) -> list[int]:
 
 def _hf_config(args: ModelArgs, dtype: torch.dtype) -> dict:
     s = args.spec
+    if s.moe is not None and s.moe.bias:  # gpt-oss: transformers `GptOssConfig`, default rotary (no YaRN)
+        return {**_llama_hf_config(args, dtype), "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
+                "intermediate_size": s.moe.expert_intermediate_size, "num_local_experts": s.moe.num_experts,
+                "num_experts_per_tok": s.moe.num_experts_per_tok, "sliding_window": s.sliding_window or None,
+                "layer_types": [SLIDING if w else FULL for w in args.layer_windows], "attention_bias": True,
+                "swiglu_alpha": args.swiglu_alpha, "swiglu_limit": args.swiglu_limit,
+                "rope_parameters": {"rope_type": "default", "rope_theta": args.rope_theta},
+                "output_router_logits": False}
     if s.moe is not None:  # Mixtral: transformers `MixtralConfig`, experts of width intermediate_size
         if 0 < s.num_sliding_layers < s.num_layers:
             raise ValueError(f"model {s.name!r}: Mixtral's config windows every layer or none, not "

@@ -1,7 +1,8 @@
 """A Llama-family decoder (RMSNorm, rotary, GQA attention, SwiGLU MLP) over a paged KV cache.
 
-Also Mistral's and Qwen2's variants of it: sliding-window attention per layer (`ModelArgs.layer_windows`)
-and q/k/v projection biases (Qwen2).
+Also Mistral's, Qwen2's and gpt-oss's variants of it: sliding-window attention per layer
+(`ModelArgs.layer_windows`), q/k/v projection biases (Qwen2; q/k/v/o for gpt-oss), attention sinks and
+gpt-oss's MoE (`gpu_engine.moe.GptOssMoE`).
 
 The whole model in one file, as gpt-fast keeps it. Inputs are flat: the tokens of every sequence
 of a step, concatenated (prefill chunks, decodes and verify tokens alike), with their positions;
@@ -20,7 +21,7 @@ from torch.nn import functional as F
 
 from gpu_engine.attention import AttentionMetadata, paged_attention_torch
 from gpu_engine.kv_cache import KVCache
-from gpu_engine.moe import SparseMoE
+from gpu_engine.moe import GptOssMoE, SparseMoE
 from profiler import ModelSpec
 
 # Rotary base per built-in model (each model's Hugging Face config.json `rope_theta`).
@@ -29,10 +30,16 @@ BUILTIN_ROPE_THETA = {"llama-3-8b": 500000.0, "llama-3-70b": 500000.0, "llama-3.
                       "qwen3-8b": 1000000.0, "qwen3-14b": 1000000.0, "qwen3-32b": 1000000.0,
                       "mixtral-8x7b": 1000000.0, "llama-3.1-70b": 500000.0, "llama-3.3-70b": 500000.0,
                       "llama-3.1-405b": 500000.0, "llama-3.1-70b-fp8": 500000.0, "qwen3-32b-fp8": 1000000.0,
-                      "qwen3-235b-a22b": 1000000.0, "qwen3-235b-a22b-fp8": 1000000.0, "qwen3-30b-a3b-fp8": 1000000.0}
+                      "qwen3-235b-a22b": 1000000.0, "qwen3-235b-a22b-fp8": 1000000.0, "qwen3-30b-a3b-fp8": 1000000.0,
+                      "gpt-oss-20b": 150000.0, "gpt-oss-120b": 150000.0}
 
-# (q, k_cache, v_cache, meta, scale, window) -> out: `gpu_engine.attention.paged_attention_torch`'s contract.
-AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionMetadata, float, int], torch.Tensor]
+# (q, k_cache, v_cache, meta, scale, window, sinks) -> out: `gpu_engine.attention.paged_attention_torch`'s contract.
+# Which layers of a built-in with a mixed pattern are windowed: gpt-oss's config.json layer_types
+# alternate sliding_attention / full_attention from layer 0.
+BUILTIN_WINDOWED_LAYERS = {"gpt-oss-20b": lambda i: i % 2 == 0, "gpt-oss-120b": lambda i: i % 2 == 0}
+
+AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionMetadata, float, int, torch.Tensor | None],
+                       torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,8 @@ class ModelArgs:
         layer_windows: per layer, its sliding window in tokens (0: full attention); None derives
             it from the spec where the spec decides it (no windowed layer, or every layer
             windowed); a checkpoint's config.json gives it per layer (`gpu_engine.checkpoint`).
+        swiglu_alpha, swiglu_limit: gpt-oss's experts (biased experts, `gpu_engine.moe.GptOssMoE`);
+            GptOssConfig's defaults.
 
     Raises:
         ValueError: a feature of the spec the engine does not implement (named), or windows
@@ -56,6 +65,8 @@ class ModelArgs:
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-5
     layer_windows: tuple[int, ...] | None = None
+    swiglu_alpha: float = 1.702
+    swiglu_limit: float = 7.0
 
     def __post_init__(self) -> None:
         # The engine implements the Llama layer (with Qwen2's q/k/v biases and per-layer sliding
@@ -64,20 +75,16 @@ class ModelArgs:
         missing = [what for what, present in (("per-head q/k RMSNorm (Qwen3)", self.spec.qk_norm),
                                               ("a shared expert (Qwen2-MoE)", self.spec.moe is not None
                                                and self.spec.moe.shared_expert_intermediate_size > 0),
-                                              ("attention sinks (the paged-attention kernels honour them; the "
-                                               "gpt-oss layer around them is not implemented)", self.spec.attention_sinks),
                                               ("attention logit soft-capping", self.spec.attn_logit_softcapping),
-                                              ("attention projection biases", self.spec.attention_bias),
                                               (f"{self.spec.norms_per_layer} norms per layer (Gemma)",
                                                self.spec.norms_per_layer != 2),
                                               ("multi-head latent attention", self.spec.kv_lora_rank),
-                                              ("dense layers among the experts", self.spec.num_dense_layers),
-                                              ("biased experts", self.spec.moe is not None and self.spec.moe.bias))
+                                              ("dense layers among the experts", self.spec.num_dense_layers))
                    if present]
         if missing:
             raise ValueError(f"model {self.spec.name!r} has {' and '.join(missing)}, which the engine does not "
-                             "implement yet (it runs Llama-architecture models: Llama 2/3, Mistral, Qwen2 and "
-                             "Mixtral's MoE, with full or sliding-window attention per layer)")
+                             "implement yet (it runs Llama-architecture models: Llama 2/3, Mistral, Qwen2, Mixtral's "
+                             "and gpt-oss's MoE, with full or sliding-window attention per layer)")
         s = self.spec
         if self.layer_windows is None:
             if 0 < s.num_sliding_layers < s.num_layers:
@@ -93,8 +100,12 @@ class ModelArgs:
 
     @classmethod
     def for_builtin(cls, spec: ModelSpec) -> "ModelArgs":
-        """Args of a built-in `ModelSpec` (rope base from `BUILTIN_ROPE_THETA`, default 10,000)."""
-        return cls(spec, BUILTIN_ROPE_THETA.get(spec.name, 10000.0))
+        """Args of a built-in `ModelSpec` (rope base from `BUILTIN_ROPE_THETA`, default 10,000; the
+        windowed layers of gpt-oss from `BUILTIN_WINDOWED_LAYERS`)."""
+        pattern = BUILTIN_WINDOWED_LAYERS.get(spec.name)
+        windows = None if pattern is None else tuple(spec.sliding_window if pattern(i) else 0
+                                                     for i in range(spec.num_layers))
+        return cls(spec, BUILTIN_ROPE_THETA.get(spec.name, 10000.0), layer_windows=windows)
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -151,17 +162,20 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    """GQA self-attention of one layer: fused QKV (biased for Qwen2), rotary, paged KV write and read
-    (over the layer's sliding window, if it has one), output projection."""
+    """GQA self-attention of one layer: fused QKV (biased for Qwen2 and gpt-oss), rotary, paged KV write
+    and read (over the layer's sliding window, if it has one; with gpt-oss's sinks), output projection
+    (biased for gpt-oss)."""
 
     def __init__(self, args: ModelArgs, layer: int):
         super().__init__()
         s = args.spec
         self.num_heads, self.num_kv_heads, self.head_dim = s.num_attention_heads, s.num_key_value_heads, s.head_dim
         self.q_width, self.kv_width = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.qkv_proj = nn.Linear(s.hidden_size, self.q_width + 2 * self.kv_width, bias=s.qkv_bias)
+        self.qkv_proj = nn.Linear(s.hidden_size, self.q_width + 2 * self.kv_width, bias=s.qkv_bias or s.attention_bias)
         self.window = args.layer_windows[layer]  # tokens this layer's query sees; 0: all before it
-        self.o_proj = nn.Linear(self.q_width, s.hidden_size, bias=False)
+        # gpt-oss: a learned sink logit per query head (`gpu_engine.attention`)
+        self.sinks = nn.Parameter(torch.empty(self.num_heads)) if s.attention_sinks else None
+        self.o_proj = nn.Linear(self.q_width, s.hidden_size, bias=s.attention_bias)
         self.scale = self.head_dim ** -0.5
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata,
@@ -176,7 +190,7 @@ class Attention(nn.Module):
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         q, k = Rotary.apply(q, *rope), Rotary.apply(k, *rope)
         KVCache.store(k, v, k_cache, v_cache, meta.slot_mapping)
-        out = attend(q, k_cache, v_cache, meta, self.scale, self.window)
+        out = attend(q, k_cache, v_cache, meta, self.scale, self.window, self.sinks)
         return self.o_proj(out.reshape(-1, self.q_width))
 
 
@@ -202,8 +216,11 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(args.spec.hidden_size, args.rms_norm_eps)
         self.self_attn = Attention(args, layer)
         self.post_attention_layernorm = RMSNorm(args.spec.hidden_size, args.rms_norm_eps)
-        # Mixtral: a sparse MoE block in place of the MLP (gpu_engine/moe.py)
-        self.mlp = MLP(args) if args.spec.moe is None else SparseMoE(args.spec.hidden_size, args.spec.moe)
+        # Mixtral, gpt-oss (biased experts): a sparse MoE block in place of the MLP (gpu_engine/moe.py)
+        moe = args.spec.moe
+        self.mlp = (MLP(args) if moe is None else GptOssMoE(args.spec.hidden_size, moe, args.swiglu_alpha,
+                                                            args.swiglu_limit) if moe.bias
+                    else SparseMoE(args.spec.hidden_size, moe))
 
     def forward(self, x, rope, meta, k_cache, v_cache, attend):
         x = x + self.self_attn(self.input_layernorm(x), rope, meta, k_cache, v_cache, attend)

@@ -12,12 +12,12 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from gpu_engine.build import build_engine, build_model  # noqa: E402
-from gpu_engine.checkpoint import load_model_args, save_checkpoint  # noqa: E402
+from gpu_engine.checkpoint import load_model_args  # noqa: E402
 from gpu_engine.driver import run_trace  # noqa: E402
 from gpu_engine.runner import cpu_threads  # noqa: E402
 from simulator.scheduler import SchedulerConfig  # noqa: E402
 from traces import Request  # noqa: E402
-from tests.conftest import greedy_continuations  # noqa: E402
+from tests.conftest import greedy_continuations, seeded_prompts, tiny_checkpoint  # noqa: E402
 
 # 4 experts, top-2, of width 96: every token's output mixes two experts, so a wrong router,
 # renormalisation or expert order changes the tokens.
@@ -32,17 +32,13 @@ NUM_NEW = 12
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    config_dir = tmp_path_factory.mktemp("tiny-mixtral-config")
-    (config_dir / "config.json").write_text(json.dumps(TINY_MIXTRAL))
     with cpu_threads(1):
-        model = build_model(load_model_args(config_dir), dtype=torch.float64, device="cpu", seed=0)
-        yield save_checkpoint(model, tmp_path_factory.mktemp("tiny-mixtral"))
+        yield tiny_checkpoint(tmp_path_factory, TINY_MIXTRAL, "tiny-mixtral")
 
 
 @pytest.fixture(scope="module")
 def prompts():
-    g = torch.Generator().manual_seed(7)
-    return {rid: torch.randint(0, 256, (n,), generator=g).tolist() for rid, n in enumerate(PROMPT_LENS)}
+    return seeded_prompts(PROMPT_LENS)
 
 
 @pytest.fixture(scope="module")

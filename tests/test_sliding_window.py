@@ -232,7 +232,7 @@ def test_serve_command_turns_prefix_caching_off_as_simulated():
     assert "--no-enable-prefix-caching" in vllm_serve_flags(point).split()
 
 
-@pytest.mark.parametrize("name, feature", [("gemma-3-27b", "4 norms per layer"), ("gpt-oss-120b", "attention sinks"),
+@pytest.mark.parametrize("name, feature", [("gemma-3-27b", "4 norms per layer"),
                                            ("deepseek-v3", "multi-head latent attention")])
 def test_the_engine_refuses_attention_it_does_not_implement(name, feature):
     pytest.importorskip("torch")
@@ -240,6 +240,17 @@ def test_the_engine_refuses_attention_it_does_not_implement(name, feature):
 
     with pytest.raises(ValueError, match=f"has .*{feature}.*which the engine does not implement"):
         ModelArgs.for_builtin(get_model_spec(name))
+
+
+def test_the_engine_takes_gpt_oss_with_its_alternating_windows():
+    # gpt-oss's layer (sinks, biases, biased experts) runs in the engine (tests/test_engine_gpt_oss.py);
+    # the built-in's windowed layers are config.json's: 0, 2, 4, ... of 36 (18).
+    pytest.importorskip("torch")
+    from gpu_engine.model import ModelArgs
+
+    args = ModelArgs.for_builtin(get_model_spec("gpt-oss-120b"))
+    assert args.layer_windows[:4] == (128, 0, 128, 0) and sum(map(bool, args.layer_windows)) == 18
+    assert args.rope_theta == 150000.0
 
 
 def test_a_qwen_config_without_use_sliding_window_is_full_attention(tmp_path):
