@@ -64,6 +64,18 @@ def test_engine_intake_is_the_end_of_the_step_under_way_or_the_arrival_when_idle
     assert engine_intake_s(sim, steps).tolist() == pytest.approx([0.1, 0.25, 0.2, 0.0, 0.15])
 
 
+def test_a_request_in_the_step_starting_at_its_arrival_was_taken_in_at_its_arrival():
+    """A lone request on an idle replica: its own first step starts at its arrival (0.0, to 0.3637);
+    its intake is 0.0, not that step's end (which gave queue_s -0.3637 s from the intake on a
+    one-request recording). Another arriving at 0.0 but scheduled only at 0.3637 still waits."""
+    from experiments.verification.ttft_terms import engine_intake_s
+
+    steps = pd.DataFrame({"replica_id": [0, 0], "start_s": [0.0, 0.3637], "duration_s": [0.3637, 0.07]})
+    sim = pd.DataFrame({"request_id": [0, 1], "replica_id": [0, 0], "arrival_s": [0.0, 0.0],
+                        "first_scheduled_s": [0.0, 0.3637]})
+    assert engine_intake_s(sim, steps).tolist() == pytest.approx([0.0, 0.3637])
+
+
 def test_lockstep_ranks_take_requests_in_at_the_groups_step_ends():
     from experiments.verification.ttft_terms import engine_intake_s
 

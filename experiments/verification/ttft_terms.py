@@ -42,11 +42,15 @@ def engine_intake_s(simulated: pd.DataFrame, steps: pd.DataFrame, lockstep: bool
     boundary: measuring the simulated request from its intake compares like with like.
 
     Args:
-        simulated: the requests frame (request_id, arrival_s, replica_id).
+        simulated: the requests frame (request_id, arrival_s, replica_id; first_scheduled_s if there).
         steps: the run's step table (replica_id, start_s, duration_s).
         lockstep: the replicas are MoE DP ranks stepped together (`simulator.data_parallel`): an
             idle rank runs the group's steps too (dummy batches), so every rank's intake follows
             the group's steps.
+
+    A request is never taken in after its first scheduling (`first_scheduled_s`, where the frame
+    has it): one that arrives as an idle replica starts a step with it in that step was taken in at
+    its arrival, not at that step's end.
 
     Returns:
         one time (s) per request, in request_id order.
@@ -66,6 +70,8 @@ def engine_intake_s(simulated: pd.DataFrame, steps: pd.DataFrame, lockstep: bool
         under_way = np.searchsorted(starts, arrival[mine], side="right") - 1
         busy = (under_way >= 0) & (ends[np.maximum(under_way, 0)] > arrival[mine])
         intake[np.flatnonzero(mine)[busy]] = ends[under_way[busy]]
+    if "first_scheduled_s" in sim:  # a request in the step that starts at its arrival was taken in then
+        intake = np.fmin(intake, sim["first_scheduled_s"].to_numpy(dtype=float))
     return intake
 
 
