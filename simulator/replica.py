@@ -348,7 +348,12 @@ class Replica:
         until the first is done, or an arrival (vLLM's engine polls them with empty steps,
         `simulator.scheduler.kv_offload`). Returns False when no load is in flight."""
         done_s = self.scheduler.next_load_done_s()
-        if done_s <= self.env.now:  # none in flight, or done and still not schedulable: stalled
+        if done_s <= self.env.now:  # done and still not schedulable: stalled
+            return False
+        if done_s == math.inf and self.scheduler.config.policy == "fcfs":
+            # None in flight: an arrival queues behind the waiting head that fits nowhere (vLLM's
+            # waiting loop stops at the first it cannot allocate), so nothing can change: stalled
+            # now (it waited for a timeout at inf: the stall was reported at t=inf, after the run).
             return False
         self._idle = True  # vLLM polls with empty steps: an arrival meanwhile is seen at once (async scheduling)
         yield self.env.any_of([self.env.timeout(delay_until_s(self.env.now, done_s)), self._wait()])

@@ -2,11 +2,15 @@
 hand-worked sequence of three conversations, the LRU tier, and a tier that changes nothing."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from simulator.scheduler import SchedulerConfig, make_scheduler
 from simulator.scheduler.kv_offload import KvOffload, LruTier, offload_blocks, tier_key, tier_keys
 from traces import Request
+
+CONFIGS = Path(__file__).parent.parent / "experiments" / "configs"
 
 BLOCK = 16
 MB = 1e6
@@ -220,6 +224,23 @@ def test_loads_that_fill_a_small_pool_stall_with_a_message_saying_why():
 
     with pytest.raises(SimulationStalled, match="waiting requests hold 116 of 119 KV blocks for their loads"):
         run_point(offload_point({"cpu_gib": 1}, num_gpu_blocks=120))
+
+
+def test_a_stall_with_no_load_in_flight_is_reported_when_it_happens():
+    """Three replicas behind session affinity, 300 blocks each: a replica's waiting requests hold 95
+    blocks for loads already done and the head fits nowhere; under fcfs no arrival can change that.
+    It waited for a timeout at inf (no load in flight) and reported the stall at t=inf after the
+    other replicas' runs, 10 requests waiting by then; now at t=19.187673 s with 6."""
+    from experiments.config import SweepConfig
+    from experiments.config.loader import load_config
+    from experiments.point import run_point
+    from simulator.replica import SimulationStalled
+
+    _, points = load_config(CONFIGS / "kv_offload_sessions.yaml", [
+        "trace.clients=30", "trace.turns=4", "engine.num_gpu_blocks=300", "engine.replicas=3",
+        "engine.router=session_affinity", "variants=[{engine.kv_offload: {cpu_gib: 20}}]"])
+    with pytest.raises(SimulationStalled, match=r"6 waiting and 0 running .* at t=19\.187673s: waiting requests hold 95"):
+        run_point(SweepConfig.model_validate(points[0]))
 
 
 class ReferenceLru:
