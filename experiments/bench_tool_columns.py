@@ -7,7 +7,8 @@ first token). With `output.client_metrics: [vllm-bench, ...]` a point's row gets
 metric of `TOOL_METRICS`, `<tool>_<metric>_s_mean` and `_p50` ... `_p99.9` (tool and metric names
 with `-` as `_`, a trailing `_ms` dropped: every value is in seconds), computed as
 `client_metrics.stream_metrics` computes them for one response, each engine step a chunk
-(tokens of one step share a time), sent at the request's `arrival_s`, over every request that
+(tokens of one step share a time), sent at the request's `arrival_s` and received
+`frontend_out_s` after the engine emits each (`client_sent_s`), over every request that
 produced a token. What the simulator cannot see (a server splitting one step's tokens over
 several chunks) is said in `client_metrics`' docstring.
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from experiments.verification.client_metrics import TOOL_METRICS
+from experiments.verification.client_metrics import TOOL_METRICS, client_sent_s
 from simulator.metrics import percentile_stats
 
 _CHUNK_REQUESTS = 4096
@@ -109,4 +110,4 @@ def point_client_columns(tools: list[str], requests: pd.DataFrame, requests_file
         source = ParquetTokenTimes(requests_file)
     else:
         raise ValueError("output.client_metrics needs the requests' token times (output.token_times: true)")
-    return client_columns(tools, requests["arrival_s"].to_numpy(dtype=np.float64), source)
+    return client_columns(tools, client_sent_s(requests), source)

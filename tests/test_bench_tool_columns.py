@@ -69,3 +69,21 @@ def test_a_points_row_carries_the_tools_columns(tmp_path):
     for key in ("vllm_bench_itl_s_p99", "aiperf_time_to_first_token_s_p90", "vllm_bench_e2el_s_mean"):
         assert written[key] == pytest.approx(in_memory[key])
     assert "guidellm_inter_token_latency_s_p50" not in in_memory
+
+
+def test_behind_a_front_end_the_client_receives_each_token_frontend_out_s_later():
+    """The records' token times are the engine's; ttft_s and e2e_s add frontend_out_s (the output
+    hop to the client). Request 0 sent at 0, engine tokens at 0.4 and 0.5, 5 ms out: the client's
+    TTFT 0.405, E2E 0.505, TPOT 0.1 (gaps unchanged); request 1 without a front-end time (NaN: as
+    0). Both paths (points.csv columns and verify --against-bench) were 5 ms short."""
+    from experiments.bench_tool_columns import point_client_columns
+
+    frame = pd.DataFrame({"arrival_s": [0.0, 1.0], "frontend_out_s": [0.005, np.nan],
+                          "token_times_s": [[0.4, 0.5], [1.2, 1.5]]})
+    cols = point_client_columns(["vllm-bench"], frame)
+    assert cols["vllm_bench_ttft_s_mean"] == pytest.approx((0.405 + 0.2) / 2)
+    assert cols["vllm_bench_e2el_s_mean"] == pytest.approx((0.505 + 0.5) / 2)
+    assert cols["vllm_bench_tpot_s_mean"] == pytest.approx((0.1 + 0.3) / 2)
+    summary = simulated_client_summary(frame)
+    assert summary["ttft_s_mean"] == pytest.approx((0.405 + 0.2) / 2)
+    assert summary["e2e_s_mean"] == pytest.approx((0.505 + 0.5) / 2)

@@ -97,9 +97,22 @@ def stream_metrics(chunks: list[tuple[float, int]], sent_s: float = 0.0) -> dict
             "ntpot_s": e2e / tokens, "chunk_gap_s": np.diff(with_tokens)}
 
 
+def client_sent_s(requests: pd.DataFrame) -> np.ndarray:
+    """(N,) each request's send time shifted so that its engine token times give the client's
+    times: `arrival_s` − `frontend_out_s` (behind vLLM's front end every token reaches the client
+    `frontend_out_s` after the engine emits it, `simulator.frontend`; the records' `ttft_s` and
+    `e2e_s` include it, their `token_times_s` are the engine's); `arrival_s` where the records have
+    no front end. A token time minus it is the client's latency from the send; gaps are unchanged."""
+    sent = requests["arrival_s"].to_numpy(dtype=np.float64)
+    if "frontend_out_s" in requests:
+        sent = sent - np.nan_to_num(requests["frontend_out_s"].to_numpy(dtype=np.float64))
+    return sent
+
+
 def simulated_client_summary(requests: pd.DataFrame) -> dict[str, float]:
     """`<quantity>_mean` / `_p50` ... of the client quantities of a simulation's requests, each
-    response's chunks being its engine steps (`simulator.metrics.emissions`), sent at `arrival_s`.
+    response's chunks being its engine steps (`simulator.metrics.emissions`), sent at `arrival_s`
+    and received `frontend_out_s` after the engine emits them (`client_sent_s`).
 
     Args:
         requests: a simulation's request records with `arrival_s` and `token_times_s` (run with
@@ -111,7 +124,7 @@ def simulated_client_summary(requests: pd.DataFrame) -> dict[str, float]:
     if "token_times_s" not in requests:
         raise ValueError("the simulation kept no token times; run it with keep_token_times=True")
     values: dict[str, list] = {name: [] for name in CLIENT_QUANTITIES}
-    for sent_s, times in zip(requests["arrival_s"].to_numpy(), requests["token_times_s"]):
+    for sent_s, times in zip(client_sent_s(requests), requests["token_times_s"]):
         if times is None or len(times) == 0:
             continue
         emitted, counts = emissions(times)
