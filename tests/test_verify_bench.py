@@ -228,6 +228,8 @@ def test_inference_perf_sweep_bad_input_names_the_key(tmp_path, sweep, drop_rate
     ("system_prompt_len: 40", "system_prompt_len: {std_dev: 3}",
      r"config.yaml: data.shared_prefix.system_prompt_len.mean: expected a finite number >= 0, got None$"),
     ("question_len: 24", "question_len: '24'", r"config.yaml: data.shared_prefix.question_len: expected a token count"),
+    ("question_len: 24", "question_len: .inf", r"config.yaml: data.shared_prefix.question_len: expected a token count"),
+    ("question_len: 24", "question_len: 24.5", r"config.yaml: data.shared_prefix.question_len: expected a token count"),
 ])
 def test_inference_perf_bad_shared_prefix_names_the_key(tmp_path, old, new, message):
     """A malformed data.shared_prefix is a ValueError naming the config file and key (it was a
@@ -238,6 +240,14 @@ def test_inference_perf_bad_shared_prefix_names_the_key(tmp_path, old, new, mess
     config.write_text(text.replace(old, new))
     with pytest.raises(ValueError, match=message):
         read_bench_run(results, config)
+
+
+def test_inference_perf_whole_float_lengths_read_as_token_counts(tmp_path):
+    """inference-perf's pydantic config reads question_len: 24.0 as 24: the same pool as 24."""
+    results, config = _sweep_run(tmp_path, "  sweep: {type: linear, stage_duration: 3}\n")
+    config.write_text(config.read_text().replace("question_len: 24", "question_len: 24.0"))
+    requests = read_bench_run(results, config).stages[0].plan.build()
+    assert {r.prompt_tokens for r in requests} == {64}  # 40 + 24
 
 
 def test_inference_perf_stage_that_sends_no_request_is_refused(tmp_path):

@@ -23,6 +23,7 @@ before in the real run, starts cold here: said in the notes).
 """
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -208,7 +209,8 @@ def _spec(value: Any, where: str) -> Any:
         if isinstance(spec, dict):
             spec.update({k: int(finite_number(value[k], f"{where}.{k}")) for k in ("min", "max") if k in value})
         return spec
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
+            or value != int(value)):
         raise ValueError(f"{where}: expected a token count (an integer >= 0) or a distribution "
                          f"{{mean, std_dev, min, max}}, got {value!r}")
-    return value
+    return int(value)  # 40.0 as inference-perf's pydantic config reads it: 40
