@@ -76,6 +76,18 @@ def test_a_request_in_the_step_starting_at_its_arrival_was_taken_in_at_its_arriv
     assert engine_intake_s(sim, steps).tolist() == pytest.approx([0.0, 0.3637])
 
 
+def test_behind_a_front_end_the_intake_starts_from_the_engine_arrival():
+    """A request sent at 0.0 reaches the engine core at 0.0125 (frontend_in_s), inside the step
+    [0.0, 0.1): taken in at 0.1; one reaching it at 0.15 on the idle replica: at 0.15. From their
+    client arrivals (-0.0125, before any step; 0.14) they were taken in 25 and 10 ms too early."""
+    from experiments.verification.ttft_terms import engine_intake_s
+
+    steps = pd.DataFrame({"replica_id": [0], "start_s": [0.0], "duration_s": [0.1]})
+    sim = pd.DataFrame({"request_id": [0, 1], "replica_id": [0, 0], "arrival_s": [-0.0125, 0.14],
+                        "engine_arrival_s": [0.0125, 0.15], "first_scheduled_s": [0.1, 0.15]})
+    assert engine_intake_s(sim, steps).tolist() == pytest.approx([0.1, 0.15])
+
+
 def test_lockstep_ranks_take_requests_in_at_the_groups_step_ends():
     from experiments.verification.ttft_terms import engine_intake_s
 

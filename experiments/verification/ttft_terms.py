@@ -42,7 +42,8 @@ def engine_intake_s(simulated: pd.DataFrame, steps: pd.DataFrame, lockstep: bool
     boundary: measuring the simulated request from its intake compares like with like.
 
     Args:
-        simulated: the requests frame (request_id, arrival_s, replica_id; first_scheduled_s if there).
+        simulated: the requests frame (request_id, arrival_s, replica_id; first_scheduled_s and
+            engine_arrival_s if there: behind a front end, the arrival the engine core sees).
         steps: the run's step table (replica_id, start_s, duration_s).
         lockstep: the replicas are MoE DP ranks stepped together (`simulator.data_parallel`): an
             idle rank runs the group's steps too (dummy batches), so every rank's intake follows
@@ -57,6 +58,9 @@ def engine_intake_s(simulated: pd.DataFrame, steps: pd.DataFrame, lockstep: bool
     """
     sim = simulated.sort_values("request_id", kind="stable")
     arrival = sim["arrival_s"].to_numpy(dtype=float)
+    if "engine_arrival_s" in sim:  # behind a front end the engine core sees the request only then
+        engine = sim["engine_arrival_s"].to_numpy(dtype=float)
+        arrival = np.where(np.isfinite(engine), engine, arrival)
     intake = arrival.copy()
     groups = [(np.ones(len(sim), bool), steps)] if lockstep else \
         [(sim["replica_id"].to_numpy() == r, part) for r, part in steps.groupby("replica_id")]
