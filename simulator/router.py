@@ -34,6 +34,14 @@ class Router:
       decode_blocks  = blocks its running requests hold (free cached blocks excluded) + the
                        prompt blocks of its waiting ones (Dynamo's "active blocks" of the
                        requests routed to a worker and not finished).
+    A replica with a KV offload tier (`engine.kv_offload`, `simulator.scheduler.kv_offload`)
+    also counts the prompt blocks after its GPU hit that the tier holds (`KvOffload.num_hit_blocks`),
+    each as the share of its recompute a load saves: prefill_blocks −= w × tier blocks, with
+    w = max(0, 1 − load time of a block over the host link / its recompute time), the recompute
+    time being the replica's cost model's price of a token-budget-sized prefill chunk on an
+    empty batch per token (so a tier block counts nearly as a GPU hit on a fast link, and not at all
+    where loading is slower than computing). This weighting is the simulator's own: Dynamo's
+    formula counts the GPU overlap only.
     So score = overlap_weight × cached blocks − load, up to a term equal on every replica;
     llm-d's scheduler (llm-d-inference-scheduler: prefix-cache scorer weighted against its
     queue and KV-utilisation scorers) combines the same two signals. The lowest index wins ties
@@ -74,6 +82,7 @@ class Router:
         self._count = 0
         self._rng = np.random.default_rng(seed)
         self._replica_of_session: dict[int, int] = {}
+        self._tier_weights: dict[int, float] = {}  # replica index -> `_tier_weight`
 
     def pick(self, request: Request | None = None) -> int:
         """Index of the replica for the next request (`request` is needed by `prefix_aware` and
@@ -114,8 +123,34 @@ class Router:
         size = bm.block_size
         cached = bm.num_cached_prefix_blocks(request) if hasattr(bm, "num_cached_prefix_blocks") else 0
         prefill_blocks = -(-request.prompt_tokens // size) - cached
+        offload = getattr(scheduler, "kv_offload", None)
+        if offload is not None:
+            tier_blocks = offload.num_hit_blocks(request, cached)
+            if tier_blocks:
+                prefill_blocks -= self._tier_weight(index) * tier_blocks
         waiting_blocks = sum(-(-seq.request.prompt_tokens // size) for seq in scheduler.waiting)
         return self.overlap_weight * prefill_blocks + bm.num_used + waiting_blocks
+
+    def _tier_weight(self, index: int) -> float:
+        """max(0, 1 - a block's load time / its recompute time) on replica `index` (class
+        docstring), computed once per replica.
+
+        Raises:
+            ValueError: the replica has no cost model to price a recompute (`pricer`).
+        """
+        weight = self._tier_weights.get(index)
+        if weight is None:
+            replica = self.replicas[index]
+            pricer = getattr(replica, "pricer", None)
+            if pricer is None:
+                raise ValueError(f"router prefix_aware with a KV offload tier needs replica {index}'s cost model "
+                                 "to weigh a load against a recompute")
+            scheduler = replica.scheduler
+            chunk = scheduler.token_budget  # a step's prefill tokens at most (`chunk_size`)
+            chunk_s = pricer.cost_model.predict_step_s(np.array([chunk]), np.array([0]), np.array([True]))
+            recompute_s = chunk_s / chunk * scheduler.kv_offload.block_size
+            weight = self._tier_weights[index] = max(0.0, 1.0 - scheduler.kv_offload.load_s_per_block / recompute_s)
+        return weight
 
 
 def vllm_dp_pick(loads: list[tuple[int, int]]) -> int:

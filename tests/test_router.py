@@ -143,3 +143,39 @@ def test_config_checks_what_each_router_needs():
         SweepConfig(trace=sessions, engine={**v1, "router": "prefix_aware", "enable_prefix_caching": False})
     with pytest.raises(ValueError, match="got scheduler 'sarathi'"):
         SweepConfig(trace=sessions, engine={"scheduler": "sarathi", "replicas": 2, "router": "prefix_aware"})
+
+
+def test_prefix_aware_counts_an_offload_tiers_blocks_weighted_by_load_vs_recompute():
+    """Replica 1 holds the stream's first 3 prompt blocks in its CPU tier, not on its GPU. A
+    block's load takes 1 ms (1 MB at 1 GB/s), its recompute 16 tokens x (0.064 s / 256 tokens)
+    = 4 ms: a tier block counts as 1 - 1/4 = 0.75 of a GPU hit."""
+    from simulator.pricing import StepPricer
+    from simulator.scheduler.kv_offload import KvOffload, tier_keys
+
+    replicas = [_replica(), _replica()]
+    config = SimpleNamespace(chunk_size=256)
+    for replica in replicas:
+        replica.scheduler.config, replica.scheduler.token_budget = config, 256
+        replica.pricer = StepPricer(ConstantCostModel(0.064))
+    offload = KvOffload(cpu_blocks=8, block_size=16, bytes_per_block=1e6, h2d_bytes_per_s=1e9, d2h_bytes_per_s=1e9)
+    replicas[1].scheduler.kv_offload = offload
+    request = Request(1, 1.0, 60, 5, prefix_hash_ids=IDS, prefix_block_tokens=16)
+    keys = tier_keys(Request(0, 0.0, 70, 1, prefix_hash_ids=IDS, prefix_block_tokens=16), 16, 0, 4)
+    offload.cpu.prepare_store(keys)
+    offload.cpu.complete_store(keys)
+    assert offload.num_hit_blocks(request, 0) == 3 and offload.num_hit_blocks(request, 2) == 1  # capped at (60 - 1) // 16
+    router = Router("prefix_aware", replicas)
+    assert router.prefix_cost(1, request) == pytest.approx(4 - 0.75 * 3)  # 1.75 < 4: the tier wins
+    assert router.prefix_cost(0, request) == 4.0
+    assert router.pick(request) == 1
+    _cache_stream(replicas[0].scheduler.block_manager, Request(2, 0.0, 70, 1, prefix_hash_ids=IDS, prefix_block_tokens=16),
+                  48)  # replica 0 now holds the 3 blocks on its GPU: 1 < 1.75
+    assert router.pick(request) == 0
+    slow = KvOffload(cpu_blocks=8, block_size=16, bytes_per_block=1e6, h2d_bytes_per_s=1e8, d2h_bytes_per_s=1e8)
+    slow.cpu.prepare_store(keys)
+    slow.cpu.complete_store(keys)
+    replicas[1].scheduler.kv_offload = slow  # a load takes 10 ms > 4 ms recompute: worth nothing
+    assert Router("prefix_aware", replicas).prefix_cost(1, request) == 4.0
+    del replicas[1].pricer
+    with pytest.raises(ValueError, match="replica 1's cost model"):
+        Router("prefix_aware", replicas).prefix_cost(1, request)

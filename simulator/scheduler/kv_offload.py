@@ -394,6 +394,15 @@ class KvOffload:
             return None
         return hits, hit_keys
 
+    def num_hit_blocks(self, request: Request, gpu_hit_blocks: int) -> int:
+        """Blocks of `request`'s prompt after its `gpu_hit_blocks` GPU hit that the tier holds
+        ready now, as `match` would count them, capped as the GPU hit is (the last prompt token is
+        computed). Read-only (no touch): for a router (`simulator.router`)."""
+        last = (request.prompt_tokens - 1) // self.block_size
+        if last <= gpu_hit_blocks:
+            return 0
+        return self.cpu.lookup(tier_keys(request, self.block_size, gpu_hit_blocks, last))
+
     def start_load(self, seq: Sequence, keys: list[BlockKey], loaded_tokens: int, now_s: float) -> float:
         """`update_state_after_alloc`: read `keys` into the GPU blocks just allocated; the
         request's KV will cover `loaded_tokens` once done. Returns when the load is done."""
