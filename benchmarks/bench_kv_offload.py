@@ -8,6 +8,7 @@ Run from the repo root:
     .venv/bin/python benchmarks/bench_kv_offload.py                 # no tier, 50 and 200 GiB
     .venv/bin/python benchmarks/bench_kv_offload.py 0 2 10 50 200   # tier sizes (0: no tier)
     .venv/bin/python benchmarks/bench_kv_offload.py --per-token     # load vs recompute time per token
+    .venv/bin/python benchmarks/bench_kv_offload.py --mooncake 0 50 200  # the Mooncake conversation trace
 
 Speed is CPU seconds of `run_point` (process time: the machine may be shared), best of 2.
 """
@@ -22,23 +23,27 @@ import yaml
 from experiments.config import SweepConfig
 from experiments.point import run_point
 
-CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "kv_offload_sessions.yaml"
+CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "configs"
+CONFIG = CONFIGS / "kv_offload_sessions.yaml"
+MOONCAKE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
 
 
-def point(cpu_gib: float, cost_model: str = "auto") -> SweepConfig:
-    tree = yaml.safe_load(CONFIG.read_text())
+def point(cpu_gib: float, cost_model: str = "auto", config: Path = CONFIG) -> SweepConfig:
+    tree = yaml.safe_load(config.read_text())
     tree.pop("variants")
+    if tree["trace"]["kind"] == "file":
+        tree["trace"]["path"] = str(MOONCAKE)
     tree["cost_model"] = cost_model
     if cpu_gib:
         tree["engine"]["kv_offload"] = {"cpu_gib": cpu_gib}
     return SweepConfig.model_validate(tree)
 
 
-def run(cpu_gib: float) -> None:
+def run(cpu_gib: float, config: Path = CONFIG, repeats: int = 2) -> None:
     best = float("inf")
-    for _ in range(2):
+    for _ in range(repeats):
         start = time.process_time()
-        row = run_point(point(cpu_gib)).row
+        row = run_point(point(cpu_gib, config=config)).row
         best = min(best, time.process_time() - start)
     offload = (f" CPU hit {row['kv_offload_cpu_hit_rate']:.3f}, loaded {row['kv_offload_load_bytes'] / 1e9:.1f} GB, "
                f"stored {row['kv_offload_store_bytes'] / 1e9:.1f} GB, load wait mean {row['kv_load_wait_s_mean'] * 1e3:.2f} ms"
@@ -67,8 +72,11 @@ def per_token() -> None:
 
 
 if __name__ == "__main__":
-    if "--per-token" in sys.argv:
+    args = sys.argv[1:]
+    if "--per-token" in args:
         per_token()
     else:
-        for size in [float(a) for a in sys.argv[1:]] or [0.0, 50.0, 200.0]:
-            run(size)
+        mooncake = "--mooncake" in args  # experiments/configs/kv_offload_mooncake.yaml, timed once
+        sizes = [float(a) for a in args if a != "--mooncake"] or [0.0, 50.0, 200.0]
+        for size in sizes:
+            run(size, CONFIGS / "kv_offload_mooncake.yaml", 1) if mooncake else run(size)

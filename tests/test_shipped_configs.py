@@ -23,6 +23,11 @@ def test_every_shipped_config_loads(name, tmp_path):
         trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
                          "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n")
         overrides = [f"trace.path={trace}"]
+    if name == "kv_offload_mooncake.yaml":  # the Mooncake trace's path too
+        trace = tmp_path / "conversation_trace.jsonl"
+        trace.write_text('{"timestamp": 0, "input_length": 700, "output_length": 5, "hash_ids": [0, 1]}\n'
+                         '{"timestamp": 9, "input_length": 600, "output_length": 7, "hash_ids": [0, 2]}\n')
+        overrides = [f"trace.path={trace}"]
     assert len(points_of(CONFIGS / name, *overrides)) >= 3
 
 

@@ -62,7 +62,7 @@ class EngineConfig(_Strict):
     pipeline_parallel_size: int = Field(default=1, ge=1)
     replicas: int = Field(default=1, ge=1, le=_MAX_REPLICAS)
     router: Literal["round_robin", "least_outstanding", "random", "prefix_aware", "session_affinity"] = "round_robin"
-    router_overlap_weight: float = Field(default=1.0, ge=0, le=1e6)  # read by router prefix_aware only: weight of uncached prompt blocks against active blocks (simulator/router.py; Dynamo's --kv-overlap-score-weight)
+    router_overlap_weight: float = Field(default=1.0, ge=0, le=1e6)  # read by router prefix_aware only: weight of uncached prompt blocks against active blocks (simulator/router.py; Dynamo's --kv-overlap-score-weight); with kv_offload a prompt block the replica's CPU tier holds counts as max(0, 1 - its load time / its recompute time) of a cached one
     # vLLM's --data-parallel-size and --enable-expert-parallel (simulator/data_parallel.py,
     # profiler/moe_cost.py); expert_routing_skew: power-law exponent of expert popularity (0: uniform);
     # num_gpus: optional check that replicas × data_parallel_size × tensor_parallel_size × pipeline_parallel_size match it

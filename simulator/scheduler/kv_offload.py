@@ -94,10 +94,9 @@ def tier_keys(request: Request, block_size: int, first_block: int, last_block: i
     return keys
 
 def _claim(claims: dict, keys) -> None:
-    """One more claim on each of `keys` (`LruTier`)."""
-    get = claims.get
-    for key in keys:
-        claims[key] = get(key, 0) + 1
+    """One more claim on each of `keys` (distinct; `LruTier`), by C-level maps."""
+    keys = list(keys)
+    claims.update(zip(keys, map(add, map(claims.get, keys, repeat(0)), repeat(1))))
 
 
 class _Segment:
