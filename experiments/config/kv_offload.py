@@ -15,7 +15,8 @@ class KvOffloadConfig(_Strict):
     """A KV tier in host memory, as vLLM's `--kv-offloading-backend native --kv-offloading-size
     GiB` runs it. `cpu_gib`: the tier of one engine (a replica, or each DP rank of one), over
     all its ranks (vLLM's `cpu_bytes_to_use = size * 2**30`); 0: no tier. `disk_gib`: a disk
-    tier behind it (vLLM's native connector has none: must be 0). `connector`: `native`
+    tier behind it (vLLM's native connector has none: `vllm/v1/kv_offload/factory.py`, snapshot
+    07b1349, registers `CPUOffloadingSpec` only; not modelled: must be 0). `connector`: `native`
     (vLLM's OffloadingConnector); `lmcache` is not modelled (an error)."""
 
     cpu_gib: float = Field(ge=0, allow_inf_nan=False)
@@ -40,8 +41,9 @@ def check_kv_offload(e: "EngineConfig", engine_key: str = "engine") -> None:
                          "pass, and it saves prompts only by default); use connector: native")
     if k.disk_gib > 0:
         raise ValueError(f"{key}.disk_gib: vLLM's native OffloadingConnector has a CPU tier only "
-                         f"(vllm/v1/kv_offload/cpu.py), so a disk tier has no bandwidth or policy to model; "
-                         f"set disk_gib: 0 (got {k.disk_gib:g})")
+                         f"(vllm/v1/kv_offload/cpu.py; factory.py registers CPUOffloadingSpec alone, a file-system "
+                         f"tier such as llm-d's is a spec loaded from outside vLLM), and a disk tier (LMCache's "
+                         f"local disk) is not modelled; set disk_gib: 0 (got {k.disk_gib:g})")
     if k.cpu_gib > 0 and not (e.scheduler == "vllm_v1" and e.enable_prefix_caching):
         raise ValueError(f"{key} needs {engine_key}.scheduler vllm_v1 with {engine_key}.enable_prefix_caching true: "
                          f"the offloading connector stores and finds blocks by their prefix-cache hashes (got "
