@@ -317,3 +317,20 @@ def test_all_reduce_is_never_interpolated_across_the_custom_all_reduce_switch():
     assert six < 0.8 * math.exp(0.415 * math.log(rows[4 * mib]) + 0.585 * math.log(rows[8 * mib]))  # the old mix
     w = math.log(12 / 8) / math.log(16 / 8)  # above the switch: NCCL's rows only
     assert graph(12 * mib)[0] == pytest.approx(rows[8 * mib] ** (1 - w) * rows[16 * mib] ** w, rel=1e-9)
+
+
+def test_all_reduce_rows_without_a_jump_at_the_switch_stay_one_curve():
+    """h100-sxm TP 8 (vLLM 0.19 rows): 30.6 µs at 4 MiB, 50.7 µs at 8 MiB, less than the size's 2×, so
+    one algorithm spans the 8 MiB mark there (symmetric-memory all-reduce; vLLM caps the custom
+    all-reduce at 256 KiB on Hopper TP 8): 6 MiB is read log-log between the two rows."""
+    from profiler import get_device_spec, get_model_spec
+    from profiler.measured.shipped import build_measured
+
+    model = build_measured("auto", get_model_spec("llama-3-70b"), get_device_spec("h100-sxm"), 8)
+    table = next(s.tables["all_reduce"] for s in model.sources if "all_reduce" in s.tables)
+    rows = table[(table["num_gpus"] == 8) & (table["mode"] == "graph")].set_index("size_bytes")["time_s"]
+    mib = 1024 * 1024
+    assert rows[8 * mib] < 2 * rows[4 * mib]
+    w = math.log(6 / 4) / math.log(8 / 4)
+    assert model._all_reduce["graph"](6 * mib) == (
+        pytest.approx(rows[4 * mib] ** (1 - w) * rows[8 * mib] ** w, rel=1e-9), False)

@@ -94,13 +94,15 @@ def _all_reduce_curve(rows: pd.DataFrame, source: str, roofline: Callable[[float
     each. A message between the last row below the switch (4 MiB on the tables read) and the switch
     is that row scaled by the ring model (`roofline`), as the custom all-reduce's two-shot
     algorithm moves bytes in proportion; it is not flagged off the grid (the gap is at most the
-    rows' own factor of two, as an interpolation's). Rows on one side only: `_one_d` over all."""
-    below = rows["size_bytes"].to_numpy() < CUSTOM_ALL_REDUCE_MAX_BYTES
-    if not below.any() or below.all():
+    rows' own factor of two, as an interpolation's). Rows on one side only, or rows that do not
+    jump across the switch (`_slower_past_switch`): `_one_d` over all."""
+    sizes = rows["size_bytes"].to_numpy()
+    below = sizes < CUSTOM_ALL_REDUCE_MAX_BYTES
+    if not below.any() or below.all() or not _slower_past_switch(rows, below):
         return _one_d(rows, "size_bytes", source, roofline)
     custom = _one_d(rows[below], "size_bytes", f"{source} (custom all-reduce)", roofline)
     nccl = _one_d(rows[~below], "size_bytes", f"{source} (NCCL)", roofline)
-    top = float(rows["size_bytes"][below].max())
+    top = float(sizes[below].max())
 
     def curve(size_bytes: float) -> tuple[float, bool]:
         if size_bytes >= CUSTOM_ALL_REDUCE_MAX_BYTES:
@@ -108,6 +110,20 @@ def _all_reduce_curve(rows: pd.DataFrame, source: str, roofline: Callable[[float
         t, out = custom(size_bytes)
         return t, out and size_bytes <= top
     return curve
+
+
+def _slower_past_switch(rows: pd.DataFrame, below: np.ndarray) -> bool:
+    """Whether the rows jump across the switch by more than the size does: one all-reduce algorithm
+    takes at most proportionally longer for a larger message (latency + bytes / bandwidth), so a
+    time ratio above the size ratio between the last row below the switch and the first at or
+    above it is another, slower algorithm taking over (a100-80gb TP 4: 118.0 / 41.5 µs for 8 / 4
+    MiB). Where the rows show no such jump the switch is not where vLLM changes algorithm on that
+    card (Hopper TP 8: vLLM 0.19 caps the custom all-reduce at 256 KiB there,
+    `CUSTOM_ALL_REDUCE_MAX_SIZES` in `all_reduce_utils.py`, and symmetric-memory all-reduce runs
+    on both sides of 8 MiB) and the rows are interpolated as one curve."""
+    lo = rows[below].loc[rows["size_bytes"][below].idxmax()]
+    hi = rows[~below].loc[rows["size_bytes"][~below].idxmin()]
+    return float(hi["time_s"]) / float(lo["time_s"]) > float(hi["size_bytes"]) / float(lo["size_bytes"])
 
 
 def _measured_width(op: str, source: MeasuredTables) -> float:
