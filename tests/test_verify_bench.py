@@ -215,6 +215,7 @@ def test_inference_perf_sweep_stages_take_their_rates_from_the_reports(tmp_path)
     ("  sweep: {type: linear, stage_duration: 0}\n", False, r"load.sweep.stage_duration must be > 0"),
     ("  sweep: [1, 2]\n", False, r"load.sweep must be a mapping"),
     ("  sweep: {type: linear}\n", True, r"stage_0_lifecycle_metrics.json: no load_summary.requested_rate"),
+    ("  type: concurrent\n  sweep: {type: linear}\n", False, r"load.sweep with load.type 'concurrent'"),
 ])
 def test_inference_perf_sweep_bad_input_names_the_key(tmp_path, sweep, drop_rate, message):
     results, config = _sweep_run(tmp_path, sweep, drop_rate)

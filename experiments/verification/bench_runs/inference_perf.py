@@ -103,7 +103,10 @@ def _plan(config: dict, config_path: Path, index: int, count: int, data: dict, p
     sweep = dig(config, ["load", "sweep"], config_path, required=False)
     lengths, notes = _lengths(config, config_path)
     notes = list(notes)
-    if sweep is not None and load_type in ("constant", "poisson"):
+    if sweep is not None and load_type not in ("constant", "poisson"):
+        raise ValueError(f"{config_path}: load.sweep with load.type {load_type!r}: inference-perf generates sweep "
+                         "stages only for constant and poisson loads (its LoadConfig refuses the others)")
+    if sweep is not None:
         stage, where = _sweep_stage(sweep, config_path, index, data, path)
         notes.append(f"stage {index} of a sweep: its rate is the run's (load_summary.requested_rate, generated "
                      "from the server's measured saturation), its duration load.sweep.stage_duration")
