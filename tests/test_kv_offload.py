@@ -194,6 +194,10 @@ def test_bad_tiers_are_errors_naming_the_key():
             in refused({"cpu_gib": 10}, enable_prefix_caching=False))
     assert "engine.kv_offload.connector: lmcache is not modelled" in refused({"cpu_gib": 10, "connector": "lmcache"})
     assert "engine.kv_offload.cpu_gib: 0.0001 GiB holds no KV block (2 MiB each" in refused({"cpu_gib": 0.0001})
+    # Refused as the config loads (exit 2), not when the point runs (a breaker found exit 1).
+    assert ("engine.async_scheduling true with engine.kv_offload: async scheduling beside the KV offload tier's "
+            "loads is not modelled") in refused({"cpu_gib": 10}, async_scheduling=True)
+    assert offload_point({"cpu_gib": 10}, async_scheduling=False).engine.async_scheduling is False
 
 
 def test_a_device_without_host_memory_cannot_size_a_tier():

@@ -147,6 +147,9 @@ class EngineConfig(_Strict):
             if self.pipeline_parallel_size > 1:
                 raise ValueError("engine.async_scheduling true with pipeline_parallel_size > 1 is not modelled "
                                  "(vLLM turns async scheduling off with pipeline parallelism): set it false or leave it unset")
+            if self.kv_offload is not None and self.kv_offload.cpu_gib > 0:
+                raise ValueError("engine.async_scheduling true with engine.kv_offload: async scheduling beside the KV "
+                                 "offload tier's loads is not modelled; set it false or remove kv_offload")
             if self.split_n and self.draft == "ngram":
                 raise ValueError("engine.async_scheduling true with split_n and draft ngram: vLLM refuses async "
                                  "scheduling with its CPU n-gram drafter (only EAGLE/MTP, draft models and ngram_gpu); "
