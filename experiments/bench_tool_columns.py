@@ -12,19 +12,16 @@ with `-` as `_`, a trailing `_ms` dropped: every value is in seconds), computed 
 produced a token. What the simulator cannot see (a server splitting one step's tokens over
 several chunks) is said in `client_metrics`' docstring.
 
-The token times are read a chunk of requests at a time (from the frame, or from the point's
-requests file when the run streamed them there), so memory stays bounded per chunk except for
-one float per request and quantity and one per emission gap (chunk_gap_s).
+The quantities are `client_metrics.client_quantity_stats`, the same code `verify --against-bench`
+uses, its token times read a chunk of requests at a time (from the frame, or from the point's
+requests file when the run streamed them there).
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from experiments.verification.client_metrics import TOOL_METRICS, client_sent_s
-from simulator.metrics import percentile_stats
-
-_CHUNK_REQUESTS = 4096
+from experiments.verification.client_metrics import TOOL_METRICS, client_quantity_stats, client_sent_s
 
 
 def client_column_prefix(tool: str, metric: str) -> str:
@@ -34,62 +31,25 @@ def client_column_prefix(tool: str, metric: str) -> str:
     return f"{tool.replace('-', '_')}_{name}_s"
 
 
-def client_quantities(arrival_s: np.ndarray, times: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
-    """The client quantities of `client_metrics.CLIENT_QUANTITIES` for a chunk of requests.
-
-    Args:
-        arrival_s: (R,) send times, seconds.
-        times: flat float64 token times of the R requests, request after request (seconds).
-        lengths: (R,) tokens per request (>= 0); requests with 0 tokens are left out.
-
-    Returns:
-        {"ttft_s", "e2e_s", "tpot_s" (NaN for one-token requests), "ntpot_s": (R',) arrays over
-        the requests with tokens; "chunk_gap_s": the gaps between consecutive distinct token times
-        inside each request (an engine step is one chunk), pooled}.
-    """
-    has = lengths > 0
-    ends = np.cumsum(lengths)
-    starts = ends - lengths
-    first, last = times[starts[has]], times[ends[has] - 1]
-    sent, n = arrival_s[has], lengths[has].astype(np.float64)
-    e2e = last - sent
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(n > 1, (last - first) / (n - 1), np.nan)
-    gaps = np.diff(times)
-    inside = np.ones(gaps.size, dtype=bool)
-    boundaries = ends[:-1][ends[:-1] > 0] - 1  # gap index from a request's last token to the next's first
-    inside[boundaries[boundaries < gaps.size]] = False
-    return {"ttft_s": first - sent, "e2e_s": e2e, "tpot_s": tpot, "ntpot_s": e2e / n,
-            "chunk_gap_s": gaps[inside & (gaps > 0)]}
-
-
-def client_columns(tools: list[str], arrival_s: np.ndarray, token_times) -> dict[str, float]:
+def client_columns(tools: list[str], sent_s: np.ndarray, token_times) -> dict[str, float]:
     """points.csv columns of `tools`' metrics (module docstring).
 
     Args:
         tools: names of `TOOL_METRICS` (checked by the config).
-        arrival_s: (N,) every request's send time, in the records' row order.
+        sent_s: (N,) every request's send time as the client sees it (`client_sent_s`), in the
+            records' row order.
         token_times: the records' token times (`simulator.records_parquet.SeriesTokenTimes` or
             `ParquetTokenTimes`, rows in the same order).
 
     Returns:
         {"<tool>_<metric>_s_mean": ..., "..._p50": ...} for every tool and metric.
     """
-    pooled: dict[str, list[np.ndarray]] = {}
-    rows = np.arange(arrival_s.size)
-    start = 0
-    for times, lengths in token_times.chunks(rows, _CHUNK_REQUESTS):
-        part = client_quantities(arrival_s[start:start + lengths.size], times, lengths)
-        start += lengths.size
-        for name, values in part.items():
-            pooled.setdefault(name, []).append(values)
-    stats = {name: percentile_stats(name, np.concatenate(parts) if parts else np.zeros(0), scratch=True)
-             for name, parts in pooled.items()}
+    stats = client_quantity_stats(sent_s, token_times)
     out: dict[str, float] = {}
     for tool in tools:
         for metric, (quantity, _) in TOOL_METRICS[tool].items():
             prefix = client_column_prefix(tool, metric)
-            for key, value in (stats.get(quantity) or percentile_stats(quantity, np.zeros(0))).items():
+            for key, value in stats[quantity].items():
                 out[prefix + key[len(quantity):]] = value
     return out
 

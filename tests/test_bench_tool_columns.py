@@ -6,9 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.bench_tool_columns import client_column_prefix, client_columns, client_quantities
+from experiments.bench_tool_columns import client_column_prefix, client_columns
 from experiments.config import ConfigError, load_config
-from experiments.verification.client_metrics import simulated_client_summary
+from experiments.verification.client_metrics import (CLIENT_QUANTITIES, client_quantities, simulated_client_summary,
+                                                      stream_metrics)
+from simulator.metrics import emissions, percentile_stats
 from simulator.records_parquet import SeriesTokenTimes
 
 
@@ -25,12 +27,29 @@ def test_hand_built_streams():
     np.testing.assert_allclose(q["chunk_gap_s"], [0.05, 0.05])  # 0.5 -> 1.2 crosses requests: not a gap
 
 
+def _per_response_reference(frame: pd.DataFrame) -> dict[str, float]:
+    """The client quantities' stats computed response by response with `stream_metrics` (the one-
+    response definition), each engine step (`emissions`) a chunk: what the vectorised path must give."""
+    values = {name: [] for name in CLIENT_QUANTITIES}
+    for sent_s, times in zip(frame["arrival_s"], frame["token_times_s"]):
+        if len(times):
+            emitted, counts = emissions(times)
+            one = stream_metrics(list(zip(emitted.tolist(), counts.tolist())), float(sent_s))
+            for name in CLIENT_QUANTITIES:
+                values[name].append(one[name])
+    out = {}
+    for name, parts in values.items():
+        out.update(percentile_stats(name, np.concatenate(parts) if name == "chunk_gap_s" else np.asarray(parts)))
+    return out
+
+
 def test_columns_equal_the_verify_path_and_name_each_tool_metric():
     frame = pd.DataFrame({"arrival_s": [0.0, 0.5, 1.0, 2.0],
                           "token_times_s": [[0.4, 0.45, 0.45, 0.45, 0.5], [], [1.2], [2.1, 2.3, 2.6]]})
     cols = client_columns(["vllm-bench", "guidellm"], frame["arrival_s"].to_numpy(),
                           SeriesTokenTimes(frame["token_times_s"]))
-    reference = simulated_client_summary(frame)  # stream_metrics per request (verify --against-bench)
+    reference = _per_response_reference(frame)  # stream_metrics, one response at a time
+    assert simulated_client_summary(frame) == pytest.approx(reference, nan_ok=True)  # verify --against-bench: the per-response definition
     assert cols["vllm_bench_ttft_s_p50"] == pytest.approx(reference["ttft_s_p50"])
     assert cols["vllm_bench_itl_s_mean"] == pytest.approx(reference["chunk_gap_s_mean"])
     assert cols["vllm_bench_tpot_s_p90"] == pytest.approx(reference["tpot_s_p90"])

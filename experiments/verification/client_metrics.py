@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from simulator.metrics import emissions, percentile_stats
+from simulator.metrics import percentile_stats
 
 CLIENT_QUANTITIES = ("ttft_s", "e2e_s", "tpot_s", "ntpot_s", "chunk_gap_s")
 
@@ -109,10 +109,66 @@ def client_sent_s(requests: pd.DataFrame) -> np.ndarray:
     return sent
 
 
+def client_quantities(sent_s: np.ndarray, times: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
+    """`CLIENT_QUANTITIES` of a run of simulated requests at once, each engine step one chunk
+    (tokens of one step share a time, `simulator.metrics.emissions`), as `stream_metrics` gives
+    them for one response.
+
+    Args:
+        sent_s: (R,) send times, seconds (`client_sent_s`).
+        times: flat float64 token times of the R requests, request after request (seconds).
+        lengths: (R,) tokens per request (>= 0); requests with 0 tokens are left out.
+
+    Returns:
+        {"ttft_s", "e2e_s", "tpot_s" (NaN for one-token requests), "ntpot_s": (R',) arrays over
+        the requests with tokens; "chunk_gap_s": the gaps between consecutive distinct token times
+        inside each request, pooled}.
+    """
+    has = lengths > 0
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    first, last = times[starts[has]], times[ends[has] - 1]
+    sent, n = sent_s[has], lengths[has].astype(np.float64)
+    e2e = last - sent
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(n > 1, (last - first) / (n - 1), np.nan)
+    gaps = np.diff(times)
+    inside = np.ones(gaps.size, dtype=bool)
+    boundaries = ends[:-1][ends[:-1] > 0] - 1  # gap index from a request's last token to the next's first
+    inside[boundaries[boundaries < gaps.size]] = False
+    return {"ttft_s": first - sent, "e2e_s": e2e, "tpot_s": tpot, "ntpot_s": e2e / n,
+            "chunk_gap_s": gaps[inside & (gaps > 0)]}
+
+
+_CHUNK_REQUESTS = 4096
+
+
+def client_quantity_stats(sent_s: np.ndarray, token_times) -> dict[str, dict[str, float]]:
+    """Per client quantity, its `percentile_stats` (`<quantity>_mean`, `_p50` ...; NaN for an
+    empty sample) over every request with a token, the token times read `_CHUNK_REQUESTS`
+    requests at a time (memory: one float per request and quantity, one per chunk gap).
+
+    Args:
+        sent_s: (N,) each request's send time (`client_sent_s`), in the records' row order.
+        token_times: the records' token times in that order (`simulator.records_parquet.SeriesTokenTimes`
+            or `ParquetTokenTimes`).
+    """
+    pooled: dict[str, list[np.ndarray]] = {name: [] for name in CLIENT_QUANTITIES}
+    start = 0
+    for times, lengths in token_times.chunks(np.arange(sent_s.size), _CHUNK_REQUESTS):
+        part = client_quantities(sent_s[start:start + lengths.size], times, lengths)
+        start += lengths.size
+        for name, values in part.items():
+            pooled[name].append(values)
+    return {name: percentile_stats(name, np.concatenate(parts) if parts else np.zeros(0), scratch=True)
+            for name, parts in pooled.items()}
+
+
 def simulated_client_summary(requests: pd.DataFrame) -> dict[str, float]:
     """`<quantity>_mean` / `_p50` ... of the client quantities of a simulation's requests, each
     response's chunks being its engine steps (`simulator.metrics.emissions`), sent at `arrival_s`
-    and received `frontend_out_s` after the engine emits them (`client_sent_s`).
+    and received `frontend_out_s` after the engine emits them (`client_sent_s`);
+    `client_quantity_stats` of the frame.
 
     Args:
         requests: a simulation's request records with `arrival_s` and `token_times_s` (run with
@@ -123,20 +179,9 @@ def simulated_client_summary(requests: pd.DataFrame) -> dict[str, float]:
     """
     if "token_times_s" not in requests:
         raise ValueError("the simulation kept no token times; run it with keep_token_times=True")
-    values: dict[str, list] = {name: [] for name in CLIENT_QUANTITIES}
-    for sent_s, times in zip(client_sent_s(requests), requests["token_times_s"]):
-        if times is None or len(times) == 0:
-            continue
-        emitted, counts = emissions(times)
-        one = stream_metrics(list(zip(emitted.tolist(), counts.tolist())), float(sent_s))
-        for name in CLIENT_QUANTITIES:
-            values[name].append(one[name])
-    out: dict[str, float] = {}
-    for name in CLIENT_QUANTITIES:
-        parts = values[name]
-        sample = np.concatenate(parts) if name == "chunk_gap_s" and parts else np.asarray(parts, dtype=float)
-        out.update(percentile_stats(name, sample))
-    return out
+    from simulator.records_parquet import SeriesTokenTimes  # pyarrow: not at config load (experiments.config.output)
+    stats = client_quantity_stats(client_sent_s(requests), SeriesTokenTimes(requests["token_times_s"]))
+    return {key: value for name in CLIENT_QUANTITIES for key, value in stats[name].items()}
 
 
 def tool_quantity(tool: str, metric: str) -> tuple[str, str]:
